@@ -1,0 +1,84 @@
+//! Which devices a job holds.
+
+use crate::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// Devices held by one job: `(node, count)` pairs sorted by node, no zero counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Allocation {
+    slots: Vec<(NodeId, u32)>,
+}
+
+impl Allocation {
+    pub fn empty() -> Self {
+        Allocation { slots: Vec::new() }
+    }
+
+    /// Builds from arbitrary `(node, count)` pairs: merges duplicates, drops zeros, sorts.
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (NodeId, u32)>) -> Self {
+        let mut slots: Vec<(NodeId, u32)> = pairs.into_iter().filter(|p| p.1 > 0).collect();
+        slots.sort_unstable_by_key(|p| p.0);
+        slots.dedup_by(|b, a| {
+            if a.0 == b.0 {
+                a.1 += b.1;
+                true
+            } else {
+                false
+            }
+        });
+        Allocation { slots }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    pub fn slots(&self) -> &[(NodeId, u32)] {
+        &self.slots
+    }
+
+    /// Number of devices.
+    pub fn replicas(&self) -> u32 {
+        self.slots.iter().map(|s| s.1).sum()
+    }
+
+    /// Number of distinct nodes.
+    pub fn nodes(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// Replicas per node in node order, e.g. `[4, 2]`: the *placement*.
+    pub fn placement(&self) -> Vec<u32> {
+        self.slots.iter().map(|s| s.1).collect()
+    }
+
+    /// Adds `count` devices on `node`.
+    pub fn add(&mut self, node: NodeId, count: u32) {
+        if count == 0 {
+            return;
+        }
+        match self.slots.binary_search_by_key(&node, |s| s.0) {
+            Ok(i) => self.slots[i].1 += count,
+            Err(i) => self.slots.insert(i, (node, count)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_and_sorts() {
+        let a = Allocation::from_pairs([
+            (NodeId(3), 2),
+            (NodeId(1), 1),
+            (NodeId(3), 1),
+            (NodeId(2), 0),
+        ]);
+        assert_eq!(a.slots(), &[(NodeId(1), 1), (NodeId(3), 3)]);
+        assert_eq!(a.replicas(), 4);
+        assert_eq!(a.nodes(), 2);
+        assert_eq!(a.placement(), vec![1, 3]);
+    }
+}

@@ -1,0 +1,11 @@
+//! # pacer-predict
+//!
+//! Online estimators used by both drivers (simulator and real runtime):
+//! - [`goodput`]: the Pollux iteration-time model (`T = (T_c^γ + T_n^γ)^(1/γ)`),
+//!   statistical efficiency from the gradient noise scale, and goodput-optimal
+//!   batch / replica choices.
+//!
+//! Architecture invariant: no I/O, no clocks; every estimator is a value you
+//! feed observations and ask for predictions.
+
+pub mod goodput;
