@@ -537,7 +537,7 @@ mod tests {
     fn overlap_is_between_max_and_sum() {
         for g in [1.0, 2.0, 10.0] {
             let t = overlap(0.3, 0.2, g);
-            assert!(t >= 0.3 - 1e-12 && t <= 0.5 + 1e-12, "{g}: {t}");
+            assert!((0.3 - 1e-12..=0.5 + 1e-12).contains(&t), "{g}: {t}");
         }
         assert!((overlap(0.3, 0.2, 1.0) - 0.5).abs() < 1e-12);
     }

@@ -4,8 +4,11 @@
 //! - [`goodput`]: the Pollux iteration-time model (`T = (T_c^γ + T_n^γ)^(1/γ)`),
 //!   statistical efficiency from the gradient noise scale, and goodput-optimal
 //!   batch / replica choices.
+//! - [`itertime`]: step-time models (Ernest, Pollux, pacer's node-aware Pollux
+//!   variant) fitted to measured rows, and their held-out evaluation.
 //!
 //! Architecture invariant: no I/O, no clocks; every estimator is a value you
 //! feed observations and ask for predictions.
 
 pub mod goodput;
+pub mod itertime;

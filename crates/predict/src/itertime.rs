@@ -1,0 +1,1137 @@
+//! Iteration-time (step-time) models fitted to measured rows, and their held-out
+//! evaluation (ALGORITHMS.md §2a).
+//!
+//! Three model families, all predicting the time of one optimiser step from
+//! `(nodes, replicas, max replicas per node, local batch)`:
+//! - [`ModelKind::Ernest`]: `T = θ0 + θ1·b + θ2·ln r + θ3·r`, θ ≥ 0, the Ernest /
+//!   Hemingway system model with `s/m` = local batch `b` and `m` = replicas `r`;
+//!   fitted by exact non-negative least squares on relative error.
+//! - [`ModelKind::Pollux`]: [`PerfParams`](crate::goodput::PerfParams) fitted by
+//!   [`fit_perf_params`](crate::goodput::fit_perf_params), the code the simulator
+//!   uses, so the table printed by `pacer fit` is the error the simulator lives with.
+//! - [`ModelKind::Pacer`]: Pollux's overlap `T = (T_c^γ + T_n^γ)^(1/γ)` with three
+//!   changes, each from a pattern in the Pollux traces' residuals:
+//!   1. the compute curve is piecewise linear through knots at the measured local
+//!      batches, not `α + β·b` (ncf is flat up to b≈2000 and then grows; yolov3 is
+//!      slower at b = 6 and 11 than at 8 in *every* placement);
+//!   2. compute slows by `(1 + ρ_k·[k>1] + ρ_d·[r>1])` (k = most replicas on one
+//!      node): co-located GPUs share host and PCIe, cifar10 at b = 1024 takes 0.70 s
+//!      alone and 0.84 s beside another replica;
+//!   3. the network term across nodes is `α_n + β_n·(r−2)⁺ + κ_n·[k>1] + ν_n·ln(n/2)`:
+//!      `11` and `22` have the same node count but very different sync time while
+//!      `22`, `44` and `14` are nearly equal — a step, not a slope, in k.
+//!
+//!   Fitted by Levenberg–Marquardt on log-time residuals with an analytic Jacobian.
+//! - [`ModelKind::PacerTable`]: the pacer model times the log-residual of measured
+//!   rows of the same placement, interpolated along ln(batch) — the parametric
+//!   model generalises, the table keeps what is specific to one placement. For a
+//!   placement never measured it is the pacer model.
+//!
+//! [`evaluate`] fits on a training split and reports absolute percentage errors on
+//! the test split; [`split_random`] and [`split_extrapolate`] make the two splits
+//! of issue 5 (random fraction with a seed; the largest replica counts held out).
+
+use crate::goodput::{fit_perf_params, FitError, PerfObservation, PerfParams};
+use levenberg_marquardt::{LeastSquaresProblem, LevenbergMarquardt};
+use nalgebra::{DMatrix, DVector, Dyn, Owned};
+use pacer_model::{PlacementRow, ScalabilityRow};
+use serde::{Deserialize, Serialize};
+
+/// Where a step runs and on how many samples per replica.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepConfig {
+    pub nodes: u32,
+    pub replicas: u32,
+    /// Most replicas on any one node.
+    pub max_per_node: u32,
+    pub local_bsz: f64,
+    /// Which measured table rows describe the same placement ([`placement_group`],
+    /// [`scalability_group`]); 0 when unknown. Only [`ModelKind::PacerTable`] uses it.
+    #[serde(default)]
+    pub group: u64,
+}
+
+/// Group id of a concrete placement (replicas per node), e.g. `[1, 4, 4]` → 144.
+pub fn placement_group(placement: &[u32]) -> u64 {
+    placement.iter().fold(0u64, |acc, &d| {
+        acc.saturating_mul(10).saturating_add(d as u64)
+    })
+}
+
+/// Group id of `nodes × replicas` spread evenly (the scalability table).
+pub fn scalability_group(nodes: u32, replicas: u32) -> u64 {
+    (1u64 << 40) | ((nodes as u64) << 20) | replicas as u64
+}
+
+impl StepConfig {
+    /// Replicas spread as evenly as possible over `nodes`.
+    pub fn even(nodes: u32, replicas: u32, local_bsz: f64) -> Self {
+        let nodes = nodes.max(1);
+        StepConfig {
+            nodes,
+            replicas,
+            max_per_node: replicas.div_ceil(nodes),
+            local_bsz,
+            group: scalability_group(nodes, replicas),
+        }
+    }
+}
+
+/// One measured step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRow {
+    pub config: StepConfig,
+    pub step_time_s: f64,
+    /// Part of the step spent waiting for the all-reduce after compute finished.
+    pub sync_time_s: f64,
+    /// Where the row came from, e.g. `placements.csv:17`, for messages.
+    pub source: String,
+}
+
+impl StepRow {
+    /// Compute-only time (step minus sync), if positive.
+    pub fn compute_time_s(&self) -> Option<f64> {
+        let c = self.step_time_s - self.sync_time_s;
+        (c > 0.0).then_some(c)
+    }
+}
+
+/// Rows of a `placements.csv`; `first_line` is the line of the first data row (2).
+pub fn rows_from_placements(rows: &[PlacementRow], origin: &str) -> Vec<StepRow> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| StepRow {
+            config: StepConfig {
+                nodes: r.num_nodes(),
+                replicas: r.num_replicas(),
+                max_per_node: r.placement.iter().copied().max().unwrap_or(1),
+                local_bsz: r.local_bsz,
+                group: placement_group(&r.placement),
+            },
+            step_time_s: r.step_time_s,
+            sync_time_s: r.sync_time_s,
+            source: format!("{origin}:{}", i + 2),
+        })
+        .collect()
+}
+
+/// Rows of a `scalability.csv` (replicas spread evenly over nodes).
+pub fn rows_from_scalability(rows: &[ScalabilityRow], origin: &str) -> Vec<StepRow> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| StepRow {
+            config: StepConfig::even(r.num_nodes, r.num_replicas, r.local_bsz),
+            step_time_s: r.step_time_s,
+            sync_time_s: r.sync_time_s,
+            source: format!("{origin}:{}", i + 2),
+        })
+        .collect()
+}
+
+/// The model families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    Ernest,
+    Pollux,
+    Pacer,
+    /// The pacer model corrected by the measured table: the log-residual of the
+    /// training rows of the same placement, interpolated along the local batch.
+    PacerTable,
+}
+
+impl ModelKind {
+    pub const ALL: [ModelKind; 4] = [
+        ModelKind::Ernest,
+        ModelKind::Pollux,
+        ModelKind::Pacer,
+        ModelKind::PacerTable,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Ernest => "ernest",
+            ModelKind::Pollux => "pollux",
+            ModelKind::Pacer => "pacer",
+            ModelKind::PacerTable => "pacer+table",
+        }
+    }
+
+    /// Parses `ernest`, `pollux` or `pacer`.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+/// Why a step-time fit failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ItertimeError {
+    #[error("too few rows to fit the {model} model: need at least {need}, got {got}")]
+    TooFewRows {
+        model: &'static str,
+        need: usize,
+        got: usize,
+    },
+    #[error("{origin}: step time {step} s must be finite and > 0")]
+    BadRow { origin: String, step: f64 },
+    #[error("the {model} fit did not converge: {reason}")]
+    NoConvergence { model: &'static str, reason: String },
+}
+
+/// Ernest coefficients (seconds): `θ0 + θ1·b + θ2·ln r + θ3·r`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ErnestParams {
+    pub theta: [f64; 4],
+}
+
+impl ErnestParams {
+    fn features(c: &StepConfig) -> [f64; 4] {
+        let r = c.replicas.max(1) as f64;
+        [1.0, c.local_bsz, r.ln(), r]
+    }
+
+    pub fn step_time(&self, c: &StepConfig) -> f64 {
+        Self::features(c)
+            .iter()
+            .zip(self.theta)
+            .map(|(f, t)| f * t)
+            .sum()
+    }
+}
+
+/// The pacer step-time model (see the module docs): a compute curve through knots
+/// at measured local batches, slowed by co-location, overlapped with a node- and
+/// packing-aware network term.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PacerParams {
+    /// Local batches of the compute-curve knots, ascending.
+    pub knot_bsz: Vec<f64>,
+    /// Compute time of one replica alone at each knot (seconds).
+    pub knot_time_s: Vec<f64>,
+    /// Relative compute slow-down when a node hosts several replicas.
+    pub rho_packed: f64,
+    /// Relative compute slow-down of any distributed (r > 1) step.
+    pub rho_dist: f64,
+    /// Single node, several replicas: `α_r + β_r·(r−2)⁺`.
+    pub alpha_r: f64,
+    pub beta_r: f64,
+    /// Across nodes: `α_n + β_n·(r−2)⁺ + κ_n·[k>1] + ν_n·(n−2)`.
+    pub alpha_n: f64,
+    pub beta_n: f64,
+    pub kappa_n: f64,
+    pub nu_n: f64,
+    pub gamma: f64,
+}
+
+/// Parameters after the knots, in vector order.
+const N_TAIL: usize = 9;
+const RHO_K: usize = 0;
+const RHO_D: usize = 1;
+const A_R: usize = 2;
+const B_R: usize = 3;
+const A_N: usize = 4;
+const B_N: usize = 5;
+const K_N: usize = 6;
+const NU_N: usize = 7;
+const GAM: usize = 8;
+/// Most knots in the compute curve (more measured batches are thinned).
+const MAX_KNOTS: usize = 24;
+const LOWER: f64 = 1e-9;
+const GAMMA_MAX: f64 = 10.0;
+const NO_NETWORK_S: f64 = 1e-8;
+
+/// `(tc^γ + tn^γ)^(1/γ)` without overflow.
+fn overlap(tc: f64, tn: f64, gamma: f64) -> f64 {
+    let hi = tc.max(tn);
+    let lo = tc.min(tn);
+    hi * (1.0 + (lo / hi).powf(gamma)).powf(1.0 / gamma)
+}
+
+/// Network parameters (tail offsets) a config uses, with their feature values.
+fn pacer_network_features(c: &StepConfig) -> Vec<(usize, f64)> {
+    let extra = (c.replicas as f64 - 2.0).max(0.0);
+    if c.nodes > 1 {
+        vec![
+            (A_N, 1.0),
+            (B_N, extra),
+            (K_N, if c.max_per_node > 1 { 1.0 } else { 0.0 }),
+            (NU_N, (c.nodes as f64 / 2.0).ln()),
+        ]
+    } else if c.replicas > 1 {
+        vec![(A_R, 1.0), (B_R, extra)]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Compute slow-down features (tail offsets).
+fn pacer_compute_features(c: &StepConfig) -> [(usize, f64); 2] {
+    [
+        (RHO_K, if c.max_per_node > 1 { 1.0 } else { 0.0 }),
+        (RHO_D, if c.replicas > 1 { 1.0 } else { 0.0 }),
+    ]
+}
+
+/// Knot weights of the piecewise-linear compute curve at `b`: `(i, 1−w), (i+1, w)`.
+/// Below the first knot the curve is flat (a GPU is no faster on fewer samples);
+/// above the last it continues the last segment.
+fn knot_weights(knots: &[f64], b: f64) -> [(usize, f64); 2] {
+    let k = knots.len();
+    if k == 1 || b <= knots[0] {
+        return [(0, 1.0), (0, 0.0)];
+    }
+    let i = match knots.iter().position(|&x| x >= b) {
+        Some(j) => j - 1,
+        None => k - 2,
+    };
+    let w = (b - knots[i]) / (knots[i + 1] - knots[i]);
+    [(i, 1.0 - w), (i + 1, w)]
+}
+
+impl PacerParams {
+    fn tail(&self) -> [f64; N_TAIL] {
+        [
+            self.rho_packed,
+            self.rho_dist,
+            self.alpha_r,
+            self.beta_r,
+            self.alpha_n,
+            self.beta_n,
+            self.kappa_n,
+            self.nu_n,
+            self.gamma,
+        ]
+    }
+
+    fn from_vec(knot_bsz: Vec<f64>, v: &[f64]) -> Self {
+        let k = knot_bsz.len();
+        let t = &v[k..];
+        PacerParams {
+            knot_time_s: v[..k].to_vec(),
+            knot_bsz,
+            rho_packed: t[RHO_K],
+            rho_dist: t[RHO_D],
+            alpha_r: t[A_R],
+            beta_r: t[B_R],
+            alpha_n: t[A_N],
+            beta_n: t[B_N],
+            kappa_n: t[K_N],
+            nu_n: t[NU_N],
+            gamma: t[GAM],
+        }
+    }
+
+    /// Compute time of one replica alone on `local_bsz` samples.
+    pub fn base_compute_time(&self, local_bsz: f64) -> f64 {
+        knot_weights(&self.knot_bsz, local_bsz)
+            .iter()
+            .map(|&(i, w)| w * self.knot_time_s[i])
+            .sum::<f64>()
+            .max(LOWER)
+    }
+
+    /// Compute time of one replica in configuration `c`.
+    pub fn compute_time(&self, c: &StepConfig) -> f64 {
+        let t = self.tail();
+        let m: f64 = 1.0
+            + pacer_compute_features(c)
+                .iter()
+                .map(|&(i, x)| t[i] * x)
+                .sum::<f64>();
+        self.base_compute_time(c.local_bsz) * m
+    }
+
+    pub fn network_time(&self, c: &StepConfig) -> f64 {
+        let t = self.tail();
+        let f = pacer_network_features(c);
+        if f.is_empty() {
+            NO_NETWORK_S
+        } else {
+            f.iter().map(|&(i, x)| t[i] * x).sum::<f64>().max(LOWER)
+        }
+    }
+
+    pub fn step_time(&self, c: &StepConfig) -> f64 {
+        overlap(self.compute_time(c), self.network_time(c), self.gamma)
+    }
+}
+
+/// A fitted step-time model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "lowercase")]
+pub enum StepModel {
+    Ernest(ErnestParams),
+    Pollux(PerfParams),
+    Pacer(PacerParams),
+    PacerTable(PacerTable),
+}
+
+/// [`PacerParams`] times a per-placement residual interpolated from measured rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PacerTable {
+    pub base: PacerParams,
+    /// Per group: `(ln local_bsz, ln(measured / base))`, sorted by batch.
+    pub residuals: std::collections::BTreeMap<u64, Vec<(f64, f64)>>,
+}
+
+impl PacerTable {
+    fn new(base: PacerParams, rows: &[StepRow]) -> Self {
+        let mut residuals: std::collections::BTreeMap<u64, Vec<(f64, f64)>> = Default::default();
+        for r in rows {
+            if r.config.group == 0 {
+                continue;
+            }
+            let res = (r.step_time_s / base.step_time(&r.config)).ln();
+            residuals
+                .entry(r.config.group)
+                .or_default()
+                .push((r.config.local_bsz.ln(), res));
+        }
+        for v in residuals.values_mut() {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        PacerTable { base, residuals }
+    }
+
+    /// Log-residual at `c`: linear in ln(batch) between the neighbouring measured
+    /// batches of the same placement, the nearest one outside them, 0 if none.
+    pub fn residual(&self, c: &StepConfig) -> f64 {
+        let Some(v) = self.residuals.get(&c.group) else {
+            return 0.0;
+        };
+        let x = c.local_bsz.ln();
+        match v.iter().position(|p| p.0 >= x) {
+            None => v[v.len() - 1].1,
+            Some(0) => v[0].1,
+            Some(j) => {
+                let (a, b) = (v[j - 1], v[j]);
+                if b.0 - a.0 < 1e-12 {
+                    (a.1 + b.1) / 2.0
+                } else {
+                    a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
+                }
+            }
+        }
+    }
+
+    pub fn step_time(&self, c: &StepConfig) -> f64 {
+        self.base.step_time(c) * self.residual(c).exp()
+    }
+}
+
+impl StepModel {
+    pub fn kind(&self) -> ModelKind {
+        match self {
+            StepModel::Ernest(_) => ModelKind::Ernest,
+            StepModel::Pollux(_) => ModelKind::Pollux,
+            StepModel::Pacer(_) => ModelKind::Pacer,
+            StepModel::PacerTable(_) => ModelKind::PacerTable,
+        }
+    }
+
+    /// Predicted time of one optimiser step (no gradient accumulation).
+    pub fn step_time(&self, c: &StepConfig) -> f64 {
+        match self {
+            StepModel::Ernest(p) => p.step_time(c),
+            StepModel::Pollux(p) => p.step_time(c.nodes, c.replicas, c.local_bsz, 0),
+            StepModel::Pacer(p) => p.step_time(c),
+            StepModel::PacerTable(p) => p.step_time(c),
+        }
+    }
+}
+
+fn check_rows(rows: &[StepRow]) -> Result<(), ItertimeError> {
+    for r in rows {
+        if !(r.step_time_s.is_finite() && r.step_time_s > 0.0) {
+            return Err(ItertimeError::BadRow {
+                origin: r.source.clone(),
+                step: r.step_time_s,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Fits one model family to measured rows.
+pub fn fit(kind: ModelKind, rows: &[StepRow]) -> Result<StepModel, ItertimeError> {
+    check_rows(rows)?;
+    let model = match kind {
+        ModelKind::Ernest => StepModel::Ernest(fit_ernest(rows)?),
+        ModelKind::Pollux => StepModel::Pollux(fit_pollux(rows)?),
+        ModelKind::Pacer => StepModel::Pacer(fit_pacer(rows)?),
+        ModelKind::PacerTable => StepModel::PacerTable(PacerTable::new(fit_pacer(rows)?, rows)),
+    };
+    // A fit that cannot even describe its own training rows is not a fit.
+    let rms = rms_log_error(&model, rows);
+    if !rms.is_finite() || rms > MAX_TRAIN_RMS_LOG {
+        return Err(ItertimeError::NoConvergence {
+            model: kind.name(),
+            reason: format!(
+                "training RMS log error {rms:.3} exceeds {MAX_TRAIN_RMS_LOG} (rows may not follow this model)"
+            ),
+        });
+    }
+    Ok(model)
+}
+
+/// About 40% typical error on the training rows.
+const MAX_TRAIN_RMS_LOG: f64 = 0.35;
+
+fn rms_log_error(model: &StepModel, rows: &[StepRow]) -> f64 {
+    let s: f64 = rows
+        .iter()
+        .map(|r| {
+            let p = model.step_time(&r.config);
+            if p > 0.0 {
+                (p / r.step_time_s).ln().powi(2)
+            } else {
+                f64::INFINITY
+            }
+        })
+        .sum();
+    (s / rows.len().max(1) as f64).sqrt()
+}
+
+/// Exact non-negative least squares on relative error: every subset of the four
+/// features is solved unconstrained and the best all-non-negative solution kept
+/// (16 tiny solves; the Jacobian of a linear model is its design matrix).
+fn fit_ernest(rows: &[StepRow]) -> Result<ErnestParams, ItertimeError> {
+    if rows.len() < 4 {
+        return Err(ItertimeError::TooFewRows {
+            model: "ernest",
+            need: 4,
+            got: rows.len(),
+        });
+    }
+    let n = rows.len();
+    let x = DMatrix::from_fn(n, 4, |i, j| {
+        ErnestParams::features(&rows[i].config)[j] / rows[i].step_time_s
+    });
+    let y = DVector::from_element(n, 1.0);
+    let mut best: Option<(f64, [f64; 4])> = None;
+    for mask in 1u32..16 {
+        let cols: Vec<usize> = (0..4).filter(|j| mask & (1 << j) != 0).collect();
+        let xs = DMatrix::from_fn(n, cols.len(), |i, k| x[(i, cols[k])]);
+        let Ok(sol) = xs.clone().svd(true, true).solve(&y, 1e-12) else {
+            continue;
+        };
+        if sol.iter().any(|v| *v < 0.0 || !v.is_finite()) {
+            continue;
+        }
+        let sse = (&xs * &sol - &y).norm_squared();
+        if best.is_none_or(|(b, _)| sse < b) {
+            let mut theta = [0.0; 4];
+            for (k, &c) in cols.iter().enumerate() {
+                theta[c] = sol[k];
+            }
+            best = Some((sse, theta));
+        }
+    }
+    best.map(|(_, theta)| ErnestParams { theta })
+        .ok_or(ItertimeError::NoConvergence {
+            model: "ernest",
+            reason: "no non-negative least-squares solution".into(),
+        })
+}
+
+fn fit_pollux(rows: &[StepRow]) -> Result<PerfParams, ItertimeError> {
+    let obs: Vec<PerfObservation> = rows
+        .iter()
+        .map(|r| PerfObservation {
+            nodes: r.config.nodes,
+            replicas: r.config.replicas,
+            atomic_bsz: r.config.local_bsz,
+            // Pollux's own rule: compute = step − sync; guard rows where sync ≈ step.
+            compute_time_s: r.compute_time_s().unwrap_or(r.step_time_s * 0.5),
+            step_time_s: r.step_time_s,
+        })
+        .collect();
+    fit_perf_params(&obs).map_err(|e| match e {
+        FitError::Empty => ItertimeError::TooFewRows {
+            model: "pollux",
+            need: 1,
+            got: 0,
+        },
+        other => ItertimeError::NoConvergence {
+            model: "pollux",
+            reason: other.to_string(),
+        },
+    })
+}
+
+/// Weight of the compute-time residuals relative to the step-time ones: compute
+/// time pins the compute curve so the network terms cannot absorb compute.
+const COMPUTE_WEIGHT: f64 = 0.5;
+const REG_GAMMA: f64 = 1e-3;
+
+struct PacerProblem<'a> {
+    rows: &'a [StepRow],
+    knots: Vec<f64>,
+    values: Vec<f64>,
+    free: Vec<usize>,
+    x: DVector<f64>,
+}
+
+impl PacerProblem<'_> {
+    fn gamma_index(&self) -> usize {
+        self.knots.len() + GAM
+    }
+
+    fn decode(&mut self) {
+        let g = self.gamma_index();
+        for (k, &i) in self.free.iter().enumerate() {
+            let u = self.x[k].clamp(-60.0, 60.0);
+            self.values[i] = if i == g {
+                1.0 + (GAMMA_MAX - 1.0) / (1.0 + (-u).exp())
+            } else {
+                LOWER + u.exp()
+            };
+        }
+    }
+
+    fn encode(values: &[f64], free: &[usize], g: usize) -> DVector<f64> {
+        DVector::from_iterator(
+            free.len(),
+            free.iter().map(|&i| {
+                if i == g {
+                    let s = ((values[g] - 1.0) / (GAMMA_MAX - 1.0)).clamp(1e-6, 1.0 - 1e-6);
+                    (s / (1.0 - s)).ln()
+                } else {
+                    (values[i] - LOWER).max(1e-15).ln()
+                }
+            }),
+        )
+    }
+
+    fn dvalue(&self, i: usize) -> f64 {
+        let g = self.gamma_index();
+        if i == g {
+            let s = (self.values[g] - 1.0) / (GAMMA_MAX - 1.0);
+            (GAMMA_MAX - 1.0) * s * (1.0 - s)
+        } else {
+            self.values[i] - LOWER
+        }
+    }
+
+    fn n_residuals(&self) -> usize {
+        2 * self.rows.len() + 1
+    }
+
+    /// Residuals (log-time errors) and, when asked, their analytic Jacobian with
+    /// respect to the free unconstrained coordinates.
+    fn eval(&self, jac: Option<&mut DMatrix<f64>>) -> DVector<f64> {
+        let p = &self.values;
+        let nk = self.knots.len();
+        let np = p.len();
+        let w = 1.0 / (self.rows.len() as f64).sqrt();
+        let nr = self.n_residuals();
+        let mut r = DVector::zeros(nr);
+        let mut jp = DMatrix::zeros(nr, np);
+        let gamma = p[nk + GAM];
+        for (i, row) in self.rows.iter().enumerate() {
+            let c = &row.config;
+            let kw = knot_weights(&self.knots, c.local_bsz);
+            let base: f64 = kw.iter().map(|&(j, x)| x * p[j]).sum::<f64>().max(LOWER);
+            let cf = pacer_compute_features(c);
+            let m = 1.0 + cf.iter().map(|&(j, x)| p[nk + j] * x).sum::<f64>();
+            let tc = base * m;
+            // d ln tc / d param
+            let mut dlog_tc: Vec<(usize, f64)> = Vec::with_capacity(4);
+            for &(j, x) in &kw {
+                if x != 0.0 {
+                    dlog_tc.push((j, x * m / tc));
+                }
+            }
+            for &(j, x) in &cf {
+                if x != 0.0 {
+                    dlog_tc.push((nk + j, x * base / tc));
+                }
+            }
+            if let Some(ct) = row.compute_time_s() {
+                let wc = w * COMPUTE_WEIGHT;
+                r[2 * i] = wc * (tc.ln() - ct.ln());
+                for &(j, d) in &dlog_tc {
+                    jp[(2 * i, j)] += wc * d;
+                }
+            }
+            let feats = pacer_network_features(c);
+            let tn = if feats.is_empty() {
+                NO_NETWORK_S
+            } else {
+                feats
+                    .iter()
+                    .map(|&(j, x)| p[nk + j] * x)
+                    .sum::<f64>()
+                    .max(LOWER)
+            };
+            let log_t = overlap(tc, tn, gamma).ln();
+            r[2 * i + 1] = w * (log_t - row.step_time_s.ln());
+            let ratio = (tn / tc).powf(gamma);
+            let wcmp = 1.0 / (1.0 + ratio);
+            let wn = 1.0 - wcmp;
+            for &(j, d) in &dlog_tc {
+                jp[(2 * i + 1, j)] += w * wcmp * d;
+            }
+            for &(j, x) in &feats {
+                jp[(2 * i + 1, nk + j)] += w * wn / tn * x;
+            }
+            jp[(2 * i + 1, nk + GAM)] = w * (wcmp * tc.ln() + wn * tn.ln() - log_t) / gamma;
+        }
+        let k = 2 * self.rows.len();
+        let sg = REG_GAMMA.sqrt();
+        r[k] = sg * (gamma - 1.0);
+        jp[(k, nk + GAM)] = sg;
+        if let Some(j) = jac {
+            for (c, &i) in self.free.iter().enumerate() {
+                let dv = self.dvalue(i);
+                for row in 0..nr {
+                    j[(row, c)] = jp[(row, i)] * dv;
+                }
+            }
+        }
+        r
+    }
+}
+
+impl LeastSquaresProblem<f64, Dyn, Dyn> for PacerProblem<'_> {
+    type ResidualStorage = Owned<f64, Dyn>;
+    type JacobianStorage = Owned<f64, Dyn, Dyn>;
+    type ParameterStorage = Owned<f64, Dyn>;
+
+    fn set_params(&mut self, x: &DVector<f64>) {
+        self.x.copy_from(x);
+        self.decode();
+    }
+
+    fn params(&self) -> DVector<f64> {
+        self.x.clone()
+    }
+
+    fn residuals(&self) -> Option<DVector<f64>> {
+        let r = self.eval(None);
+        r.iter().all(|v| v.is_finite()).then_some(r)
+    }
+
+    fn jacobian(&self) -> Option<DMatrix<f64>> {
+        let mut j = DMatrix::zeros(self.n_residuals(), self.free.len());
+        self.eval(Some(&mut j));
+        j.iter().all(|v| v.is_finite()).then_some(j)
+    }
+}
+
+/// Knots at the measured local batches (thinned geometrically beyond [`MAX_KNOTS`]).
+fn choose_knots(rows: &[StepRow]) -> Vec<f64> {
+    let mut b: Vec<f64> = rows.iter().map(|r| r.config.local_bsz).collect();
+    b.sort_by(|x, y| x.total_cmp(y));
+    b.dedup_by(|x, y| (*x / *y - 1.0).abs() < 0.02);
+    if b.len() <= MAX_KNOTS {
+        return b;
+    }
+    let (lo, hi) = (b[0], b[b.len() - 1]);
+    let mut out: Vec<f64> = (0..MAX_KNOTS)
+        .map(|i| {
+            let target = lo * (hi / lo).powf(i as f64 / (MAX_KNOTS - 1) as f64);
+            *b.iter()
+                .min_by(|x, y| {
+                    (x.ln() - target.ln())
+                        .abs()
+                        .total_cmp(&(y.ln() - target.ln()).abs())
+                })
+                .unwrap()
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+fn fit_pacer(rows: &[StepRow]) -> Result<PacerParams, ItertimeError> {
+    let knots = choose_knots(rows);
+    let nk = knots.len();
+    let np = nk + N_TAIL;
+    // Start the compute curve at the median single-replica (else any) compute time
+    // measured near each knot.
+    let mut values = vec![0.0; np];
+    let mean_step = rows.iter().map(|r| r.step_time_s).sum::<f64>() / rows.len().max(1) as f64;
+    for (j, &kb) in knots.iter().enumerate() {
+        let mut near: Vec<f64> = rows
+            .iter()
+            .filter(|r| (r.config.local_bsz / kb - 1.0).abs() < 0.05)
+            .filter_map(|r| r.compute_time_s())
+            .collect();
+        near.sort_by(|a, b| a.total_cmp(b));
+        values[j] = near.get(near.len() / 2).copied().unwrap_or(mean_step * 0.5);
+    }
+    for v in values.iter_mut().skip(nk).take(GAM) {
+        *v = mean_step * 0.05;
+    }
+    values[nk + RHO_K] = 0.05;
+    values[nk + RHO_D] = 0.05;
+    values[nk + GAM] = 2.0;
+    // Pin what the rows cannot identify (as Pollux does) so LM never wanders along
+    // a flat direction.
+    let mut fixed = vec![false; np];
+    let pin = |i: usize, fixed: &mut Vec<bool>, values: &mut Vec<f64>| {
+        fixed[nk + i] = true;
+        values[nk + i] = LOWER;
+    };
+    let any = |f: &dyn Fn(&StepConfig) -> bool| rows.iter().any(|r| f(&r.config));
+    let single = any(&|c| c.replicas == 1);
+    if !any(&|c| c.nodes == 1 && c.replicas > 1) {
+        pin(A_R, &mut fixed, &mut values);
+        pin(B_R, &mut fixed, &mut values);
+    }
+    if !any(&|c| c.nodes == 1 && c.replicas > 2) {
+        pin(B_R, &mut fixed, &mut values);
+    }
+    if !(single && any(&|c| c.replicas > 1)) {
+        pin(RHO_D, &mut fixed, &mut values);
+    }
+    if !(any(&|c| c.max_per_node > 1) && any(&|c| c.replicas > 1 && c.max_per_node == 1)) {
+        pin(RHO_K, &mut fixed, &mut values);
+    }
+    if !any(&|c| c.nodes > 1) {
+        for i in [A_N, B_N, K_N, NU_N] {
+            pin(i, &mut fixed, &mut values);
+        }
+    } else {
+        if !any(&|c| c.nodes > 1 && c.replicas > 2) {
+            pin(B_N, &mut fixed, &mut values);
+        }
+        let packed = any(&|c| c.nodes > 1 && c.max_per_node > 1);
+        let spread = any(&|c| c.nodes > 1 && c.max_per_node == 1);
+        if !(packed && spread) {
+            pin(K_N, &mut fixed, &mut values);
+        }
+        if !any(&|c| c.nodes > 2) {
+            pin(NU_N, &mut fixed, &mut values);
+        }
+    }
+    let free: Vec<usize> = (0..np).filter(|&i| !fixed[i]).collect();
+    let need = free.len();
+    if rows.len() < need {
+        return Err(ItertimeError::TooFewRows {
+            model: "pacer",
+            need,
+            got: rows.len(),
+        });
+    }
+    let g = nk + GAM;
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    let mut last_failure = String::new();
+    for gamma0 in [1.5, 3.0, 6.0] {
+        let mut start = values.clone();
+        start[g] = gamma0;
+        let mut problem = PacerProblem {
+            rows,
+            knots: knots.clone(),
+            x: PacerProblem::encode(&start, &free, g),
+            values: start,
+            free: free.clone(),
+        };
+        problem.decode();
+        let (solved, report) = LevenbergMarquardt::new()
+            .with_patience(100)
+            .minimize(problem);
+        if !report.objective_function.is_finite() {
+            last_failure = format!("{:?}", report.termination);
+            continue;
+        }
+        if best
+            .as_ref()
+            .is_none_or(|(b, _)| report.objective_function < *b)
+        {
+            best = Some((report.objective_function, solved.values));
+        }
+    }
+    let Some((_, mut values)) = best else {
+        return Err(ItertimeError::NoConvergence {
+            model: "pacer",
+            reason: last_failure,
+        });
+    };
+    // An unmeasured link across nodes is assumed no faster than the one inside a node.
+    if !rows.iter().any(|r| r.config.nodes > 1) {
+        values[nk + A_N] = values[nk + A_N].max(values[nk + A_R] * 1.1);
+        values[nk + B_N] = values[nk + B_N].max(values[nk + B_R] * 1.1);
+    }
+    Ok(PacerParams::from_vec(knots, &values))
+}
+
+/// Absolute percentage errors of a model on test rows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorStats {
+    pub rows: usize,
+    pub median_abs_pct_error: f64,
+    pub p90_abs_pct_error: f64,
+    pub max_abs_pct_error: f64,
+}
+
+/// Errors of `model` on `rows`, in percent.
+pub fn error_stats(model: &StepModel, rows: &[StepRow]) -> ErrorStats {
+    let mut e: Vec<f64> = rows
+        .iter()
+        .map(|r| 100.0 * (model.step_time(&r.config) - r.step_time_s).abs() / r.step_time_s)
+        .collect();
+    e.sort_by(|a, b| a.total_cmp(b));
+    ErrorStats {
+        rows: e.len(),
+        median_abs_pct_error: quantile(&e, 0.5),
+        p90_abs_pct_error: quantile(&e, 0.9),
+        max_abs_pct_error: e.last().copied().unwrap_or(f64::NAN),
+    }
+}
+
+/// Linear-interpolated quantile of sorted values.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// A train/test split of rows (indices into the input).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub train: Vec<usize>,
+    pub test: Vec<usize>,
+}
+
+impl Split {
+    pub fn pick(&self, rows: &[StepRow]) -> (Vec<StepRow>, Vec<StepRow>) {
+        let get = |ix: &[usize]| ix.iter().map(|&i| rows[i].clone()).collect();
+        (get(&self.train), get(&self.test))
+    }
+}
+
+/// SplitMix64: a tiny deterministic generator so a seed means the same split everywhere.
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// A random `test_fraction` of the rows is held out (Fisher–Yates with `seed`).
+pub fn split_random(n: usize, test_fraction: f64, seed: u64) -> Split {
+    let mut idx: Vec<usize> = (0..n).collect();
+    let mut rng = SplitMix64(seed);
+    for i in (1..n).rev() {
+        let j = rng.below(i + 1);
+        idx.swap(i, j);
+    }
+    let n_test = ((n as f64 * test_fraction).round() as usize).min(n.saturating_sub(1));
+    let mut test = idx[..n_test].to_vec();
+    let mut train = idx[n_test..].to_vec();
+    test.sort_unstable();
+    train.sort_unstable();
+    Split { train, test }
+}
+
+/// Holds out the rows with the largest replica counts: whole replica-count groups,
+/// largest first, until at least `test_fraction` of the rows are held out (always
+/// leaving the smallest count for training).
+pub fn split_extrapolate(rows: &[StepRow], test_fraction: f64) -> Split {
+    let mut counts: Vec<u32> = rows.iter().map(|r| r.config.replicas).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let target = (rows.len() as f64 * test_fraction).ceil() as usize;
+    let mut threshold = u32::MAX;
+    let mut held = 0;
+    for &c in counts.iter().rev().take(counts.len().saturating_sub(1)) {
+        if held >= target {
+            break;
+        }
+        threshold = c;
+        held += rows.iter().filter(|r| r.config.replicas == c).count();
+    }
+    let (test, train): (Vec<usize>, Vec<usize>) =
+        (0..rows.len()).partition(|&i| rows[i].config.replicas >= threshold);
+    Split { train, test }
+}
+
+/// Fit on the training rows of `split`, measure on its test rows.
+pub fn evaluate(
+    kind: ModelKind,
+    rows: &[StepRow],
+    split: &Split,
+) -> Result<(StepModel, ErrorStats), ItertimeError> {
+    let (train, test) = split.pick(rows);
+    let model = fit(kind, &train)?;
+    let stats = error_stats(&model, &test);
+    Ok((model, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn truth() -> PacerParams {
+        PacerParams {
+            knot_bsz: vec![8.0, 32.0, 128.0],
+            knot_time_s: vec![0.028, 0.052, 0.148],
+            rho_packed: 0.1,
+            rho_dist: 0.02,
+            alpha_r: 0.005,
+            beta_r: 0.002,
+            alpha_n: 0.03,
+            beta_n: 0.001,
+            kappa_n: 0.05,
+            nu_n: 0.01,
+            gamma: 2.0,
+        }
+    }
+
+    /// A synthetic table in the Pollux layout: every placement up to 4 nodes × 4
+    /// replicas and a few scalability rows, with ±1% deterministic "noise".
+    fn table(p: &PacerParams) -> Vec<StepRow> {
+        let mut rows = Vec::new();
+        let mut rng = SplitMix64(7);
+        let mut push = |c: StepConfig| {
+            let noise = 1.0 + 0.02 * ((rng.next_u64() % 1000) as f64 / 1000.0 - 0.5);
+            let step = p.step_time(&c) * noise;
+            let tc = p.compute_time(&c);
+            rows.push(StepRow {
+                config: c,
+                step_time_s: step,
+                sync_time_s: (step - tc).max(0.0),
+                source: format!("synthetic:{}", rows.len() + 2),
+            });
+        };
+        for nodes in 1..=4u32 {
+            for k in 1..=4u32 {
+                for b in [8.0, 32.0, 128.0] {
+                    push(StepConfig {
+                        nodes,
+                        replicas: nodes * k,
+                        max_per_node: k,
+                        group: placement_group(&vec![k; nodes as usize]),
+                        local_bsz: b,
+                    });
+                }
+            }
+        }
+        for (n, r) in [(6, 6), (8, 16), (12, 24), (16, 32), (16, 64)] {
+            for b in [8.0, 64.0] {
+                push(StepConfig::even(n, r, b));
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn every_model_fits_a_synthetic_table_and_pacer_fits_it_best() {
+        let rows = table(&truth());
+        let split = split_random(rows.len(), 0.3, 1);
+        let mut med = Vec::new();
+        for kind in ModelKind::ALL {
+            let (_, stats) = evaluate(kind, &rows, &split).unwrap();
+            assert_eq!(stats.rows, split.test.len());
+            med.push(stats.median_abs_pct_error);
+        }
+        assert!(med[2] < 3.0, "pacer median {med:?}");
+        assert!(med[2] <= med[0] && med[2] <= med[1] + 0.5, "{med:?}");
+    }
+
+    #[test]
+    fn extrapolation_split_holds_out_largest_replica_counts() {
+        let rows = table(&truth());
+        let s = split_extrapolate(&rows, 0.2);
+        let max_train = s
+            .train
+            .iter()
+            .map(|&i| rows[i].config.replicas)
+            .max()
+            .unwrap();
+        let min_test = s
+            .test
+            .iter()
+            .map(|&i| rows[i].config.replicas)
+            .min()
+            .unwrap();
+        assert!(max_train < min_test);
+        assert!(s.test.len() as f64 >= 0.2 * rows.len() as f64);
+        let (_, stats) = evaluate(ModelKind::Pacer, &rows, &s).unwrap();
+        assert!(stats.median_abs_pct_error < 5.0, "{stats:?}");
+    }
+
+    #[test]
+    fn random_split_is_deterministic_and_disjoint() {
+        let a = split_random(100, 0.3, 42);
+        assert_eq!(a, split_random(100, 0.3, 42));
+        assert_ne!(a, split_random(100, 0.3, 43));
+        assert_eq!(a.test.len(), 30);
+        assert!(a.test.iter().all(|i| !a.train.contains(i)));
+    }
+
+    #[test]
+    fn too_few_rows_and_bad_rows_are_named() {
+        let rows = table(&truth());
+        let e = fit(ModelKind::Ernest, &rows[..2]).unwrap_err();
+        assert!(e.to_string().contains("too few rows"), "{e}");
+        let mut bad = rows.clone();
+        bad[3].step_time_s = 0.0;
+        let e = fit(ModelKind::Pacer, &bad).unwrap_err();
+        assert!(e.to_string().starts_with("synthetic:5:"), "{e}");
+    }
+
+    #[test]
+    fn rows_that_follow_no_model_are_reported_not_fitted() {
+        // Step time that jumps by 10× between neighbouring batches.
+        let mut rows = table(&truth());
+        for (i, r) in rows.iter_mut().enumerate() {
+            r.step_time_s *= if i % 2 == 0 { 10.0 } else { 0.1 };
+            r.sync_time_s = 0.0;
+        }
+        let e = fit(ModelKind::Ernest, &rows).unwrap_err();
+        assert!(e.to_string().contains("did not converge"), "{e}");
+    }
+
+    #[test]
+    fn pacer_jacobian_matches_finite_differences() {
+        let rows = table(&truth());
+        let t = truth();
+        let mut values = t.knot_time_s.clone();
+        values.extend(t.tail());
+        let np = values.len();
+        let free: Vec<usize> = (0..np).collect();
+        let x = PacerProblem::encode(&values, &free, 3 + GAM);
+        let mut prob = PacerProblem {
+            rows: &rows,
+            knots: t.knot_bsz.clone(),
+            values,
+            free,
+            x: x.clone(),
+        };
+        prob.set_params(&x);
+        let j = prob.jacobian().unwrap();
+        let r0 = prob.residuals().unwrap();
+        for c in 0..np {
+            let mut x2 = x.clone();
+            x2[c] += 1e-6;
+            prob.set_params(&x2);
+            let r1 = prob.residuals().unwrap();
+            for row in 0..r0.len() {
+                let fd = (r1[row] - r0[row]) / 1e-6;
+                assert!(
+                    (fd - j[(row, c)]).abs() < 1e-4 * (1.0 + fd.abs()),
+                    "row {row} col {c}: fd {fd} vs {}",
+                    j[(row, c)]
+                );
+            }
+            prob.set_params(&x);
+        }
+    }
+}
