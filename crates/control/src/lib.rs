@@ -3,4 +3,9 @@
 //! Controllers that turn predictions into decisions for one job: per-worker
 //! local batches (worker level) and batch / replicas / machine type (job level).
 //!
+//! - [`worker`]: per-worker local batches under a fixed global batch (uniform BSP,
+//!   LB-BSP, P/PI dynamic batching) behind the [`worker::BatchController`] trait.
+//!
 //! Architecture invariant: no I/O, no clocks, no knowledge of which driver calls it.
+
+pub mod worker;

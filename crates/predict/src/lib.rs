@@ -6,9 +6,12 @@
 //!   batch / replica choices.
 //! - [`itertime`]: step-time models (Ernest, Pollux, pacer's node-aware Pollux
 //!   variant) fitted to measured rows, and their held-out evaluation.
+//! - [`speed`]: one-step-ahead worker speed predictors (last value, EWMA, damped-trend
+//!   exponential smoothing, NARX) behind the [`speed::SpeedPredictor`] trait.
 //!
 //! Architecture invariant: no I/O, no clocks; every estimator is a value you
 //! feed observations and ask for predictions.
 
 pub mod goodput;
 pub mod itertime;
+pub mod speed;

@@ -1,0 +1,22 @@
+use super::{usable, Exogenous, SpeedPredictor};
+
+/// Next speed = last measured speed. The zero-cost baseline; exact when speeds are
+/// static, one iteration late whenever they change.
+#[derive(Debug, Clone, Default)]
+pub struct LastValue {
+    last: Option<f64>,
+}
+
+impl SpeedPredictor for LastValue {
+    fn name(&self) -> &'static str {
+        "last"
+    }
+    fn observe(&mut self, samples_per_s: f64, _exo: &Exogenous) {
+        if usable(samples_per_s) {
+            self.last = Some(samples_per_s);
+        }
+    }
+    fn predict_next(&self, _exo: &Exogenous) -> Option<f64> {
+        self.last
+    }
+}
