@@ -1,1 +1,38 @@
-fn main() {}
+//! The `pacer` binary: every user-facing command. Only this crate knows about
+//! command lines, JSON output and files written for people.
+
+mod report;
+mod simulate;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pacer",
+    version,
+    about = "Fast and fair distributed ML training on shared, heterogeneous clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulate a shared cluster under scheduling policies on measured performance data.
+    Simulate(simulate::SimulateArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(a) => simulate::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

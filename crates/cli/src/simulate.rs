@@ -1,0 +1,349 @@
+//! `pacer simulate`: run workloads through the cluster simulator under one or
+//! more policies and compare them.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use pacer_model::ClusterSpec;
+use pacer_sim::apps::EMBEDDED_WORKLOADS;
+use pacer_sim::trace::{self, SyntheticSpec};
+use pacer_sim::{
+    embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation,
+};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Workload CSV in Pollux's format (`name,time,application,num_replicas,batch_size`);
+    /// repeatable. `embedded:workload-N` or `embedded:all` use the bundled Pollux
+    /// workloads. Default: `embedded:workload-1`.
+    #[arg(long, value_name = "FILE")]
+    pub workload: Vec<String>,
+    /// Other trace formats: `philly:FILE`, `gavel:FILE` (with --gavel-throughputs),
+    /// `synthetic:JOBS` (Poisson arrivals over the measured applications).
+    #[arg(long, value_name = "KIND:FILE")]
+    pub trace: Vec<String>,
+    /// Cluster: `COUNTxGPUS:TYPE[,...]`, e.g. `16x4:t4` (the default, Pollux's 64 T4s).
+    #[arg(long, default_value = "16x4:t4")]
+    pub cluster: String,
+    /// Policies to compare, comma separated (fifo, fair, tiresias, pollux) or `all`.
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+    /// Scheduling round length in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub round_s: f64,
+    /// Seed for synthetic workloads.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Arrival-rate multiplier for Pollux workloads (Pollux's "job load": 0.5–2.0).
+    #[arg(long, default_value_t = 1.0)]
+    pub load: f64,
+    /// Mean arrivals per hour for `synthetic:` traces.
+    #[arg(long, default_value_t = 20.0)]
+    pub arrivals_per_hour: f64,
+    /// Extra application profile folders (Pollux layout); a folder named like an
+    /// embedded app replaces it.
+    #[arg(long, value_name = "DIR")]
+    pub app_dir: Vec<PathBuf>,
+    /// Gavel's `simulation_throughputs.json`, for `gavel:` traces.
+    #[arg(long, value_name = "FILE")]
+    pub gavel_throughputs: Option<PathBuf>,
+    /// Device type whose Gavel throughputs set job durations.
+    #[arg(long, default_value = "v100")]
+    pub gavel_device: String,
+    /// Print machine-readable JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write per-job CSVs, per-round timelines and an allocation plot (SVG) here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// One (workload, policy) row of the output.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub workload: String,
+    #[serde(flatten)]
+    pub summary: pacer_sim::Summary,
+}
+
+pub fn load_apps(extra: &[PathBuf]) -> Result<Vec<AppModel>> {
+    let mut profiles = embedded_profiles();
+    for dir in extra {
+        let p = load_app_dir(dir).with_context(|| format!("--app-dir {}", dir.display()))?;
+        profiles.retain(|q| q.name != p.name);
+        profiles.push(p);
+    }
+    Ok(profiles.into_iter().map(AppModel::new).collect())
+}
+
+fn read(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))
+}
+
+/// Resolves workload and trace flags to named job lists.
+pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, Vec<SimJob>)>> {
+    if !(args.load > 0.0 && args.load.is_finite()) {
+        bail!("--load: expected a number > 0, got {}", args.load);
+    }
+    let mut out = Vec::new();
+    let mut specs = args.workload.clone();
+    if specs.is_empty() && args.trace.is_empty() {
+        specs.push("embedded:workload-1".into());
+    }
+    for w in &specs {
+        if let Some(name) = w.strip_prefix("embedded:") {
+            let chosen: Vec<&(&str, &str)> = if name == "all" {
+                EMBEDDED_WORKLOADS.iter().collect()
+            } else {
+                EMBEDDED_WORKLOADS
+                    .iter()
+                    .filter(|(n, _)| *n == name)
+                    .collect()
+            };
+            if chosen.is_empty() {
+                let names: Vec<&str> = EMBEDDED_WORKLOADS.iter().map(|w| w.0).collect();
+                bail!(
+                    "--workload {w}: unknown embedded workload; expected `all` or one of {}",
+                    names.join(", ")
+                );
+            }
+            for (n, text) in chosen {
+                out.push((
+                    n.to_string(),
+                    trace::load_pollux_workload(
+                        text,
+                        &format!("<embedded>/{n}.csv"),
+                        apps,
+                        args.load,
+                    )?,
+                ));
+            }
+        } else {
+            let name = Path::new(w)
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or(w)
+                .to_string();
+            out.push((
+                name,
+                trace::load_pollux_workload(&read(w)?, w, apps, args.load)?,
+            ));
+        }
+    }
+    for t in &args.trace {
+        let Some((kind, arg)) = t.split_once(':') else {
+            bail!(
+                "--trace {t}: expected KIND:FILE with KIND one of pollux, philly, gavel, synthetic"
+            );
+        };
+        let name = Path::new(arg)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or(arg)
+            .to_string();
+        let jobs = match kind {
+            "pollux" => trace::load_pollux_workload(&read(arg)?, arg, apps, args.load)?,
+            "philly" => trace::load_philly(&read(arg)?, arg)?,
+            "gavel" => {
+                let Some(tp) = &args.gavel_throughputs else {
+                    bail!("--trace {t}: gavel traces need --gavel-throughputs FILE (Gavel's simulation_throughputs.json)");
+                };
+                let tp_text = read(&tp.display().to_string())?;
+                let tput = trace::load_gavel_throughputs(&tp_text, &tp.display().to_string())?;
+                trace::load_gavel_trace(
+                    &read(arg)?,
+                    arg,
+                    &tput,
+                    &args.gavel_device.to_ascii_lowercase(),
+                )?
+            }
+            "synthetic" => {
+                let n: usize = arg.parse().ok().filter(|n| *n > 0).with_context(|| {
+                    format!("--trace {t}: expected synthetic:JOBS with JOBS a whole number ≥ 1")
+                })?;
+                let spec = SyntheticSpec {
+                    jobs: n,
+                    arrivals_per_hour: args.arrivals_per_hour,
+                    seed: args.seed,
+                };
+                trace::synthetic(&spec, apps)
+            }
+            _ => bail!(
+                "--trace {t}: unknown kind `{kind}`; expected pollux, philly, gavel or synthetic"
+            ),
+        };
+        let label = if kind == "synthetic" {
+            format!("synthetic-{arg}-seed{}", args.seed)
+        } else {
+            name
+        };
+        out.push((label, jobs));
+    }
+    Ok(out)
+}
+
+pub fn policy_names(arg: &str) -> Result<Vec<&'static str>> {
+    if arg == "all" {
+        return Ok(pacer_policy::POLICY_NAMES.to_vec());
+    }
+    arg.split(',')
+        .map(|p| {
+            let p = p.trim();
+            pacer_policy::POLICY_NAMES
+                .iter()
+                .copied()
+                .find(|n| *n == p)
+                .with_context(|| {
+                    format!(
+                        "--policy: unknown policy `{p}`; expected `all` or any of {}",
+                        pacer_policy::POLICY_NAMES.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+pub fn run(args: SimulateArgs) -> Result<()> {
+    if !(args.round_s > 0.0 && args.round_s.is_finite()) {
+        bail!(
+            "--round-s: expected a number of seconds > 0, got {}",
+            args.round_s
+        );
+    }
+    let cluster = ClusterSpec::parse(&args.cluster, "--cluster")?;
+    let policies = policy_names(&args.policy)?;
+    let apps = load_apps(&args.app_dir)?;
+    let loads = workloads(&args, &apps)?;
+    let runs = loads.len() * policies.len();
+    let bar = ProgressBar::new(runs as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("template"),
+    );
+    // Only draw if the whole thing takes a while.
+    bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    let started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    let mut results: Vec<(String, SimResult)> = Vec::new();
+    for (wname, jobs) in &loads {
+        for p in &policies {
+            let mut policy = pacer_policy::by_name(p).expect("validated name");
+            let sim = Simulation {
+                cluster: &cluster,
+                apps: &apps,
+                jobs,
+                config: SimConfig {
+                    round_s: args.round_s,
+                    ..SimConfig::default()
+                },
+            };
+            bar.set_message(format!("{wname} / {p}"));
+            let mut last_tick = std::time::Instant::now();
+            let res = sim.run(policy.as_mut(), |now| {
+                if last_tick.elapsed().as_millis() > 200 {
+                    last_tick = std::time::Instant::now();
+                    if started.elapsed().as_secs_f64() > 1.0 && bar.is_hidden() {
+                        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                    }
+                    bar.set_message(format!("{wname} / {p}: t = {:.1} h", now / 3600.0));
+                }
+            })?;
+            rows.push(Row {
+                workload: wname.clone(),
+                summary: res.summary.clone(),
+            });
+            results.push((wname.clone(), res));
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(dir) = &args.out {
+        crate::report::write_outputs(dir, &results, cluster.total_gpus())?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print_table(&rows, &cluster, loads.len());
+        if let Some(dir) = &args.out {
+            println!(
+                "\nper-job CSVs, timelines and allocation plot written to {}",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
+    println!(
+        "cluster {} ({} devices); JCT in hours; ρ = finish-time fairness (JCT / time alone on a 1/N share)",
+        cluster.describe(),
+        cluster.total_gpus()
+    );
+    println!(
+        "{:<14} {:<9} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}",
+        "workload",
+        "policy",
+        "jobs",
+        "avg_jct",
+        "med_jct",
+        "p99_jct",
+        "makespan",
+        "queue_h",
+        "util",
+        "max_ρ",
+        "avg_ρ",
+        "restarts",
+        "wall_ms"
+    );
+    let h = |s: f64| s / 3600.0;
+    for r in rows {
+        let s = &r.summary;
+        let jobs = if s.finished == s.jobs {
+            format!("{}", s.jobs)
+        } else {
+            format!("{}/{}", s.finished, s.jobs)
+        };
+        println!(
+            "{:<14} {:<9} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>9.2} {:>8.3} {:>6.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1}",
+            r.workload,
+            s.policy,
+            jobs,
+            h(s.avg_jct_s),
+            h(s.median_jct_s),
+            h(s.p99_jct_s),
+            h(s.makespan_s),
+            h(s.avg_queueing_s),
+            s.utilization,
+            s.max_ftf_rho,
+            s.avg_ftf_rho,
+            s.avg_restarts,
+            s.wall_ms
+        );
+    }
+    if n_workloads > 1 {
+        println!("\nmean over {n_workloads} workloads:");
+        let mut names: Vec<&str> = rows.iter().map(|r| r.summary.policy.as_str()).collect();
+        names.dedup();
+        names.sort();
+        names.dedup();
+        for p in names {
+            let sel: Vec<&Row> = rows.iter().filter(|r| r.summary.policy == p).collect();
+            let m =
+                |f: &dyn Fn(&Row) -> f64| sel.iter().map(|r| f(r)).sum::<f64>() / sel.len() as f64;
+            println!(
+                "{:<9} avg_jct {:.3} h   p99_jct {:.3} h   makespan {:.2} h   max_ρ {:.2}   avg_ρ {:.2}   util {:.2}   wall {:.1} ms",
+                p,
+                m(&|r| h(r.summary.avg_jct_s)),
+                m(&|r| h(r.summary.p99_jct_s)),
+                m(&|r| h(r.summary.makespan_s)),
+                m(&|r| r.summary.max_ftf_rho),
+                m(&|r| r.summary.avg_ftf_rho),
+                m(&|r| r.summary.utilization),
+                m(&|r| r.summary.wall_ms)
+            );
+        }
+    }
+}

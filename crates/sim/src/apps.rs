@@ -1,0 +1,542 @@
+//! Applications: measured profiles and the ground-truth performance model the
+//! simulator runs jobs on.
+//!
+//! The six Pollux applications (bert, cifar10, deepspeech2, imagenet, ncf, yolov3)
+//! are embedded from `crates/sim/data/pollux/` — measured by the Pollux authors on
+//! AWS g4dn.12xlarge nodes (4 × T4), Apache-2.0, see `data/pollux/LICENSE` — so that
+//! `pacer simulate` works on a fresh clone. Other folders in the same layout load
+//! with [`load_app_dir`].
+//!
+//! The model ([`AppModel`]) answers three questions the way Pollux's own simulator
+//! does, so results compare line by line:
+//! - step and sync time of a placement and atomic batch: linear in the local batch
+//!   between measured points of that exact placement (up to rotation); for
+//!   placements not measured, a piecewise-linear interpolation over
+//!   (nodes, replicas, local batch) from the per-(nodes, replicas) means of
+//!   `placements.csv` plus `scalability.csv`. Pollux uses a Delaunay (LinearND)
+//!   interpolation there; ours brackets the node count between measured levels and
+//!   the replica count within each level, which is exact on measured points;
+//! - gradient statistics at a global batch and epoch: linear between the two
+//!   validated batch sizes around it;
+//! - progress (base-batch-equivalent steps) at each epoch boundary, and the epoch a
+//!   job completes at (the application's `max_epochs`, as configured by Pollux).
+
+use pacer_model::profile::{self, AppProfile};
+use pacer_model::ParseError;
+use std::path::Path;
+
+/// Epochs each embedded application trains for and its largest atomic batch, as
+/// configured in Pollux's simulator (`applications.py`).
+const POLLUX_APPS: &[(&str, usize, Option<f64>)] = &[
+    ("bert", 2, None),
+    ("cifar10", 100, None),
+    ("deepspeech2", 80, None),
+    ("imagenet", 90, None),
+    ("ncf", 10, None),
+    ("yolov3", 50, Some(8.0)),
+];
+
+macro_rules! embedded_app {
+    ($name:literal, [$($b:literal),*]) => {
+        (
+            $name,
+            include_str!(concat!("../data/pollux/", $name, "/placements.csv")),
+            include_str!(concat!("../data/pollux/", $name, "/scalability.csv")),
+            &[$(($b, include_str!(concat!("../data/pollux/", $name, "/validation-", $b, ".csv")))),*],
+        )
+    };
+}
+
+type EmbeddedApp = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+const EMBEDDED: &[EmbeddedApp] = &[
+    embedded_app!("bert", ["12", "24", "48", "96", "192", "384"]),
+    embedded_app!("cifar10", ["128", "256", "512", "1024", "2048", "4096"]),
+    embedded_app!("deepspeech2", ["20", "40", "80", "160", "320", "640"]),
+    embedded_app!(
+        "imagenet",
+        ["200", "400", "800", "1600", "3200", "6400", "12800"]
+    ),
+    embedded_app!(
+        "ncf",
+        ["256", "512", "1024", "2048", "4096", "8192", "16384", "32768"]
+    ),
+    embedded_app!("yolov3", ["8", "16", "32", "64", "128", "256", "512"]),
+];
+
+/// The eight Pollux 64-GPU workloads (160 jobs each), embedded.
+pub const EMBEDDED_WORKLOADS: &[(&str, &str)] = &[
+    (
+        "workload-1",
+        include_str!("../data/pollux/workloads/workload-1.csv"),
+    ),
+    (
+        "workload-2",
+        include_str!("../data/pollux/workloads/workload-2.csv"),
+    ),
+    (
+        "workload-3",
+        include_str!("../data/pollux/workloads/workload-3.csv"),
+    ),
+    (
+        "workload-4",
+        include_str!("../data/pollux/workloads/workload-4.csv"),
+    ),
+    (
+        "workload-5",
+        include_str!("../data/pollux/workloads/workload-5.csv"),
+    ),
+    (
+        "workload-6",
+        include_str!("../data/pollux/workloads/workload-6.csv"),
+    ),
+    (
+        "workload-7",
+        include_str!("../data/pollux/workloads/workload-7.csv"),
+    ),
+    (
+        "workload-8",
+        include_str!("../data/pollux/workloads/workload-8.csv"),
+    ),
+];
+
+/// Parses the embedded profiles (a few ms; call once).
+pub fn embedded_profiles() -> Vec<AppProfile> {
+    EMBEDDED
+        .iter()
+        .map(|(name, placements, scalability, validation)| {
+            let origin = |f: &str| format!("<embedded>/{name}/{f}");
+            let curves = validation
+                .iter()
+                .map(|(b, text)| {
+                    profile::parse_validation(
+                        text,
+                        b.parse().expect("embedded batch"),
+                        &origin(&format!("validation-{b}.csv")),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .expect("embedded validation parses");
+            AppProfile::new(
+                name,
+                profile::parse_placements(placements, &origin("placements.csv"))
+                    .expect("embedded placements parse"),
+                profile::parse_scalability(scalability, &origin("scalability.csv"))
+                    .expect("embedded scalability parses"),
+                curves,
+            )
+            .expect("embedded profile is valid")
+        })
+        .collect()
+}
+
+/// Errors reading an application folder.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+}
+
+/// Reads a folder in the Pollux layout (`placements.csv`, optional
+/// `scalability.csv`, `validation-<batch>.csv`). The folder name is the app name.
+pub fn load_app_dir(dir: &Path) -> Result<AppProfile, AppError> {
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).map_err(|source| AppError::Io {
+            path: p.display().to_string(),
+            source,
+        })
+    };
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("app")
+        .to_string();
+    let pl_path = dir.join("placements.csv");
+    let placements = profile::parse_placements(&read(&pl_path)?, &pl_path.display().to_string())?;
+    let sc_path = dir.join("scalability.csv");
+    let scalability = if sc_path.exists() {
+        profile::parse_scalability(&read(&sc_path)?, &sc_path.display().to_string())?
+    } else {
+        Vec::new()
+    };
+    let mut curves = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|source| AppError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    for entry in entries {
+        let entry = entry.map_err(|source| AppError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let file = entry.file_name();
+        if let Some(batch) = file.to_str().and_then(profile::validation_batch_from_name) {
+            let p = entry.path();
+            curves.push(profile::parse_validation(
+                &read(&p)?,
+                batch,
+                &p.display().to_string(),
+            )?);
+        }
+    }
+    Ok(
+        AppProfile::new(&dir.display().to_string(), placements, scalability, curves).map(
+            |mut a| {
+                a.name = name;
+                a
+            },
+        )?,
+    )
+}
+
+/// Step/sync time samples of one (nodes, replicas) level, sorted by local batch.
+#[derive(Debug, Clone)]
+struct Curve {
+    bsz: Vec<f64>,
+    step: Vec<f64>,
+    sync: Vec<f64>,
+}
+
+impl Curve {
+    fn from_points(mut pts: Vec<(f64, f64, f64)>) -> Curve {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Average duplicates (same local batch measured twice).
+        let mut c = Curve {
+            bsz: Vec::new(),
+            step: Vec::new(),
+            sync: Vec::new(),
+        };
+        let mut i = 0;
+        while i < pts.len() {
+            let mut j = i;
+            let (mut s, mut y) = (0.0, 0.0);
+            while j < pts.len() && pts[j].0 == pts[i].0 {
+                s += pts[j].1;
+                y += pts[j].2;
+                j += 1;
+            }
+            let n = (j - i) as f64;
+            c.bsz.push(pts[i].0);
+            c.step.push(s / n);
+            c.sync.push(y / n);
+            i = j;
+        }
+        c
+    }
+
+    /// (step, sync) at local batch `b`, linear between samples, clamped at the ends.
+    fn at(&self, b: f64) -> (f64, f64) {
+        let n = self.bsz.len();
+        if b <= self.bsz[0] || n == 1 {
+            return (self.step[0], self.sync[0]);
+        }
+        if b >= self.bsz[n - 1] {
+            return (self.step[n - 1], self.sync[n - 1]);
+        }
+        let k = self.bsz.partition_point(|&x| x <= b) - 1;
+        let t = (b - self.bsz[k]) / (self.bsz[k + 1] - self.bsz[k]);
+        (
+            self.step[k] + t * (self.step[k + 1] - self.step[k]),
+            self.sync[k] + t * (self.sync[k + 1] - self.sync[k]),
+        )
+    }
+}
+
+/// One node-count level of the scattered grid: replica counts with their curves.
+#[derive(Debug, Clone)]
+struct Level {
+    nodes: u32,
+    replicas: Vec<(u32, Curve)>,
+}
+
+/// Ground-truth performance and convergence of one application.
+#[derive(Debug, Clone)]
+pub struct AppModel {
+    pub profile: AppProfile,
+    /// Exact placements (canonical rotation) → curve.
+    exact: std::collections::HashMap<Vec<u32>, Curve>,
+    levels: Vec<Level>,
+    /// Epochs to train (job completes after the last one).
+    pub max_epochs: usize,
+    /// Base (initial) global batch M0: the smallest validated batch.
+    pub init_batch: f64,
+    /// Largest validated global batch.
+    pub max_batch: f64,
+    pub min_local_bsz: f64,
+    pub max_local_bsz: f64,
+    /// Progress (base-batch steps) at the end of each epoch, `epoch_progress[e]`
+    /// = progress after epoch e+1 (minimum over the measured runs, as Pollux does).
+    epoch_progress: Vec<f64>,
+}
+
+/// Canonical form of a placement: zeros dropped, lexicographically smallest rotation.
+pub fn canonical_placement(p: &[u32]) -> Vec<u32> {
+    let p: Vec<u32> = p.iter().copied().filter(|&x| x > 0).collect();
+    let mut best = p.clone();
+    for i in 1..p.len() {
+        let rot: Vec<u32> = p[i..].iter().chain(p[..i].iter()).copied().collect();
+        if rot < best {
+            best = rot;
+        }
+    }
+    best
+}
+
+impl AppModel {
+    /// Builds the model. `max_epochs` / `max_local_bsz` default to Pollux's settings for
+    /// the six known applications and otherwise to the shortest curve / largest batch.
+    pub fn new(profile: AppProfile) -> AppModel {
+        let known = POLLUX_APPS.iter().find(|a| a.0 == profile.name);
+        let shortest = profile
+            .validation
+            .iter()
+            .map(|c| c.rows.len())
+            .min()
+            .unwrap_or(1);
+        let max_epochs = known.map(|a| a.1).unwrap_or(shortest).min(shortest).max(1);
+        let (min_local_bsz, measured_max) = profile.local_bsz_range();
+        let max_local_bsz = known.and_then(|a| a.2).unwrap_or(measured_max);
+        let mut exact_pts: std::collections::HashMap<Vec<u32>, Vec<(f64, f64, f64)>> =
+            Default::default();
+        let mut grid: std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>> =
+            Default::default();
+        for r in &profile.placements {
+            exact_pts
+                .entry(canonical_placement(&r.placement))
+                .or_default()
+                .push((r.local_bsz, r.step_time_s, r.sync_time_s));
+            grid.entry((r.num_nodes(), r.num_replicas()))
+                .or_default()
+                .push((r.local_bsz, r.step_time_s, r.sync_time_s));
+        }
+        // Per-(nodes, replicas, bsz) means of placements, then scalability rows.
+        let mut grid: std::collections::BTreeMap<(u32, u32), Curve> = grid
+            .into_iter()
+            .map(|(k, v)| (k, Curve::from_points(v)))
+            .collect();
+        let mut scal: std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>> =
+            Default::default();
+        for r in &profile.scalability {
+            scal.entry((r.num_nodes, r.num_replicas))
+                .or_default()
+                .push((r.local_bsz, r.step_time_s, r.sync_time_s));
+        }
+        for (k, v) in scal {
+            grid.entry(k).or_insert_with(|| Curve::from_points(v));
+        }
+        let mut levels: Vec<Level> = Vec::new();
+        for ((n, r), c) in grid {
+            match levels.last_mut() {
+                Some(l) if l.nodes == n => l.replicas.push((r, c)),
+                _ => levels.push(Level {
+                    nodes: n,
+                    replicas: vec![(r, c)],
+                }),
+            }
+        }
+        let exact = exact_pts
+            .into_iter()
+            .map(|(k, v)| (k, Curve::from_points(v)))
+            .collect();
+        let epoch_progress = (0..max_epochs)
+            .map(|e| {
+                profile
+                    .validation
+                    .iter()
+                    .map(|c| c.rows[e].progress)
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .collect();
+        AppModel {
+            init_batch: profile.min_batch() as f64,
+            max_batch: profile.max_batch() as f64,
+            profile,
+            exact,
+            levels,
+            max_epochs,
+            min_local_bsz,
+            max_local_bsz,
+            epoch_progress,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.profile.name
+    }
+
+    /// `(step_time_s, sync_time_s)` of one optimiser step without accumulation.
+    pub fn step_time(&self, placement: &[u32], atomic_bsz: f64) -> (f64, f64) {
+        let canon = canonical_placement(placement);
+        if let Some(c) = self.exact.get(&canon) {
+            return c.at(atomic_bsz);
+        }
+        let nodes = (canon.len() as u32).min(self.levels.last().map(|l| l.nodes).unwrap_or(1));
+        let replicas: u32 = canon.iter().sum();
+        self.interpolate(nodes, replicas, atomic_bsz)
+    }
+
+    fn level_at(level: &Level, replicas: u32, b: f64) -> (f64, f64) {
+        let rs = &level.replicas;
+        if replicas <= rs[0].0 {
+            return rs[0].1.at(b);
+        }
+        let last = rs.len() - 1;
+        if replicas >= rs[last].0 {
+            return rs[last].1.at(b);
+        }
+        let k = rs.partition_point(|x| x.0 <= replicas) - 1;
+        let (s0, y0) = rs[k].1.at(b);
+        let (s1, y1) = rs[k + 1].1.at(b);
+        let t = (replicas - rs[k].0) as f64 / (rs[k + 1].0 - rs[k].0) as f64;
+        (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
+    }
+
+    fn interpolate(&self, nodes: u32, replicas: u32, b: f64) -> (f64, f64) {
+        let ls = &self.levels;
+        let k = ls.partition_point(|l| l.nodes <= nodes);
+        if k == 0 {
+            return Self::level_at(&ls[0], replicas, b);
+        }
+        let lo = &ls[k - 1];
+        if lo.nodes == nodes || k == ls.len() {
+            return Self::level_at(lo, replicas, b);
+        }
+        let hi = &ls[k];
+        let (s0, y0) = Self::level_at(lo, replicas, b);
+        let (s1, y1) = Self::level_at(hi, replicas, b);
+        let t = (nodes - lo.nodes) as f64 / (hi.nodes - lo.nodes) as f64;
+        (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
+    }
+
+    /// Progress (base-batch steps) needed to finish the job.
+    pub fn target_progress(&self) -> f64 {
+        self.epoch_progress[self.max_epochs - 1]
+    }
+
+    /// Progress at the end of `epoch` (0-based), i.e. the next boundary while in it.
+    pub fn epoch_end_progress(&self, epoch: usize) -> f64 {
+        self.epoch_progress[epoch.min(self.max_epochs - 1)]
+    }
+
+    /// The two validated batches bracketing `batch` and the weight of the upper one.
+    fn bracket(&self, batch: f64) -> (usize, usize, f64) {
+        let v = &self.profile.validation;
+        let b = batch.clamp(v[0].global_batch as f64, v[v.len() - 1].global_batch as f64);
+        let hi = v
+            .partition_point(|c| (c.global_batch as f64) < b)
+            .min(v.len() - 1);
+        if v[hi].global_batch as f64 == b || hi == 0 {
+            return (hi, hi, 0.0);
+        }
+        let lo = hi - 1;
+        let (bl, bh) = (v[lo].global_batch as f64, v[hi].global_batch as f64);
+        (lo, hi, (b - bl) / (bh - bl))
+    }
+
+    /// Gradient statistics `(sqr, var)` during `epoch` at global batch `batch`.
+    pub fn grad_stats(&self, batch: f64, epoch: usize) -> (f64, f64) {
+        let (lo, hi, t) = self.bracket(batch);
+        let v = &self.profile.validation;
+        let row = |i: usize| {
+            let rows = &v[i].rows;
+            let r = &rows[epoch.min(rows.len() - 1)];
+            (r.grad_sqr, r.grad_var)
+        };
+        let (s0, v0) = row(lo);
+        let (s1, v1) = row(hi);
+        (s0 + t * (s1 - s0), v0 + t * (v1 - v0))
+    }
+
+    /// Base-batch steps one step at global batch `batch` is worth (AdaScale gain).
+    pub fn gain(&self, batch: f64, epoch: usize) -> f64 {
+        let (sqr, var) = self.grad_stats(batch, epoch);
+        let scale = batch / self.init_batch;
+        let denom = var / scale + sqr;
+        if denom > 0.0 {
+            (var + sqr) / denom
+        } else {
+            1.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(name: &str) -> AppModel {
+        AppModel::new(
+            embedded_profiles()
+                .into_iter()
+                .find(|p| p.name == name)
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn embedded_profiles_parse() {
+        let ps = embedded_profiles();
+        assert_eq!(ps.len(), 6);
+        for p in &ps {
+            assert!(p.placements.len() > 100, "{}", p.name);
+            assert!(p.validation.len() >= 6, "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn rotation_canonical() {
+        assert_eq!(canonical_placement(&[2, 1]), vec![1, 2]);
+        assert_eq!(canonical_placement(&[3, 2, 1]), vec![1, 3, 2]);
+        assert_eq!(canonical_placement(&[0, 4, 0, 4]), vec![4, 4]);
+    }
+
+    #[test]
+    fn exact_points_are_reproduced_and_interpolation_is_between_neighbours() {
+        let m = model("cifar10");
+        let row = m
+            .profile
+            .placements
+            .iter()
+            .find(|r| r.placement == vec![2, 2] && r.local_bsz == 64.0)
+            .unwrap();
+        let (s, y) = m.step_time(&[2, 2], 64.0);
+        assert!((s - row.step_time_s).abs() < 1e-12 && (y - row.sync_time_s).abs() < 1e-12);
+        let a = m.step_time(&[2, 2], 45.0).0;
+        let b = m.step_time(&[2, 2], 64.0).0;
+        let mid = m.step_time(&[2, 2], 54.5).0;
+        assert!(mid >= a.min(b) && mid <= a.max(b));
+        // A measured scalability level is reproduced.
+        let sr = m
+            .profile
+            .scalability
+            .iter()
+            .find(|r| r.num_nodes == 8 && r.num_replicas == 32 && r.local_bsz == 64.0);
+        if let Some(sr) = sr {
+            let (s, _) = m.step_time(&[4; 8], 64.0);
+            assert!((s - sr.step_time_s).abs() < 1e-9);
+        }
+        // Five nodes: between the 4- and 6-node levels.
+        let five = m.step_time(&[4, 4, 4, 4, 4], 64.0).0;
+        assert!(five.is_finite() && five > 0.0);
+    }
+
+    #[test]
+    fn progress_and_gain() {
+        let m = model("cifar10");
+        assert_eq!(m.max_epochs, 100);
+        assert!(m.target_progress() > m.epoch_end_progress(0));
+        assert!((m.gain(m.init_batch, 3) - 1.0).abs() < 1e-12);
+        let g = m.gain(4.0 * m.init_batch, 3);
+        assert!(g > 1.0 && g <= 4.0 + 1e-9);
+    }
+}

@@ -1,0 +1,593 @@
+//! The round-based simulation loop.
+//!
+//! Time advances in fixed rounds (default 60 s, as in Pollux's simulator). In each
+//! round every running job makes progress at the speed its placement and batch
+//! give it under the measured tables ([`crate::apps::AppModel`]); then the policy
+//! sees the active jobs and returns new allocations; a job whose allocation
+//! changed pays a restart delay (30 s) before making progress again. Progress is
+//! counted in base-batch-equivalent steps (statistical efficiency included), and a
+//! job finishes at the progress its application's measured run reached.
+//!
+//! Jobs under an adaptive policy (`Policy::adaptive_batch`) choose their batch for
+//! goodput from a model fitted online to the configurations they have run, as
+//! Pollux's agents do; the others keep the batch the user asked for.
+
+use crate::apps::AppModel;
+use crate::metrics::{JobResult, RoundStat, SimResult};
+use pacer_model::{Allocation, ClusterSpec, JobId, JobSpec};
+use pacer_policy::{check_capacity, ClusterView, JobView, Policy};
+use pacer_predict::goodput::{
+    fit_perf_params, BatchLimits, GoodputFn, GradParams, PerfObservation, PerfParams,
+};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Simulation settings.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Length of a scheduling round (s).
+    pub round_s: f64,
+    /// Delay a job pays whenever its allocation changes (s).
+    pub restart_s: f64,
+    /// Stop after this much simulated time even if jobs remain (s).
+    pub max_time_s: f64,
+    /// Record the per-round timeline (for plots).
+    pub record_timeline: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            round_s: 60.0,
+            restart_s: 30.0,
+            max_time_s: 400.0 * 24.0 * 3600.0,
+            record_timeline: true,
+        }
+    }
+}
+
+/// How a job's work is measured.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// A measured application (index into the simulation's apps).
+    Profiled { app: usize },
+    /// Duration-only job (Philly, Gavel traces): `duration_s` when run on its
+    /// requested devices; speed scales linearly up to that size and no further.
+    Duration { duration_s: f64 },
+}
+
+/// A job to simulate.
+#[derive(Debug, Clone)]
+pub struct SimJob {
+    pub spec: JobSpec,
+    pub work: Work,
+}
+
+#[derive(Debug, Clone)]
+struct JobState {
+    progress: f64,
+    epoch: usize,
+    alloc: Allocation,
+    atomic_bsz: u32,
+    accum_steps: u32,
+    rescale_left_s: f64,
+    attained_gpu_s: f64,
+    restarts: Option<u32>,
+    start_s: Option<f64>,
+    completion_s: Option<f64>,
+    /// Observed (nodes, replicas, atomic) → (step, sync) for the online fit.
+    profile: HashMap<(u32, u32, u32), (f64, f64)>,
+    perf: Option<PerfParams>,
+    grad: Option<GradParams>,
+    goodput_version: u64,
+    max_profiled_replicas: u32,
+    /// Σ active jobs over the rounds this job was active, and the round count.
+    contention_sum: f64,
+    contention_rounds: u64,
+}
+
+impl JobState {
+    fn new() -> Self {
+        JobState {
+            progress: 0.0,
+            epoch: 0,
+            alloc: Allocation::empty(),
+            atomic_bsz: 0,
+            accum_steps: 0,
+            rescale_left_s: 0.0,
+            attained_gpu_s: 0.0,
+            restarts: None,
+            start_s: None,
+            completion_s: None,
+            profile: HashMap::new(),
+            perf: None,
+            grad: None,
+            goodput_version: 0,
+            max_profiled_replicas: 0,
+            contention_sum: 0.0,
+            contention_rounds: 0,
+        }
+    }
+}
+
+/// Batch settings of a profiled job under a policy.
+#[derive(Debug, Clone, Copy)]
+struct BatchMode {
+    /// `Some(b)`: keep global batch b; `None`: choose for goodput.
+    fixed: Option<u32>,
+    /// Cap on replicas the policy may give (adaptive jobs).
+    max_replicas_cap: Option<u32>,
+}
+
+/// Apps whose batch Pollux's simulator keeps fixed even under Pollux (ncf: fixed
+/// 32768 on one replica), reproduced for comparability.
+fn pollux_fixed(app: &AppModel) -> Option<(u32, u32)> {
+    (app.name() == "ncf").then_some((32768, 1))
+}
+
+/// Splits a fixed global batch into (atomic, accum) the way Pollux's jobs do.
+fn split_fixed(app: &AppModel, batch: u32, replicas: u32) -> (u32, u32) {
+    let eps = 1e-8;
+    let local = (batch as f64 / replicas as f64 - eps).ceil();
+    let mut accum = ((local / app.max_local_bsz - eps).ceil() - 1.0).max(0.0) as u32;
+    if replicas == 1 && batch as f64 > app.init_batch {
+        accum = accum.max(1);
+    }
+    let atomic = (local / (accum + 1) as f64 - eps).ceil().max(1.0) as u32;
+    (atomic, accum)
+}
+
+fn limits(app: &AppModel) -> BatchLimits {
+    BatchLimits {
+        base_batch: app.init_batch,
+        max_batch: app.max_batch,
+        min_atomic: app.min_local_bsz,
+        max_atomic: app.max_local_bsz,
+        accumulation: true,
+    }
+}
+
+/// Runs one simulation to completion (or `max_time_s`).
+pub struct Simulation<'a> {
+    pub cluster: &'a ClusterSpec,
+    pub apps: &'a [AppModel],
+    pub jobs: &'a [SimJob],
+    pub config: SimConfig,
+}
+
+/// Errors during a simulation.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("policy `{policy}` returned an invalid allocation at t={time_s}s: {reason}")]
+    BadAllocation {
+        policy: String,
+        time_s: f64,
+        reason: String,
+    },
+}
+
+impl Simulation<'_> {
+    fn batch_mode(&self, job: &SimJob, adaptive: bool) -> BatchMode {
+        match (&job.work, adaptive) {
+            (Work::Profiled { app }, true) => match pollux_fixed(&self.apps[*app]) {
+                Some((b, r)) => BatchMode {
+                    fixed: Some(b),
+                    max_replicas_cap: Some(r),
+                },
+                None => BatchMode {
+                    fixed: None,
+                    max_replicas_cap: None,
+                },
+            },
+            _ => BatchMode {
+                fixed: Some(job.spec.requested_batch),
+                max_replicas_cap: None,
+            },
+        }
+    }
+
+    fn goodput_fn(&self, app: &AppModel, st: &JobState) -> Option<GoodputFn> {
+        Some(GoodputFn {
+            perf: st.perf?,
+            grad: st.grad?,
+            limits: limits(app),
+        })
+    }
+
+    /// Sets atomic batch and accumulation for the job's current allocation.
+    fn update_batch(&self, app: &AppModel, mode: BatchMode, st: &mut JobState) {
+        let placement = st.alloc.placement();
+        let (nodes, replicas) = (placement.len() as u32, placement.iter().sum::<u32>());
+        if replicas == 0 {
+            return;
+        }
+        let (atomic, accum) = match (mode.fixed, self.goodput_fn(app, st)) {
+            (Some(b), _) => split_fixed(app, b, replicas),
+            (None, Some(g)) => match g.optimize(nodes, replicas) {
+                Some(c) => (c.atomic_bsz, c.accum_steps),
+                None => split_fixed(
+                    app,
+                    app.init_batch.max(app.min_local_bsz * replicas as f64) as u32,
+                    replicas,
+                ),
+            },
+            (None, None) => {
+                let b = app.init_batch.max(app.min_local_bsz * replicas as f64);
+                split_fixed(app, b as u32, replicas)
+            }
+        };
+        let count = replicas * (accum + 1);
+        st.atomic_bsz = atomic.min((app.max_batch / count as f64) as u32).max(1);
+        st.accum_steps = accum;
+    }
+
+    /// Advances a profiled job by `dt` seconds starting at `now`.
+    fn step_profiled(
+        &self,
+        app: &AppModel,
+        mode: BatchMode,
+        st: &mut JobState,
+        now: f64,
+        mut dt: f64,
+    ) {
+        let replicas = st.alloc.replicas();
+        let delay = st.rescale_left_s.min(dt);
+        st.attained_gpu_s += delay * replicas as f64;
+        st.rescale_left_s -= delay;
+        dt -= delay;
+        let mut t = now + delay;
+        let placement = st.alloc.placement();
+        let nodes = placement.len() as u32;
+        while dt > 0.0 && st.completion_s.is_none() {
+            let atomic = st.atomic_bsz as f64;
+            let batch = replicas as f64 * atomic * (st.accum_steps + 1) as f64;
+            let (step, sync) = app.step_time(&placement, atomic);
+            let compute = (step - sync).max(1e-9);
+            let gain = app.gain(batch, st.epoch);
+            if mode.fixed.is_none() {
+                self.observe(app, st, nodes, replicas, batch, step, sync);
+            }
+            let total = step + compute * st.accum_steps as f64;
+            let goodput = gain / total;
+            let next = app.epoch_end_progress(st.epoch);
+            if st.progress + goodput * dt < next {
+                st.progress += goodput * dt;
+                st.attained_gpu_s += dt * replicas as f64;
+                dt = 0.0;
+            } else {
+                // Whole seconds, as Pollux's simulator counts them.
+                let delta = ((next - st.progress) / goodput).round().min(dt).max(0.0);
+                st.epoch += 1;
+                st.progress = next;
+                st.attained_gpu_s += delta * replicas as f64;
+                t += delta;
+                dt -= delta;
+                if st.epoch >= app.max_epochs {
+                    st.completion_s = Some(t);
+                }
+            }
+            if mode.fixed.is_none() {
+                self.update_batch(app, mode, st);
+            }
+        }
+    }
+
+    /// Records what the job just measured and refits its model when it is new.
+    fn observe(
+        &self,
+        app: &AppModel,
+        st: &mut JobState,
+        nodes: u32,
+        replicas: u32,
+        batch: f64,
+        step: f64,
+        sync: f64,
+    ) {
+        let (sqr, var) = app.grad_stats(batch, st.epoch);
+        let grad = GradParams { sqr, var };
+        if st.grad != Some(grad) {
+            st.grad = Some(grad);
+            st.goodput_version += 1;
+        }
+        let key = (nodes, replicas, st.atomic_bsz);
+        if st.profile.contains_key(&key) {
+            return;
+        }
+        st.profile.insert(key, (step, sync));
+        st.max_profiled_replicas = st.max_profiled_replicas.max(replicas);
+        let mut obs: Vec<PerfObservation> = st
+            .profile
+            .iter()
+            .map(|(&(n, r, b), &(s, y))| PerfObservation {
+                nodes: n,
+                replicas: r,
+                atomic_bsz: b as f64,
+                compute_time_s: (s - y).max(1e-9),
+                step_time_s: s,
+            })
+            .collect();
+        // HashMap order is arbitrary; sort so the fit (and the run) is deterministic.
+        obs.sort_by(|a, b| {
+            (a.nodes, a.replicas, a.atomic_bsz as u64).cmp(&(
+                b.nodes,
+                b.replicas,
+                b.atomic_bsz as u64,
+            ))
+        });
+        if let Ok(p) = fit_perf_params(&obs) {
+            st.perf = Some(p);
+            st.goodput_version += 1;
+        }
+    }
+
+    fn step_duration(
+        &self,
+        job: &SimJob,
+        duration_s: f64,
+        st: &mut JobState,
+        now: f64,
+        mut dt: f64,
+    ) {
+        let replicas = st.alloc.replicas();
+        let delay = st.rescale_left_s.min(dt);
+        st.attained_gpu_s += delay * replicas as f64;
+        st.rescale_left_s -= delay;
+        dt -= delay;
+        let req = job.spec.requested_replicas.max(1);
+        let rate = replicas.min(req) as f64 / req as f64 / duration_s;
+        if rate <= 0.0 || dt <= 0.0 {
+            return;
+        }
+        let need = 1.0 - st.progress;
+        if need <= rate * dt {
+            let delta = need / rate;
+            st.progress = 1.0;
+            st.attained_gpu_s += delta * replicas as f64;
+            st.completion_s = Some(now + delay + delta);
+        } else {
+            st.progress += rate * dt;
+            st.attained_gpu_s += dt * replicas as f64;
+        }
+    }
+
+    /// Runs the simulation under `policy`, calling `on_round(now_s)` after each round.
+    pub fn run(
+        &self,
+        policy: &mut dyn Policy,
+        mut on_round: impl FnMut(f64),
+    ) -> Result<SimResult, SimError> {
+        let wall = Instant::now();
+        let cfg = &self.config;
+        let adaptive = policy.adaptive_batch();
+        let modes: Vec<BatchMode> = self
+            .jobs
+            .iter()
+            .map(|j| self.batch_mode(j, adaptive))
+            .collect();
+        let mut states: Vec<JobState> = self.jobs.iter().map(|_| JobState::new()).collect();
+        // Jobs in arrival order; `next_arrival` indexes into it.
+        let mut order: Vec<usize> = (0..self.jobs.len()).collect();
+        order.sort_by(|&a, &b| {
+            self.jobs[a]
+                .spec
+                .arrival_s
+                .total_cmp(&self.jobs[b].spec.arrival_s)
+                .then(a.cmp(&b))
+        });
+        let mut next_arrival = 0usize;
+        let mut active: Vec<usize> = Vec::new();
+        let mut running: Vec<usize> = Vec::new();
+        let mut timeline = Vec::new();
+        let mut now = 0.0f64;
+        let total_gpus = self.cluster.total_gpus() as f64;
+        let mut busy_gpu_s = 0.0;
+        let mut finished = 0usize;
+        let mut views: Vec<JobView> = Vec::new();
+        while finished < self.jobs.len() && now < cfg.max_time_s {
+            // 1. Progress of running jobs over [now, now + round).
+            for &i in &running {
+                let st = &mut states[i];
+                if st.completion_s.is_some() {
+                    continue;
+                }
+                let before = st.attained_gpu_s;
+                match &self.jobs[i].work {
+                    Work::Profiled { app } => {
+                        self.step_profiled(&self.apps[*app], modes[i], st, now, cfg.round_s)
+                    }
+                    Work::Duration { duration_s } => {
+                        self.step_duration(&self.jobs[i], *duration_s, st, now, cfg.round_s)
+                    }
+                }
+                busy_gpu_s += st.attained_gpu_s - before;
+                if st.completion_s.is_some() {
+                    finished += 1;
+                }
+            }
+            now += cfg.round_s;
+            // 2. Admit arrivals; drop finished jobs.
+            if active.is_empty() && next_arrival < order.len() {
+                // Idle cluster: jump to the round in which the next job arrives.
+                let t = self.jobs[order[next_arrival]].spec.arrival_s;
+                if t > now {
+                    now = (t / cfg.round_s).ceil() * cfg.round_s;
+                }
+            }
+            while next_arrival < order.len() && self.jobs[order[next_arrival]].spec.arrival_s <= now
+            {
+                active.push(order[next_arrival]);
+                next_arrival += 1;
+            }
+            active.retain(|&i| states[i].completion_s.is_none());
+            if active.is_empty() {
+                running.clear();
+                continue;
+            }
+            // 3. Ask the policy.
+            views.clear();
+            for &i in &active {
+                let st = &mut states[i];
+                st.contention_sum += active.len() as f64;
+                st.contention_rounds += 1;
+                let job = &self.jobs[i];
+                let (max_replicas, goodput) = match (&job.work, modes[i].fixed) {
+                    (Work::Profiled { app }, None) => {
+                        let app = &self.apps[*app];
+                        let by_batch = (app.max_batch / app.min_local_bsz) as u32;
+                        let explore = (2 * st.max_profiled_replicas).max(1);
+                        (
+                            explore.min(64).min(by_batch).max(1),
+                            self.goodput_fn(app, st),
+                        )
+                    }
+                    _ => (
+                        modes[i]
+                            .max_replicas_cap
+                            .unwrap_or(job.spec.requested_replicas)
+                            .max(1),
+                        None,
+                    ),
+                };
+                views.push(JobView {
+                    id: JobId(i as u32),
+                    arrival_s: job.spec.arrival_s,
+                    attained_gpu_s: st.attained_gpu_s,
+                    requested_replicas: job.spec.requested_replicas.max(1),
+                    max_replicas: modes[i]
+                        .max_replicas_cap
+                        .map_or(max_replicas, |c| c.min(max_replicas)),
+                    num_restarts: st.restarts.unwrap_or(0),
+                    current: st.alloc.clone(),
+                    goodput,
+                    goodput_version: st.goodput_version,
+                });
+            }
+            let view = ClusterView {
+                now_s: now,
+                cluster: self.cluster,
+                jobs: &views,
+            };
+            let allocs = policy.allocate(&view);
+            if allocs.len() != views.len() {
+                return Err(SimError::BadAllocation {
+                    policy: policy.name().into(),
+                    time_s: now,
+                    reason: format!("{} allocations for {} jobs", allocs.len(), views.len()),
+                });
+            }
+            check_capacity(self.cluster, &allocs).map_err(|reason| SimError::BadAllocation {
+                policy: policy.name().into(),
+                time_s: now,
+                reason,
+            })?;
+            // 4. Apply.
+            running.clear();
+            let mut used = 0u32;
+            for (k, &i) in active.iter().enumerate() {
+                let a = &allocs[k];
+                let st = &mut states[i];
+                if *a != st.alloc {
+                    st.alloc = a.clone();
+                    if !a.is_empty() {
+                        st.rescale_left_s = cfg.restart_s;
+                        st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
+                        st.start_s.get_or_insert(now);
+                        if let Work::Profiled { app } = &self.jobs[i].work {
+                            self.update_batch(&self.apps[*app], modes[i], st);
+                        }
+                    }
+                }
+                if !st.alloc.is_empty() {
+                    running.push(i);
+                    used += st.alloc.replicas();
+                }
+            }
+            if cfg.record_timeline {
+                timeline.push(RoundStat {
+                    time_s: now,
+                    active_jobs: active.len() as u32,
+                    running_jobs: running.len() as u32,
+                    used_gpus: used,
+                });
+            }
+            on_round(now);
+        }
+        let results: Vec<JobResult> = self
+            .jobs
+            .iter()
+            .zip(&states)
+            .map(|(job, st)| {
+                let contention = if st.contention_rounds > 0 {
+                    st.contention_sum / st.contention_rounds as f64
+                } else {
+                    1.0
+                };
+                let t_indep = self.independent_time(job, contention);
+                JobResult {
+                    name: job.spec.name.clone(),
+                    application: job.spec.application.clone(),
+                    arrival_s: job.spec.arrival_s,
+                    start_s: st.start_s,
+                    completion_s: st.completion_s,
+                    restarts: st.restarts.unwrap_or(0),
+                    gpu_s: st.attained_gpu_s,
+                    avg_contention: contention,
+                    independent_s: t_indep,
+                }
+            })
+            .collect();
+        Ok(SimResult::new(
+            policy.name(),
+            total_gpus,
+            busy_gpu_s,
+            results,
+            timeline,
+            wall.elapsed().as_secs_f64() * 1e3,
+        ))
+    }
+
+    /// Time the job would take alone on a 1/N share of the cluster (N = average
+    /// number of contending jobs while it was active), at the batch and size the
+    /// user asked for, consolidated, with no restarts: Themis' T_independent. The
+    /// same definition for every policy, so ρ compares across policies.
+    pub fn independent_time(&self, job: &SimJob, contention: f64) -> f64 {
+        let share = self.cluster.total_gpus() as f64 / contention.max(1.0);
+        let req = job.spec.requested_replicas.max(1);
+        let (replicas, slowdown) = if share >= 1.0 {
+            (req.min(share.floor() as u32), 1.0)
+        } else {
+            (1, 1.0 / share)
+        };
+        let dedicated = match &job.work {
+            Work::Duration { duration_s } => duration_s * req as f64 / replicas.min(req) as f64,
+            Work::Profiled { app } => {
+                self.dedicated_time(&self.apps[*app], job.spec.requested_batch, replicas)
+            }
+        };
+        dedicated * slowdown
+    }
+
+    /// Time to train `app` at a fixed global batch on `replicas` consolidated devices.
+    pub fn dedicated_time(&self, app: &AppModel, batch: u32, replicas: u32) -> f64 {
+        let per_node = self.cluster.max_gpus_per_node().max(1);
+        let mut placement = vec![per_node; (replicas / per_node) as usize];
+        if replicas % per_node > 0 {
+            placement.push(replicas % per_node);
+        }
+        let (atomic, accum) = split_fixed(app, batch, replicas);
+        let atomic = atomic
+            .min((app.max_batch / (replicas * (accum + 1)) as f64) as u32)
+            .max(1);
+        let global = (replicas * atomic * (accum + 1)) as f64;
+        let (step, sync) = app.step_time(&placement, atomic as f64);
+        let total = step + (step - sync).max(0.0) * accum as f64;
+        let mut t = 0.0;
+        let mut progress = 0.0;
+        for e in 0..app.max_epochs {
+            let next = app.epoch_end_progress(e);
+            t += (next - progress) * total / app.gain(global, e);
+            progress = next;
+        }
+        t
+    }
+}

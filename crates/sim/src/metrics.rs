@@ -1,0 +1,160 @@
+//! What a simulation measured: per-job results, the per-round timeline, and the
+//! summary every policy is compared on (JCT statistics, makespan, queueing delay,
+//! utilisation, finish-time fairness ρ = T_shared / T_independent).
+
+use serde::Serialize;
+
+/// One job's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobResult {
+    pub name: String,
+    pub application: String,
+    pub arrival_s: f64,
+    /// First time the job held devices.
+    pub start_s: Option<f64>,
+    pub completion_s: Option<f64>,
+    pub restarts: u32,
+    /// Device-seconds held (including restart delays).
+    pub gpu_s: f64,
+    /// Average number of active jobs while this job was active (N in ρ).
+    pub avg_contention: f64,
+    /// T_independent: time alone on a 1/N share.
+    pub independent_s: f64,
+}
+
+impl JobResult {
+    pub fn jct_s(&self) -> Option<f64> {
+        self.completion_s.map(|c| c - self.arrival_s)
+    }
+
+    pub fn queueing_s(&self) -> Option<f64> {
+        self.start_s.map(|s| s - self.arrival_s)
+    }
+
+    /// Finish-time fairness ρ = JCT / T_independent.
+    pub fn ftf_rho(&self) -> Option<f64> {
+        self.jct_s().map(|j| j / self.independent_s.max(1e-9))
+    }
+}
+
+/// State of the cluster after one round's decision.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RoundStat {
+    pub time_s: f64,
+    pub active_jobs: u32,
+    pub running_jobs: u32,
+    pub used_gpus: u32,
+}
+
+/// Summary of one simulation (the keys of `pacer simulate --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub policy: String,
+    pub jobs: usize,
+    pub finished: usize,
+    pub avg_jct_s: f64,
+    pub median_jct_s: f64,
+    pub p99_jct_s: f64,
+    pub makespan_s: f64,
+    pub avg_queueing_s: f64,
+    pub utilization: f64,
+    pub max_ftf_rho: f64,
+    pub avg_ftf_rho: f64,
+    pub avg_restarts: f64,
+    pub wall_ms: f64,
+}
+
+/// Everything a simulation produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimResult {
+    pub summary: Summary,
+    pub jobs: Vec<JobResult>,
+    pub timeline: Vec<RoundStat>,
+    pub total_gpus: f64,
+}
+
+/// Quantile by linear interpolation between order statistics (q in [0, 1]).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (pos - lo as f64) * (sorted[hi] - sorted[lo])
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+impl SimResult {
+    pub fn new(
+        policy: &str,
+        total_gpus: f64,
+        busy_gpu_s: f64,
+        jobs: Vec<JobResult>,
+        timeline: Vec<RoundStat>,
+        wall_ms: f64,
+    ) -> Self {
+        let mut jcts: Vec<f64> = jobs.iter().filter_map(JobResult::jct_s).collect();
+        jcts.sort_by(f64::total_cmp);
+        let rhos: Vec<f64> = jobs.iter().filter_map(JobResult::ftf_rho).collect();
+        let queueing: Vec<f64> = jobs.iter().filter_map(JobResult::queueing_s).collect();
+        let first = jobs
+            .iter()
+            .map(|j| j.arrival_s)
+            .fold(f64::INFINITY, f64::min);
+        let last = jobs
+            .iter()
+            .filter_map(|j| j.completion_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let makespan = if last.is_finite() && first.is_finite() {
+            last - first
+        } else {
+            f64::NAN
+        };
+        let summary = Summary {
+            policy: policy.to_string(),
+            jobs: jobs.len(),
+            finished: jcts.len(),
+            avg_jct_s: mean(&jcts),
+            median_jct_s: quantile(&jcts, 0.5),
+            p99_jct_s: quantile(&jcts, 0.99),
+            makespan_s: makespan,
+            avg_queueing_s: mean(&queueing),
+            utilization: if makespan > 0.0 {
+                busy_gpu_s / (total_gpus * makespan)
+            } else {
+                f64::NAN
+            },
+            max_ftf_rho: rhos.iter().copied().fold(f64::NAN, f64::max),
+            avg_ftf_rho: mean(&rhos),
+            avg_restarts: mean(&jobs.iter().map(|j| j.restarts as f64).collect::<Vec<_>>()),
+            wall_ms,
+        };
+        SimResult {
+            summary,
+            jobs,
+            timeline,
+            total_gpus,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles() {
+        let v = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(quantile(&v, 0.5), 3.0);
+        assert_eq!(quantile(&v, 1.0), 5.0);
+        assert!((quantile(&v, 0.99) - 4.96).abs() < 1e-12);
+    }
+}
