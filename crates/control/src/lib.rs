@@ -5,7 +5,10 @@
 //!
 //! - [`worker`]: per-worker local batches under a fixed global batch (uniform BSP,
 //!   LB-BSP, P/PI dynamic batching) behind the [`worker::BatchController`] trait.
+//! - [`job`]: Courier (best-metric batch under a time SLO) and configuration search
+//!   (time-/cost-optimal and Pareto placement × batch × machine, offline and online).
 //!
 //! Architecture invariant: no I/O, no clocks, no knowledge of which driver calls it.
 
+pub mod job;
 pub mod worker;

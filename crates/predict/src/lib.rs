@@ -6,12 +6,15 @@
 //!   batch / replica choices.
 //! - [`itertime`]: step-time models (Ernest, Pollux, pacer's node-aware Pollux
 //!   variant) fitted to measured rows, and their held-out evaluation.
+//! - [`convergence`]: validation metric as a function of progress and global batch
+//!   (Hemingway's `g(i, m)`), fitted from `validation-<batch>.csv` curves.
 //! - [`speed`]: one-step-ahead worker speed predictors (last value, EWMA, damped-trend
 //!   exponential smoothing, NARX) behind the [`speed::SpeedPredictor`] trait.
 //!
 //! Architecture invariant: no I/O, no clocks; every estimator is a value you
 //! feed observations and ask for predictions.
 
+pub mod convergence;
 pub mod goodput;
 pub mod itertime;
 pub mod speed;
