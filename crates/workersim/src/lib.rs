@@ -43,3 +43,8 @@ pub fn load_scenario(path: &std::path::Path) -> Result<Scenario, ScenarioError> 
     })?;
     Scenario::from_json(&text, &origin)
 }
+
+/// Controller names, re-exported so drivers need not depend on pacer-control.
+pub use pacer_control::worker::CONTROLLERS;
+/// Predictor names, re-exported so drivers need not depend on pacer-predict.
+pub use pacer_predict::speed::PREDICTORS;

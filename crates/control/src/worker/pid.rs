@@ -97,7 +97,6 @@ impl BatchController for Pid {
     }
 
     fn decide(&mut self, obs: &Observation<'_>, batches: &mut [u64]) {
-        let n = batches.len();
         let w = self.cfg.window;
         water_fill(
             obs.predicted_speed,
@@ -107,8 +106,8 @@ impl BatchController for Pid {
         );
         self.filled = (self.filled + 1).min(w);
         let mut any = false;
-        for i in 0..n {
-            let b = batches[i].max(1) as f64;
+        for (i, &bi) in batches.iter().enumerate() {
+            let b = bi.max(1) as f64;
             let e = (self.target[i] - b) / b;
             self.errors[i * w + self.head] = e;
             let e_avg = self.errors[i * w..(i + 1) * w]
@@ -116,8 +115,8 @@ impl BatchController for Pid {
                 .take(self.filled.max(1))
                 .sum::<f64>()
                 / self.filled.max(1) as f64;
-            let at_max = batches[i] >= self.bounds[i].max && e_avg > 0.0;
-            let at_min = batches[i] <= self.bounds[i].min && e_avg < 0.0;
+            let at_max = bi >= self.bounds[i].max && e_avg > 0.0;
+            let at_min = bi <= self.bounds[i].min && e_avg < 0.0;
             if !(at_max || at_min) {
                 self.integral[i] = (self.cfg.leak * self.integral[i] + e_avg)
                     .clamp(-self.cfg.i_max, self.cfg.i_max);

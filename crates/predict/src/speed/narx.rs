@@ -70,8 +70,8 @@ pub struct Narx {
     w: Vec<f64>,
     /// RLS inverse-correlation matrix, row-major `p × p`.
     p: Vec<f64>,
-    /// Past log-speeds, most recent first.
-    log_speeds: Vec<f64>,
+    /// Past one-step innovations `ln v − ln v̂`, most recent first.
+    innovations: Vec<f64>,
     /// Past exogenous signals, most recent first (`exo_lags − 1` kept; the current one
     /// is an argument).
     exo_hist: Vec<Exogenous>,
@@ -129,7 +129,7 @@ impl Narx {
             b_in,
             w: vec![0.0; p],
             p: pm,
-            log_speeds: vec![0.0; cfg.speed_lags],
+            innovations: vec![0.0; cfg.speed_lags],
             exo_hist: vec![Exogenous::default(); cfg.exo_lags - 1],
             level: 0.0,
             seen: 0,
@@ -152,9 +152,7 @@ impl Narx {
         let d = self.input_dim();
         phi[0] = 1.0;
         let x = &mut phi[1..1 + d];
-        for (j, ls) in self.log_speeds.iter().enumerate() {
-            x[j] = ls - self.level;
-        }
+        x[..self.cfg.speed_lags].copy_from_slice(&self.innovations);
         let mut o = self.cfg.speed_lags;
         for e in std::iter::once(exo_now).chain(self.exo_hist.iter()) {
             x[o] = e.cpu_load;
@@ -225,33 +223,48 @@ impl SpeedPredictor for Narx {
             return;
         }
         let lv = v.ln();
-        if self.seen == 0 {
-            self.log_speeds.iter_mut().for_each(|x| *x = lv);
+        let innovation = if self.seen == 0 {
             self.exo_hist.iter_mut().for_each(|e| *e = *exo);
             self.level = lv;
+            0.0
         } else {
             let mut phi = std::mem::take(&mut self.phi);
             self.features(exo, &mut phi);
             self.phi = phi;
+            let e = lv - self.level - self.output(&self.phi);
             self.rls_update(lv - self.level);
-        }
+            e
+        };
         self.seen += 1;
-        self.log_speeds.rotate_right(1);
-        self.log_speeds[0] = lv;
+        // The level absorbs only what the model could not explain: a burst the model
+        // attributes to the load signal leaves it alone, so the prediction snaps back
+        // the moment the load goes away.
+        self.level += self.cfg.level_rate * innovation.clamp(-MAX_LOG_STEP, MAX_LOG_STEP);
+        self.innovations.rotate_right(1);
+        self.innovations[0] = innovation.clamp(-MAX_LOG_STEP, MAX_LOG_STEP);
         if !self.exo_hist.is_empty() {
             self.exo_hist.rotate_right(1);
             self.exo_hist[0] = *exo;
         }
-        self.level += self.cfg.level_rate * (lv - self.level);
     }
 
     fn predict_next(&self, exo: &Exogenous) -> Option<f64> {
         if self.seen == 0 {
             return None;
         }
-        let mut phi = vec![0.0; self.w.len()];
-        self.features(exo, &mut phi);
-        Some((self.level + self.output(&phi)).exp())
+        // Stack buffer for the usual sizes: a heap allocation would cost as much as the
+        // prediction itself.
+        let n = self.w.len();
+        let mut stack = [0.0f64; 64];
+        let mut heap = Vec::new();
+        let phi: &mut [f64] = if n <= stack.len() {
+            &mut stack[..n]
+        } else {
+            heap.resize(n, 0.0);
+            &mut heap
+        };
+        self.features(exo, phi);
+        Some((self.level + self.output(phi)).exp())
     }
 }
 

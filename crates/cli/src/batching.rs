@@ -1,0 +1,131 @@
+//! `pacer batching …`: worker-level adaptive batching (issue 3).
+//!
+//! - `eval`: run a worker scenario under a controller and a predictor and report
+//!   efficiency against the oracle balancer and speedup against plain BSP. Names may
+//!   be comma lists or `all`, giving one row per combination.
+//! - `bench`: cost of predictions plus one controller decision for many workers.
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use pacer_workersim::{bench::bench, evaluate, format_table, load_scenario, simulate};
+use std::path::PathBuf;
+
+/// Worker-level adaptive batching.
+#[derive(Debug, Args)]
+pub struct BatchingArgs {
+    #[command(subcommand)]
+    pub command: BatchingCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BatchingCommand {
+    /// Evaluate controller × predictor on scenario files.
+    Eval(EvalArgs),
+    /// Time predictions + one controller decision for N workers.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Scenario JSON file(s) (see scenarios/worker/README.md).
+    #[arg(long, required = true, num_args = 1..)]
+    pub scenario: Vec<PathBuf>,
+    /// uniform | lbbsp | lbbsp-cpu | lbbsp-gpu | pid — or a comma list, or `all`.
+    #[arg(long, default_value = "lbbsp")]
+    pub controller: String,
+    /// last | ewma | ets | narx — or a comma list, or `all`.
+    #[arg(long, default_value = "narx")]
+    pub predictor: String,
+    /// Print JSON (one object for one combination, an array otherwise).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[arg(long, default_value_t = 1000)]
+    pub workers: usize,
+    #[arg(long, default_value = "pid")]
+    pub controller: String,
+    #[arg(long, default_value = "narx")]
+    pub predictor: String,
+    #[arg(long, default_value_t = 200)]
+    pub reps: u32,
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn names(arg: &str, all: &[&str]) -> Vec<String> {
+    if arg == "all" {
+        all.iter().map(|s| s.to_string()).collect()
+    } else {
+        arg.split(',').map(|s| s.trim().to_string()).collect()
+    }
+}
+
+pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
+    match args.command {
+        BatchingCommand::Eval(a) => eval(a),
+        BatchingCommand::Bench(a) => {
+            let r = bench(a.workers, &a.controller, &a.predictor, a.reps, a.seed)
+                .map_err(anyhow::Error::msg)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{} workers, {} + {}: predict+decide {:.1} µs, observe {:.1} µs (mean of {} reps)",
+                    r.workers,
+                    r.predictor,
+                    r.controller,
+                    r.predict_and_decide_us,
+                    r.observe_us,
+                    r.reps
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn eval(a: EvalArgs) -> anyhow::Result<()> {
+    // The canonical order (lbbsp before its variants, narx last) keeps tables stable.
+    let controllers = names(&a.controller, &["uniform", "lbbsp", "pid"]);
+    let predictors = names(&a.predictor, &pacer_predict_names());
+    if controllers.is_empty() || predictors.is_empty() {
+        bail!("--controller and --predictor need at least one name");
+    }
+    let mut reports = Vec::new();
+    for path in &a.scenario {
+        let sc = load_scenario(path)?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let uniform = simulate(&sc, "uniform", "last")
+            .with_context(|| format!("{}: uniform baseline", path.display()))?;
+        for c in &controllers {
+            for p in &predictors {
+                reports.push(
+                    evaluate(&sc, &name, c, p, Some(&uniform))
+                        .with_context(|| format!("{}", path.display()))?,
+                );
+            }
+        }
+    }
+    if a.json {
+        if reports.len() == 1 {
+            println!("{}", serde_json::to_string_pretty(&reports[0])?);
+        } else {
+            println!("{}", serde_json::to_string_pretty(&reports)?);
+        }
+    } else {
+        print!("{}", format_table(&reports));
+    }
+    Ok(())
+}
+
+fn pacer_predict_names() -> Vec<&'static str> {
+    pacer_workersim::PREDICTORS.to_vec()
+}

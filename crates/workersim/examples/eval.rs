@@ -1,0 +1,18 @@
+//! Runs the CLI's `pacer batching …` code (crates/cli/src/batching.rs, compiled as is)
+//! without the `pacer` binary:
+//! `cargo run --release -p pacer-workersim --example eval -- eval --scenario F.json --controller pid --predictor narx --json`
+
+#[path = "../../cli/src/batching.rs"]
+mod batching;
+
+use clap::Parser;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: batching::BatchingArgs,
+}
+
+fn main() -> anyhow::Result<()> {
+    batching::run(Cli::parse().args)
+}
