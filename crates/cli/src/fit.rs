@@ -1,0 +1,125 @@
+//! `pacer fit`: fit step-time models to a `placements.csv` (and optionally a
+//! `scalability.csv`) and report their error on held-out rows.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use pacer_model::profile::{parse_placements, parse_scalability};
+use pacer_predict::itertime::{
+    evaluate, rows_from_placements, rows_from_scalability, split_extrapolate, split_random,
+    ModelKind, StepRow,
+};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// `placements.csv` (placement,local_bsz,step_time,sync_time).
+    #[arg(long)]
+    pub placements: PathBuf,
+    /// `scalability.csv` (num_nodes,num_replicas,local_bsz,step_time,sync_time).
+    #[arg(long)]
+    pub scalability: Option<PathBuf>,
+    /// Fraction of rows held out for testing.
+    #[arg(long, default_value_t = 0.3)]
+    pub holdout: f64,
+    /// Seed of the random holdout.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// `random` (a random fraction) or `extrapolate` (the largest replica counts).
+    #[arg(long, default_value = "random")]
+    pub split: String,
+    /// One model (ernest, pollux, pacer, pacer+table); all when omitted.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct FitReport {
+    model: &'static str,
+    split: String,
+    rows_train: usize,
+    rows_test: usize,
+    median_abs_pct_error: f64,
+    p90_abs_pct_error: f64,
+    max_abs_pct_error: f64,
+    params: serde_json::Value,
+}
+
+fn load(args: &FitArgs) -> anyhow::Result<Vec<StepRow>> {
+    let origin = args.placements.display().to_string();
+    let text = std::fs::read_to_string(&args.placements)
+        .with_context(|| format!("{origin}: cannot read"))?;
+    let mut rows = rows_from_placements(&parse_placements(&text, &origin)?, &origin);
+    if let Some(s) = &args.scalability {
+        let origin = s.display().to_string();
+        let text = std::fs::read_to_string(s).with_context(|| format!("{origin}: cannot read"))?;
+        rows.extend(rows_from_scalability(
+            &parse_scalability(&text, &origin)?,
+            &origin,
+        ));
+    }
+    Ok(rows)
+}
+
+pub fn run(args: FitArgs) -> anyhow::Result<()> {
+    if !(0.0..1.0).contains(&args.holdout) {
+        bail!("--holdout {}: expected a fraction in [0, 1)", args.holdout);
+    }
+    let rows = load(&args)?;
+    let kinds: Vec<ModelKind> = match &args.model {
+        None => ModelKind::ALL.to_vec(),
+        Some(m) => vec![ModelKind::from_name(m).with_context(|| {
+            format!("--model {m}: expected one of ernest, pollux, pacer, pacer+table")
+        })?],
+    };
+    let split = match args.split.as_str() {
+        "random" => split_random(rows.len(), args.holdout, args.seed),
+        "extrapolate" => split_extrapolate(&rows, args.holdout),
+        s => bail!("--split {s}: expected random or extrapolate"),
+    };
+    if split.train.is_empty() || split.test.is_empty() {
+        bail!(
+            "{}: {} rows cannot be split into training and test rows with --holdout {}",
+            args.placements.display(),
+            rows.len(),
+            args.holdout
+        );
+    }
+    let mut reports = Vec::new();
+    for kind in kinds {
+        let (model, stats) = evaluate(kind, &rows, &split)
+            .with_context(|| format!("{}: fitting {}", args.placements.display(), kind.name()))?;
+        reports.push(FitReport {
+            model: kind.name(),
+            split: args.split.clone(),
+            rows_train: split.train.len(),
+            rows_test: stats.rows,
+            median_abs_pct_error: stats.median_abs_pct_error,
+            p90_abs_pct_error: stats.p90_abs_pct_error,
+            max_abs_pct_error: stats.max_abs_pct_error,
+            params: match &model {
+                // The table correction is large; its parametric part says enough.
+                pacer_predict::itertime::StepModel::PacerTable(t) => serde_json::to_value(&t.base)?,
+                m => serde_json::to_value(m)?,
+            },
+        });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        println!(
+            "{:<12} {:>10} {:>9} {:>20} {:>17}",
+            "model", "rows_train", "rows_test", "median_abs_pct_error", "p90_abs_pct_error"
+        );
+        for r in &reports {
+            println!(
+                "{:<12} {:>10} {:>9} {:>20.2} {:>17.2}",
+                r.model, r.rows_train, r.rows_test, r.median_abs_pct_error, r.p90_abs_pct_error
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,230 @@
+//! `pacer recommend`: Courier (best metric under a time SLO) or configuration search
+//! (least time or cost), with the oracle's choice from the measurements beside it.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use pacer_control::job::courier::{self, Scored};
+use pacer_control::job::search::{self, Costed, Objective};
+use pacer_control::job::{batch_grid, candidates, Candidate, MachineType, MeasuredTable};
+use pacer_predict::convergence::ConvergenceModel;
+use pacer_predict::itertime::{
+    error_stats, fit, rows_from_placements, rows_from_scalability, split_random, ModelKind,
+};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct RecommendArgs {
+    /// Application folder in the Pollux layout (placements.csv, scalability.csv,
+    /// validation-<batch>.csv).
+    #[arg(long)]
+    pub app: PathBuf,
+    /// Time budget for the whole job, seconds.
+    #[arg(long)]
+    pub slo_s: f64,
+    /// accuracy (Courier), time or cost (configuration search).
+    #[arg(long, default_value = "accuracy")]
+    pub objective: String,
+    /// Machine type and price, `TYPE=USD_PER_GPU_H` or `TYPE=USD_PER_GPU_H:SPEED`
+    /// (SPEED relative to the measured GPU, default 1). Repeatable.
+    #[arg(long = "price")]
+    pub prices: Vec<String>,
+    /// Epochs to train (accuracy objective); default: what every measured run covers.
+    #[arg(long)]
+    pub epochs: Option<f64>,
+    /// Largest replica count to consider.
+    #[arg(long, default_value_t = 64)]
+    pub max_replicas: u32,
+    /// Seed of the split that estimates the step-time model's error (the SLO margin).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Pick {
+    batch: f64,
+    replicas: u32,
+    nodes: u32,
+    machine: String,
+    predicted_time_s: f64,
+    predicted_metric: f64,
+    predicted_cost: f64,
+    measured_time_s: Option<f64>,
+    measured_metric: Option<f64>,
+}
+
+fn parse_price(s: &str) -> anyhow::Result<MachineType> {
+    let err = || format!("--price {s}: expected TYPE=USD_PER_GPU_H[:SPEED], e.g. v100=3.06");
+    let (name, rest) = s.split_once('=').with_context(err)?;
+    let (usd, speed) = match rest.split_once(':') {
+        Some((u, sp)) => (u, sp.parse::<f64>().ok().with_context(err)?),
+        None => (rest, 1.0),
+    };
+    let usd: f64 = usd.parse().ok().with_context(err)?;
+    if name.is_empty() || !(usd >= 0.0) || !(speed > 0.0) {
+        bail!(err());
+    }
+    Ok(MachineType {
+        name: name.into(),
+        usd_per_gpu_hour: usd,
+        speed,
+    })
+}
+
+pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
+    if !(args.slo_s > 0.0) {
+        bail!("--slo-s {}: expected seconds > 0", args.slo_s);
+    }
+    let mut machines = args
+        .prices
+        .iter()
+        .map(|p| parse_price(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if machines.is_empty() {
+        machines.push(MachineType {
+            name: "measured".into(),
+            usd_per_gpu_hour: 0.0,
+            speed: 1.0,
+        });
+    }
+    let objective = match args.objective.as_str() {
+        "accuracy" => None,
+        "time" => Some(Objective::Time),
+        "cost" => Some(Objective::Cost),
+        o => bail!("--objective {o}: expected accuracy, time or cost"),
+    };
+    let profile = pacer_sim::load_app_dir(&args.app).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dir = args.app.display().to_string();
+    let mut rows = rows_from_placements(&profile.placements, &format!("{dir}/placements.csv"));
+    rows.extend(rows_from_scalability(
+        &profile.scalability,
+        &format!("{dir}/scalability.csv"),
+    ));
+    let conv = ConvergenceModel::fit(&profile.validation).with_context(|| dir.clone())?;
+    // Margin: the model's p90 error on 30% of the rows it was not fitted on.
+    let split = split_random(rows.len(), 0.3, args.seed);
+    let (train, test) = split.pick(&rows);
+    let margin = error_stats(
+        &fit(ModelKind::PacerTable, &train).with_context(|| dir.clone())?,
+        &test,
+    )
+    .p90_abs_pct_error
+        / 100.0;
+    let model = fit(ModelKind::PacerTable, &rows).with_context(|| dir.clone())?;
+    let table = MeasuredTable::new(&rows);
+    let measured: Vec<f64> = conv.curves.iter().map(|c| c.global_batch).collect();
+    let epochs = args.epochs.unwrap_or_else(|| conv.max_common_epochs());
+    let mk = |c: &Candidate, time: f64, metric: f64| {
+        let m = &machines[c.machine];
+        let time = time / m.speed;
+        let meas = courier::measure(c, &table, &conv, epochs);
+        Pick {
+            batch: c.global_batch,
+            replicas: c.replicas(),
+            nodes: c.config.nodes,
+            machine: m.name.clone(),
+            predicted_time_s: time,
+            predicted_metric: metric,
+            predicted_cost: time / 3600.0 * c.replicas() as f64 * m.usd_per_gpu_hour,
+            measured_time_s: meas.as_ref().map(|s| s.time_s / m.speed),
+            measured_metric: meas.map(|s| s.metric),
+        }
+    };
+    let out = match objective {
+        None => {
+            // Courier on the measured GPU: batches between measured ones are predicted
+            // by the convergence model; SLO checked with the margin.
+            let cands = candidates(&table, &batch_grid(&measured, true), 1, args.max_replicas);
+            let ch = courier::choose(&cands, &model, &conv, epochs, args.slo_s, margin);
+            let or = courier::oracle(&cands, &table, &conv, epochs, args.slo_s);
+            let p = |s: &Option<Scored>| s.as_ref().map(|s| mk(&s.candidate, s.time_s, s.metric));
+            serde_json::json!({
+                "objective": "accuracy", "epochs": epochs, "slo_s": args.slo_s,
+                "margin_pct": margin * 100.0,
+                "metric_higher_is_better": conv.higher_is_better,
+                "choice": p(&ch.best), "runner_up": p(&ch.runner_up), "oracle": p(&or.best),
+            })
+        }
+        Some(o) => {
+            let target = conv
+                .curves
+                .iter()
+                .map(|c| c.points.last().map(|p| p.1).unwrap_or(f64::NAN))
+                .fold(
+                    if conv.higher_is_better {
+                        f64::INFINITY
+                    } else {
+                        f64::NEG_INFINITY
+                    },
+                    |a, b| {
+                        if conv.higher_is_better {
+                            a.min(b)
+                        } else {
+                            a.max(b)
+                        }
+                    },
+                );
+            let cands = candidates(&table, &measured, machines.len(), args.max_replicas);
+            let within = |v: Vec<Costed>, m: f64| -> Vec<Costed> {
+                v.into_iter()
+                    .filter(|c| c.time_s * (1.0 + m) <= args.slo_s)
+                    .collect()
+            };
+            let pred = within(
+                search::predict_all(&cands, &model, &conv, target, &machines),
+                margin,
+            );
+            let meas_all = search::measure_all(&cands, &table, &conv, target, &machines);
+            let meas = within(meas_all.clone(), 0.0);
+            let p = |c: Option<&Costed>| {
+                c.map(|c| {
+                    let mut pk = mk(
+                        &c.candidate,
+                        c.time_s * machines[c.candidate.machine].speed,
+                        target,
+                    );
+                    pk.predicted_cost = c.cost_usd;
+                    // Measured: table step time and measured samples to the target.
+                    let m = meas_all.iter().find(|m| m.candidate == c.candidate);
+                    pk.measured_time_s = m.map(|m| m.time_s);
+                    pk.measured_metric = m.map(|_| target);
+                    pk
+                })
+            };
+            serde_json::json!({
+                "objective": args.objective, "target_metric": target, "slo_s": args.slo_s,
+                "margin_pct": margin * 100.0,
+                "choice": p(search::best(&pred, o)), "oracle": p(search::best(&meas, o)),
+                "pareto": search::pareto(&pred).iter().map(|c| p(Some(c))).collect::<Vec<_>>(),
+            })
+        }
+    };
+    if out["choice"].is_null() {
+        eprintln!(
+            "no configuration meets --slo-s {} (with a {:.1}% safety margin)",
+            args.slo_s,
+            margin * 100.0
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for key in ["choice", "runner_up", "oracle"] {
+            let v = &out[key];
+            if v.is_null() {
+                continue;
+            }
+            println!(
+                "{key:<10} batch {:>6} replicas {:>3} on {} nodes ({}): predicted {:.0} s, metric {:.4}, cost ${:.2}; measured {} s",
+                v["batch"], v["replicas"], v["nodes"], v["machine"].as_str().unwrap_or(""),
+                v["predicted_time_s"].as_f64().unwrap_or(f64::NAN),
+                v["predicted_metric"].as_f64().unwrap_or(f64::NAN),
+                v["predicted_cost"].as_f64().unwrap_or(f64::NAN),
+                v["measured_time_s"].as_f64().map(|t| format!("{t:.0}")).unwrap_or("-".into()),
+            );
+        }
+    }
+    Ok(())
+}
