@@ -1,6 +1,8 @@
 //! The `pacer` binary: every user-facing command. Only this crate knows about
 //! command lines, JSON output and files written for people.
 
+mod batching;
+mod bench;
 mod report;
 mod simulate;
 
@@ -21,12 +23,18 @@ struct Cli {
 enum Command {
     /// Simulate a shared cluster under scheduling policies on measured performance data.
     Simulate(simulate::SimulateArgs),
+    /// Worker-level adaptive batching: evaluate controllers × predictors on scenarios.
+    Batching(batching::BatchingArgs),
+    /// Measure speed: one scheduling round at scale, or whole simulations.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(a) => simulate::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Batching(a) => batching::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -17,7 +17,7 @@ use crate::metrics::{JobResult, RoundStat, SimResult};
 use pacer_model::{Allocation, ClusterSpec, JobId, JobSpec};
 use pacer_policy::{check_capacity, ClusterView, JobView, Policy};
 use pacer_predict::goodput::{
-    fit_perf_params, BatchLimits, GoodputFn, GradParams, PerfObservation, PerfParams,
+    fit_perf_params_from, BatchLimits, GoodputFn, GradParams, PerfObservation, PerfParams,
 };
 use std::collections::HashMap;
 use std::time::Instant;
@@ -80,6 +80,8 @@ struct JobState {
     perf: Option<PerfParams>,
     grad: Option<GradParams>,
     goodput_version: u64,
+    /// `goodput_version` the current batch was chosen at.
+    batch_version: u64,
     max_profiled_replicas: u32,
     /// Σ active jobs over the rounds this job was active, and the round count.
     contention_sum: f64,
@@ -103,12 +105,16 @@ impl JobState {
             perf: None,
             grad: None,
             goodput_version: 0,
+            batch_version: u64::MAX,
             max_profiled_replicas: 0,
             contention_sum: 0.0,
             contention_rounds: 0,
         }
     }
 }
+
+/// Relative prediction error below which a new measurement does not trigger a refit.
+const SURPRISE: f64 = 0.02;
 
 /// Batch settings of a profiled job under a policy.
 #[derive(Debug, Clone, Copy)]
@@ -216,6 +222,7 @@ impl Simulation<'_> {
                 split_fixed(app, b as u32, replicas)
             }
         };
+        st.batch_version = st.goodput_version;
         let count = replicas * (accum + 1);
         st.atomic_bsz = atomic.min((app.max_batch / count as f64) as u32).max(1);
         st.accum_steps = accum;
@@ -266,7 +273,8 @@ impl Simulation<'_> {
                     st.completion_s = Some(t);
                 }
             }
-            if mode.fixed.is_none() {
+            // The goodput-optimal batch only moves when the job's model does.
+            if mode.fixed.is_none() && st.goodput_version != st.batch_version {
                 self.update_batch(app, mode, st);
             }
         }
@@ -293,6 +301,12 @@ impl Simulation<'_> {
         if st.profile.contains_key(&key) {
             return;
         }
+        // A new (nodes, replicas) shape can move the optimum far: fit cold. A new
+        // atomic batch on a known shape only nudges it: warm-start from the last fit.
+        let new_shape = !st
+            .profile
+            .keys()
+            .any(|&(n, r, _)| n == nodes && r == replicas);
         st.profile.insert(key, (step, sync));
         st.max_profiled_replicas = st.max_profiled_replicas.max(replicas);
         let mut obs: Vec<PerfObservation> = st
@@ -314,7 +328,20 @@ impl Simulation<'_> {
                 b.atomic_bsz as u64,
             ))
         });
-        if let Ok(p) = fit_perf_params(&obs) {
+        // Refit only when the current model is surprised by the new measurement
+        // (> 2% off); otherwise the fit would barely move and costs an LM solve.
+        if let (false, Some(p)) = (new_shape, st.perf) {
+            let ok = |pred: f64, seen: f64| (pred / seen - 1.0).abs() < SURPRISE;
+            if ok(
+                p.compute_time(st.atomic_bsz as f64),
+                (step - sync).max(1e-9),
+            ) && ok(p.step_time(nodes, replicas, st.atomic_bsz as f64, 0), step)
+            {
+                return;
+            }
+        }
+        let warm = if new_shape { None } else { st.perf.as_ref() };
+        if let Ok(p) = fit_perf_params_from(&obs, warm) {
             st.perf = Some(p);
             st.goodput_version += 1;
         }

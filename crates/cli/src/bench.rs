@@ -1,0 +1,308 @@
+//! `pacer bench`: speed measurements (never asserted in tests).
+//!
+//! - `pacer bench round`: one scheduling round of a policy on a large synthetic
+//!   cluster (default 4,000 jobs on 16,000 GPUs), cold (first round, empty
+//!   caches) and warm (later rounds where 10% of jobs changed their model).
+//! - `pacer bench simulate`: whole simulations of the embedded Pollux workloads
+//!   per policy, with the same run repeated to report the median wall time.
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use pacer_model::{Allocation, ClusterSpec, JobId};
+use pacer_policy::{ClusterView, JobView};
+use pacer_predict::goodput::{
+    fit_perf_params, BatchLimits, GoodputFn, GradParams, PerfObservation,
+};
+use pacer_sim::apps::EMBEDDED_WORKLOADS;
+use pacer_sim::{trace, SimConfig, Simulation};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchWhat {
+    /// Time one scheduling round at scale.
+    Round(RoundArgs),
+    /// Time whole simulations of the embedded Pollux workloads.
+    Simulate(SimBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RoundArgs {
+    #[arg(long, default_value_t = 4000)]
+    pub jobs: usize,
+    #[arg(long, default_value_t = 16000)]
+    pub gpus: u32,
+    /// Devices per node.
+    #[arg(long, default_value_t = 4)]
+    pub gpus_per_node: u32,
+    /// Policies, comma separated, or `all`.
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+    /// Warm rounds to time after the first.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimBenchArgs {
+    /// Policies, comma separated, or `all`.
+    #[arg(long, default_value = "all")]
+    pub policy: String,
+    /// Embedded workloads to run (`all` or a name such as workload-1).
+    #[arg(long, default_value = "all")]
+    pub workload: String,
+    /// Repetitions of each run (median reported).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct RoundReport {
+    policy: String,
+    jobs: usize,
+    gpus: u32,
+    /// First round: every cache empty.
+    round_ms: f64,
+    /// Median of later rounds (10% of jobs changed model, allocations carried over).
+    warm_round_ms: f64,
+    allocated_gpus: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct SimReport {
+    policy: String,
+    workload: String,
+    jobs: usize,
+    /// Median wall time of one whole simulation.
+    wall_ms: f64,
+    avg_jct_s: f64,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    match args.what {
+        BenchWhat::Round(a) => round(a),
+        BenchWhat::Simulate(a) => simulate(a),
+    }
+}
+
+/// Goodput models fitted once to each embedded application's measured placements,
+/// so the Pollux-style policy works on realistic curves.
+fn app_goodputs() -> Vec<GoodputFn> {
+    pacer_sim::embedded_profiles()
+        .into_iter()
+        .map(|p| {
+            let m = pacer_sim::AppModel::new(p);
+            let obs: Vec<PerfObservation> = m
+                .profile
+                .placements
+                .iter()
+                .map(|r| PerfObservation {
+                    nodes: r.num_nodes(),
+                    replicas: r.num_replicas(),
+                    atomic_bsz: r.local_bsz,
+                    compute_time_s: (r.step_time_s - r.sync_time_s).max(1e-6),
+                    step_time_s: r.step_time_s,
+                })
+                .collect();
+            let perf = fit_perf_params(&obs).expect("embedded tables fit");
+            let (sqr, var) = m.grad_stats(m.init_batch, 1);
+            GoodputFn {
+                perf,
+                grad: GradParams { sqr, var },
+                limits: BatchLimits {
+                    base_batch: m.init_batch,
+                    max_batch: m.max_batch,
+                    min_atomic: m.min_local_bsz,
+                    max_atomic: m.max_local_bsz,
+                    accumulation: true,
+                },
+            }
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn round(a: RoundArgs) -> Result<()> {
+    if a.jobs == 0 || a.gpus == 0 || a.gpus_per_node == 0 || a.gpus % a.gpus_per_node != 0 {
+        bail!("--jobs and --gpus must be ≥ 1 and --gpus a multiple of --gpus-per-node");
+    }
+    let cluster = ClusterSpec::parse(
+        &format!("{}x{}:t4", a.gpus / a.gpus_per_node, a.gpus_per_node),
+        "--gpus",
+    )?;
+    let policies = crate::simulate::policy_names(&a.policy)?;
+    let goodputs = app_goodputs();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
+    let sizes = [1u32, 1, 1, 1, 1, 1, 1, 2, 2, 4, 4, 8, 16];
+    let mut jobs: Vec<JobView> = (0..a.jobs)
+        .map(|i| {
+            let r = sizes[rng.random_range(0..sizes.len())];
+            JobView {
+                id: JobId(i as u32),
+                arrival_s: rng.random_range(0.0..36_000.0),
+                attained_gpu_s: rng.random_range(0.0..100_000.0),
+                requested_replicas: r,
+                max_replicas: (2 * r).min(64),
+                num_restarts: rng.random_range(0..4),
+                current: Allocation::empty(),
+                goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
+                goodput_version: 1,
+            }
+        })
+        .collect();
+    let mut reports = Vec::new();
+    for p in policies {
+        let mut policy = pacer_policy::by_name(p).expect("validated");
+        for j in &mut jobs {
+            j.current = Allocation::empty();
+        }
+        let t = Instant::now();
+        let view = ClusterView {
+            now_s: 36_000.0,
+            cluster: &cluster,
+            jobs: &jobs,
+        };
+        let out = policy.allocate(&view);
+        let cold = t.elapsed().as_secs_f64() * 1e3;
+        pacer_policy::check_capacity(&cluster, &out).map_err(anyhow::Error::msg)?;
+        let mut allocs = out;
+        let mut warm = Vec::new();
+        for k in 0..a.rounds {
+            for (j, al) in jobs.iter_mut().zip(&allocs) {
+                j.current = al.clone();
+                j.attained_gpu_s += 60.0 * al.replicas() as f64;
+            }
+            for j in jobs.iter_mut().skip(k % 10).step_by(10) {
+                j.goodput_version += 1;
+            }
+            let view = ClusterView {
+                now_s: 36_060.0 + 60.0 * k as f64,
+                cluster: &cluster,
+                jobs: &jobs,
+            };
+            let t = Instant::now();
+            allocs = policy.allocate(&view);
+            warm.push(t.elapsed().as_secs_f64() * 1e3);
+            pacer_policy::check_capacity(&cluster, &allocs).map_err(anyhow::Error::msg)?;
+        }
+        reports.push(RoundReport {
+            policy: p.to_string(),
+            jobs: a.jobs,
+            gpus: a.gpus,
+            round_ms: cold,
+            warm_round_ms: median(warm),
+            allocated_gpus: allocs.iter().map(|x| x.replicas()).sum(),
+        });
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        println!(
+            "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}",
+            "policy", "jobs", "gpus", "round_ms", "warm_round_ms", "allocated"
+        );
+        for r in &reports {
+            println!(
+                "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}",
+                r.policy, r.jobs, r.gpus, r.round_ms, r.warm_round_ms, r.allocated_gpus
+            );
+        }
+    }
+    Ok(())
+}
+
+fn simulate(a: SimBenchArgs) -> Result<()> {
+    let policies = crate::simulate::policy_names(&a.policy)?;
+    let apps = crate::simulate::load_apps(&[])?;
+    let cluster = ClusterSpec::parse("16x4:t4", "cluster")?;
+    let chosen: Vec<&(&str, &str)> = EMBEDDED_WORKLOADS
+        .iter()
+        .filter(|(n, _)| a.workload == "all" || *n == a.workload)
+        .collect();
+    if chosen.is_empty() {
+        bail!(
+            "--workload {}: expected `all` or an embedded workload name (workload-1 … workload-8)",
+            a.workload
+        );
+    }
+    let repeat = a.repeat.max(1);
+    let mut reports = Vec::new();
+    for (name, text) in chosen {
+        let jobs = trace::load_pollux_workload(text, name, &apps, 1.0)?;
+        for p in &policies {
+            let mut walls = Vec::new();
+            let mut jct = 0.0;
+            for _ in 0..repeat {
+                let mut policy = pacer_policy::by_name(p).expect("validated");
+                let sim = Simulation {
+                    cluster: &cluster,
+                    apps: &apps,
+                    jobs: &jobs,
+                    config: SimConfig::default(),
+                };
+                let t = Instant::now();
+                let r = sim.run(policy.as_mut(), |_| {})?;
+                walls.push(t.elapsed().as_secs_f64() * 1e3);
+                jct = r.summary.avg_jct_s;
+            }
+            reports.push(SimReport {
+                policy: p.to_string(),
+                workload: name.to_string(),
+                jobs: jobs.len(),
+                wall_ms: median(walls),
+                avg_jct_s: jct,
+            });
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        println!(
+            "{:<12} {:<9} {:>5} {:>10} {:>10}",
+            "workload", "policy", "jobs", "wall_ms", "avg_jct_h"
+        );
+        for r in &reports {
+            println!(
+                "{:<12} {:<9} {:>5} {:>10.1} {:>10.3}",
+                r.workload,
+                r.policy,
+                r.jobs,
+                r.wall_ms,
+                r.avg_jct_s / 3600.0
+            );
+        }
+        for p in &policies {
+            let sel: Vec<f64> = reports
+                .iter()
+                .filter(|r| r.policy == *p)
+                .map(|r| r.wall_ms)
+                .collect();
+            println!(
+                "{p}: mean wall {:.1} ms, max {:.1} ms",
+                sel.iter().sum::<f64>() / sel.len() as f64,
+                sel.iter().copied().fold(0.0, f64::max)
+            );
+        }
+    }
+    Ok(())
+}
