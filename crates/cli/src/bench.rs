@@ -261,7 +261,7 @@ fn simulate(a: SimBenchArgs) -> Result<()> {
                     config: SimConfig::default(),
                 };
                 let t = Instant::now();
-                let r = sim.run(policy.as_mut(), |_| {})?;
+                let r = sim.run(policy.as_mut(), |_: &pacer_sim::engine::RoundInfo| {})?;
                 walls.push(t.elapsed().as_secs_f64() * 1e3);
                 jct = r.summary.avg_jct_s;
             }

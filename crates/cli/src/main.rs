@@ -3,6 +3,8 @@
 
 mod batching;
 mod bench;
+mod fit;
+mod recommend;
 mod report;
 mod simulate;
 
@@ -25,6 +27,10 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Worker-level adaptive batching: evaluate controllers × predictors on scenarios.
     Batching(batching::BatchingArgs),
+    /// Fit step-time models to measured tables and report held-out error.
+    Fit(fit::FitArgs),
+    /// Recommend batch, replicas and machine type under an SLO (Courier, configuration search).
+    Recommend(recommend::RecommendArgs),
     /// Measure speed: one scheduling round at scale, or whole simulations.
     Bench(bench::BenchArgs),
 }
@@ -35,6 +41,8 @@ fn main() -> std::process::ExitCode {
         Command::Simulate(a) => simulate::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Batching(a) => batching::run(a),
+        Command::Fit(a) => fit::run(a),
+        Command::Recommend(a) => recommend::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -241,7 +241,8 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             };
             bar.set_message(format!("{wname} / {p}"));
             let mut last_tick = std::time::Instant::now();
-            let res = sim.run(policy.as_mut(), |now| {
+            let res = sim.run(policy.as_mut(), |info| {
+                let now = info.now_s;
                 if last_tick.elapsed().as_millis() > 200 {
                     last_tick = std::time::Instant::now();
                     if started.elapsed().as_secs_f64() > 1.0 && bar.is_hidden() {

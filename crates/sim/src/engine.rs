@@ -161,6 +161,35 @@ pub struct Simulation<'a> {
     pub config: SimConfig,
 }
 
+/// What an observer sees after each round (progress bars, invariant checks).
+pub struct RoundInfo<'a> {
+    pub now_s: f64,
+    sim: &'a Simulation<'a>,
+    states: &'a [JobState],
+}
+
+impl RoundInfo<'_> {
+    /// Fraction of job `i`'s work done, in [0, 1].
+    pub fn progress(&self, i: usize) -> f64 {
+        let st = &self.states[i];
+        match &self.sim.jobs[i].work {
+            Work::Profiled { app } => {
+                (st.progress / self.sim.apps[*app].target_progress()).min(1.0)
+            }
+            Work::Duration { .. } => st.progress.min(1.0),
+        }
+    }
+
+    /// Devices job `i` holds for the next round.
+    pub fn allocation(&self, i: usize) -> &Allocation {
+        &self.states[i].alloc
+    }
+
+    pub fn finished(&self, i: usize) -> bool {
+        self.states[i].completion_s.is_some()
+    }
+}
+
 /// Errors during a simulation.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -377,11 +406,11 @@ impl Simulation<'_> {
         }
     }
 
-    /// Runs the simulation under `policy`, calling `on_round(now_s)` after each round.
+    /// Runs the simulation under `policy`, calling `on_round` after each round's decision.
     pub fn run(
         &self,
         policy: &mut dyn Policy,
-        mut on_round: impl FnMut(f64),
+        mut on_round: impl FnMut(&RoundInfo),
     ) -> Result<SimResult, SimError> {
         let wall = Instant::now();
         let cfg = &self.config;
@@ -537,7 +566,11 @@ impl Simulation<'_> {
                     used_gpus: used,
                 });
             }
-            on_round(now);
+            on_round(&RoundInfo {
+                now_s: now,
+                sim: self,
+                states: &states,
+            });
         }
         let results: Vec<JobResult> = self
             .jobs
