@@ -7,6 +7,7 @@ mod fit;
 mod recommend;
 mod report;
 mod simulate;
+mod validate;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,8 @@ enum Command {
     Fit(fit::FitArgs),
     /// Recommend batch, replicas and machine type under an SLO (Courier, configuration search).
     Recommend(recommend::RecommendArgs),
+    /// Compare the simulator with a peer's published results (Pollux).
+    Validate(validate::ValidateArgs),
     /// Measure speed: one scheduling round at scale, or whole simulations.
     Bench(bench::BenchArgs),
 }
@@ -40,6 +43,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Simulate(a) => simulate::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Validate(a) => validate::run(a),
         Command::Batching(a) => batching::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Recommend(a) => recommend::run(a),
