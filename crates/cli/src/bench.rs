@@ -143,7 +143,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn round(a: RoundArgs) -> Result<()> {
-    if a.jobs == 0 || a.gpus == 0 || a.gpus_per_node == 0 || a.gpus % a.gpus_per_node != 0 {
+    if a.jobs == 0 || a.gpus == 0 || a.gpus_per_node == 0 || !a.gpus.is_multiple_of(a.gpus_per_node)
+    {
         bail!("--jobs and --gpus must be ≥ 1 and --gpus a multiple of --gpus-per-node");
     }
     let cluster = ClusterSpec::parse(

@@ -63,7 +63,8 @@ fn parse_price(s: &str) -> anyhow::Result<MachineType> {
         None => (rest, 1.0),
     };
     let usd: f64 = usd.parse().ok().with_context(err)?;
-    if name.is_empty() || !(usd >= 0.0) || !(speed > 0.0) {
+    // NaN fails these checks too.
+    if name.is_empty() || usd.is_nan() || usd < 0.0 || speed.is_nan() || speed <= 0.0 {
         bail!(err());
     }
     Ok(MachineType {
@@ -74,7 +75,7 @@ fn parse_price(s: &str) -> anyhow::Result<MachineType> {
 }
 
 pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
-    if !(args.slo_s > 0.0) {
+    if args.slo_s.is_nan() || args.slo_s <= 0.0 {
         bail!("--slo-s {}: expected seconds > 0", args.slo_s);
     }
     let mut machines = args

@@ -77,7 +77,7 @@ pub const POLICY_NAMES: &[&str] = &["fifo", "fair", "tiresias", "pollux"];
 /// Builds a policy by registry name.
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
     match name {
-        "fifo" => Some(Box::new(fifo::Fifo::default())),
+        "fifo" => Some(Box::new(fifo::Fifo)),
         "fair" => Some(Box::new(fair::FairShare)),
         "tiresias" => Some(Box::new(tiresias::Tiresias::default())),
         "pollux" => Some(Box::new(pollux::Pollux::default())),

@@ -195,8 +195,8 @@ impl Policy for Pollux {
             best
         };
         let mut heap = BinaryHeap::new();
-        for i in 0..n {
-            if let Some(m) = best_move(i, 0, free, current_cost[i], &mut caches, &mut cost) {
+        for (i, &c) in current_cost.iter().enumerate() {
+            if let Some(m) = best_move(i, 0, free, c, &mut caches, &mut cost) {
                 heap.push(m);
             }
         }

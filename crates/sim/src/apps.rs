@@ -199,6 +199,9 @@ pub fn load_app_dir(dir: &Path) -> Result<AppProfile, AppError> {
     )
 }
 
+/// (local batch, step time, sync time) samples per (nodes, replicas).
+type PointsByShape = std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>>;
+
 /// Step/sync time samples of one (nodes, replicas) level, sorted by local batch.
 #[derive(Debug, Clone)]
 struct Curve {
@@ -308,8 +311,7 @@ impl AppModel {
         let max_local_bsz = known.and_then(|a| a.2).unwrap_or(measured_max);
         let mut exact_pts: std::collections::HashMap<Vec<u32>, Vec<(f64, f64, f64)>> =
             Default::default();
-        let mut grid: std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>> =
-            Default::default();
+        let mut grid: PointsByShape = Default::default();
         for r in &profile.placements {
             exact_pts
                 .entry(canonical_placement(&r.placement))
@@ -324,8 +326,7 @@ impl AppModel {
             .into_iter()
             .map(|(k, v)| (k, Curve::from_points(v)))
             .collect();
-        let mut scal: std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>> =
-            Default::default();
+        let mut scal: PointsByShape = Default::default();
         for r in &profile.scalability {
             scal.entry((r.num_nodes, r.num_replicas))
                 .or_default()

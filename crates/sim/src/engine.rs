@@ -281,7 +281,8 @@ impl Simulation<'_> {
             let compute = (step - sync).max(1e-9);
             let gain = app.gain(batch, st.epoch);
             if mode.fixed.is_none() {
-                self.observe(app, st, nodes, replicas, batch, step, sync);
+                let (sqr, var) = app.grad_stats(batch, st.epoch);
+                Self::observe(st, GradParams { sqr, var }, (nodes, replicas), step, sync);
             }
             let total = step + compute * st.accum_steps as f64;
             let goodput = gain / total;
@@ -311,17 +312,12 @@ impl Simulation<'_> {
 
     /// Records what the job just measured and refits its model when it is new.
     fn observe(
-        &self,
-        app: &AppModel,
         st: &mut JobState,
-        nodes: u32,
-        replicas: u32,
-        batch: f64,
+        grad: GradParams,
+        (nodes, replicas): (u32, u32),
         step: f64,
         sync: f64,
     ) {
-        let (sqr, var) = app.grad_stats(batch, st.epoch);
-        let grad = GradParams { sqr, var };
         if st.grad != Some(grad) {
             st.grad = Some(grad);
             st.goodput_version += 1;
@@ -631,7 +627,7 @@ impl Simulation<'_> {
     pub fn dedicated_time(&self, app: &AppModel, batch: u32, replicas: u32) -> f64 {
         let per_node = self.cluster.max_gpus_per_node().max(1);
         let mut placement = vec![per_node; (replicas / per_node) as usize];
-        if replicas % per_node > 0 {
+        if !replicas.is_multiple_of(per_node) {
             placement.push(replicas % per_node);
         }
         let (atomic, accum) = split_fixed(app, batch, replicas);

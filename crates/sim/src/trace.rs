@@ -28,11 +28,10 @@ fn app_index(
     })
 }
 
-fn csv_records(
-    text: &str,
-    origin: &str,
-    expected: &[&str],
-) -> Result<(Vec<usize>, Vec<(usize, csv::StringRecord)>), ParseError> {
+/// Column indices (in expected order) and the data records with their line numbers.
+type CsvRows = (Vec<usize>, Vec<(usize, csv::StringRecord)>);
+
+fn csv_records(text: &str, origin: &str, expected: &[&str]) -> Result<CsvRows, ParseError> {
     let mut rdr = csv::ReaderBuilder::new()
         .flexible(true)
         .from_reader(text.as_bytes());
