@@ -24,7 +24,8 @@ pub struct SimulateArgs {
     /// `synthetic:JOBS` (Poisson arrivals over the measured applications).
     #[arg(long, value_name = "KIND:FILE")]
     pub trace: Vec<String>,
-    /// Cluster: `COUNTxGPUS:TYPE[,...]`, e.g. `16x4:t4` (the default, Pollux's 64 T4s).
+    /// Cluster: `COUNTxGPUS:TYPE[,...]`, e.g. `16x4:t4` (the default, Pollux's 64 T4s),
+    /// or a TOML file with `[[nodes]]` tables of `count`, `gpus`, `type`.
     #[arg(long, default_value = "16x4:t4")]
     pub cluster: String,
     /// Policies to compare, comma separated (fifo, fair, tiresias, pollux) or `all`.
@@ -184,6 +185,47 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
     Ok(out)
 }
 
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterFile {
+    nodes: Vec<NodeGroupFile>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeGroupFile {
+    count: u32,
+    gpus: u32,
+    #[serde(rename = "type")]
+    device_type: String,
+}
+
+/// `--cluster`: a compact spec, or a TOML file such as
+/// ```toml
+/// [[nodes]]
+/// count = 8
+/// gpus = 4
+/// type = "v100"
+/// ```
+pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
+    if !arg.ends_with(".toml") {
+        return Ok(ClusterSpec::parse(arg, "--cluster")?);
+    }
+    let text = read(arg)?;
+    let file: ClusterFile = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{arg}: {}", e.to_string().trim_end()))?;
+    let groups: Vec<pacer_model::cluster::NodeGroup> = file
+        .nodes
+        .into_iter()
+        .map(|g| pacer_model::cluster::NodeGroup {
+            count: g.count,
+            gpus_per_node: g.gpus,
+            device_type: g.device_type.to_ascii_lowercase(),
+        })
+        .collect();
+    Ok(ClusterSpec::from_groups(&groups, arg)?)
+}
+
 pub fn policy_names(arg: &str) -> Result<Vec<&'static str>> {
     if arg == "all" {
         return Ok(pacer_policy::POLICY_NAMES.to_vec());
@@ -212,7 +254,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             args.round_s
         );
     }
-    let cluster = ClusterSpec::parse(&args.cluster, "--cluster")?;
+    let cluster = parse_cluster(&args.cluster)?;
     let policies = policy_names(&args.policy)?;
     let apps = load_apps(&args.app_dir)?;
     let loads = workloads(&args, &apps)?;

@@ -157,6 +157,47 @@ fn unknown_policy_and_bad_cluster_and_trace_kind() {
 }
 
 #[test]
+fn cluster_toml_file() {
+    let c = tmp("c.toml", "[[nodes]]\ncount = 1\ngpus = 4\ntype = \"V100\"\n\n[[nodes]]\ncount = 1\ngpus = 2\ntype = \"k80\"\n");
+    let w = tmp("small3.csv", SMALL);
+    let out = pacer(&[
+        "simulate",
+        "--workload",
+        w.to_str().unwrap(),
+        "--cluster",
+        c.to_str().unwrap(),
+        "--policy",
+        "fifo",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("cluster 1x4:v100,1x2:k80 (6 devices)"),
+        "{text}"
+    );
+    let bad = tmp(
+        "bad.toml",
+        "[[nodes]]\ncount = 1\ngpu = 4\ntype = \"v100\"\n",
+    );
+    assert_clean_error(
+        &pacer(&["simulate", "--cluster", bad.to_str().unwrap()]),
+        "bad.toml:",
+    );
+    let zero = tmp(
+        "zero.toml",
+        "[[nodes]]\ncount = 0\ngpus = 4\ntype = \"v100\"\n",
+    );
+    assert_clean_error(
+        &pacer(&["simulate", "--cluster", zero.to_str().unwrap()]),
+        "counts must be ≥ 1",
+    );
+}
+
+#[test]
 fn malformed_philly_and_gavel_lines_are_named() {
     let p = tmp("philly.csv", "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,a\n2017-10-09 07:01:55,-3,1,66.0,a\n");
     assert_clean_error(
