@@ -28,6 +28,7 @@
 use crate::place::FreePool;
 use crate::{ClusterView, JobView, Policy};
 use pacer_model::{Allocation, JobId};
+use pacer_predict::goodput::{BatchLimits, Candidate, PerfParams};
 use std::collections::{BinaryHeap, HashMap};
 
 /// Restart cost assumed by the objective (s), as in Pollux.
@@ -37,11 +38,16 @@ const EPS: f64 = 1e-3;
 
 #[derive(Debug, Default, Clone)]
 struct JobCache {
+    /// `JobView::goodput_version` the `best` values belong to.
     version: u64,
-    /// Best goodput with `r` replicas on the consolidated node count, index r.
-    consolidated: Vec<Option<f64>>,
-    /// Goodput at specific (nodes, replicas).
-    other: HashMap<(u32, u32), f64>,
+    /// Performance model and limits the candidate tables were built for.
+    model: Option<(PerfParams, BatchLimits)>,
+    /// Candidate batch configurations with their throughput, per (nodes, replicas).
+    /// Kept while only the gradient statistics change (every epoch), which re-ranks
+    /// candidates without re-evaluating step times.
+    tables: HashMap<(u32, u32), Vec<Candidate>>,
+    /// Best goodput per (nodes, replicas) at `version`.
+    best: HashMap<(u32, u32), f64>,
 }
 
 #[derive(Debug, Default)]
@@ -50,25 +56,36 @@ pub struct Pollux {
 }
 
 impl JobCache {
-    fn goodput(&mut self, job: &JobView, nodes: u32, replicas: u32, per_node: u32) -> f64 {
+    /// Brings the cache in line with the job's current model.
+    fn refresh(&mut self, job: &JobView) {
+        if self.version != job.goodput_version {
+            self.version = job.goodput_version;
+            self.best.clear();
+            let model = job.goodput.map(|g| (g.perf, g.limits));
+            if model != self.model {
+                self.model = model;
+                self.tables.clear();
+            }
+        }
+    }
+
+    fn goodput(&mut self, job: &JobView, nodes: u32, replicas: u32) -> f64 {
         let Some(g) = &job.goodput else {
             return replicas as f64;
         };
         if replicas == 0 {
             return 0.0;
         }
-        if nodes == replicas.div_ceil(per_node) {
-            let r = replicas as usize;
-            if self.consolidated.len() <= r {
-                self.consolidated.resize(r + 1, None);
-            }
-            return *self.consolidated[r]
-                .get_or_insert_with(|| g.optimize(nodes, replicas).map_or(0.0, |c| c.goodput));
+        if let Some(&b) = self.best.get(&(nodes, replicas)) {
+            return b;
         }
-        *self
-            .other
+        let table = self
+            .tables
             .entry((nodes, replicas))
-            .or_insert_with(|| g.optimize(nodes, replicas).map_or(0.0, |c| c.goodput))
+            .or_insert_with(|| g.candidates(nodes, replicas));
+        let b = g.best_candidate(table).map_or(0.0, |c| c.goodput);
+        self.best.insert((nodes, replicas), b);
+        b
     }
 }
 
@@ -121,26 +138,20 @@ impl Policy for Pollux {
         let mut caches: Vec<JobCache> = jobs
             .iter()
             .map(|j| {
-                let c = self.cache.remove(&j.id).unwrap_or_default();
-                if c.version == j.goodput_version {
-                    c
-                } else {
-                    JobCache {
-                        version: j.goodput_version,
-                        ..Default::default()
-                    }
-                }
+                let mut c = self.cache.remove(&j.id).unwrap_or_default();
+                c.refresh(j);
+                c
             })
             .collect();
         let base: Vec<f64> = jobs
             .iter()
             .zip(caches.iter_mut())
             .map(|(j, c)| {
-                let b = c.goodput(j, 1, fair_replicas, fair_replicas);
+                let b = c.goodput(j, 1, fair_replicas);
                 if b > 0.0 {
                     b
                 } else {
-                    c.goodput(j, 1, 1, per_node).max(1e-12)
+                    c.goodput(j, 1, 1).max(1e-12)
                 }
             })
             .collect();
@@ -161,10 +172,9 @@ impl Policy for Pollux {
             let s = if r == 0 {
                 0.0
             } else if keep {
-                caches[i].goodput(j, j.current.nodes(), r, per_node) / base[i]
+                caches[i].goodput(j, j.current.nodes(), r) / base[i]
             } else {
-                caches[i].goodput(j, r.div_ceil(per_node), r, per_node) / base[i]
-                    * restart_factor[i]
+                caches[i].goodput(j, r.div_ceil(per_node), r) / base[i] * restart_factor[i]
             };
             1.0 / (s * scale + EPS)
         };
@@ -341,5 +351,35 @@ mod tests {
         let out = Pollux::default().allocate(&view);
         crate::check_capacity(&c, &out).unwrap();
         assert_eq!(out.iter().map(|a| a.replicas()).sum::<u32>(), 4);
+    }
+
+    #[test]
+    fn cached_tables_give_the_same_decisions_as_a_fresh_policy() {
+        let c = ClusterSpec::parse("4x4:t4", "t").unwrap();
+        let mut jobs = vec![
+            job(0, Some(gfn(500.0)), 16),
+            job(1, Some(gfn(0.5)), 16),
+            job(2, Some(gfn(50.0)), 8),
+        ];
+        let mut warm = Pollux::default();
+        let first = warm.allocate(&ClusterView {
+            now_s: 600.0,
+            cluster: &c,
+            jobs: &jobs,
+        });
+        // Gradient noise changes (new epoch) for one job, the model for another.
+        for (j, a) in jobs.iter_mut().zip(&first) {
+            j.current = a.clone();
+        }
+        jobs[0].goodput.as_mut().unwrap().grad.var = 5.0;
+        jobs[0].goodput_version += 1;
+        jobs[1].goodput.as_mut().unwrap().perf.alpha_n *= 3.0;
+        jobs[1].goodput_version += 1;
+        let view = ClusterView {
+            now_s: 660.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        assert_eq!(warm.allocate(&view), Pollux::default().allocate(&view));
     }
 }

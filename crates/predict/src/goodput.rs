@@ -183,19 +183,23 @@ impl GoodputFn {
         (atomic, accum)
     }
 
-    /// Best batch for `replicas` devices on `nodes` nodes; `None` when no batch fits
-    /// the limits (too many replicas for the largest batch).
-    pub fn optimize(&self, nodes: u32, replicas: u32) -> Option<BatchChoice> {
+    /// The batch configurations [`optimize`](Self::optimize) chooses among for
+    /// `replicas` devices on `nodes` nodes, with their throughput. Throughput depends
+    /// only on the performance model, efficiency only on the gradient statistics, so
+    /// callers whose gradient statistics change often (every epoch) can keep these
+    /// and re-rank them with [`best_candidate`](Self::best_candidate) without
+    /// re-evaluating the step-time model.
+    pub fn candidates(&self, nodes: u32, replicas: u32) -> Vec<Candidate> {
         if replicas == 0 || nodes == 0 || nodes > replicas {
-            return None;
+            return Vec::new();
         }
         let l = &self.limits;
         let lo = l.base_batch.max(l.min_atomic * replicas as f64);
         let hi = l.max_batch;
         if lo > hi {
-            return None;
+            return Vec::new();
         }
-        let mut best: Option<BatchChoice> = None;
+        let mut out = Vec::with_capacity(BATCH_CANDIDATES);
         // Geometric grid lo·q^i, q = (hi/lo)^(1/(n−1)), by repeated multiplication.
         let q = (hi / lo).powf(1.0 / (BATCH_CANDIDATES - 1) as f64);
         let mut batch = lo;
@@ -206,23 +210,55 @@ impl GoodputFn {
             let (atomic, accum) = self.split_batch(replicas, batch);
             batch *= q;
             let a = atomic as f64;
-            if a < l.min_atomic - 1e-9 || a > l.max_atomic + 1e-9 {
-                continue;
-            }
-            let goodput = self.evaluate(nodes, replicas, a, accum);
-            if best.is_none_or(|b| goodput > b.goodput) {
-                best = Some(BatchChoice {
-                    goodput,
+            if a >= l.min_atomic - 1e-9 && a <= l.max_atomic + 1e-9 {
+                out.push(Candidate {
                     atomic_bsz: atomic,
                     accum_steps: accum,
+                    global_batch: replicas as f64 * a * (accum + 1) as f64,
+                    throughput: self.perf.throughput(nodes, replicas, a, accum),
                 });
             }
             if lo == hi {
                 break;
             }
         }
+        out
+    }
+
+    /// The candidate with the highest goodput under this function's gradient
+    /// statistics (the first one on ties).
+    pub fn best_candidate(&self, candidates: &[Candidate]) -> Option<BatchChoice> {
+        let mut best: Option<BatchChoice> = None;
+        for c in candidates {
+            let goodput =
+                c.throughput * self.grad.efficiency(c.global_batch, self.limits.base_batch);
+            if best.is_none_or(|b| goodput > b.goodput) {
+                best = Some(BatchChoice {
+                    goodput,
+                    atomic_bsz: c.atomic_bsz,
+                    accum_steps: c.accum_steps,
+                });
+            }
+        }
         best
     }
+
+    /// Best batch for `replicas` devices on `nodes` nodes, among
+    /// [`BATCH_CANDIDATES`] global batches spaced geometrically between the smallest
+    /// and largest allowed; `None` when no batch fits the limits (too many replicas
+    /// for the largest batch).
+    pub fn optimize(&self, nodes: u32, replicas: u32) -> Option<BatchChoice> {
+        self.best_candidate(&self.candidates(nodes, replicas))
+    }
+}
+
+/// A batch configuration and its throughput (samples/s), see [`GoodputFn::candidates`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub atomic_bsz: u32,
+    pub accum_steps: u32,
+    pub global_batch: f64,
+    pub throughput: f64,
 }
 
 /// One observed step: configuration and measured times.

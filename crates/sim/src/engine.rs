@@ -365,7 +365,7 @@ impl Simulation<'_> {
                 return;
             }
         }
-        let warm = if new_shape { None } else { st.perf.as_ref() };
+        let warm = st.perf.as_ref();
         if let Ok(p) = fit_perf_params_from(&obs, warm) {
             st.perf = Some(p);
             st.goodput_version += 1;
