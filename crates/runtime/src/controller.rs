@@ -1,0 +1,1325 @@
+//! The controller service: admits workers, runs synchronous data-parallel iterations
+//! with per-worker batches, aggregates gradients weighted by batch, applies the
+//! optimiser, evaluates, and handles workers that join, leave or die.
+//!
+//! ## One iteration (the same order as the scenario simulator, `pacer-workersim`)
+//! 1. Boundary: admit workers whose handshake finished, drop the dead. A change of
+//!    membership rebuilds the `BatchProblem` and the controller and re-balances `B`
+//!    over the members: LB-BSP's proportional rule on the predicted speeds
+//!    (newcomers get the mean prediction), or equal shares for `uniform`.
+//! 2. Otherwise each member's predictor predicts its speed from the signals it
+//!    reported for the start of this iteration, and the controller rewrites the
+//!    batches from the last compute times and those predictions.
+//! 3. Worker `i` gets the next `b_i` positions of the sample stream and the model.
+//! 4. Gradients are accumulated as they arrive: `g += (b_i / B) · g_i`.
+//! 5. The optimiser steps; each predictor observes its worker's speed
+//!    `b_i / step_s_i` with the signals of the iteration's start.
+//!
+//! ## A worker lost in the middle of an iteration: retried
+//! Its tasks are split among the survivors (by predicted speed) with the same model
+//! version, and the iteration completes on exactly the samples it was given. Why retry
+//! rather than re-weight over the survivors: the step is then the very step BSP would
+//! have taken (same samples, same weights `len/B` summing to 1), the epoch still
+//! covers every sample once, and a failure costs one extra round of a fraction of a
+//! batch instead of silently changing the effective batch of one step. Results are
+//! accepted only for a task that is still pending and assigned to the sender, so a
+//! late answer from a worker declared dead can never be counted twice.
+
+use crate::data::Data;
+use crate::error::RuntimeError;
+use crate::model::{Model, ModelSpec, Quality};
+use crate::optim::{OptimSpec, Optimizer};
+use crate::protocol::{self, JobSpec, Message, ProtocolError, Signals, StepTiming};
+use pacer_control::worker::{apportion, make_controller, BatchBounds, BatchProblem, Observation};
+use pacer_predict::speed::{make_predictor, Exogenous, SpeedPredictor};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// What the controller runs.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    pub model: ModelSpec,
+    pub optimizer: OptimSpec,
+    pub global_batch: u64,
+    /// `pacer_control::worker` registry name.
+    pub controller: String,
+    /// `pacer_predict::speed` registry name.
+    pub predictor: String,
+    /// Fixed batches in admission order, bypassing the controller (tests, ablations).
+    pub fixed_batches: Option<Vec<u64>>,
+    pub target_accuracy: Option<f64>,
+    /// Stop at the first evaluation that reaches the target.
+    pub stop_at_target: bool,
+    pub max_time_s: f64,
+    pub max_iterations: Option<u64>,
+    /// Evaluate every this many iterations (evaluation time is not training time).
+    pub eval_every: u64,
+    pub seed: u64,
+    /// Wait for this many workers before the first iteration.
+    pub min_workers: usize,
+    /// A task unanswered for this long marks its worker dead.
+    pub worker_timeout_s: f64,
+    /// How long to wait for workers (at start, or when none is left).
+    pub join_timeout_s: f64,
+    /// Keep the ledger of accumulated ranges (elasticity test).
+    pub record_ledger: bool,
+    /// Keep the aggregated gradients of the first this many iterations.
+    pub record_grads: usize,
+    /// Print refusals and membership changes to stderr.
+    pub verbose: bool,
+}
+
+impl ControllerConfig {
+    /// Defaults for `model` (its own optimiser).
+    pub fn new(model: ModelSpec) -> Result<Self, RuntimeError> {
+        let m = model
+            .build()
+            .ok_or_else(|| RuntimeError::config("model", "unknown model kind"))?;
+        Ok(ControllerConfig {
+            model,
+            optimizer: m.default_optimizer(),
+            global_batch: 512,
+            controller: "lbbsp".into(),
+            predictor: "ewma".into(),
+            fixed_batches: None,
+            target_accuracy: None,
+            stop_at_target: true,
+            max_time_s: 600.0,
+            max_iterations: None,
+            eval_every: 10,
+            seed: 1,
+            min_workers: 1,
+            worker_timeout_s: 120.0,
+            join_timeout_s: 120.0,
+            record_ledger: false,
+            record_grads: 0,
+            verbose: false,
+        })
+    }
+}
+
+/// Progress after each iteration (for a progress bar).
+#[derive(Debug, Clone)]
+pub struct Progress {
+    pub iteration: u64,
+    pub epoch: f64,
+    pub train_time_s: f64,
+    pub accuracy: Option<f64>,
+    /// (worker id, local batch) of the iteration that just ran.
+    pub batches: Vec<(u32, u64)>,
+}
+
+/// A callback called after every iteration.
+pub type ProgressFn = Box<dyn FnMut(&Progress) + Send>;
+
+/// One accumulated gradient: which stream range, from whom, in which iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LedgerEntry {
+    pub iteration: u64,
+    pub stream_start: u64,
+    pub len: u64,
+    pub worker: u32,
+    pub retry: bool,
+}
+
+/// A test-set evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EvalPoint {
+    pub iteration: u64,
+    pub train_time_s: f64,
+    pub accuracy: f64,
+    pub loss: f64,
+}
+
+/// Where an iteration's time goes, mean milliseconds per (undisturbed) iteration.
+/// The pieces on the critical path are those of the last worker to answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Overhead {
+    pub iter_ms: f64,
+    /// Slowest worker's step (real compute + emulation padding).
+    pub compute_ms: f64,
+    /// Controller: predictions + batch decision.
+    pub control_ms: f64,
+    /// Controller: encoding the parameters (once for all workers).
+    pub encode_params_ms: f64,
+    /// Worker (last to answer): decoding the parameters.
+    pub worker_decode_ms: f64,
+    /// Worker (last to answer): encoding its gradient.
+    pub worker_encode_ms: f64,
+    /// Controller: decoding the last gradient.
+    pub ctrl_decode_ms: f64,
+    /// Controller: accumulating the last gradient (the earlier ones overlap waiting).
+    pub aggregate_ms: f64,
+    /// Controller: all accumulations of the iteration (CPU, not all on the path).
+    pub aggregate_total_ms: f64,
+    pub optimizer_ms: f64,
+    /// What is left: network transfer, queuing, scheduling.
+    pub network_other_ms: f64,
+}
+
+/// The result of a training run.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainReport {
+    pub controller: String,
+    pub controller_variant: String,
+    pub predictor: String,
+    pub model: String,
+    pub dataset: String,
+    pub workers: usize,
+    pub global_batch: u64,
+    pub optimizer: OptimSpec,
+    pub target_accuracy: Option<f64>,
+    pub reached: bool,
+    pub time_to_target_s: Option<f64>,
+    pub iterations_to_target: Option<u64>,
+    pub iterations: u64,
+    pub epochs: f64,
+    pub final_accuracy: f64,
+    pub final_loss: f64,
+    pub best_accuracy: f64,
+    pub train_time_s: f64,
+    pub mean_iter_s: f64,
+    /// Mean of `B / Σ_i v_i` with `v_i = b_i / step_s_i` measured in the same
+    /// iteration: the iteration time of a perfect balance with zero overhead.
+    pub ideal_iter_s: f64,
+    pub efficiency: f64,
+    /// `1 − Σ max_i step_s / Σ iteration time`: time not spent in worker compute.
+    pub overhead_frac: f64,
+    pub overhead: Overhead,
+    /// Mean absolute percentage error of the one-step speed predictions.
+    pub speed_mape: f64,
+    /// Share of steps whose real wall time exceeded the emulated target.
+    pub overrun_frac: f64,
+    /// Iterations disturbed by a failure (excluded from the timing means).
+    pub disrupted_iterations: u64,
+    pub joins: u64,
+    pub leaves: u64,
+    pub retried_tasks: u64,
+    pub stale_results: u64,
+    /// Connections refused, with the reason sent to the peer.
+    pub rejected: Vec<String>,
+    /// Workers admitted (`id name address`), in admission order.
+    pub admitted: Vec<String>,
+    pub final_batches: Vec<u64>,
+    pub accuracy_curve: Vec<EvalPoint>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ledger: Vec<LedgerEntry>,
+    #[serde(skip)]
+    pub grads: Vec<Vec<f32>>,
+    #[serde(skip)]
+    pub final_params: Vec<f32>,
+}
+
+// ------------------------------------------------------------------ connections
+
+enum Out {
+    Frame(Vec<u8>),
+    Step {
+        header: Vec<u8>,
+        tail: Arc<Vec<u8>>,
+    },
+    /// Shut the socket; the sender (if any) is told once everything before it was
+    /// written, so `Shutdown` reaches the worker before the runtime goes away.
+    Close(Option<tokio::sync::oneshot::Sender<()>>),
+}
+
+struct GradientMsg {
+    task: u64,
+    iteration: u64,
+    len: u32,
+    loss_sum: f64,
+    timing: StepTiming,
+    signals: Signals,
+    grad: Vec<f32>,
+}
+
+enum Event {
+    Joined {
+        id: u32,
+        name: String,
+        addr: SocketAddr,
+        tx: mpsc::UnboundedSender<Out>,
+    },
+    Gradient {
+        id: u32,
+        msg: GradientMsg,
+        decode_s: f64,
+    },
+    Lost {
+        id: u32,
+        reason: String,
+    },
+}
+
+struct Shared {
+    job: JobSpec,
+    events: mpsc::UnboundedSender<Event>,
+    rejected: Mutex<Vec<String>>,
+    admitted: Mutex<Vec<String>>,
+    verbose: bool,
+}
+
+async fn reject(stream: &mut TcpStream, shared: &Shared, addr: SocketAddr, reason: String) {
+    let mut buf = Vec::new();
+    Message::Reject {
+        reason: reason.clone(),
+    }
+    .encode(&mut buf);
+    let _ = stream.write_all(&buf).await;
+    let _ = stream.shutdown().await;
+    if shared.verbose {
+        eprintln!("pacer controller: refused {addr}: {reason}");
+    }
+    shared
+        .rejected
+        .lock()
+        .expect("rejected list")
+        .push(format!("{addr}: {reason}"));
+}
+
+/// Handshake, then forward frames as events. Every failure ends only this
+/// connection.
+async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Arc<Shared>) {
+    let peer = format!("worker {addr}");
+    let _ = stream.set_nodelay(true);
+    let mut buf = Vec::new();
+    let hello = tokio::time::timeout(
+        Duration::from_secs(10),
+        protocol::read_message(&mut stream, &mut buf, &peer, "waiting for Hello"),
+    )
+    .await;
+    let name = match hello {
+        Err(_) => {
+            reject(&mut stream, &shared, addr, "no Hello within 10 s".into()).await;
+            return;
+        }
+        Ok(Err(e)) => {
+            reject(&mut stream, &shared, addr, e.to_string()).await;
+            return;
+        }
+        Ok(Ok(Message::Hello { name, .. })) => name,
+        Ok(Ok(other)) => {
+            let e = ProtocolError::Unexpected {
+                peer,
+                expected: "Hello",
+                got: other.kind(),
+            };
+            reject(&mut stream, &shared, addr, e.to_string()).await;
+            return;
+        }
+    };
+    let mut wbuf = Vec::new();
+    Message::Welcome {
+        worker_id: id,
+        job: shared.job.clone(),
+    }
+    .encode(&mut wbuf);
+    if stream.write_all(&wbuf).await.is_err() {
+        return;
+    }
+    // Loading a dataset can take a while on a slow disk.
+    let ready = tokio::time::timeout(
+        Duration::from_secs(600),
+        protocol::read_message(&mut stream, &mut buf, &peer, "waiting for Ready"),
+    )
+    .await;
+    match ready {
+        Ok(Ok(Message::Ready {
+            fingerprint,
+            n_train,
+        })) => {
+            if fingerprint != shared.job.fingerprint || n_train != shared.job.n_train {
+                let reason = format!(
+                    "wrong dataset: the job trains on `{}` ({} training samples, fingerprint {:016x}), \
+                     the worker holds {} training samples with fingerprint {:016x}; give the worker the same data (--dataset)",
+                    shared.job.dataset, shared.job.n_train, shared.job.fingerprint, n_train, fingerprint
+                );
+                reject(&mut stream, &shared, addr, reason).await;
+                return;
+            }
+        }
+        Ok(Ok(Message::Error { message })) => {
+            reject(
+                &mut stream,
+                &shared,
+                addr,
+                format!("worker could not join: {message}"),
+            )
+            .await;
+            return;
+        }
+        Ok(Ok(other)) => {
+            let e = ProtocolError::Unexpected {
+                peer,
+                expected: "Ready",
+                got: other.kind(),
+            };
+            reject(&mut stream, &shared, addr, e.to_string()).await;
+            return;
+        }
+        Ok(Err(e)) => {
+            reject(&mut stream, &shared, addr, e.to_string()).await;
+            return;
+        }
+        Err(_) => {
+            reject(&mut stream, &shared, addr, "no Ready within 600 s".into()).await;
+            return;
+        }
+    }
+    shared
+        .admitted
+        .lock()
+        .expect("admitted list")
+        .push(format!("{id} {name} {addr}"));
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
+    let ev = shared.events.clone();
+    tokio::spawn(async move {
+        while let Some(out) = rx.recv().await {
+            let r = match out {
+                Out::Frame(f) => wr.write_all(&f).await,
+                Out::Step { header, tail } => match wr.write_all(&header).await {
+                    Ok(()) => wr.write_all(&tail).await,
+                    Err(e) => Err(e),
+                },
+                Out::Close(ack) => {
+                    let _ = wr.shutdown().await;
+                    if let Some(a) = ack {
+                        let _ = a.send(());
+                    }
+                    return;
+                }
+            };
+            if let Err(e) = r {
+                let _ = ev.send(Event::Lost {
+                    id,
+                    reason: format!("sending to worker {id}: {e}"),
+                });
+                return;
+            }
+        }
+    });
+    if shared
+        .events
+        .send(Event::Joined { id, name, addr, tx })
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let r = protocol::read_frame(&mut rd, &mut buf, &peer, "waiting for a Gradient").await;
+        let t0 = Instant::now();
+        let msg = r.and_then(|()| Message::decode(&buf, &peer));
+        let event = match msg {
+            Ok(Message::Gradient {
+                task,
+                iteration,
+                len,
+                loss_sum,
+                timing,
+                signals,
+                grad,
+                ..
+            }) => Event::Gradient {
+                id,
+                msg: GradientMsg {
+                    task,
+                    iteration,
+                    len,
+                    loss_sum,
+                    timing,
+                    signals,
+                    grad,
+                },
+                decode_s: t0.elapsed().as_secs_f64(),
+            },
+            Ok(Message::Error { message }) => Event::Lost {
+                id,
+                reason: format!("{peer} reported: {message}"),
+            },
+            Ok(other) => Event::Lost {
+                id,
+                reason: ProtocolError::Unexpected {
+                    peer: peer.clone(),
+                    expected: "Gradient",
+                    got: other.kind(),
+                }
+                .to_string(),
+            },
+            Err(e) => Event::Lost {
+                id,
+                reason: e.to_string(),
+            },
+        };
+        let lost = matches!(event, Event::Lost { .. });
+        if shared.events.send(event).is_err() || lost {
+            return;
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut next_id = 0u32;
+    loop {
+        match listener.accept().await {
+            Ok((stream, addr)) => {
+                let id = next_id;
+                next_id += 1;
+                tokio::spawn(connection(stream, addr, id, shared.clone()));
+            }
+            Err(e) => {
+                if shared.verbose {
+                    eprintln!("pacer controller: accept failed: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ members
+
+struct Member {
+    id: u32,
+    name: String,
+    addr: SocketAddr,
+    tx: mpsc::UnboundedSender<Out>,
+    predictor: Box<dyn SpeedPredictor>,
+    /// Last measured speed (samples/s), 0 before the first.
+    speed: f64,
+    /// Signals the worker reported for the start of its next iteration.
+    exo_next: Exogenous,
+    last_step_s: f64,
+    /// Model version this worker holds.
+    version: u64,
+}
+
+struct Task {
+    worker: u32,
+    stream_start: u64,
+    len: u64,
+    main: bool,
+    sent: Instant,
+}
+
+/// Eval-free clock: training time excludes evaluation and progress reporting.
+struct Clock {
+    start: Instant,
+    excluded: Duration,
+}
+
+impl Clock {
+    fn now(&self) -> f64 {
+        (self.start.elapsed() - self.excluded).as_secs_f64()
+    }
+}
+
+#[derive(Default)]
+struct Sums {
+    iters: u64,
+    iter_s: f64,
+    compute_s: f64,
+    ideal_s: f64,
+    control_s: f64,
+    encode_s: f64,
+    worker_decode_s: f64,
+    worker_encode_s: f64,
+    ctrl_decode_s: f64,
+    aggregate_last_s: f64,
+    aggregate_total_s: f64,
+    optimizer_s: f64,
+    ape: f64,
+    ape_n: u64,
+    steps: u64,
+    overruns: u64,
+}
+
+/// Bind `addr` and serve one training job (see [`serve`]).
+pub async fn serve_addr(
+    addr: SocketAddr,
+    data: Arc<Data>,
+    cfg: ControllerConfig,
+    progress: Option<ProgressFn>,
+) -> Result<TrainReport, RuntimeError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| RuntimeError::io(format!("--listen {addr}"), e))?;
+    serve(listener, data, cfg, progress).await
+}
+
+fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
+    if cfg.global_batch == 0 {
+        return Err(RuntimeError::config("--global-batch", "must be > 0"));
+    }
+    if make_controller(
+        &cfg.controller,
+        &BatchProblem::new(1, vec![BatchBounds { min: 0, max: 1 }], false)
+            .expect("trivial problem"),
+    )
+    .is_none()
+    {
+        return Err(RuntimeError::config(
+            "--controller",
+            format!(
+                "unknown controller `{}`; known: {}",
+                cfg.controller,
+                pacer_control::worker::CONTROLLERS.join(", ")
+            ),
+        ));
+    }
+    if make_predictor(&cfg.predictor, 0, 0).is_none() {
+        return Err(RuntimeError::config(
+            "--predictor",
+            format!(
+                "unknown predictor `{}`; known: {}",
+                cfg.predictor,
+                pacer_predict::speed::PREDICTORS.join(", ")
+            ),
+        ));
+    }
+    if cfg.model.dim as usize != data.train.dim {
+        return Err(RuntimeError::config(
+            "model",
+            format!(
+                "built for {} features, the dataset has {}",
+                cfg.model.dim, data.train.dim
+            ),
+        ));
+    }
+    if cfg.eval_every == 0 {
+        return Err(RuntimeError::config("--eval-every", "must be ≥ 1"));
+    }
+    if let Some(t) = cfg.target_accuracy {
+        if !(0.0..=1.0).contains(&t) {
+            return Err(RuntimeError::config(
+                "--target-accuracy",
+                format!("must be a fraction in [0, 1], got {t}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Serve one training job on `listener` until a stop condition holds, then shut the
+/// workers down and return the report.
+pub async fn serve(
+    listener: TcpListener,
+    data: Arc<Data>,
+    cfg: ControllerConfig,
+    mut progress: Option<ProgressFn>,
+) -> Result<TrainReport, RuntimeError> {
+    validate(&cfg, &data)?;
+    let model: Box<dyn Model> = cfg
+        .model
+        .build()
+        .ok_or_else(|| RuntimeError::config("model", "unknown model kind"))?;
+    let n_params = model.n_params();
+    let (ev_tx, mut events) = mpsc::unbounded_channel::<Event>();
+    let shared = Arc::new(Shared {
+        job: JobSpec {
+            dataset: data.spec.clone(),
+            fingerprint: data.fingerprint,
+            n_train: data.train.n as u64,
+            model: cfg.model,
+            stream_seed: cfg.seed,
+            n_params: n_params as u32,
+        },
+        events: ev_tx,
+        rejected: Mutex::new(Vec::new()),
+        admitted: Mutex::new(Vec::new()),
+        verbose: cfg.verbose,
+    });
+    let acceptor = tokio::spawn(accept_loop(listener, shared.clone()));
+    let result = train_loop(&cfg, &data, model.as_ref(), &mut events, &mut progress).await;
+    acceptor.abort();
+    let (mut report, members) = result?;
+    let mut acks = Vec::new();
+    for m in members {
+        let mut f = Vec::new();
+        Message::Shutdown {
+            reason: "training finished".into(),
+        }
+        .encode(&mut f);
+        let (a, r) = tokio::sync::oneshot::channel();
+        let _ = m.tx.send(Out::Frame(f));
+        let _ = m.tx.send(Out::Close(Some(a)));
+        acks.push(r);
+    }
+    for r in acks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), r).await;
+    }
+    report.rejected = shared.rejected.lock().expect("rejected list").clone();
+    report.admitted = shared.admitted.lock().expect("admitted list").clone();
+    Ok(report)
+}
+
+fn new_member(
+    cfg: &ControllerConfig,
+    id: u32,
+    name: String,
+    addr: SocketAddr,
+    tx: mpsc::UnboundedSender<Out>,
+) -> Member {
+    Member {
+        id,
+        name,
+        addr,
+        tx,
+        predictor: make_predictor(&cfg.predictor, cfg.seed, id as u64).expect("validated"),
+        speed: 0.0,
+        exo_next: Exogenous::default(),
+        last_step_s: 0.0,
+        version: u64::MAX,
+    }
+}
+
+fn predicted_speeds(members: &[Member]) -> Vec<f64> {
+    members
+        .iter()
+        .map(|m| m.predictor.predict_next(&m.exo_next).unwrap_or(m.speed))
+        .collect()
+}
+
+async fn train_loop(
+    cfg: &ControllerConfig,
+    data: &Data,
+    model: &dyn Model,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    progress: &mut Option<ProgressFn>,
+) -> Result<(TrainReport, Vec<Member>), RuntimeError> {
+    let b_total = cfg.global_batch;
+    let mut params = model.init(cfg.seed, &data.train);
+    let mut optimizer = Optimizer::new(cfg.optimizer, params.len());
+    let mut version: u64 = 0;
+    let mut active: Vec<Member> = Vec::new();
+    let mut joiners: Vec<Member> = Vec::new();
+    let mut report = TrainReport {
+        controller: cfg.controller.clone(),
+        controller_variant: String::new(),
+        predictor: cfg.predictor.clone(),
+        model: model.name().to_string(),
+        dataset: data.spec.clone(),
+        workers: 0,
+        global_batch: b_total,
+        optimizer: cfg.optimizer,
+        target_accuracy: cfg.target_accuracy,
+        reached: false,
+        time_to_target_s: None,
+        iterations_to_target: None,
+        iterations: 0,
+        epochs: 0.0,
+        final_accuracy: 0.0,
+        final_loss: 0.0,
+        best_accuracy: 0.0,
+        train_time_s: 0.0,
+        mean_iter_s: 0.0,
+        ideal_iter_s: 0.0,
+        efficiency: 0.0,
+        overhead_frac: 0.0,
+        overhead: Overhead::default(),
+        speed_mape: 0.0,
+        overrun_frac: 0.0,
+        disrupted_iterations: 0,
+        joins: 0,
+        leaves: 0,
+        retried_tasks: 0,
+        stale_results: 0,
+        rejected: Vec::new(),
+        admitted: Vec::new(),
+        final_batches: Vec::new(),
+        accuracy_curve: Vec::new(),
+        ledger: Vec::new(),
+        grads: Vec::new(),
+        final_params: Vec::new(),
+    };
+
+    // Wait for the first workers.
+    let join_deadline = Instant::now() + Duration::from_secs_f64(cfg.join_timeout_s);
+    while joiners.len() < cfg.min_workers.max(1) {
+        let left = join_deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Err(_) => {
+                return Err(RuntimeError::Stopped(format!(
+                    "only {} of the {} workers needed joined within {} s",
+                    joiners.len(),
+                    cfg.min_workers,
+                    cfg.join_timeout_s
+                )))
+            }
+            Ok(None) => return Err(RuntimeError::Stopped("event channel closed".into())),
+            Ok(Some(Event::Joined { id, name, addr, tx })) => {
+                joiners.push(new_member(cfg, id, name, addr, tx))
+            }
+            Ok(Some(Event::Lost { id, .. })) => joiners.retain(|m| m.id != id),
+            Ok(Some(Event::Gradient { .. })) => report.stale_results += 1,
+        }
+    }
+    report.workers = joiners.len();
+
+    let mut clock = Clock {
+        start: Instant::now(),
+        excluded: Duration::ZERO,
+    };
+    let mut sums = Sums::default();
+    let mut acc = vec![0.0f32; params.len()];
+    let mut batches: Vec<u64> = Vec::new();
+    let mut ctrl: Option<Box<dyn pacer_control::worker::BatchController>> = None;
+    let mut membership_changed = true;
+    let mut pos: u64 = 0;
+    let mut next_task: u64 = 0;
+    let mut k: u64 = 0;
+    let mut last_end = clock.now();
+    let mut last_quality: Option<Quality> = None;
+    let mut tail = Vec::new();
+    let mut compute_s: Vec<f64> = Vec::new();
+
+    loop {
+        // ---- boundary: membership
+        while let Ok(ev) = events.try_recv() {
+            match ev {
+                Event::Joined { id, name, addr, tx } => {
+                    joiners.push(new_member(cfg, id, name, addr, tx))
+                }
+                Event::Lost { id, reason } => {
+                    if let Some(i) = active.iter().position(|m| m.id == id) {
+                        let m = active.remove(i);
+                        report.leaves += 1;
+                        membership_changed = true;
+                        if cfg.verbose {
+                            eprintln!(
+                                "pacer controller: worker {} ({}) left: {reason}",
+                                m.id, m.addr
+                            );
+                        }
+                    }
+                    joiners.retain(|m| m.id != id);
+                }
+                Event::Gradient { .. } => report.stale_results += 1,
+            }
+        }
+        if !joiners.is_empty() {
+            if k > 0 {
+                report.joins += joiners.len() as u64;
+            }
+            for m in &joiners {
+                if cfg.verbose && k > 0 {
+                    eprintln!(
+                        "pacer controller: worker {} ({}, {}) joined at iteration {k}",
+                        m.id, m.name, m.addr
+                    );
+                }
+            }
+            active.append(&mut joiners);
+            active.sort_by_key(|m| m.id);
+            membership_changed = true;
+        }
+        if active.is_empty() {
+            let deadline = Instant::now() + Duration::from_secs_f64(cfg.join_timeout_s);
+            let t_wait = Instant::now();
+            while active.is_empty() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(left, events.recv()).await {
+                    Ok(Some(Event::Joined { id, name, addr, tx })) => {
+                        report.joins += 1;
+                        active.push(new_member(cfg, id, name, addr, tx));
+                    }
+                    Ok(Some(_)) => {}
+                    _ => {
+                        return Err(RuntimeError::Stopped(format!(
+                            "no worker left at iteration {k} and none joined within {} s",
+                            cfg.join_timeout_s
+                        )))
+                    }
+                }
+            }
+            // Waiting for capacity is not training time.
+            clock.excluded += t_wait.elapsed();
+            last_end = clock.now();
+        }
+
+        // ---- stop conditions
+        let reached = report.reached && cfg.stop_at_target;
+        if reached || clock.now() >= cfg.max_time_s || cfg.max_iterations.is_some_and(|m| k >= m) {
+            break;
+        }
+
+        // ---- batches
+        let t_control = Instant::now();
+        let n = active.len();
+        if membership_changed {
+            let bounds = vec![
+                BatchBounds {
+                    // ≥ 1 sample each when possible: a worker with none measures no speed.
+                    min: u64::from(b_total >= n as u64),
+                    max: b_total,
+                };
+                n
+            ];
+            let problem = BatchProblem::new(b_total, bounds, false).map_err(|e| {
+                RuntimeError::config("--global-batch", format!("{e} (with {n} workers)"))
+            })?;
+            let c = make_controller(&cfg.controller, &problem).expect("validated");
+            report.controller_variant = c.name().to_string();
+            ctrl = Some(c);
+            batches = if cfg.controller == "uniform" {
+                problem.uniform()
+            } else {
+                let mut v = predicted_speeds(&active);
+                let known: Vec<f64> = v
+                    .iter()
+                    .copied()
+                    .filter(|s| *s > 0.0 && s.is_finite())
+                    .collect();
+                if known.is_empty() {
+                    problem.uniform()
+                } else {
+                    let mean = known.iter().sum::<f64>() / known.len() as f64;
+                    for s in v.iter_mut() {
+                        if !(*s > 0.0 && s.is_finite()) {
+                            *s = mean;
+                        }
+                    }
+                    let mut out = vec![0; n];
+                    apportion(&v, b_total, problem.bounds(), &mut out);
+                    out
+                }
+            };
+            compute_s = vec![0.0; n];
+            membership_changed = false;
+        } else {
+            let predicted = predicted_speeds(&active);
+            for (c, m) in compute_s.iter_mut().zip(&active) {
+                *c = m.last_step_s;
+            }
+            if let Some(c) = ctrl.as_mut() {
+                c.decide(
+                    &Observation {
+                        compute_s: &compute_s,
+                        predicted_speed: &predicted,
+                    },
+                    &mut batches,
+                );
+            }
+        }
+        if let Some(f) = &cfg.fixed_batches {
+            if f.len() == n && f.iter().sum::<u64>() == b_total {
+                batches.clone_from(f);
+            } else if k == 0 {
+                return Err(RuntimeError::config(
+                    "fixed_batches",
+                    format!(
+                        "{f:?} must have one entry per worker ({n}) summing to the global batch {b_total}"
+                    ),
+                ));
+            }
+        }
+        let predicted_now = predicted_speeds(&active);
+        let control_s = t_control.elapsed().as_secs_f64();
+
+        // ---- send
+        let t_enc = Instant::now();
+        protocol::encode_params_tail(&params, &mut tail);
+        let shared_tail = Arc::new(std::mem::take(&mut tail));
+        let encode_s = t_enc.elapsed().as_secs_f64();
+        let mut pending: BTreeMap<u64, Task> = BTreeMap::new();
+        let mut start = pos;
+        let mut lost_now: Vec<(u32, String)> = Vec::new();
+        for (m, &b) in active.iter_mut().zip(&batches) {
+            let task = next_task;
+            next_task += 1;
+            let header =
+                protocol::step_frame_header(task, k, version, start, b as u32, shared_tail.len());
+            if m.tx
+                .send(Out::Step {
+                    header,
+                    tail: shared_tail.clone(),
+                })
+                .is_err()
+            {
+                lost_now.push((m.id, "connection closed".into()));
+            }
+            m.version = version;
+            pending.insert(
+                task,
+                Task {
+                    worker: m.id,
+                    stream_start: start,
+                    len: b,
+                    main: true,
+                    sent: Instant::now(),
+                },
+            );
+            start += b;
+        }
+
+        // ---- gather
+        acc.iter_mut().for_each(|v| *v = 0.0);
+        let mut disrupted = false;
+        let mut main_results: HashMap<u32, (u64, StepTiming, f64, Signals)> = HashMap::new();
+        let mut last_piece = (0.0, 0.0, 0.0, 0.0); // worker decode, worker encode, ctrl decode, aggregate
+        let mut aggregate_total_s = 0.0;
+        let mut weight_sum = 0u64;
+        let mut loss_sum = 0.0;
+        while !pending.is_empty() {
+            let mut ev = None;
+            if lost_now.is_empty() {
+                let oldest = pending
+                    .values()
+                    .map(|t| t.sent)
+                    .min()
+                    .unwrap_or_else(Instant::now);
+                let deadline = oldest + Duration::from_secs_f64(cfg.worker_timeout_s);
+                match tokio::time::timeout_at(deadline.into(), events.recv()).await {
+                    Ok(Some(e)) => ev = Some(e),
+                    Ok(None) => return Err(RuntimeError::Stopped("event channel closed".into())),
+                    Err(_) => {
+                        // Every worker whose task is overdue is treated as lost.
+                        let now = Instant::now();
+                        for t in pending.values() {
+                            if now.duration_since(t.sent).as_secs_f64() >= cfg.worker_timeout_s
+                                && !lost_now.iter().any(|(w, _)| *w == t.worker)
+                            {
+                                lost_now.push((
+                                    t.worker,
+                                    format!(
+                                        "no answer within {} s (--worker-timeout-s)",
+                                        cfg.worker_timeout_s
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(ev) = ev {
+                match ev {
+                    Event::Joined { id, name, addr, tx } => {
+                        joiners.push(new_member(cfg, id, name, addr, tx))
+                    }
+                    Event::Lost { id, reason } => lost_now.push((id, reason)),
+                    Event::Gradient { id, msg, decode_s } => {
+                        let ok = pending
+                            .get(&msg.task)
+                            .is_some_and(|t| t.worker == id && msg.iteration == k);
+                        if !ok {
+                            report.stale_results += 1;
+                            continue;
+                        }
+                        let t = &pending[&msg.task];
+                        if msg.len as u64 != t.len || msg.grad.len() != params.len() {
+                            lost_now.push((
+                                id,
+                                format!(
+                                    "Gradient for task {} has len {} and {} values, expected len {} and {} values",
+                                    msg.task, msg.len, msg.grad.len(), t.len, params.len()
+                                ),
+                            ));
+                            continue;
+                        }
+                        let t = pending.remove(&msg.task).expect("checked");
+                        let t_agg = Instant::now();
+                        let w = t.len as f32 / b_total as f32;
+                        for (a, g) in acc.iter_mut().zip(&msg.grad) {
+                            *a += w * g;
+                        }
+                        let agg_s = t_agg.elapsed().as_secs_f64();
+                        aggregate_total_s += agg_s;
+                        weight_sum += t.len;
+                        loss_sum += msg.loss_sum;
+                        last_piece = (msg.timing.decode_s, msg.timing.encode_s, decode_s, agg_s);
+                        if cfg.record_ledger {
+                            report.ledger.push(LedgerEntry {
+                                iteration: k,
+                                stream_start: t.stream_start,
+                                len: t.len,
+                                worker: id,
+                                retry: !t.main,
+                            });
+                        }
+                        if t.main {
+                            main_results.insert(id, (t.len, msg.timing, decode_s, msg.signals));
+                        }
+                    }
+                }
+            }
+            // ---- failures: drop the worker, retry its tasks on the survivors
+            while let Some((id, reason)) = lost_now.pop() {
+                let Some(i) = active.iter().position(|m| m.id == id) else {
+                    joiners.retain(|m| m.id != id);
+                    continue;
+                };
+                let dead = active.remove(i);
+                let _ = dead.tx.send(Out::Close(None));
+                report.leaves += 1;
+                membership_changed = true;
+                disrupted = true;
+                if cfg.verbose {
+                    eprintln!(
+                        "pacer controller: worker {} ({}) lost in iteration {k}: {reason}",
+                        dead.id, dead.addr
+                    );
+                }
+                let orphans: Vec<u64> = pending
+                    .iter()
+                    .filter(|(_, t)| t.worker == id)
+                    .map(|(&task, _)| task)
+                    .collect();
+                if orphans.is_empty() {
+                    continue;
+                }
+                // Capacity for the retries: survivors, else a worker that joined.
+                while active.is_empty() {
+                    if joiners.is_empty() {
+                        let t_wait = Instant::now();
+                        match tokio::time::timeout(
+                            Duration::from_secs_f64(cfg.join_timeout_s),
+                            events.recv(),
+                        )
+                        .await
+                        {
+                            Ok(Some(Event::Joined { id, name, addr, tx })) => {
+                                joiners.push(new_member(cfg, id, name, addr, tx))
+                            }
+                            Ok(Some(_)) => {}
+                            _ => {
+                                return Err(RuntimeError::Stopped(format!(
+                                    "every worker was lost in iteration {k} and none joined within {} s",
+                                    cfg.join_timeout_s
+                                )))
+                            }
+                        }
+                        clock.excluded += t_wait.elapsed();
+                    } else {
+                        report.joins += joiners.len() as u64;
+                        active.append(&mut joiners);
+                        active.sort_by_key(|m| m.id);
+                    }
+                }
+                let speeds = predicted_speeds(&active);
+                for task in orphans {
+                    let t = pending.remove(&task).expect("listed");
+                    let bounds = vec![BatchBounds { min: 0, max: t.len }; active.len()];
+                    let mut parts = vec![0u64; active.len()];
+                    apportion(&speeds, t.len, &bounds, &mut parts);
+                    let mut s = t.stream_start;
+                    for (m, &len) in active.iter_mut().zip(&parts) {
+                        if len == 0 {
+                            continue;
+                        }
+                        let task = next_task;
+                        next_task += 1;
+                        report.retried_tasks += 1;
+                        let include = m.version != version;
+                        let mut frame = Vec::new();
+                        Message::Step {
+                            task,
+                            iteration: k,
+                            version,
+                            stream_start: s,
+                            len: len as u32,
+                            params: include.then(|| params.clone()),
+                        }
+                        .encode(&mut frame);
+                        if m.tx.send(Out::Frame(frame)).is_err() {
+                            lost_now.push((m.id, "connection closed".into()));
+                        }
+                        m.version = version;
+                        pending.insert(
+                            task,
+                            Task {
+                                worker: m.id,
+                                stream_start: s,
+                                len,
+                                main: false,
+                                sent: Instant::now(),
+                            },
+                        );
+                        s += len;
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(weight_sum, b_total);
+        tail = Arc::try_unwrap(shared_tail).unwrap_or_default();
+
+        // ---- update
+        let t_opt = Instant::now();
+        if report.grads.len() < cfg.record_grads {
+            report.grads.push(acc.clone());
+        }
+        optimizer.step(&mut params, &acc);
+        version += 1;
+        let optimizer_s = t_opt.elapsed().as_secs_f64();
+        pos += b_total;
+        k += 1;
+        let now = clock.now();
+        let iter_s = now - last_end;
+        last_end = now;
+        let _ = loss_sum;
+
+        // ---- observe speeds, account time
+        let mut max_step: f64 = 0.0;
+        let mut sum_speed = 0.0;
+        for (i, m) in active.iter_mut().enumerate() {
+            let Some((len, timing, _, signals)) = main_results.get(&m.id) else {
+                continue;
+            };
+            let speed = *len as f64 / timing.step_s.max(1e-9);
+            if m.speed > 0.0 {
+                if let Some(p) = predicted_now.get(i) {
+                    if *p > 0.0 && p.is_finite() {
+                        sums.ape += (p - speed).abs() / speed;
+                        sums.ape_n += 1;
+                    }
+                }
+            }
+            m.predictor.observe(
+                speed,
+                &Exogenous {
+                    cpu_load: signals.cpu_load as f64,
+                    mem_load: signals.mem_load as f64,
+                },
+            );
+            m.exo_next = Exogenous {
+                cpu_load: signals.next_cpu_load as f64,
+                mem_load: signals.next_mem_load as f64,
+            };
+            m.speed = speed;
+            m.last_step_s = timing.step_s;
+            max_step = max_step.max(timing.step_s);
+            sum_speed += speed;
+            sums.steps += 1;
+            if timing.wall_s > timing.target_s * 1.000_001 && timing.target_s > 0.0 {
+                sums.overruns += 1;
+            }
+        }
+        if disrupted {
+            report.disrupted_iterations += 1;
+        } else if sum_speed > 0.0 {
+            sums.iters += 1;
+            sums.iter_s += iter_s;
+            sums.compute_s += max_step;
+            sums.ideal_s += b_total as f64 / sum_speed;
+            sums.control_s += control_s;
+            sums.encode_s += encode_s;
+            sums.worker_decode_s += last_piece.0;
+            sums.worker_encode_s += last_piece.1;
+            sums.ctrl_decode_s += last_piece.2;
+            sums.aggregate_last_s += last_piece.3;
+            sums.aggregate_total_s += aggregate_total_s;
+            sums.optimizer_s += optimizer_s;
+        }
+        report.final_batches.clone_from(&batches);
+
+        // ---- evaluate (not training time)
+        let t_eval = Instant::now();
+        let stopping = cfg.max_iterations.is_some_and(|m| k >= m) || now >= cfg.max_time_s;
+        if k.is_multiple_of(cfg.eval_every) || stopping {
+            let q = model.evaluate(&params, &data.train, &data.test);
+            report.accuracy_curve.push(EvalPoint {
+                iteration: k,
+                train_time_s: now,
+                accuracy: q.accuracy,
+                loss: q.loss,
+            });
+            report.best_accuracy = report.best_accuracy.max(q.accuracy);
+            if let Some(target) = cfg.target_accuracy {
+                if q.accuracy >= target && !report.reached {
+                    report.reached = true;
+                    report.time_to_target_s = Some(now);
+                    report.iterations_to_target = Some(k);
+                }
+            }
+            last_quality = Some(q);
+        }
+        if let Some(p) = progress.as_mut() {
+            p(&Progress {
+                iteration: k,
+                epoch: pos as f64 / data.train.n as f64,
+                train_time_s: now,
+                accuracy: last_quality.map(|q| q.accuracy),
+                batches: active
+                    .iter()
+                    .map(|m| m.id)
+                    .zip(batches.iter().copied())
+                    .collect(),
+            });
+        }
+        clock.excluded += t_eval.elapsed();
+    }
+
+    // ---- final numbers
+    let q = match (report.accuracy_curve.last(), last_quality) {
+        (Some(p), Some(q)) if p.iteration == k => q,
+        _ => {
+            let t = Instant::now();
+            let q = model.evaluate(&params, &data.train, &data.test);
+            clock.excluded += t.elapsed();
+            report.accuracy_curve.push(EvalPoint {
+                iteration: k,
+                train_time_s: clock.now(),
+                accuracy: q.accuracy,
+                loss: q.loss,
+            });
+            q
+        }
+    };
+    report.final_accuracy = q.accuracy;
+    report.final_loss = q.loss;
+    report.best_accuracy = report.best_accuracy.max(q.accuracy);
+    report.iterations = k;
+    report.epochs = pos as f64 / data.train.n as f64;
+    report.train_time_s = last_end;
+    let it = sums.iters.max(1) as f64;
+    report.mean_iter_s = sums.iter_s / it;
+    report.ideal_iter_s = sums.ideal_s / it;
+    report.efficiency = if sums.iter_s > 0.0 {
+        sums.ideal_s / sums.iter_s
+    } else {
+        0.0
+    };
+    report.overhead_frac = if sums.iter_s > 0.0 {
+        1.0 - sums.compute_s / sums.iter_s
+    } else {
+        0.0
+    };
+    let ms = |s: f64| s / it * 1e3;
+    let mut o = Overhead {
+        iter_ms: ms(sums.iter_s),
+        compute_ms: ms(sums.compute_s),
+        control_ms: ms(sums.control_s),
+        encode_params_ms: ms(sums.encode_s),
+        worker_decode_ms: ms(sums.worker_decode_s),
+        worker_encode_ms: ms(sums.worker_encode_s),
+        ctrl_decode_ms: ms(sums.ctrl_decode_s),
+        aggregate_ms: ms(sums.aggregate_last_s),
+        aggregate_total_ms: ms(sums.aggregate_total_s),
+        optimizer_ms: ms(sums.optimizer_s),
+        network_other_ms: 0.0,
+    };
+    o.network_other_ms = o.iter_ms
+        - o.compute_ms
+        - o.control_ms
+        - o.encode_params_ms
+        - o.worker_decode_ms
+        - o.worker_encode_ms
+        - o.ctrl_decode_ms
+        - o.aggregate_ms
+        - o.optimizer_ms;
+    report.overhead = o;
+    report.speed_mape = if sums.ape_n > 0 {
+        sums.ape / sums.ape_n as f64
+    } else {
+        0.0
+    };
+    report.overrun_frac = sums.overruns as f64 / sums.steps.max(1) as f64;
+    report.final_params = params;
+    active.append(&mut joiners);
+    Ok((report, active))
+}

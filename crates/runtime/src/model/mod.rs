@@ -1,0 +1,287 @@
+//! Models with hand-written forward and backward passes.
+//!
+//! All parameters of a model live in one flat `Vec<f32>` so that the controller can
+//! aggregate, optimise and ship them without knowing the model, and so that the
+//! correctness test can compare a distributed step with a single-process one
+//! element by element. Matrix products go through `matrixmultiply::sgemm`
+//! (single-threaded: one worker is one thread).
+//!
+//! Every `loss_grad` returns the **mean** gradient over its local batch; the
+//! controller's weighted sum `Σ b_i/B · g_i` is then the mean over the union.
+//!
+//! | name     | model                                   | default optimiser |
+//! |----------|-----------------------------------------|-------------------|
+//! | `logreg` | multinomial logistic regression          | SGD + momentum    |
+//! | `svm`    | linear multiclass SVM (Crammer–Singer hinge) | SGD + momentum |
+//! | `mlp`    | dim → hidden (ReLU) → classes, softmax   | Adam              |
+//! | `kmeans` | K centroids, loss ½‖x − c(x)‖²           | SGD (mini-batch K-means) |
+
+mod kmeans;
+mod linear;
+mod mlp;
+
+pub use kmeans::KMeans;
+pub use linear::{Linear, LinearLoss};
+pub use mlp::Mlp;
+
+use crate::data::Dataset;
+use crate::error::RuntimeError;
+use crate::optim::OptimSpec;
+
+/// Names accepted by [`ModelSpec::new`].
+pub const MODELS: [&str; 4] = ["logreg", "svm", "mlp", "kmeans"];
+
+/// What a batch gradient computation measured besides the gradient.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BatchStats {
+    /// Sum (not mean) of per-sample losses.
+    pub loss_sum: f64,
+    /// Samples classified correctly (0 for K-means).
+    pub correct: u32,
+}
+
+/// Test-set quality.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Quality {
+    pub accuracy: f64,
+    pub loss: f64,
+}
+
+/// A differentiable model over flat parameters.
+pub trait Model: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn n_params(&self) -> usize;
+    /// Initial parameters, deterministic in `seed` (K-means picks training samples).
+    fn init(&self, seed: u64, train: &Dataset) -> Vec<f32>;
+    /// Mean loss gradient over the `b` rows of `x` (`b × dim`) into `grad`.
+    fn loss_grad(&self, params: &[f32], x: &[f32], y: &[u32], grad: &mut [f32]) -> BatchStats;
+    /// Accuracy and mean loss on `test`; `train` is there for models whose
+    /// predictions need it (K-means labels its clusters by training majority).
+    fn evaluate(&self, params: &[f32], train: &Dataset, test: &Dataset) -> Quality;
+    /// The optimiser this model trains well with.
+    fn default_optimizer(&self) -> OptimSpec;
+}
+
+/// A model choice with its shape, as sent in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelSpec {
+    /// 0 logreg, 1 svm, 2 mlp, 3 kmeans.
+    pub kind: u8,
+    pub dim: u32,
+    pub classes: u32,
+    /// MLP hidden units, or K-means clusters.
+    pub width: u32,
+}
+
+impl ModelSpec {
+    /// `width` is the MLP's hidden size or K-means' cluster count (ignored otherwise).
+    pub fn new(name: &str, dim: usize, classes: usize, width: usize) -> Result<Self, RuntimeError> {
+        let kind = MODELS.iter().position(|m| *m == name).ok_or_else(|| {
+            RuntimeError::config(
+                "--model",
+                format!("unknown model `{name}`; known: {}", MODELS.join(", ")),
+            )
+        })? as u8;
+        if (kind == 2 || kind == 3) && width == 0 {
+            return Err(RuntimeError::config(
+                if kind == 2 { "--hidden" } else { "--clusters" },
+                "must be > 0",
+            ));
+        }
+        Ok(ModelSpec {
+            kind,
+            dim: dim as u32,
+            classes: classes as u32,
+            width: width as u32,
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        MODELS.get(self.kind as usize).copied().unwrap_or("?")
+    }
+
+    /// Build the model; `None` for an unknown kind (from a peer).
+    pub fn build(&self) -> Option<Box<dyn Model>> {
+        let (d, c, w) = (
+            self.dim as usize,
+            self.classes as usize,
+            self.width as usize,
+        );
+        Some(match self.kind {
+            0 => Box::new(Linear::new(d, c, LinearLoss::Softmax)),
+            1 => Box::new(Linear::new(d, c, LinearLoss::Hinge)),
+            2 => Box::new(Mlp::new(d, w, c)),
+            3 => Box::new(KMeans::new(d, w, c)),
+            _ => return None,
+        })
+    }
+}
+
+/// `C = alpha · op(A) · op(B) + beta · C`, all row-major; `op(A)` is `m × k`,
+/// `op(B)` is `k × n`. A transposed operand is stored as its untransposed shape.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: &[f32],
+    trans_a: bool,
+    b: &[f32],
+    trans_b: bool,
+    beta: f32,
+    c: &mut [f32],
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    let (rsa, csa) = if trans_a {
+        (1, m as isize)
+    } else {
+        (k as isize, 1)
+    };
+    let (rsb, csb) = if trans_b {
+        (1, k as isize)
+    } else {
+        (n as isize, 1)
+    };
+    // SAFETY: the assert above bounds every index sgemm touches by the slice lengths
+    // (row/column strides describe exactly an m×k, k×n and m×n row-major block).
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// Rows of logits → softmax probabilities in place; returns (loss sum, correct).
+pub(crate) fn softmax_xent(logits: &mut [f32], y: &[u32], classes: usize) -> (f64, u32) {
+    let mut loss = 0.0f64;
+    let mut correct = 0;
+    for (row, &label) in logits.chunks_mut(classes).zip(y) {
+        let (mut best, mut arg) = (f32::NEG_INFINITY, 0);
+        for (j, &v) in row.iter().enumerate() {
+            if v > best {
+                best = v;
+                arg = j;
+            }
+        }
+        if arg == label as usize {
+            correct += 1;
+        }
+        let mut sum = 0.0f32;
+        for v in row.iter_mut() {
+            *v = (*v - best).exp();
+            sum += *v;
+        }
+        for v in row.iter_mut() {
+            *v /= sum;
+        }
+        loss -= (row[label as usize].max(1e-30) as f64).ln();
+    }
+    (loss, correct)
+}
+
+/// Evaluate in chunks so memory stays bounded for any test-set size.
+pub(crate) fn eval_chunks(
+    test: &Dataset,
+    mut f: impl FnMut(&[f32], &[u32]) -> (f64, u32),
+) -> Quality {
+    const CHUNK: usize = 1000;
+    let (mut loss, mut correct) = (0.0, 0u64);
+    let mut start = 0;
+    while start < test.n {
+        let end = (start + CHUNK).min(test.n);
+        let (l, c) = f(
+            &test.x[start * test.dim..end * test.dim],
+            &test.y[start..end],
+        );
+        loss += l;
+        correct += c as u64;
+        start = end;
+    }
+    Quality {
+        accuracy: correct as f64 / test.n.max(1) as f64,
+        loss: loss / test.n.max(1) as f64,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::data::SplitMix64;
+
+    /// Central-difference check of `loss_grad` on a few coordinates.
+    pub fn check_gradient(m: &dyn Model, d: &Dataset, seed: u64) {
+        let mut p = m.init(seed, d);
+        let mut rng = SplitMix64(seed);
+        // move off the initial point so that ReLUs / hinges are not all at a kink
+        for v in p.iter_mut() {
+            *v += (rng.unit() - 0.5) * 0.1;
+        }
+        let b = 16;
+        let x = &d.x[..b * d.dim];
+        let y = &d.y[..b];
+        let mut g = vec![0.0; m.n_params()];
+        m.loss_grad(&p, x, y, &mut g);
+        let mut scratch = vec![0.0; m.n_params()];
+        let h = 1e-3f32;
+        let mut checked = 0;
+        for _ in 0..40 {
+            let i = (rng.next_u64() % p.len() as u64) as usize;
+            let old = p[i];
+            p[i] = old + h;
+            let lp = m.loss_grad(&p, x, y, &mut scratch).loss_sum / b as f64;
+            p[i] = old - h;
+            let lm = m.loss_grad(&p, x, y, &mut scratch).loss_sum / b as f64;
+            p[i] = old;
+            let num = (lp - lm) / (2.0 * h as f64);
+            let tol = 1e-3 + 0.05 * num.abs();
+            assert!(
+                (num - g[i] as f64).abs() <= tol,
+                "{} param {i}: numeric {num} analytic {}",
+                m.name(),
+                g[i]
+            );
+            checked += 1;
+        }
+        assert_eq!(checked, 40);
+    }
+
+    #[test]
+    fn gemm_matches_naive() {
+        let (m, k, n) = (3, 4, 5);
+        let a: Vec<f32> = (0..m * k).map(|i| i as f32 * 0.5 - 2.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32).sin()).collect();
+        let mut c = vec![0.0; m * n];
+        gemm(m, k, n, 1.0, &a, false, &b, false, 0.0, &mut c);
+        for i in 0..m {
+            for j in 0..n {
+                let s: f32 = (0..k).map(|t| a[i * k + t] * b[t * n + j]).sum();
+                assert!((s - c[i * n + j]).abs() < 1e-4);
+            }
+        }
+        // Aᵀ stored as k×m
+        let at: Vec<f32> = (0..k * m).map(|idx| a[(idx % m) * k + idx / m]).collect();
+        let mut c2 = vec![0.0; m * n];
+        gemm(m, k, n, 1.0, &at, true, &b, false, 0.0, &mut c2);
+        assert_eq!(c, c2);
+    }
+
+    #[test]
+    fn unknown_model_is_named() {
+        let e = ModelSpec::new("resnet", 4, 2, 8).unwrap_err().to_string();
+        assert!(e.contains("--model") && e.contains("resnet"), "{e}");
+    }
+}

@@ -1,0 +1,160 @@
+//! Optimisers, applied by the controller to the aggregated gradient.
+//!
+//! Weight decay is applied here rather than inside the models' losses so that what
+//! workers send is exactly the data-dependent gradient, which keeps the aggregation
+//! check (`Σ b_i/B · g_i` = gradient on the union) free of a regulariser term.
+
+/// Optimiser and its hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum OptimSpec {
+    /// `v ← μ·v + g + λ·p; p ← p − lr·v` (PyTorch's form).
+    Sgd {
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+    },
+    /// Adam with bias correction; decay is added to the gradient (L2, not AdamW).
+    Adam {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+    },
+}
+
+impl OptimSpec {
+    /// Same optimiser with another learning rate.
+    pub fn with_lr(self, new_lr: f32) -> Self {
+        match self {
+            OptimSpec::Sgd {
+                momentum,
+                weight_decay,
+                ..
+            } => OptimSpec::Sgd {
+                lr: new_lr,
+                momentum,
+                weight_decay,
+            },
+            OptimSpec::Adam {
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                ..
+            } => OptimSpec::Adam {
+                lr: new_lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            },
+        }
+    }
+    pub fn lr(&self) -> f32 {
+        match self {
+            OptimSpec::Sgd { lr, .. } | OptimSpec::Adam { lr, .. } => *lr,
+        }
+    }
+}
+
+/// Optimiser state for one parameter vector.
+#[derive(Debug, Clone)]
+pub struct Optimizer {
+    spec: OptimSpec,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    t: u32,
+}
+
+impl Optimizer {
+    pub fn new(spec: OptimSpec, n_params: usize) -> Self {
+        let v = match spec {
+            OptimSpec::Adam { .. } => vec![0.0; n_params],
+            OptimSpec::Sgd { .. } => Vec::new(),
+        };
+        Optimizer {
+            spec,
+            m: vec![0.0; n_params],
+            v,
+            t: 0,
+        }
+    }
+
+    pub fn spec(&self) -> OptimSpec {
+        self.spec
+    }
+
+    /// One step of `params` along `grad`.
+    pub fn step(&mut self, params: &mut [f32], grad: &[f32]) {
+        self.t += 1;
+        match self.spec {
+            OptimSpec::Sgd {
+                lr,
+                momentum,
+                weight_decay,
+            } => {
+                for ((p, &g), m) in params.iter_mut().zip(grad).zip(&mut self.m) {
+                    let g = g + weight_decay * *p;
+                    *m = momentum * *m + g;
+                    *p -= lr * *m;
+                }
+            }
+            OptimSpec::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } => {
+                let c1 = 1.0 - beta1.powi(self.t as i32);
+                let c2 = 1.0 - beta2.powi(self.t as i32);
+                let step = lr / c1;
+                let c2s = c2.sqrt();
+                for (((p, &g), m), v) in params
+                    .iter_mut()
+                    .zip(grad)
+                    .zip(&mut self.m)
+                    .zip(&mut self.v)
+                {
+                    let g = g + weight_decay * *p;
+                    *m = beta1 * *m + (1.0 - beta1) * g;
+                    *v = beta2 * *v + (1.0 - beta2) * g * g;
+                    *p -= step * *m / (v.sqrt() / c2s + eps);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_minimise_a_quadratic() {
+        for spec in [
+            OptimSpec::Sgd {
+                lr: 0.1,
+                momentum: 0.9,
+                weight_decay: 0.0,
+            },
+            OptimSpec::Adam {
+                lr: 0.05,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+            },
+        ] {
+            let mut o = Optimizer::new(spec, 2);
+            let mut p = vec![3.0f32, -2.0];
+            for _ in 0..500 {
+                let g: Vec<f32> = p.iter().map(|x| 2.0 * x).collect();
+                o.step(&mut p, &g);
+            }
+            assert!(p.iter().all(|x| x.abs() < 1e-2), "{spec:?}: {p:?}");
+        }
+    }
+}

@@ -1,0 +1,824 @@
+//! The wire protocol between controller and workers (version [`VERSION`]).
+//!
+//! ## Framing
+//! Every message is one frame: `len: u32 LE` (bytes that follow, at most
+//! [`MAX_FRAME`]), `kind: u8`, then the payload. Payload fields are little-endian
+//! fixed-width integers and floats; a string is `u32 LE byte length + UTF-8`; an
+//! `f32` vector is `u32 LE count + count × f32 LE` (on little-endian hosts a plain
+//! copy, which is why the gradient path uses this hand-written encoding rather than
+//! a generic serialiser).
+//!
+//! ## Conversation
+//! ```text
+//! worker                                   controller
+//!   Hello{magic "PACR", version, name} ──►
+//!                                       ◄── Welcome{worker id, job}   | Reject{reason}
+//!   (loads the dataset, checks fingerprint)
+//!   Ready{fingerprint, n_train}        ──►  (or Error{message}; wrong data → Reject)
+//!                                       ◄── Step{task, iteration, version, range, params?}
+//!   Gradient{task, timings, signals, g}──►
+//!                                    ...
+//!                                       ◄── Shutdown{reason}
+//! ```
+//! The first frame must be a `Hello` whose payload starts with the magic and the
+//! version, so an old or foreign peer is refused with a reason it can print before
+//! anything else is parsed. `Step.params` is omitted when the worker already holds
+//! that model version (a retried task within the same iteration).
+//!
+//! Every decoding failure is a [`ProtocolError`] naming the frame kind and field.
+
+use crate::model::ModelSpec;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Magic at the start of every `Hello`.
+pub const MAGIC: [u8; 4] = *b"PACR";
+/// Protocol version spoken by this build.
+pub const VERSION: u16 = 1;
+/// Largest frame accepted (a model of ~60 M parameters); a length above it is a
+/// malformed or hostile peer, refused before allocating.
+pub const MAX_FRAME: u32 = 256 << 20;
+
+/// Frame kinds.
+pub mod kind {
+    pub const HELLO: u8 = 1;
+    pub const WELCOME: u8 = 2;
+    pub const REJECT: u8 = 3;
+    pub const READY: u8 = 4;
+    pub const STEP: u8 = 5;
+    pub const GRADIENT: u8 = 6;
+    pub const SHUTDOWN: u8 = 7;
+    pub const ERROR: u8 = 8;
+}
+
+fn kind_name(k: u8) -> &'static str {
+    match k {
+        kind::HELLO => "Hello",
+        kind::WELCOME => "Welcome",
+        kind::REJECT => "Reject",
+        kind::READY => "Ready",
+        kind::STEP => "Step",
+        kind::GRADIENT => "Gradient",
+        kind::SHUTDOWN => "Shutdown",
+        kind::ERROR => "Error",
+        _ => "unknown",
+    }
+}
+
+/// A peer broke the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("{peer}: frame of {len} bytes exceeds the limit of {MAX_FRAME} bytes (malformed length prefix?)")]
+    TooLarge { peer: String, len: u32 },
+    #[error("{peer}: empty frame (a frame holds at least its kind byte)")]
+    Empty { peer: String },
+    #[error("{peer}: {frame} frame: field `{field}` is truncated (frame ends at byte {at})")]
+    Truncated {
+        peer: String,
+        frame: &'static str,
+        field: &'static str,
+        at: usize,
+    },
+    #[error("{peer}: {frame} frame: field `{field}`: {message}")]
+    Invalid {
+        peer: String,
+        frame: &'static str,
+        field: &'static str,
+        message: String,
+    },
+    #[error("{peer}: expected a {expected} frame, got kind {got} ({got_name})", got_name = kind_name(*got))]
+    Unexpected {
+        peer: String,
+        expected: &'static str,
+        got: u8,
+    },
+    #[error("{peer}: bad magic {got:?}, expected {MAGIC:?} (\"PACR\"): not a pacer peer")]
+    BadMagic { peer: String, got: [u8; 4] },
+    #[error("{peer}: speaks protocol version {got}, this build speaks version {VERSION}; upgrade the older side")]
+    Version { peer: String, got: u16 },
+    #[error("{peer}: connection closed {when}")]
+    Closed { peer: String, when: &'static str },
+    #[error("{peer}: {context}: {message}")]
+    Io {
+        peer: String,
+        context: &'static str,
+        message: String,
+    },
+}
+
+/// The job a worker joins, sent in `Welcome`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    pub dataset: String,
+    pub fingerprint: u64,
+    pub n_train: u64,
+    pub model: ModelSpec,
+    /// Seed of the sample stream (epoch permutations).
+    pub stream_seed: u64,
+    pub n_params: u32,
+}
+
+/// Per-step measurements a worker reports (seconds unless named otherwise).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepTiming {
+    /// Thread CPU time of the real compute (batch gather + forward + backward).
+    pub cpu_s: f64,
+    /// Wall time of the real compute.
+    pub wall_s: f64,
+    /// Wall time of the whole emulated step: real compute plus padding
+    /// (`max(wall_s, time_scale · cpu_s · slowdown / speed)`).
+    pub step_s: f64,
+    /// Decoding the Step's parameters.
+    pub decode_s: f64,
+    /// Encoding this gradient (measured before it is sent).
+    pub encode_s: f64,
+    /// The emulated target (`time_scale · cpu_s · slowdown / speed`); `wall_s >
+    /// target_s` is an overrun: contention the padding could not hide.
+    pub target_s: f64,
+}
+
+/// Resource signals a worker observed (fractions in [0, 1] unless named).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Signals {
+    /// Load the predictor sees at the start of this iteration (emulated and/or /proc).
+    pub cpu_load: f32,
+    pub mem_load: f32,
+    /// Same, read at the end of the step: the start of the worker's next iteration.
+    pub next_cpu_load: f32,
+    pub next_mem_load: f32,
+    /// Raw /proc readings at the end of the step: machine CPU busy share since the
+    /// previous reading, memory in use, 1-minute load average.
+    pub proc_cpu_busy: f32,
+    pub proc_mem_used: f32,
+    pub loadavg1: f32,
+    /// Emulated slowdown factor applied to this step (1 = none).
+    pub slowdown: f32,
+}
+
+/// Every message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    Hello {
+        version: u16,
+        name: String,
+    },
+    Welcome {
+        worker_id: u32,
+        job: JobSpec,
+    },
+    Reject {
+        reason: String,
+    },
+    Ready {
+        fingerprint: u64,
+        n_train: u64,
+    },
+    Step {
+        task: u64,
+        iteration: u64,
+        version: u64,
+        stream_start: u64,
+        len: u32,
+        params: Option<Vec<f32>>,
+    },
+    Gradient {
+        task: u64,
+        iteration: u64,
+        len: u32,
+        loss_sum: f64,
+        correct: u32,
+        timing: StepTiming,
+        signals: Signals,
+        grad: Vec<f32>,
+    },
+    Shutdown {
+        reason: String,
+    },
+    Error {
+        message: String,
+    },
+}
+
+impl Message {
+    pub fn kind(&self) -> u8 {
+        match self {
+            Message::Hello { .. } => kind::HELLO,
+            Message::Welcome { .. } => kind::WELCOME,
+            Message::Reject { .. } => kind::REJECT,
+            Message::Ready { .. } => kind::READY,
+            Message::Step { .. } => kind::STEP,
+            Message::Gradient { .. } => kind::GRADIENT,
+            Message::Shutdown { .. } => kind::SHUTDOWN,
+            Message::Error { .. } => kind::ERROR,
+        }
+    }
+
+    /// The whole frame (length prefix included) into `out` (cleared first).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&[0, 0, 0, 0, self.kind()]);
+        let w = out;
+        match self {
+            Message::Hello { version, name } => {
+                w.extend_from_slice(&MAGIC);
+                put_u16(w, *version);
+                put_str(w, name);
+            }
+            Message::Welcome { worker_id, job } => {
+                put_u32(w, *worker_id);
+                put_str(w, &job.dataset);
+                put_u64(w, job.fingerprint);
+                put_u64(w, job.n_train);
+                w.push(job.model.kind);
+                put_u32(w, job.model.dim);
+                put_u32(w, job.model.classes);
+                put_u32(w, job.model.width);
+                put_u64(w, job.stream_seed);
+                put_u32(w, job.n_params);
+            }
+            Message::Reject { reason } => put_str(w, reason),
+            Message::Ready {
+                fingerprint,
+                n_train,
+            } => {
+                put_u64(w, *fingerprint);
+                put_u64(w, *n_train);
+            }
+            Message::Step {
+                task,
+                iteration,
+                version,
+                stream_start,
+                len,
+                params,
+            } => {
+                put_step_header(w, *task, *iteration, *version, *stream_start, *len);
+                match params {
+                    Some(p) => {
+                        w.push(1);
+                        put_f32s(w, p);
+                    }
+                    None => w.push(0),
+                }
+            }
+            Message::Gradient {
+                task,
+                iteration,
+                len,
+                loss_sum,
+                correct,
+                timing,
+                signals,
+                grad,
+            } => {
+                put_u64(w, *task);
+                put_u64(w, *iteration);
+                put_u32(w, *len);
+                put_f64(w, *loss_sum);
+                put_u32(w, *correct);
+                for v in [
+                    timing.cpu_s,
+                    timing.wall_s,
+                    timing.step_s,
+                    timing.decode_s,
+                    timing.encode_s,
+                    timing.target_s,
+                ] {
+                    put_f64(w, v);
+                }
+                for v in [
+                    signals.cpu_load,
+                    signals.mem_load,
+                    signals.next_cpu_load,
+                    signals.next_mem_load,
+                    signals.proc_cpu_busy,
+                    signals.proc_mem_used,
+                    signals.loadavg1,
+                    signals.slowdown,
+                ] {
+                    w.extend_from_slice(&v.to_le_bytes());
+                }
+                put_f32s(w, grad);
+            }
+            Message::Shutdown { reason } => put_str(w, reason),
+            Message::Error { message } => put_str(w, message),
+        }
+        let len = (w.len() - 4) as u32;
+        w[..4].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// Decode a frame body (`kind` + payload, without the length prefix).
+    pub fn decode(body: &[u8], peer: &str) -> Result<Message, ProtocolError> {
+        let Some((&k, payload)) = body.split_first() else {
+            return Err(ProtocolError::Empty {
+                peer: peer.to_string(),
+            });
+        };
+        let mut r = Reader {
+            buf: payload,
+            pos: 0,
+            peer,
+            frame: kind_name(k),
+        };
+        let m = match k {
+            kind::HELLO => {
+                let mut magic = [0u8; 4];
+                magic.copy_from_slice(r.bytes(4, "magic")?);
+                if magic != MAGIC {
+                    return Err(ProtocolError::BadMagic {
+                        peer: peer.to_string(),
+                        got: magic,
+                    });
+                }
+                let version = r.u16("version")?;
+                if version != VERSION {
+                    // Checked before the rest: a future version may lay it out otherwise.
+                    return Err(ProtocolError::Version {
+                        peer: peer.to_string(),
+                        got: version,
+                    });
+                }
+                Message::Hello {
+                    version,
+                    name: r.string("name")?,
+                }
+            }
+            kind::WELCOME => Message::Welcome {
+                worker_id: r.u32("worker_id")?,
+                job: JobSpec {
+                    dataset: r.string("dataset")?,
+                    fingerprint: r.u64("fingerprint")?,
+                    n_train: r.u64("n_train")?,
+                    model: ModelSpec {
+                        kind: r.u8("model.kind")?,
+                        dim: r.u32("model.dim")?,
+                        classes: r.u32("model.classes")?,
+                        width: r.u32("model.width")?,
+                    },
+                    stream_seed: r.u64("stream_seed")?,
+                    n_params: r.u32("n_params")?,
+                },
+            },
+            kind::REJECT => Message::Reject {
+                reason: r.string("reason")?,
+            },
+            kind::READY => Message::Ready {
+                fingerprint: r.u64("fingerprint")?,
+                n_train: r.u64("n_train")?,
+            },
+            kind::STEP => {
+                let task = r.u64("task")?;
+                let iteration = r.u64("iteration")?;
+                let version = r.u64("version")?;
+                let stream_start = r.u64("stream_start")?;
+                let len = r.u32("len")?;
+                let params = match r.u8("has_params")? {
+                    0 => None,
+                    1 => Some(r.f32s("params")?),
+                    x => return Err(r.invalid("has_params", format!("must be 0 or 1, got {x}"))),
+                };
+                Message::Step {
+                    task,
+                    iteration,
+                    version,
+                    stream_start,
+                    len,
+                    params,
+                }
+            }
+            kind::GRADIENT => {
+                let task = r.u64("task")?;
+                let iteration = r.u64("iteration")?;
+                let len = r.u32("len")?;
+                let loss_sum = r.f64("loss_sum")?;
+                let correct = r.u32("correct")?;
+                let timing = StepTiming {
+                    cpu_s: r.f64("timing.cpu_s")?,
+                    wall_s: r.f64("timing.wall_s")?,
+                    step_s: r.f64("timing.step_s")?,
+                    decode_s: r.f64("timing.decode_s")?,
+                    encode_s: r.f64("timing.encode_s")?,
+                    target_s: r.f64("timing.target_s")?,
+                };
+                let signals = Signals {
+                    cpu_load: r.f32("signals.cpu_load")?,
+                    mem_load: r.f32("signals.mem_load")?,
+                    next_cpu_load: r.f32("signals.next_cpu_load")?,
+                    next_mem_load: r.f32("signals.next_mem_load")?,
+                    proc_cpu_busy: r.f32("signals.proc_cpu_busy")?,
+                    proc_mem_used: r.f32("signals.proc_mem_used")?,
+                    loadavg1: r.f32("signals.loadavg1")?,
+                    slowdown: r.f32("signals.slowdown")?,
+                };
+                Message::Gradient {
+                    task,
+                    iteration,
+                    len,
+                    loss_sum,
+                    correct,
+                    timing,
+                    signals,
+                    grad: r.f32s("grad")?,
+                }
+            }
+            kind::SHUTDOWN => Message::Shutdown {
+                reason: r.string("reason")?,
+            },
+            kind::ERROR => Message::Error {
+                message: r.string("message")?,
+            },
+            other => {
+                return Err(ProtocolError::Invalid {
+                    peer: peer.to_string(),
+                    frame: "unknown",
+                    field: "kind",
+                    message: format!("unknown frame kind {other}; known kinds are 1..=8"),
+                })
+            }
+        };
+        if r.pos != r.buf.len() {
+            return Err(r.invalid(
+                "(end)",
+                format!(
+                    "{} trailing bytes after the last field",
+                    r.buf.len() - r.pos
+                ),
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// The fixed part of a Step frame, so the controller can send one shared parameter
+/// buffer to every worker behind a per-worker header.
+pub fn put_step_header(
+    w: &mut Vec<u8>,
+    task: u64,
+    iteration: u64,
+    version: u64,
+    stream_start: u64,
+    len: u32,
+) {
+    put_u64(w, task);
+    put_u64(w, iteration);
+    put_u64(w, version);
+    put_u64(w, stream_start);
+    put_u32(w, len);
+}
+
+/// Encoded `has_params = 1` + parameter vector: the shared tail of a Step frame.
+pub fn encode_params_tail(params: &[f32], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(1);
+    put_f32s(out, params);
+}
+
+/// A Step frame as (header, shared tail): `header` carries the length prefix of the
+/// whole frame.
+pub fn step_frame_header(
+    task: u64,
+    iteration: u64,
+    version: u64,
+    stream_start: u64,
+    len: u32,
+    tail_len: usize,
+) -> Vec<u8> {
+    let mut h = Vec::with_capacity(41);
+    h.extend_from_slice(&[0, 0, 0, 0, kind::STEP]);
+    put_step_header(&mut h, task, iteration, version, stream_start, len);
+    let total = (h.len() - 4 + tail_len) as u32;
+    h[..4].copy_from_slice(&total.to_le_bytes());
+    h
+}
+
+fn put_u16(w: &mut Vec<u8>, v: u16) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+fn put_u32(w: &mut Vec<u8>, v: u32) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+fn put_u64(w: &mut Vec<u8>, v: u64) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+fn put_f64(w: &mut Vec<u8>, v: f64) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+fn put_str(w: &mut Vec<u8>, s: &str) {
+    put_u32(w, s.len() as u32);
+    w.extend_from_slice(s.as_bytes());
+}
+fn put_f32s(w: &mut Vec<u8>, v: &[f32]) {
+    put_u32(w, v.len() as u32);
+    w.reserve(v.len() * 4);
+    for x in v {
+        w.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    peer: &'a str,
+    frame: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn invalid(&self, field: &'static str, message: String) -> ProtocolError {
+        ProtocolError::Invalid {
+            peer: self.peer.to_string(),
+            frame: self.frame,
+            field,
+            message,
+        }
+    }
+    fn bytes(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ProtocolError> {
+        if self.buf.len() - self.pos < n {
+            return Err(ProtocolError::Truncated {
+                peer: self.peer.to_string(),
+                frame: self.frame,
+                field,
+                at: self.buf.len(),
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn u8(&mut self, f: &'static str) -> Result<u8, ProtocolError> {
+        Ok(self.bytes(1, f)?[0])
+    }
+    fn u16(&mut self, f: &'static str) -> Result<u16, ProtocolError> {
+        Ok(u16::from_le_bytes(self.bytes(2, f)?.try_into().expect("2")))
+    }
+    fn u32(&mut self, f: &'static str) -> Result<u32, ProtocolError> {
+        Ok(u32::from_le_bytes(self.bytes(4, f)?.try_into().expect("4")))
+    }
+    fn u64(&mut self, f: &'static str) -> Result<u64, ProtocolError> {
+        Ok(u64::from_le_bytes(self.bytes(8, f)?.try_into().expect("8")))
+    }
+    fn f32(&mut self, f: &'static str) -> Result<f32, ProtocolError> {
+        Ok(f32::from_le_bytes(self.bytes(4, f)?.try_into().expect("4")))
+    }
+    fn f64(&mut self, f: &'static str) -> Result<f64, ProtocolError> {
+        Ok(f64::from_le_bytes(self.bytes(8, f)?.try_into().expect("8")))
+    }
+    fn string(&mut self, f: &'static str) -> Result<String, ProtocolError> {
+        let n = self.u32(f)? as usize;
+        let b = self.bytes(n, f)?;
+        String::from_utf8(b.to_vec()).map_err(|_| self.invalid(f, "not valid UTF-8".into()))
+    }
+    fn f32s(&mut self, f: &'static str) -> Result<Vec<f32>, ProtocolError> {
+        let n = self.u32(f)? as usize;
+        let b = self.bytes(n.saturating_mul(4), f)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+}
+
+/// Read one frame body (kind + payload). `when` says what we were waiting for, for
+/// the error if the peer hangs up.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    peer: &str,
+    when: &'static str,
+) -> Result<(), ProtocolError> {
+    let mut len = [0u8; 4];
+    if let Err(e) = r.read_exact(&mut len).await {
+        return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            ProtocolError::Closed {
+                peer: peer.to_string(),
+                when,
+            }
+        } else {
+            ProtocolError::Io {
+                peer: peer.to_string(),
+                context: when,
+                message: e.to_string(),
+            }
+        });
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_FRAME {
+        return Err(ProtocolError::TooLarge {
+            peer: peer.to_string(),
+            len,
+        });
+    }
+    if len == 0 {
+        return Err(ProtocolError::Empty {
+            peer: peer.to_string(),
+        });
+    }
+    buf.clear();
+    buf.resize(len as usize, 0);
+    r.read_exact(buf).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            ProtocolError::Closed {
+                peer: peer.to_string(),
+                when: "in the middle of a frame",
+            }
+        } else {
+            ProtocolError::Io {
+                peer: peer.to_string(),
+                context: when,
+                message: e.to_string(),
+            }
+        }
+    })?;
+    Ok(())
+}
+
+/// Read and decode one message.
+pub async fn read_message<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    peer: &str,
+    when: &'static str,
+) -> Result<Message, ProtocolError> {
+    read_frame(r, buf, peer, when).await?;
+    Message::decode(buf, peer)
+}
+
+/// Encode and write one message.
+pub async fn write_message<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    m: &Message,
+    buf: &mut Vec<u8>,
+    peer: &str,
+) -> Result<(), ProtocolError> {
+    m.encode(buf);
+    w.write_all(buf).await.map_err(|e| ProtocolError::Io {
+        peer: peer.to_string(),
+        context: "sending",
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(m: Message) {
+        let mut buf = Vec::new();
+        m.encode(&mut buf);
+        let len = u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, buf.len() - 4);
+        assert_eq!(Message::decode(&buf[4..], "t").unwrap(), m);
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        roundtrip(Message::Hello {
+            version: VERSION,
+            name: "w0".into(),
+        });
+        roundtrip(Message::Welcome {
+            worker_id: 3,
+            job: JobSpec {
+                dataset: "tiny".into(),
+                fingerprint: 99,
+                n_train: 2000,
+                model: ModelSpec {
+                    kind: 2,
+                    dim: 64,
+                    classes: 10,
+                    width: 32,
+                },
+                stream_seed: 7,
+                n_params: 1234,
+            },
+        });
+        roundtrip(Message::Reject {
+            reason: "no".into(),
+        });
+        roundtrip(Message::Ready {
+            fingerprint: 1,
+            n_train: 2,
+        });
+        roundtrip(Message::Step {
+            task: 1,
+            iteration: 2,
+            version: 3,
+            stream_start: 4,
+            len: 5,
+            params: Some(vec![1.0, -2.5]),
+        });
+        roundtrip(Message::Step {
+            task: 1,
+            iteration: 2,
+            version: 3,
+            stream_start: 4,
+            len: 5,
+            params: None,
+        });
+        roundtrip(Message::Gradient {
+            task: 1,
+            iteration: 2,
+            len: 3,
+            loss_sum: 4.5,
+            correct: 2,
+            timing: StepTiming {
+                cpu_s: 0.1,
+                ..Default::default()
+            },
+            signals: Signals {
+                slowdown: 2.0,
+                ..Default::default()
+            },
+            grad: vec![0.25; 7],
+        });
+        roundtrip(Message::Shutdown {
+            reason: "done".into(),
+        });
+        roundtrip(Message::Error {
+            message: "x".into(),
+        });
+    }
+
+    #[test]
+    fn split_step_frame_equals_whole_frame() {
+        let params = vec![1.0f32, 2.0, 3.0];
+        let mut whole = Vec::new();
+        Message::Step {
+            task: 9,
+            iteration: 8,
+            version: 7,
+            stream_start: 6,
+            len: 5,
+            params: Some(params.clone()),
+        }
+        .encode(&mut whole);
+        let mut tail = Vec::new();
+        encode_params_tail(&params, &mut tail);
+        let mut split = step_frame_header(9, 8, 7, 6, 5, tail.len());
+        split.extend_from_slice(&tail);
+        assert_eq!(whole, split);
+    }
+
+    #[test]
+    fn malformed_frames_are_named_errors() {
+        // every strict prefix of a valid Gradient fails with Truncated, never panics
+        let mut buf = Vec::new();
+        Message::Gradient {
+            task: 1,
+            iteration: 2,
+            len: 3,
+            loss_sum: 4.5,
+            correct: 2,
+            timing: StepTiming::default(),
+            signals: Signals::default(),
+            grad: vec![0.25; 3],
+        }
+        .encode(&mut buf);
+        for cut in 5..buf.len() {
+            let e = Message::decode(&buf[4..cut], "peer").unwrap_err();
+            assert!(
+                matches!(e, ProtocolError::Truncated { .. }),
+                "cut {cut}: {e}"
+            );
+        }
+        let e = Message::decode(&[42, 0, 0], "peer")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown frame kind 42"), "{e}");
+        // a vector whose count claims more than the frame holds
+        let mut b = vec![kind::ERROR];
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        let e = Message::decode(&b, "peer").unwrap_err().to_string();
+        assert!(
+            e.contains("Error frame: field `message` is truncated"),
+            "{e}"
+        );
+        let e = Message::decode(&[], "peer").unwrap_err();
+        assert!(matches!(e, ProtocolError::Empty { .. }));
+    }
+
+    #[test]
+    fn old_version_and_foreign_magic_are_refused() {
+        let mut b = vec![kind::HELLO];
+        b.extend_from_slice(&MAGIC);
+        b.extend_from_slice(&0u16.to_le_bytes());
+        let e = Message::decode(&b, "10.0.0.1:5").unwrap_err().to_string();
+        assert!(
+            e.contains("protocol version 0") && e.contains("version 1"),
+            "{e}"
+        );
+        let mut b = vec![kind::HELLO];
+        b.extend_from_slice(b"GET ");
+        let e = Message::decode(&b, "x").unwrap_err().to_string();
+        assert!(e.contains("bad magic"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn oversized_length_is_refused_before_allocating() {
+        let bytes = (MAX_FRAME + 1).to_le_bytes();
+        let mut r = &bytes[..];
+        let mut buf = Vec::new();
+        let e = read_frame(&mut r, &mut buf, "p", "waiting")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ProtocolError::TooLarge { .. }));
+        assert!(buf.capacity() < 1024);
+    }
+}

@@ -1,0 +1,197 @@
+//! `pacer train`: a controller and N local workers in one process, each worker on its
+//! own OS thread (one thread per worker: its compute and its socket), talking over
+//! real TCP on loopback exactly as remote ones would. Scripted faults (a worker that
+//! dies at iteration k) and joins (a new worker at iteration k) drive the elasticity
+//! experiment.
+
+use crate::controller::{self, ControllerConfig, Progress, ProgressFn, TrainReport};
+use crate::data::Data;
+use crate::emulation::{Emulation, InterferencePlan};
+use crate::error::RuntimeError;
+use crate::worker::{self, DataSource, Fault, LoadSignal, WorkerConfig, WorkerSummary};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// How the local workers are set up.
+#[derive(Debug, Clone)]
+pub struct LocalLaunch {
+    pub workers: usize,
+    /// Relative speed of each initial worker (missing entries are 1).
+    pub speeds: Vec<f64>,
+    pub time_scale: f64,
+    pub interference: Option<InterferencePlan>,
+    pub load_signal: LoadSignal,
+    /// (worker slot, iteration): that worker dies on receiving that iteration's Step.
+    pub kills: Vec<(usize, u64)>,
+    /// (worker slot, iteration): that worker answers that Step with garbage.
+    pub garbage: Vec<(usize, u64)>,
+    /// (iteration, speed): a new worker is started once the controller has finished
+    /// that iteration; it gets the next slot (and that slot's interference windows).
+    pub joins: Vec<(u64, f64)>,
+    /// Controller address; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Source addresses for the workers, used round-robin (multi-host on loopback
+    /// aliases); empty = let the OS choose.
+    pub worker_ips: Vec<IpAddr>,
+}
+
+impl LocalLaunch {
+    pub fn new(workers: usize) -> Self {
+        LocalLaunch {
+            workers,
+            speeds: Vec::new(),
+            time_scale: 1.0,
+            interference: None,
+            load_signal: LoadSignal::Auto,
+            kills: Vec::new(),
+            garbage: Vec::new(),
+            joins: Vec::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            worker_ips: Vec::new(),
+        }
+    }
+
+    fn worker_config(&self, slot: usize, speed: f64, connect: SocketAddr) -> WorkerConfig {
+        let mut w = WorkerConfig::new(connect, format!("local-{slot}"));
+        w.emulation = Emulation {
+            speed,
+            time_scale: self.time_scale,
+            windows: self
+                .interference
+                .as_ref()
+                .map(|p| p.for_slot(slot))
+                .unwrap_or_default(),
+        };
+        w.load_signal = self.load_signal;
+        w.bind = (!self.worker_ips.is_empty())
+            .then(|| SocketAddr::new(self.worker_ips[slot % self.worker_ips.len()], 0));
+        w.fault = self
+            .kills
+            .iter()
+            .find(|(s, _)| *s == slot)
+            .map(|&(_, k)| Fault::DieAt(k))
+            .or_else(|| {
+                self.garbage
+                    .iter()
+                    .find(|(s, _)| *s == slot)
+                    .map(|&(_, k)| Fault::GarbageAt(k))
+            });
+        w
+    }
+
+    fn validate(&self) -> Result<(), RuntimeError> {
+        if self.workers == 0 {
+            return Err(RuntimeError::config("--workers", "must be ≥ 1"));
+        }
+        if self.speeds.len() > self.workers {
+            return Err(RuntimeError::config(
+                "--speeds",
+                format!(
+                    "{} speeds for {} workers; give at most one per worker",
+                    self.speeds.len(),
+                    self.workers
+                ),
+            ));
+        }
+        for (i, s) in self
+            .speeds
+            .iter()
+            .chain(self.joins.iter().map(|(_, s)| s))
+            .enumerate()
+        {
+            if !(s.is_finite() && *s > 0.0) {
+                return Err(RuntimeError::config(
+                    "--speeds",
+                    format!("entry {i} must be a positive number, got {s}"),
+                ));
+            }
+        }
+        if !(self.time_scale.is_finite() && self.time_scale >= 1.0) {
+            return Err(RuntimeError::config(
+                "--time-scale",
+                format!("must be ≥ 1, got {}", self.time_scale),
+            ));
+        }
+        Ok(())
+    }
+}
+
+type Handles = Arc<Mutex<Vec<JoinHandle<Result<WorkerSummary, RuntimeError>>>>>;
+
+fn spawn_worker(cfg: WorkerConfig, data: Arc<Data>, handles: &Handles) -> Result<(), RuntimeError> {
+    let h = std::thread::Builder::new()
+        .name(cfg.name.clone())
+        .spawn(move || worker::run_blocking(cfg, DataSource::Loaded(data)))
+        .map_err(|e| RuntimeError::io("starting a worker thread", e))?;
+    handles.lock().expect("handles").push(h);
+    Ok(())
+}
+
+/// Train with a controller and local workers; returns the report and what each
+/// worker said when it stopped (a killed worker's entry says so).
+pub fn train_local(
+    data: Arc<Data>,
+    mut cfg: ControllerConfig,
+    launch: LocalLaunch,
+    mut progress: Option<ProgressFn>,
+) -> Result<(TrainReport, Vec<Result<WorkerSummary, RuntimeError>>), RuntimeError> {
+    launch.validate()?;
+    cfg.min_workers = launch.workers;
+    // Two runtime threads: one for the training loop, one for the connections'
+    // reads and decodes, which then overlap the wait for the slowest worker.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::io("starting the controller's runtime", e))?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(launch.listen))
+        .map_err(|e| RuntimeError::io(format!("--listen {}", launch.listen), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| RuntimeError::io("reading the listen address", e))?;
+    let handles: Handles = Arc::new(Mutex::new(Vec::new()));
+    for slot in 0..launch.workers {
+        let speed = launch.speeds.get(slot).copied().unwrap_or(1.0);
+        spawn_worker(
+            launch.worker_config(slot, speed, addr),
+            data.clone(),
+            &handles,
+        )?;
+    }
+    // Joins are driven from the progress callback: it runs at iteration boundaries.
+    let mut joins = launch.joins.clone();
+    joins.sort_by_key(|j| j.0);
+    let mut next_slot = launch.workers;
+    let hs = handles.clone();
+    let d2 = data.clone();
+    let launch2 = launch.clone();
+    let cb: ProgressFn = Box::new(move |p: &Progress| {
+        while let Some(&(at, speed)) = joins.first() {
+            if p.iteration < at {
+                break;
+            }
+            joins.remove(0);
+            let cfg = launch2.worker_config(next_slot, speed, addr);
+            next_slot += 1;
+            // A failure to start a thread is reported by the missing join.
+            let _ = spawn_worker(cfg, d2.clone(), &hs);
+        }
+        if let Some(f) = progress.as_mut() {
+            f(p);
+        }
+    });
+    let report = rt.block_on(controller::serve(listener, data, cfg, Some(cb)));
+    // Workers exit on Shutdown; if the controller failed they see the socket close.
+    drop(rt);
+    let mut outcomes = Vec::new();
+    let hs: Vec<_> = std::mem::take(&mut *handles.lock().expect("handles"));
+    for h in hs {
+        outcomes.push(
+            h.join()
+                .unwrap_or_else(|_| Err(RuntimeError::Stopped("a worker thread panicked".into()))),
+        );
+    }
+    Ok((report?, outcomes))
+}

@@ -1,0 +1,401 @@
+//! The worker: connects to a controller, loads (or is handed) the dataset, and for
+//! every `Step` computes the mean gradient of its range of the sample stream with one
+//! thread, pads the step to its emulated speed, and replies with the gradient, its
+//! timings and the resource signals.
+
+use crate::data::{Data, SampleStream};
+use crate::emulation::Emulation;
+use crate::error::RuntimeError;
+use crate::protocol::{self, Message, ProtocolError, Signals, StepTiming};
+use crate::sysinfo::{thread_cpu_time, ProcMonitor};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Which load signal the predictors see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoadSignal {
+    /// The emulated interference load when the worker emulates interference,
+    /// otherwise the machine's /proc CPU busy share.
+    #[default]
+    Auto,
+    /// Only the emulated interference load (0 without windows).
+    Emulated,
+    /// Only /proc.
+    Proc,
+    /// `1 − (1 − emulated)(1 − proc)`: independent loads combined.
+    Combined,
+}
+
+impl std::str::FromStr for LoadSignal {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "auto" => LoadSignal::Auto,
+            "emulated" => LoadSignal::Emulated,
+            "proc" => LoadSignal::Proc,
+            "combined" => LoadSignal::Combined,
+            _ => {
+                return Err(RuntimeError::config(
+                    "--load-signal",
+                    format!("unknown `{s}`; expected auto, emulated, proc or combined"),
+                ))
+            }
+        })
+    }
+}
+
+/// How a worker is scripted to fail (tests and the elasticity experiment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// On receiving the Step of this iteration, drop the connection without replying
+    /// (a crash in the middle of an iteration).
+    DieAt(u64),
+    /// On receiving the Step of this iteration, reply with a garbage frame.
+    GarbageAt(u64),
+}
+
+/// A worker's configuration.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub connect: SocketAddr,
+    /// Local address to connect from (multi-host tests on 127.0.0.x aliases).
+    pub bind: Option<SocketAddr>,
+    pub name: String,
+    pub emulation: Emulation,
+    pub load_signal: LoadSignal,
+    pub fault: Option<Fault>,
+    /// Exit the process (as if killed) instead of returning when `fault` fires:
+    /// used when the worker is its own process.
+    pub exit_on_fault: bool,
+}
+
+impl WorkerConfig {
+    pub fn new(connect: SocketAddr, name: impl Into<String>) -> Self {
+        WorkerConfig {
+            connect,
+            bind: None,
+            name: name.into(),
+            emulation: Emulation::default(),
+            load_signal: LoadSignal::Auto,
+            fault: None,
+            exit_on_fault: false,
+        }
+    }
+}
+
+/// Where the worker's data comes from.
+#[derive(Debug, Clone)]
+pub enum DataSource {
+    /// Load the dataset the controller names in `Welcome`.
+    FromJob,
+    /// Load this spec (the same data at another path on this host).
+    Spec(String),
+    /// Already loaded (local workers of `pacer train` share one copy).
+    Loaded(Arc<Data>),
+}
+
+/// What a worker did, for logs and tests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerSummary {
+    pub worker_id: u32,
+    pub steps: u64,
+    pub shutdown_reason: String,
+}
+
+/// Run a worker on the calling thread until the controller shuts it down. Uses a
+/// current-thread runtime, so the worker is exactly one thread (compute and I/O).
+pub fn run_blocking(cfg: WorkerConfig, data: DataSource) -> Result<WorkerSummary, RuntimeError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::io("starting the worker's runtime", e))?;
+    rt.block_on(run(cfg, data))
+}
+
+async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
+    let sock = if cfg.connect.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(|e| RuntimeError::io("creating a socket", e))?;
+    if let Some(b) = cfg.bind {
+        sock.bind(b)
+            .map_err(|e| RuntimeError::io(format!("--bind {b}"), e))?;
+    }
+    let s = sock
+        .connect(cfg.connect)
+        .await
+        .map_err(|e| RuntimeError::io(format!("connecting to controller {}", cfg.connect), e))?;
+    s.set_nodelay(true)
+        .map_err(|e| RuntimeError::io("setting TCP_NODELAY", e))?;
+    Ok(s)
+}
+
+/// The worker's protocol loop.
+pub async fn run(cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary, RuntimeError> {
+    let peer = format!("controller {}", cfg.connect);
+    let mut stream = connect(&cfg).await?;
+    let mut rbuf = Vec::new();
+    let mut wbuf = Vec::new();
+    protocol::write_message(
+        &mut stream,
+        &Message::Hello {
+            version: protocol::VERSION,
+            name: cfg.name.clone(),
+        },
+        &mut wbuf,
+        &peer,
+    )
+    .await?;
+    let (worker_id, job) =
+        match protocol::read_message(&mut stream, &mut rbuf, &peer, "waiting for Welcome").await? {
+            Message::Welcome { worker_id, job } => (worker_id, job),
+            Message::Reject { reason } => {
+                return Err(RuntimeError::Rejected { peer, reason });
+            }
+            other => {
+                return Err(ProtocolError::Unexpected {
+                    peer,
+                    expected: "Welcome",
+                    got: other.kind(),
+                }
+                .into())
+            }
+        };
+    let data = match source {
+        DataSource::Loaded(d) => d,
+        DataSource::FromJob => Arc::new(crate::data::load(&job.dataset)?),
+        DataSource::Spec(s) => Arc::new(crate::data::load(&s)?),
+    };
+    // Tell the controller what we hold; it refuses a mismatch (and says why).
+    protocol::write_message(
+        &mut stream,
+        &Message::Ready {
+            fingerprint: data.fingerprint,
+            n_train: data.train.n as u64,
+        },
+        &mut wbuf,
+        &peer,
+    )
+    .await?;
+    let model = job.model.build().ok_or_else(|| {
+        RuntimeError::Protocol(ProtocolError::Invalid {
+            peer: peer.clone(),
+            frame: "Welcome",
+            field: "model.kind",
+            message: format!("unknown model kind {}", job.model.kind),
+        })
+    })?;
+    let n_params = model.n_params();
+    let mut stream_idx = SampleStream::new(data.train.n, job.stream_seed);
+    let mut params: Vec<f32> = Vec::new();
+    let mut version = u64::MAX;
+    let mut grad = vec![0.0f32; n_params];
+    let mut idx = Vec::new();
+    let mut xb: Vec<f32> = Vec::new();
+    let mut yb: Vec<u32> = Vec::new();
+    let mut monitor = ProcMonitor::default();
+    let mut last_proc = monitor.read();
+    let mut summary = WorkerSummary {
+        worker_id,
+        ..Default::default()
+    };
+    let dim = data.train.dim;
+    loop {
+        protocol::read_frame(&mut stream, &mut rbuf, &peer, "waiting for a Step").await?;
+        let t_decode = Instant::now();
+        let msg = Message::decode(&rbuf, &peer)?;
+        match msg {
+            Message::Step {
+                task,
+                iteration,
+                version: v,
+                stream_start,
+                len,
+                params: p,
+            } => {
+                if let Some(p) = p {
+                    if p.len() != n_params {
+                        return Err(ProtocolError::Invalid {
+                            peer,
+                            frame: "Step",
+                            field: "params",
+                            message: format!("{} values, the model has {n_params}", p.len()),
+                        }
+                        .into());
+                    }
+                    params = p;
+                    version = v;
+                } else if v != version {
+                    return Err(ProtocolError::Invalid {
+                        peer,
+                        frame: "Step",
+                        field: "params",
+                        message: format!(
+                            "omitted, but this worker holds version {version}, not {v}"
+                        ),
+                    }
+                    .into());
+                }
+                let decode_s = t_decode.elapsed().as_secs_f64();
+                match cfg.fault {
+                    Some(Fault::DieAt(k)) if k == iteration => {
+                        if cfg.exit_on_fault {
+                            std::process::exit(137);
+                        }
+                        // Dropping the stream resets the connection mid-iteration.
+                        drop(stream);
+                        summary.shutdown_reason = format!("scripted death at iteration {k}");
+                        return Ok(summary);
+                    }
+                    Some(Fault::GarbageAt(k)) if k == iteration => {
+                        use tokio::io::AsyncWriteExt;
+                        let junk = [9u8, 0, 0, 0, 99, 1, 2, 3, 4, 5, 6, 7, 8];
+                        let _ = stream.write_all(&junk).await;
+                        // Wait for the controller to hang up on us.
+                        let _ = protocol::read_frame(&mut stream, &mut rbuf, &peer, "x").await;
+                        summary.shutdown_reason = format!("scripted garbage at iteration {k}");
+                        return Ok(summary);
+                    }
+                    _ => {}
+                }
+                let (slowdown, emu_cpu, emu_mem) = cfg.emulation.conditions(iteration);
+                // --- real compute: gather the batch, forward, backward
+                let wall0 = Instant::now();
+                let cpu0 = thread_cpu_time();
+                stream_idx.indices(stream_start, len as usize, &mut idx);
+                xb.clear();
+                yb.clear();
+                for &i in &idx {
+                    xb.extend_from_slice(data.train.row(i as usize));
+                    yb.push(data.train.y[i as usize]);
+                }
+                debug_assert_eq!(xb.len(), idx.len() * dim);
+                let stats = model.loss_grad(&params, &xb, &yb, &mut grad);
+                let cpu_s = (thread_cpu_time() - cpu0).as_secs_f64();
+                let wall_s = wall0.elapsed().as_secs_f64();
+                // --- emulated speed: pad after the real compute
+                let target = cfg.emulation.target_s(cpu_s, slowdown);
+                let elapsed = wall0.elapsed().as_secs_f64();
+                if target > elapsed {
+                    std::thread::sleep(Duration::from_secs_f64(target - elapsed));
+                }
+                let step_s = wall0.elapsed().as_secs_f64();
+                // --- signals: at the start of this step (emulated windows of `iteration`
+                // and the /proc reading taken at the end of the previous step), and at
+                // its end, which is the start of the next one.
+                let proc_now = monitor.read();
+                let (_, next_cpu, next_mem) = cfg.emulation.conditions(iteration + 1);
+                let emulating = !cfg.emulation.windows.is_empty();
+                let mix = |emu: f32, proc: f32| match cfg.load_signal {
+                    LoadSignal::Auto if emulating => emu,
+                    LoadSignal::Auto | LoadSignal::Proc => proc,
+                    LoadSignal::Emulated => emu,
+                    LoadSignal::Combined => 1.0 - (1.0 - emu) * (1.0 - proc),
+                };
+                let signals = Signals {
+                    cpu_load: mix(emu_cpu, last_proc.cpu_busy),
+                    mem_load: mix(emu_mem, last_proc.mem_used),
+                    next_cpu_load: mix(next_cpu, proc_now.cpu_busy),
+                    next_mem_load: mix(next_mem, proc_now.mem_used),
+                    proc_cpu_busy: proc_now.cpu_busy,
+                    proc_mem_used: proc_now.mem_used,
+                    loadavg1: proc_now.loadavg1_per_core,
+                    slowdown: slowdown as f32,
+                };
+                last_proc = proc_now;
+                let t_enc = Instant::now();
+                let mut reply = Message::Gradient {
+                    task,
+                    iteration,
+                    len,
+                    loss_sum: stats.loss_sum,
+                    correct: stats.correct,
+                    timing: StepTiming {
+                        cpu_s,
+                        wall_s,
+                        step_s,
+                        decode_s,
+                        encode_s: 0.0,
+                        target_s: target,
+                    },
+                    signals,
+                    grad: std::mem::take(&mut grad),
+                };
+                reply.encode(&mut wbuf);
+                let encode_s = t_enc.elapsed().as_secs_f64();
+                // Patch the encode time in place (fixed offset: header 5 + task 8 +
+                // iteration 8 + len 4 + loss 8 + correct 4 + four timings 32).
+                let off = 5 + 8 + 8 + 4 + 8 + 4 + 32;
+                wbuf[off..off + 8].copy_from_slice(&encode_s.to_le_bytes());
+                if let Message::Gradient { grad: g, .. } = &mut reply {
+                    grad = std::mem::take(g);
+                }
+                {
+                    use tokio::io::AsyncWriteExt;
+                    stream
+                        .write_all(&wbuf)
+                        .await
+                        .map_err(|e| ProtocolError::Io {
+                            peer: peer.clone(),
+                            context: "sending a Gradient",
+                            message: e.to_string(),
+                        })?;
+                }
+                summary.steps += 1;
+            }
+            Message::Shutdown { reason } => {
+                summary.shutdown_reason = reason;
+                return Ok(summary);
+            }
+            Message::Reject { reason } => return Err(RuntimeError::Rejected { peer, reason }),
+            Message::Error { message } => {
+                return Err(RuntimeError::Rejected {
+                    peer,
+                    reason: message,
+                })
+            }
+            other => {
+                return Err(ProtocolError::Unexpected {
+                    peer,
+                    expected: "Step or Shutdown",
+                    got: other.kind(),
+                }
+                .into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_time_offset_points_at_encode_s() {
+        let m = Message::Gradient {
+            task: 1,
+            iteration: 2,
+            len: 3,
+            loss_sum: 0.0,
+            correct: 0,
+            timing: StepTiming {
+                encode_s: 0.0,
+                ..Default::default()
+            },
+            signals: Signals::default(),
+            grad: vec![1.0],
+        };
+        let mut buf = Vec::new();
+        m.encode(&mut buf);
+        let off = 5 + 8 + 8 + 4 + 8 + 4 + 32;
+        buf[off..off + 8].copy_from_slice(&1.25f64.to_le_bytes());
+        match Message::decode(&buf[4..], "t").unwrap() {
+            Message::Gradient { timing, .. } => assert_eq!(timing.encode_s, 1.25),
+            _ => unreachable!(),
+        }
+    }
+}
