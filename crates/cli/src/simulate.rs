@@ -21,7 +21,9 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "FILE")]
     pub workload: Vec<String>,
     /// Other trace formats: `philly:FILE`, `gavel:FILE` (with --gavel-throughputs),
-    /// `synthetic:JOBS` (Poisson arrivals over the measured applications).
+    /// `synthetic:JOBS` (Poisson arrivals over the measured applications, Philly job
+    /// sizes), `synthetic-philly:JOBS` (duration-only jobs with Philly's size and
+    /// duration distributions).
     #[arg(long, value_name = "KIND:FILE")]
     pub trace: Vec<String>,
     /// Cluster: `COUNTxGPUS:TYPE[,...]`, e.g. `16x4:t4` (the default, Pollux's 64 T4s),
@@ -171,12 +173,16 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 };
                 trace::synthetic(&spec, apps)
             }
-            _ => bail!(
-                "--trace {t}: unknown kind `{kind}`; expected pollux, philly, gavel or synthetic"
-            ),
+            "synthetic-philly" => {
+                let n: usize = arg.parse().ok().filter(|n| *n > 0).with_context(|| {
+                    format!("--trace {t}: expected synthetic-philly:JOBS with JOBS a whole number ≥ 1")
+                })?;
+                trace::synthetic_philly(&SyntheticSpec { jobs: n, arrivals_per_hour: args.arrivals_per_hour, seed: args.seed })
+            }
+            _ => bail!("--trace {t}: unknown kind `{kind}`; expected pollux, philly, gavel, synthetic or synthetic-philly"),
         };
-        let label = if kind == "synthetic" {
-            format!("synthetic-{arg}-seed{}", args.seed)
+        let label = if kind.starts_with("synthetic") {
+            format!("{kind}-{arg}-seed{}", args.seed)
         } else {
             name
         };

@@ -343,38 +343,108 @@ pub struct SyntheticSpec {
     pub seed: u64,
 }
 
+/// Job-size mix of the Philly trace (Pollux's digest, 82,247 jobs): share of jobs
+/// asking for 1, 2, 3–4, 5–8 and more than 8 GPUs (the last drawn as 16).
+pub const PHILLY_SIZE_SHARES: [(u32, f64); 5] = [
+    (1, 0.93167),
+    (2, 0.0221),
+    (4, 0.02274),
+    (8, 0.01998),
+    (16, 0.00351),
+];
+
+/// Duration quantiles (seconds) of Philly jobs per size class, at 0%, 5%, …, 100%,
+/// read off the same digest.
+pub const PHILLY_DURATION_QUANTILES: [[f64; 21]; 5] = [
+    [
+        1., 52., 62., 69., 76., 122., 215., 385., 600., 855., 1117., 1446., 1728., 2054., 2464.,
+        2716., 3754., 5342., 8512., 19137., 3256045.,
+    ],
+    [
+        2., 9., 11., 13., 15., 16., 17., 18., 19., 20., 21., 23., 25., 28., 33., 76., 150., 22165.,
+        72361., 197004., 2582803.,
+    ],
+    [
+        3., 75., 138., 179., 406., 772., 1696., 4456., 7475., 13082., 17388., 26253., 36253.,
+        56900., 78636., 89422., 106275., 151663., 184426., 274339., 2750674.,
+    ],
+    [
+        1., 125., 216., 463., 783., 1871., 4059., 7268., 12390., 16653., 23683., 36588., 64753.,
+        105906., 140659., 173288., 203140., 242280., 352409., 525631., 4628226.,
+    ],
+    [
+        1., 35., 73., 210., 345., 566., 880., 1571., 3165., 8846., 21137., 45047., 53862., 58735.,
+        73728., 104218., 158329., 181596., 246825., 446126., 1710643.,
+    ],
+];
+
+/// Index into [`PHILLY_SIZE_SHARES`] drawn by its shares.
+fn philly_size_class(rng: &mut impl Rng) -> usize {
+    let u: f64 = rng.random();
+    let mut acc = 0.0;
+    for (i, (_, p)) in PHILLY_SIZE_SHARES.iter().enumerate() {
+        acc += p;
+        if u <= acc {
+            return i;
+        }
+    }
+    PHILLY_SIZE_SHARES.len() - 1
+}
+
+/// A duration drawn from the class's empirical quantiles, log-linear between them.
+fn philly_duration(class: usize, rng: &mut impl Rng) -> f64 {
+    let q = &PHILLY_DURATION_QUANTILES[class];
+    let x: f64 = rng.random::<f64>() * 20.0;
+    let k = (x.floor() as usize).min(19);
+    let t = x - k as f64;
+    (q[k].ln() + t * (q[k + 1].ln() - q[k].ln())).exp()
+}
+
+/// Seeded synthetic duration-only workload shaped like the Philly trace: Poisson
+/// arrivals, job sizes and durations drawn from Philly's empirical distributions.
+pub fn synthetic_philly(spec: &SyntheticSpec) -> Vec<SimJob> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(spec.seed);
+    let gap = Exp::new(spec.arrivals_per_hour.max(1e-9) / 3600.0).expect("positive rate");
+    let mut t = 0.0;
+    (0..spec.jobs)
+        .map(|k| {
+            t += gap.sample(&mut rng);
+            let class = philly_size_class(&mut rng);
+            let gpus = PHILLY_SIZE_SHARES[class].0;
+            let duration = philly_duration(class, &mut rng).max(1.0);
+            SimJob {
+                spec: JobSpec {
+                    name: format!("synthetic-philly-{k}"),
+                    arrival_s: t.round(),
+                    application: "philly".into(),
+                    requested_replicas: gpus,
+                    requested_batch: 0,
+                    service_gpu_s: Some(duration * gpus as f64),
+                    device_type: None,
+                },
+                work: Work::Duration {
+                    duration_s: duration,
+                },
+            }
+        })
+        .collect()
+}
+
 /// Seeded synthetic workload over the measured applications: Poisson arrivals,
 /// application uniform, requested devices from the Philly trace's job-size mix
-/// (about 70% single-GPU jobs, the rest 2–16; shares read off Pollux's digest of
-/// the trace), and a requested batch among the application's validated sizes
-/// that fits those devices.
+/// ([`PHILLY_SIZE_SHARES`]), and a requested batch among the application's
+/// validated sizes that fits those devices. How long a job runs follows from its
+/// application's measured convergence, not from Philly's durations.
 pub fn synthetic(spec: &SyntheticSpec, apps: &[AppModel]) -> Vec<SimJob> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(spec.seed);
     let gap = Exp::new(spec.arrivals_per_hour.max(1e-9) / 3600.0).expect("positive rate");
-    let sizes: [(u32, f64); 6] = [
-        (1, 0.70),
-        (2, 0.10),
-        (4, 0.10),
-        (8, 0.06),
-        (12, 0.02),
-        (16, 0.02),
-    ];
     let mut t = 0.0;
     let mut jobs = Vec::with_capacity(spec.jobs);
     for k in 0..spec.jobs {
         t += gap.sample(&mut rng);
         let app_i = rng.random_range(0..apps.len());
         let app = &apps[app_i];
-        let u: f64 = rng.random();
-        let mut acc = 0.0;
-        let mut replicas = 1;
-        for (s, p) in sizes {
-            acc += p;
-            if u <= acc {
-                replicas = s;
-                break;
-            }
-        }
+        let replicas = PHILLY_SIZE_SHARES[philly_size_class(&mut rng)].0;
         let fits: Vec<u32> = app
             .profile
             .validation
@@ -519,7 +589,30 @@ mod tests {
                 .map(|j| (&j.spec.name, j.spec.arrival_s))
                 .collect::<Vec<_>>()
         );
-        let z = synthetic(&SyntheticSpec { seed: 4, ..s }, &a);
+        let z = synthetic(
+            &SyntheticSpec {
+                seed: 4,
+                ..s.clone()
+            },
+            &a,
+        );
+        let p = synthetic_philly(&SyntheticSpec { jobs: 4000, ..s });
+        let singles = p.iter().filter(|j| j.spec.requested_replicas == 1).count() as f64 / 4000.0;
+        assert!((singles - 0.93).abs() < 0.02, "{singles}");
+        let mut d: Vec<f64> = p
+            .iter()
+            .filter(|j| j.spec.requested_replicas == 1)
+            .map(|j| match j.work {
+                Work::Duration { duration_s } => duration_s,
+                _ => unreachable!(),
+            })
+            .collect();
+        d.sort_by(f64::total_cmp);
+        let median = d[d.len() / 2];
+        assert!(
+            (700.0..1600.0).contains(&median),
+            "median single-GPU duration {median}"
+        );
         assert_ne!(x[0].spec.arrival_s, z[0].spec.arrival_s);
     }
 }
