@@ -168,6 +168,7 @@ fn round(a: RoundArgs) -> Result<()> {
                 current: Allocation::empty(),
                 goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
                 goodput_version: 1,
+                ..JobView::basic(JobId(i as u32), 0.0, r)
             }
         })
         .collect();

@@ -11,19 +11,167 @@
 //! - [`fair`]: work-conserving max-min fair share, re-planned every round;
 //! - [`tiresias`]: discretised two-queue least-attained-service (Tiresias 2D-LAS);
 //! - [`pollux`]: goodput-driven, maximising the generalised mean (p = −1) of
-//!   per-job speedups over fair share, with each job's batch chosen for goodput.
+//!   per-job speedups over fair share, with each job's batch chosen for goodput;
+//! - [`gavel`]: heterogeneity-aware LPs over effective throughput per device
+//!   type (`gavel-maxmin`, `gavel-ftf`), realised round by round;
+//! - [`themis`]: finish-time fairness by partial-allocation auctions over
+//!   lease rounds (`themis`, knob f);
+//! - [`slaq`]: quality-driven, workers to the jobs whose predicted normalised
+//!   loss falls most.
+//!
+//! Heterogeneity: a job's [`JobView::speed`] says how fast it runs on each device
+//! type of the cluster ([`SpeedTable`]); a job holds devices of one type at a time
+//! (a mixed allocation runs at the slowest type's speed).
 //!
 //! Architecture invariant: no I/O, no clock, no randomness without a seed; the
 //! only time a policy sees is [`ClusterView::now_s`].
 
 pub mod fair;
 pub mod fifo;
+pub mod gavel;
 pub mod place;
 pub mod pollux;
+pub mod slaq;
+pub mod themis;
 pub mod tiresias;
 
-use pacer_model::{Allocation, ClusterSpec, JobId};
+use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, JobId};
 use pacer_predict::goodput::GoodputFn;
+use pacer_predict::loss_curve::LossCurve;
+use std::sync::Arc;
+
+/// Speed of one job on one device type as a function of its device count.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpeedCurve {
+    /// `(devices, work units per second)` on a consolidated placement, sorted by
+    /// devices; linear from 0 below the first point, flat beyond the last (a job
+    /// gains nothing from devices past its largest measured size), linear between.
+    /// Empty: the job cannot run on this type.
+    pub points: Vec<(u32, f64)>,
+    /// Speed multiplier when the devices span more nodes than needed (Gavel's
+    /// `_unconsolidated` throughputs over the consolidated ones; 1 = insensitive).
+    pub spread_factor: f64,
+}
+
+impl SpeedCurve {
+    /// A job measured at one size: `rate` at `devices`, linear below, flat above.
+    pub fn single(devices: u32, rate: f64, spread_factor: f64) -> Self {
+        SpeedCurve {
+            points: vec![(devices.max(1), rate)],
+            spread_factor,
+        }
+    }
+
+    /// Work units per second on `devices` devices.
+    pub fn rate(&self, devices: u32, consolidated: bool) -> f64 {
+        if devices == 0 || self.points.is_empty() {
+            return 0.0;
+        }
+        let d = devices as f64;
+        let i = self.points.partition_point(|p| p.0 <= devices);
+        let r = if i == 0 {
+            let (d0, r0) = self.points[0];
+            r0 * d / d0 as f64
+        } else if i == self.points.len() {
+            self.points[i - 1].1
+        } else {
+            let (d0, r0) = self.points[i - 1];
+            let (d1, r1) = self.points[i];
+            r0 + (r1 - r0) * (d - d0 as f64) / (d1 - d0) as f64
+        };
+        if consolidated {
+            r
+        } else {
+            r * self.spread_factor
+        }
+    }
+
+    /// Largest measured size (devices beyond it add nothing).
+    pub fn max_useful(&self) -> u32 {
+        self.points.last().map_or(0, |p| p.0)
+    }
+}
+
+/// How fast a job runs on each device type of the cluster (index = [`DeviceTypeId`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SpeedTable {
+    pub per_type: Vec<SpeedCurve>,
+}
+
+impl SpeedTable {
+    /// The same curve on every one of `types` device types.
+    pub fn uniform(types: usize, curve: SpeedCurve) -> Self {
+        SpeedTable {
+            per_type: vec![curve; types],
+        }
+    }
+
+    /// Work units per second on `devices` devices of type `ty`.
+    pub fn rate(&self, ty: DeviceTypeId, devices: u32, consolidated: bool) -> f64 {
+        self.per_type
+            .get(ty.0 as usize)
+            .map_or(0.0, |c| c.rate(devices, consolidated))
+    }
+
+    /// Speed of an allocation: a job synchronises across its devices, so a mixed
+    /// allocation runs at its slowest type; consolidated when it spans no more
+    /// nodes than the devices need.
+    pub fn rate_of(&self, cluster: &ClusterSpec, alloc: &Allocation) -> f64 {
+        let r = alloc.replicas();
+        if r == 0 {
+            return 0.0;
+        }
+        let mut slowest = f64::INFINITY;
+        let mut per_node = u32::MAX;
+        let consolidated_nodes = |per: u32| r.div_ceil(per.max(1));
+        for &(node, _) in alloc.slots() {
+            let n = &cluster.nodes[node.0 as usize];
+            per_node = per_node.min(n.gpus);
+            slowest = slowest.min(self.rate(n.device_type, r, true));
+        }
+        if alloc.nodes() > consolidated_nodes(per_node) {
+            // Spread: apply the slowest type's spread factor.
+            let f = alloc
+                .slots()
+                .iter()
+                .map(|&(node, _)| {
+                    let t = cluster.nodes[node.0 as usize].device_type;
+                    self.per_type
+                        .get(t.0 as usize)
+                        .map_or(1.0, |c| c.spread_factor)
+                })
+                .fold(f64::INFINITY, f64::min);
+            slowest *= f;
+        }
+        slowest
+    }
+}
+
+/// What a job reports about its training quality (SLAQ).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QualityView {
+    /// Iterations done.
+    pub iteration: f64,
+    /// Loss after the latest iteration.
+    pub loss: f64,
+    /// Loss at the first iteration.
+    pub first_loss: f64,
+    /// SLAQ's normaliser: the largest per-iteration loss decrease seen.
+    pub max_delta_per_iter: f64,
+    /// The job's current fit of its loss curve, when it has one.
+    pub curve: Option<LossCurve>,
+}
+
+impl QualityView {
+    /// Predicted loss after iteration `k`: the fit anchored at the latest point, or
+    /// the last decrease continued until there is a fit.
+    pub fn predict(&self, k: f64) -> f64 {
+        match &self.curve {
+            Some(c) => self.loss + c.value(k) - c.value(self.iteration),
+            None => self.loss - self.max_delta_per_iter * (k - self.iteration),
+        }
+    }
+}
 
 /// What a policy may know about one active (arrived, unfinished) job.
 #[derive(Debug, Clone)]
@@ -45,6 +193,59 @@ pub struct JobView {
     pub goodput: Option<GoodputFn>,
     /// Changes whenever `goodput` changes, so policies can cache per job.
     pub goodput_version: u64,
+    /// Speed per device type (work units/s); `None`: the job scales linearly up
+    /// to `requested_replicas` devices of any type, finishing `work_left` units at
+    /// one unit per second on its requested size.
+    pub speed: Option<Arc<SpeedTable>>,
+    /// Work done and left, in the units of `speed` (steps, iterations, or the
+    /// fraction of the job).
+    pub work_done: f64,
+    pub work_left: f64,
+    /// Training quality, for quality-driven policies.
+    pub quality: Option<QualityView>,
+}
+
+impl JobView {
+    /// A job with no goodput, speed or quality model (tests, benchmarks).
+    pub fn basic(id: JobId, arrival_s: f64, requested_replicas: u32) -> Self {
+        JobView {
+            id,
+            arrival_s,
+            attained_gpu_s: 0.0,
+            requested_replicas,
+            max_replicas: requested_replicas,
+            num_restarts: 0,
+            current: Allocation::empty(),
+            goodput: None,
+            goodput_version: 0,
+            speed: None,
+            work_done: 0.0,
+            work_left: 1.0,
+            quality: None,
+        }
+    }
+
+    /// Work units per second on `devices` devices of type `ty`.
+    pub fn rate(&self, ty: DeviceTypeId, devices: u32, consolidated: bool) -> f64 {
+        match &self.speed {
+            Some(s) => s.rate(ty, devices, consolidated),
+            None => {
+                let req = self.requested_replicas.max(1);
+                devices.min(req) as f64 / req as f64
+            }
+        }
+    }
+
+    /// Most devices of type `ty` that still speed the job up.
+    pub fn max_useful(&self, ty: DeviceTypeId) -> u32 {
+        match &self.speed {
+            Some(s) => s
+                .per_type
+                .get(ty.0 as usize)
+                .map_or(0, SpeedCurve::max_useful),
+            None => self.requested_replicas.max(1),
+        }
+    }
 }
 
 /// Read-only input of one scheduling round.
@@ -66,13 +267,28 @@ pub trait Policy: Send {
         false
     }
 
+    /// Whether the policy reads [`JobView::quality`] (drivers then keep loss-curve
+    /// fits up to date, which costs time).
+    fn uses_quality(&self) -> bool {
+        false
+    }
+
     /// One allocation per entry of `view.jobs`, in the same order. The result must
     /// fit the cluster's capacity; drivers check it.
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation>;
 }
 
 /// Names accepted by [`by_name`].
-pub const POLICY_NAMES: &[&str] = &["fifo", "fair", "tiresias", "pollux"];
+pub const POLICY_NAMES: &[&str] = &[
+    "fifo",
+    "fair",
+    "tiresias",
+    "pollux",
+    "gavel-maxmin",
+    "gavel-ftf",
+    "themis",
+    "slaq",
+];
 
 /// Builds a policy by registry name.
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
@@ -81,7 +297,13 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
         "fair" => Some(Box::new(fair::FairShare)),
         "tiresias" => Some(Box::new(tiresias::Tiresias::default())),
         "pollux" => Some(Box::new(pollux::Pollux::default())),
-        _ => None,
+        "gavel-maxmin" => Some(Box::new(gavel::Gavel::max_min())),
+        "gavel-ftf" => Some(Box::new(gavel::Gavel::finish_time_fair())),
+        "themis" => Some(Box::new(themis::Themis::default())),
+        "slaq" => Some(Box::new(slaq::Slaq::default())),
+        _ => {
+            themis::parse_knob(name).map(|f| Box::new(themis::Themis::with_f(f)) as Box<dyn Policy>)
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! out devices from the node with the most free ones first (consolidating a job
 //! on as few nodes as possible), in O(log nodes) per node touched.
 
-use pacer_model::{Allocation, ClusterSpec, NodeId};
+use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, NodeId};
 use std::collections::BTreeSet;
 
 /// Free devices per node, bucketed by free count.
@@ -37,6 +37,14 @@ impl FreePool {
 
     pub fn total_free(&self) -> u64 {
         self.total
+    }
+
+    /// Free devices on the node with the most free devices.
+    pub fn max_free_on_a_node(&self) -> u32 {
+        (0..self.buckets.len())
+            .rev()
+            .find(|&k| !self.buckets[k].is_empty())
+            .unwrap_or(0) as u32
     }
 
     pub fn free_on(&self, node: NodeId) -> u32 {
@@ -107,6 +115,128 @@ impl FreePool {
         let node = *self.buckets[k].first().expect("non-empty bucket");
         self.set(node, k as u32 - count);
         Some(Allocation::from_pairs([(NodeId(node), count)]))
+    }
+}
+
+/// One [`FreePool`] per device type, so a job can be given devices of a single
+/// type (node indices stay global).
+#[derive(Debug, Clone)]
+pub struct TypedPools {
+    pools: Vec<FreePool>,
+    node_type: Vec<u16>,
+    per_node: Vec<u32>,
+}
+
+impl TypedPools {
+    /// All devices of `cluster` free.
+    pub fn new(cluster: &ClusterSpec) -> Self {
+        let types = cluster.device_types.len().max(1);
+        let node_type: Vec<u16> = cluster.nodes.iter().map(|n| n.device_type.0).collect();
+        let pools = (0..types)
+            .map(|t| {
+                FreePool::from_free(
+                    cluster
+                        .nodes
+                        .iter()
+                        .map(|n| {
+                            if n.device_type.0 as usize == t {
+                                n.gpus
+                            } else {
+                                0
+                            }
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        let per_node = (0..types)
+            .map(|t| {
+                cluster
+                    .nodes
+                    .iter()
+                    .filter(|n| n.device_type.0 as usize == t)
+                    .map(|n| n.gpus)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        TypedPools {
+            pools,
+            node_type,
+            per_node,
+        }
+    }
+
+    pub fn types(&self) -> usize {
+        self.pools.len()
+    }
+
+    pub fn free(&self, ty: DeviceTypeId) -> u64 {
+        self.pools[ty.0 as usize].total_free()
+    }
+
+    /// Most free devices on one node of type `ty`.
+    pub fn max_free_on_a_node(&self, ty: DeviceTypeId) -> u32 {
+        self.pools[ty.0 as usize].max_free_on_a_node()
+    }
+
+    /// Largest node of type `ty`.
+    pub fn per_node(&self, ty: DeviceTypeId) -> u32 {
+        self.per_node[ty.0 as usize]
+    }
+
+    /// The single device type of an allocation, if it has one.
+    pub fn type_of(&self, alloc: &Allocation) -> Option<DeviceTypeId> {
+        let first = self.node_type[alloc.slots().first()?.0 .0 as usize];
+        alloc
+            .slots()
+            .iter()
+            .all(|s| self.node_type[s.0 .0 as usize] == first)
+            .then_some(DeviceTypeId(first))
+    }
+
+    /// Takes exactly `alloc`'s devices if they are free and of one type.
+    pub fn take_exact(&mut self, alloc: &Allocation) -> bool {
+        match self.type_of(alloc) {
+            Some(t) => self.pools[t.0 as usize].take_exact(alloc),
+            None => false,
+        }
+    }
+
+    pub fn give_back(&mut self, alloc: &Allocation) {
+        if let Some(t) = self.type_of(alloc) {
+            self.pools[t.0 as usize].give_back(alloc);
+        }
+    }
+
+    /// `count` devices of type `ty`: on one node (best fit) when a node can hold
+    /// them, else from the nodes with the most free devices.
+    pub fn take(&mut self, ty: DeviceTypeId, count: u32) -> Option<Allocation> {
+        let pool = &mut self.pools[ty.0 as usize];
+        if count == 0 || count as u64 > pool.total_free() {
+            return None;
+        }
+        let one = if count <= self.per_node[ty.0 as usize] {
+            pool.take_best_fit_one_node(count)
+        } else {
+            None
+        };
+        one.or_else(|| pool.take_most_free(count))
+    }
+
+    /// `count` devices of type `ty` spread one per node (a deliberately
+    /// unconsolidated bundle), if enough nodes have a free device.
+    pub fn take_spread(&mut self, ty: DeviceTypeId, count: u32) -> Option<Allocation> {
+        let pool = &mut self.pools[ty.0 as usize];
+        let nodes: Vec<u32> = (0..pool.free.len() as u32)
+            .filter(|&n| pool.free[n as usize] > 0)
+            .take(count as usize)
+            .collect();
+        if (nodes.len() as u32) < count {
+            return None;
+        }
+        let a = Allocation::from_pairs(nodes.into_iter().map(|n| (NodeId(n), 1)));
+        pool.take_exact(&a).then_some(a)
     }
 }
 

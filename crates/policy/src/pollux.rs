@@ -294,6 +294,7 @@ mod tests {
             current: Allocation::empty(),
             goodput,
             goodput_version: 1,
+            ..JobView::basic(JobId(id), 0.0, 1)
         }
     }
 

@@ -8,6 +8,8 @@
 //!   variant) fitted to measured rows, and their held-out evaluation.
 //! - [`convergence`]: validation metric as a function of progress and global batch
 //!   (Hemingway's `g(i, m)`), fitted from `validation-<batch>.csv` curves.
+//! - [`loss_curve`]: SLAQ's online loss-curve prediction (weighted NLS over the
+//!   recent history, inverse-quadratic or exponential form chosen by fit quality).
 //! - [`speed`]: one-step-ahead worker speed predictors (last value, EWMA, damped-trend
 //!   exponential smoothing, NARX) behind the [`speed::SpeedPredictor`] trait.
 //!
@@ -17,4 +19,5 @@
 pub mod convergence;
 pub mod goodput;
 pub mod itertime;
+pub mod loss_curve;
 pub mod speed;

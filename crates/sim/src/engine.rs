@@ -11,15 +11,30 @@
 //! Jobs under an adaptive policy (`Policy::adaptive_batch`) choose their batch for
 //! goodput from a model fitted online to the configurations they have run, as
 //! Pollux's agents do; the others keep the batch the user asked for.
+//!
+//! Heterogeneity: [`Work::Throughput`] jobs (Gavel's job types) run at a measured
+//! speed per device type, consolidated or spread over nodes; a job holds devices
+//! of one type at a time (a mixed allocation runs at its slowest type). Every job
+//! gets a [`SpeedTable`] that policies see in [`JobView::speed`].
+//!
+//! Quality: [`Work::LossCurve`] jobs replay a recorded loss curve at the
+//! iterations per second their worker count gives them, and keep an online
+//! loss-curve fit ([`LossPredictor`]) that quality-driven policies see in
+//! [`JobView::quality`].
 
 use crate::apps::AppModel;
 use crate::metrics::{JobResult, RoundStat, SimResult};
-use pacer_model::{Allocation, ClusterSpec, JobId, JobSpec};
-use pacer_policy::{check_capacity, ClusterView, JobView, Policy};
+use crate::quality::QualityProfile;
+use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, JobId, JobSpec};
+use pacer_policy::{
+    check_capacity, ClusterView, JobView, Policy, QualityView, SpeedCurve, SpeedTable,
+};
 use pacer_predict::goodput::{
     fit_perf_params_from, BatchLimits, GoodputFn, GradParams, PerfObservation, PerfParams,
 };
+use pacer_predict::loss_curve::LossPredictor;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Simulation settings.
@@ -54,6 +69,22 @@ pub enum Work {
     /// Duration-only job (Philly, Gavel traces): `duration_s` when run on its
     /// requested devices; speed scales linearly up to that size and no further.
     Duration { duration_s: f64 },
+    /// `steps` to run at a measured speed per device type (Gavel's throughputs),
+    /// on the job's requested number of devices; linear below it, flat above.
+    Throughput { steps: f64, rates: Vec<TypeRate> },
+    /// Replays a recorded training run: the job is done after the profile's last
+    /// iteration.
+    LossCurve { profile: Arc<QualityProfile> },
+}
+
+/// Speed of a [`Work::Throughput`] job on one device type (steps/s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeRate {
+    pub device_type: String,
+    /// On the fewest nodes that hold the devices.
+    pub consolidated: f64,
+    /// Spread over more nodes (Gavel's `_unconsolidated`).
+    pub unconsolidated: f64,
 }
 
 /// A job to simulate.
@@ -86,6 +117,8 @@ struct JobState {
     /// Σ active jobs over the rounds this job was active, and the round count.
     contention_sum: f64,
     contention_rounds: u64,
+    /// Loss history and fit (LossCurve jobs).
+    loss: Option<LossPredictor>,
 }
 
 impl JobState {
@@ -109,6 +142,7 @@ impl JobState {
             max_profiled_replicas: 0,
             contention_sum: 0.0,
             contention_rounds: 0,
+            loss: None,
         }
     }
 }
@@ -177,7 +211,23 @@ impl RoundInfo<'_> {
                 (st.progress / self.sim.apps[*app].target_progress()).min(1.0)
             }
             Work::Duration { .. } => st.progress.min(1.0),
+            Work::Throughput { steps, .. } => (st.progress / steps).min(1.0),
+            Work::LossCurve { profile } => (st.progress / profile.total_iterations()).min(1.0),
         }
+    }
+
+    /// Current loss of a [`Work::LossCurve`] job (its recorded loss at the
+    /// iteration it reached; the initial loss before it starts).
+    pub fn loss(&self, i: usize) -> Option<f64> {
+        match &self.sim.jobs[i].work {
+            Work::LossCurve { profile } => Some(profile.loss_at(self.states[i].progress)),
+            _ => None,
+        }
+    }
+
+    /// Whether job `i` has arrived by now.
+    pub fn arrived(&self, i: usize) -> bool {
+        self.sim.jobs[i].spec.arrival_s <= self.now_s
     }
 
     /// Devices job `i` holds for the next round.
@@ -402,6 +452,135 @@ impl Simulation<'_> {
         }
     }
 
+    /// Advances a job whose speed is `speed.rate_of(allocation)` units/s towards
+    /// `total` units (Throughput and LossCurve jobs).
+    fn step_rate(&self, speed: &SpeedTable, total: f64, st: &mut JobState, now: f64, mut dt: f64) {
+        let replicas = st.alloc.replicas();
+        let delay = st.rescale_left_s.min(dt);
+        st.attained_gpu_s += delay * replicas as f64;
+        st.rescale_left_s -= delay;
+        dt -= delay;
+        let rate = speed.rate_of(self.cluster, &st.alloc);
+        if rate <= 0.0 || dt <= 0.0 {
+            return;
+        }
+        let need = total - st.progress;
+        if need <= rate * dt {
+            let delta = need / rate;
+            st.progress = total;
+            st.attained_gpu_s += delta * replicas as f64;
+            st.completion_s = Some(now + delay + delta);
+        } else {
+            st.progress += rate * dt;
+            st.attained_gpu_s += dt * replicas as f64;
+        }
+    }
+
+    /// Speed table of every job (work units per second by device type and count).
+    pub fn speed_tables(&self) -> Vec<Arc<SpeedTable>> {
+        let types = self.cluster.device_types.len().max(1);
+        self.jobs
+            .iter()
+            .map(|job| {
+                let req = job.spec.requested_replicas.max(1);
+                let t = match &job.work {
+                    Work::Duration { duration_s } => {
+                        SpeedTable::uniform(types, SpeedCurve::single(req, 1.0 / duration_s, 1.0))
+                    }
+                    Work::Profiled { app } => {
+                        let app = &self.apps[*app];
+                        let b = job.spec.requested_batch;
+                        let mut sizes: Vec<u32> =
+                            (0..).map(|k| 1u32 << k).take_while(|&r| r < req).collect();
+                        sizes.push(req);
+                        let points = sizes
+                            .iter()
+                            .map(|&r| (r, 1.0 / self.dedicated_time(app, b, r)))
+                            .collect();
+                        let spread = if req > 1 {
+                            self.dedicated_time(app, b, req)
+                                / self.dedicated_time_on(app, b, &vec![1; req as usize])
+                        } else {
+                            1.0
+                        };
+                        SpeedTable::uniform(
+                            types,
+                            SpeedCurve {
+                                points,
+                                spread_factor: spread.min(1.0),
+                            },
+                        )
+                    }
+                    Work::Throughput { rates, .. } => SpeedTable {
+                        per_type: self
+                            .cluster
+                            .device_types
+                            .iter()
+                            .map(|name| {
+                                rates
+                                    .iter()
+                                    .find(|r| r.device_type == *name)
+                                    .filter(|r| r.consolidated > 0.0)
+                                    .map_or_else(SpeedCurve::default, |r| {
+                                        SpeedCurve::single(
+                                            req,
+                                            r.consolidated,
+                                            (r.unconsolidated / r.consolidated).min(1.0),
+                                        )
+                                    })
+                            })
+                            .collect(),
+                    },
+                    Work::LossCurve { profile } => SpeedTable::uniform(
+                        types,
+                        SpeedCurve {
+                            points: profile
+                                .iter_time
+                                .iter()
+                                .map(|&(w, t)| (w, 1.0 / t))
+                                .collect(),
+                            spread_factor: 1.0,
+                        },
+                    ),
+                };
+                Arc::new(t)
+            })
+            .collect()
+    }
+
+    /// Total work of job `i` in its speed table's units.
+    fn total_work(&self, job: &SimJob) -> f64 {
+        match &job.work {
+            Work::Profiled { .. } | Work::Duration { .. } => 1.0,
+            Work::Throughput { steps, .. } => *steps,
+            Work::LossCurve { profile } => profile.total_iterations(),
+        }
+    }
+
+    /// Work done by a job, in its speed table's units.
+    fn work_done(&self, job: &SimJob, st: &JobState) -> f64 {
+        match &job.work {
+            Work::Profiled { app } => st.progress / self.apps[*app].target_progress(),
+            _ => st.progress,
+        }
+    }
+
+    /// Feeds a LossCurve job's predictor the recorded losses of the iterations it
+    /// passed since `from` (at most the last window's worth).
+    fn observe_losses(profile: &QualityProfile, st: &mut JobState, from: f64) {
+        let pred = st.loss.get_or_insert_with(LossPredictor::default);
+        let to = st.progress.floor();
+        let mut k = from.floor() + 1.0;
+        if pred.is_empty() {
+            k = 0.0;
+        }
+        k = k.max(to - pacer_predict::loss_curve::DEFAULT_MAX_POINTS as f64);
+        while k <= to {
+            pred.observe(k, profile.loss_at(k));
+            k += 1.0;
+        }
+    }
+
     /// Runs the simulation under `policy`, calling `on_round` after each round's decision.
     pub fn run(
         &self,
@@ -435,6 +614,8 @@ impl Simulation<'_> {
         let mut busy_gpu_s = 0.0;
         let mut finished = 0usize;
         let mut views: Vec<JobView> = Vec::new();
+        let speeds = self.speed_tables();
+        let uses_quality = policy.uses_quality();
         while finished < self.jobs.len() && now < cfg.max_time_s {
             // 1. Progress of running jobs over [now, now + round).
             for &i in &running {
@@ -449,6 +630,22 @@ impl Simulation<'_> {
                     }
                     Work::Duration { duration_s } => {
                         self.step_duration(&self.jobs[i], *duration_s, st, now, cfg.round_s)
+                    }
+                    Work::Throughput { steps, .. } => {
+                        self.step_rate(&speeds[i], *steps, st, now, cfg.round_s)
+                    }
+                    Work::LossCurve { profile } => {
+                        let from = st.progress;
+                        self.step_rate(
+                            &speeds[i],
+                            profile.total_iterations(),
+                            st,
+                            now,
+                            cfg.round_s,
+                        );
+                        if uses_quality && st.progress > from {
+                            Self::observe_losses(profile, st, from);
+                        }
                     }
                 }
                 busy_gpu_s += st.attained_gpu_s - before;
@@ -482,6 +679,25 @@ impl Simulation<'_> {
                 st.contention_sum += active.len() as f64;
                 st.contention_rounds += 1;
                 let job = &self.jobs[i];
+                let quality = match &job.work {
+                    Work::LossCurve { profile } if uses_quality => {
+                        if st.loss.is_none() {
+                            Self::observe_losses(profile, st, 0.0);
+                        }
+                        let pred = st.loss.as_mut().expect("initialised");
+                        pred.refit();
+                        let (k, loss) = pred.last().expect("observed");
+                        Some(QualityView {
+                            iteration: k,
+                            loss,
+                            first_loss: pred.first_loss().unwrap_or(loss),
+                            max_delta_per_iter: pred.max_delta_per_iter(),
+                            curve: pred.fit().map(|f| f.curve),
+                        })
+                    }
+                    _ => None,
+                };
+                let st = &states[i];
                 let (max_replicas, goodput) = match (&job.work, modes[i].fixed) {
                     (Work::Profiled { app }, None) => {
                         let app = &self.apps[*app];
@@ -512,6 +728,10 @@ impl Simulation<'_> {
                     current: st.alloc.clone(),
                     goodput,
                     goodput_version: st.goodput_version,
+                    speed: Some(speeds[i].clone()),
+                    work_done: self.work_done(job, st),
+                    work_left: (self.total_work(job) - self.work_done(job, st)).max(0.0),
+                    quality,
                 });
             }
             let view = ClusterView {
@@ -619,6 +839,29 @@ impl Simulation<'_> {
             Work::Profiled { app } => {
                 self.dedicated_time(&self.apps[*app], job.spec.requested_batch, replicas)
             }
+            // The 1/N share is a slice of every device type in proportion to its
+            // capacity (Gavel's isolated share), consolidated.
+            Work::Throughput { steps, rates } => {
+                let total = self.cluster.total_gpus() as f64;
+                let rate: f64 = self
+                    .cluster
+                    .device_types
+                    .iter()
+                    .enumerate()
+                    .map(|(t, name)| {
+                        let w = self.cluster.gpus_of_type(DeviceTypeId(t as u16)) as f64 / total;
+                        let r = rates
+                            .iter()
+                            .find(|r| r.device_type == *name)
+                            .map_or(0.0, |r| r.consolidated);
+                        w * r * replicas.min(req) as f64 / req as f64
+                    })
+                    .sum();
+                steps / rate.max(1e-300)
+            }
+            Work::LossCurve { profile } => {
+                profile.total_iterations() / profile.iterations_per_s(replicas).max(1e-300)
+            }
         };
         dedicated * slowdown
     }
@@ -630,12 +873,18 @@ impl Simulation<'_> {
         if !replicas.is_multiple_of(per_node) {
             placement.push(replicas % per_node);
         }
+        self.dedicated_time_on(app, batch, &placement)
+    }
+
+    /// Time to train `app` at a fixed global batch on a given placement (devices per node).
+    pub fn dedicated_time_on(&self, app: &AppModel, batch: u32, placement: &[u32]) -> f64 {
+        let replicas: u32 = placement.iter().sum();
         let (atomic, accum) = split_fixed(app, batch, replicas);
         let atomic = atomic
             .min((app.max_batch / (replicas * (accum + 1)) as f64) as u32)
             .max(1);
         let global = (replicas * atomic * (accum + 1)) as f64;
-        let (step, sync) = app.step_time(&placement, atomic as f64);
+        let (step, sync) = app.step_time(placement, atomic as f64);
         let total = step + (step - sync).max(0.0) * accum as f64;
         let mut t = 0.0;
         let mut progress = 0.0;

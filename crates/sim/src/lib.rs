@@ -9,6 +9,8 @@
 //!   embedded) and the ground-truth performance model interpolated from them;
 //! - [`trace`]: workload loaders (Pollux workloads, Philly, Gavel traces, synthetic);
 //! - [`engine`]: the round-based simulation loop;
+//! - [`hetero`]: Gavel traces on heterogeneous clusters (speed per device type);
+//! - [`quality`]: recorded loss curves (SLAQ job-quality profiles);
 //! - [`metrics`]: JCT, makespan, queueing, utilisation, finish-time fairness.
 //!
 //! Architecture invariant: the engine never reads a wall clock except to report
@@ -16,9 +18,11 @@
 
 pub mod apps;
 pub mod engine;
+pub mod hetero;
 pub mod metrics;
+pub mod quality;
 pub mod trace;
 
 pub use apps::{embedded_profiles, load_app_dir, AppModel};
-pub use engine::{SimConfig, SimJob, Simulation, Work};
+pub use engine::{SimConfig, SimJob, Simulation, TypeRate, Work};
 pub use metrics::{SimResult, Summary};

@@ -1,0 +1,519 @@
+//! Themis: finish-time fairness by auctions over leased devices (Mahajan et al.,
+//! NSDI'20; ALGORITHMS.md §3b).
+//!
+//! - ρ. For job j, `ρ_j(G) = (t_elapsed + t_remaining(G)) / T_independent`, with
+//!   `t_remaining(G) = work_left / speed(G)` from the job's performance model
+//!   ([`crate::JobView::rate`]: speed per device type, count and consolidation —
+//!   so a consolidated bundle bids a lower ρ than a spread one), and
+//!   `T_independent = total work / speed on a 1/N share` (N active jobs; the
+//!   share spread over the device types in proportion to their capacity). A
+//!   job that loses the auction is valued as if it waited one more lease and then
+//!   ran on its 1/N share.
+//! - Leases. Devices are granted for `lease_s`; a job keeps its devices until
+//!   its lease expires, then they return to the pool and the job bids again.
+//! - Auction. The `⌈(1 − f)·N⌉` jobs with the worst current ρ bid (only those
+//!   without a live lease can); each bids `ρ_j(G)` for bundles G of one device
+//!   type (1, 2, 4, … devices up to what speeds it up, consolidated when a node
+//!   has room). Winner determination maximises `Σ_j log(1/ρ_j(G_j))` (the
+//!   proportional-fair product), here greedily by value per device, with stale
+//!   entries of a max-heap re-evaluated lazily.
+//! - Partial allocation. Winner j keeps the fraction
+//!   `c_j = Π_{i≠j} 1/ρ_i(G^pf) / Π_{i≠j} 1/ρ_i(G^pf_{−j})` of its bundle
+//!   (G^pf_{−j}: the auction re-run without j), the price of the harm it does to
+//!   the others; when no bidder was constrained by capacity every `c_j` is 1 and
+//!   the re-runs are skipped.
+//! - Leftovers (withheld devices, devices no bidder wanted) go to the jobs outside
+//!   the auction, worst ρ first, then to anyone who can still use them: the
+//!   scheduler stays work-conserving.
+//! - Knob f: f → 1 lets only the very worst jobs bid (fairness); f = 0 lets every
+//!   job bid (efficiency, closer to a plain proportional-fair allocation).
+
+use crate::place::TypedPools;
+use crate::{ClusterView, JobView, Policy};
+use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, JobId};
+use std::collections::{BinaryHeap, HashMap};
+
+/// Default fairness knob (the Themis paper's setting).
+pub const DEFAULT_F: f64 = 0.8;
+/// Default lease (s).
+pub const DEFAULT_LEASE_S: f64 = 600.0;
+
+/// `themis-f0.5` → 0.5 (registry names with a knob).
+pub fn parse_knob(name: &str) -> Option<f64> {
+    let v: f64 = name.strip_prefix("themis-f")?.parse().ok()?;
+    (0.0..=1.0).contains(&v).then_some(v)
+}
+
+#[derive(Debug)]
+pub struct Themis {
+    pub f: f64,
+    pub lease_s: f64,
+    /// Lease expiry per job holding devices.
+    leases: HashMap<JobId, f64>,
+    /// Auction statistics of the last round.
+    pub last_bidders: usize,
+    pub last_winners: usize,
+}
+
+impl Default for Themis {
+    fn default() -> Self {
+        Self::with_f(DEFAULT_F)
+    }
+}
+
+impl Themis {
+    pub fn with_f(f: f64) -> Self {
+        Themis {
+            f: f.clamp(0.0, 1.0),
+            lease_s: DEFAULT_LEASE_S,
+            leases: HashMap::new(),
+            last_bidders: 0,
+            last_winners: 0,
+        }
+    }
+}
+
+/// Speed of `job` on a 1/N share of `cluster` (Themis' T_independent denominator),
+/// the share spread over device types in proportion to their capacity.
+pub fn independent_rate(job: &JobView, cluster: &ClusterSpec, contenders: f64) -> f64 {
+    let total = cluster.total_gpus() as f64;
+    let share = total / contenders.max(1.0);
+    let types = cluster.device_types.len().max(1);
+    (0..types)
+        .map(|t| {
+            let ty = DeviceTypeId(t as u16);
+            let w = cluster.gpus_of_type(ty) as f64 / total;
+            let r = if share >= 1.0 {
+                let d = (share.floor() as u32).min(job.max_useful(ty).max(1));
+                job.rate(ty, d, true)
+            } else {
+                job.rate(ty, 1, true) * share
+            };
+            w * r
+        })
+        .sum::<f64>()
+        .max(1e-300)
+}
+
+/// One bundle a bidder values: `g` devices of type `t`.
+#[derive(Debug, Clone, Copy)]
+struct Bundle {
+    t: usize,
+    g: u32,
+    /// log(ρ(∅) / ρ(G)) ≥ 0.
+    value: f64,
+}
+
+struct Bidder {
+    /// Index into view.jobs.
+    job: usize,
+    bundles: Vec<Bundle>,
+    /// log ρ(∅).
+    log_rho_empty: f64,
+}
+
+#[derive(PartialEq)]
+struct Entry {
+    per_device: f64,
+    bidder: usize,
+    /// Bundle held when the entry was made (staleness check).
+    from: Option<usize>,
+    to: usize,
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.per_device
+            .total_cmp(&o.per_device)
+            .then(o.bidder.cmp(&self.bidder))
+            .then(o.to.cmp(&self.to))
+    }
+}
+
+/// Best feasible move of a bidder holding `from`: a first bundle, or a larger one
+/// of the same type, by value gained per extra device.
+fn best_move(b: &Bidder, from: Option<usize>, free: &[u64]) -> Option<(f64, usize)> {
+    let (t0, g0, v0) = match from {
+        Some(k) => {
+            let x = b.bundles[k];
+            (Some(x.t), x.g, x.value)
+        }
+        None => (None, 0, 0.0),
+    };
+    let mut best: Option<(f64, usize)> = None;
+    for (k, x) in b.bundles.iter().enumerate() {
+        if x.g <= g0 || t0.is_some_and(|t| t != x.t) || (x.g - g0) as u64 > free[x.t] {
+            continue;
+        }
+        let v = (x.value - v0) / (x.g - g0) as f64;
+        if v > 0.0 && best.is_none_or(|(bv, _)| v > bv) {
+            best = Some((v, k));
+        }
+    }
+    best
+}
+
+/// Best bundle of a bidder alone, whatever the others do.
+fn best_bundle(b: &Bidder, free: &[u64]) -> Option<usize> {
+    b.bundles
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.g as u64 <= free[x.t] && x.value > 0.0)
+        .max_by(|a, b| a.1.value.total_cmp(&b.1.value).then(b.0.cmp(&a.0)))
+        .map(|(k, _)| k)
+}
+
+/// Greedy proportional-fair winner determination: repeatedly the move (a first
+/// bundle, or an upgrade to a larger bundle of the same type) with the largest
+/// gain in log(1/ρ) per extra device. Returns each bidder's bundle (index) and
+/// whether capacity kept any bidder from its best bundle.
+fn winners(bidders: &[Bidder], free0: &[u64], skip: Option<usize>) -> (Vec<Option<usize>>, bool) {
+    let mut free = free0.to_vec();
+    let mut out: Vec<Option<usize>> = vec![None; bidders.len()];
+    let mut heap = BinaryHeap::new();
+    for (i, b) in bidders.iter().enumerate() {
+        if Some(i) == skip {
+            continue;
+        }
+        if let Some((v, k)) = best_move(b, None, &free) {
+            heap.push(Entry {
+                per_device: v,
+                bidder: i,
+                from: None,
+                to: k,
+            });
+        }
+    }
+    while let Some(e) = heap.pop() {
+        let b = &bidders[e.bidder];
+        let cur = out[e.bidder];
+        let x = b.bundles[e.to];
+        let g0 = cur.map_or(0, |k| b.bundles[k].g);
+        if e.from == cur && (x.g - g0) as u64 <= free[x.t] {
+            free[x.t] -= (x.g - g0) as u64;
+            out[e.bidder] = Some(e.to);
+        }
+        // Next move of this bidder (also re-plans a stale entry).
+        if let Some((v, k)) = best_move(b, out[e.bidder], &free) {
+            heap.push(Entry {
+                per_device: v,
+                bidder: e.bidder,
+                from: out[e.bidder],
+                to: k,
+            });
+        }
+    }
+    let unlimited = vec![u64::MAX; free0.len()];
+    let constrained = bidders.iter().enumerate().any(|(i, b)| {
+        Some(i) != skip
+            && best_bundle(b, &unlimited)
+                .is_some_and(|k| out[i].is_none_or(|o| b.bundles[o].value < b.bundles[k].value))
+    });
+    (out, constrained)
+}
+
+/// Σ over bidders (except `skip`) of log(1/ρ) under an assignment.
+fn pf_value(bidders: &[Bidder], assign: &[Option<usize>], skip: usize) -> f64 {
+    bidders
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != skip)
+        .map(|(i, b)| -b.log_rho_empty + assign[i].map_or(0.0, |k| b.bundles[k].value))
+        .sum()
+}
+
+impl Policy for Themis {
+    fn name(&self) -> &'static str {
+        "themis"
+    }
+
+    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        let jobs = view.jobs;
+        let n = jobs.len();
+        let now = view.now_s;
+        let cluster = view.cluster;
+        let types = cluster.device_types.len().max(1);
+        let live: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.id).collect();
+        self.leases.retain(|id, _| live.contains(id));
+        let mut pools = TypedPools::new(cluster);
+        let mut out = vec![Allocation::empty(); n];
+        // 1. Live leases keep their devices.
+        let mut holder = vec![false; n];
+        for (i, j) in jobs.iter().enumerate() {
+            let live_lease = self.leases.get(&j.id).is_some_and(|&e| e > now + 1e-6);
+            if live_lease && !j.current.is_empty() && pools.take_exact(&j.current) {
+                out[i] = j.current.clone();
+                holder[i] = true;
+            }
+        }
+        // 2. ρ now (holders: with their devices; others: as losers of this auction).
+        let t_ind_rate: Vec<f64> = jobs
+            .iter()
+            .map(|j| independent_rate(j, cluster, n as f64))
+            .collect();
+        let t_ind: Vec<f64> = jobs
+            .iter()
+            .zip(&t_ind_rate)
+            .map(|(j, r)| ((j.work_done + j.work_left) / r).max(1e-9))
+            .collect();
+        let elapsed: Vec<f64> = jobs.iter().map(|j| (now - j.arrival_s).max(0.0)).collect();
+        let rho_with = |i: usize, rate: f64| -> f64 {
+            (elapsed[i] + jobs[i].work_left / rate.max(1e-300)) / t_ind[i]
+        };
+        let rho_empty: Vec<f64> = (0..n)
+            .map(|i| (elapsed[i] + self.lease_s + jobs[i].work_left / t_ind_rate[i]) / t_ind[i])
+            .collect();
+        let rho_now: Vec<f64> = (0..n)
+            .map(|i| {
+                if holder[i] {
+                    let ty = pools.type_of(&out[i]).unwrap_or(DeviceTypeId(0));
+                    rho_with(i, jobs[i].rate(ty, out[i].replicas(), true))
+                } else {
+                    rho_empty[i]
+                }
+            })
+            .collect();
+        // 3. The (1 − f) worst jobs bid, if they can.
+        let mut by_rho: Vec<usize> = (0..n).collect();
+        by_rho.sort_by(|&a, &b| rho_now[b].total_cmp(&rho_now[a]).then(a.cmp(&b)));
+        let k = (((1.0 - self.f) * n as f64).ceil() as usize).clamp(1, n);
+        let mut bidding: Vec<usize> = by_rho[..k]
+            .iter()
+            .copied()
+            .filter(|&i| !holder[i])
+            .collect();
+        if bidding.is_empty() {
+            if let Some(&i) = by_rho.iter().find(|&&i| !holder[i]) {
+                bidding.push(i);
+            }
+        }
+        let free: Vec<u64> = (0..types)
+            .map(|t| pools.free(DeviceTypeId(t as u16)))
+            .collect();
+        let make_bidder = |i: usize, pools: &TypedPools| -> Bidder {
+            let j = &jobs[i];
+            let mut bundles = Vec::new();
+            for (t, &ft) in free.iter().enumerate() {
+                let ty = DeviceTypeId(t as u16);
+                let top = (j.max_useful(ty) as u64).min(ft) as u32;
+                let per_node = pools.per_node(ty).max(1);
+                let room = pools.max_free_on_a_node(ty);
+                let mut g = 1u32;
+                let mut sizes = Vec::new();
+                while g <= top {
+                    sizes.push(g);
+                    g *= 2;
+                }
+                if top > 0 && sizes.last() != Some(&top) {
+                    sizes.push(top);
+                }
+                for g in sizes {
+                    let consolidated = if g <= per_node { g <= room } else { true };
+                    let r = j.rate(ty, g, consolidated);
+                    if r <= 0.0 {
+                        continue;
+                    }
+                    let value = (rho_empty[i] / rho_with(i, r)).ln();
+                    if value > 0.0 {
+                        bundles.push(Bundle { t, g, value });
+                    }
+                }
+            }
+            Bidder {
+                job: i,
+                bundles,
+                log_rho_empty: rho_empty[i].ln(),
+            }
+        };
+        let mut is_bidder = vec![false; n];
+        for &i in &bidding {
+            is_bidder[i] = true;
+        }
+        let bidders: Vec<Bidder> = bidding.iter().map(|&i| make_bidder(i, &pools)).collect();
+        let (assign, constrained) = winners(&bidders, &free, None);
+        // 4. Partial allocation.
+        let mut grant: Vec<Option<(usize, u32)>> = vec![None; bidders.len()];
+        let mut won = 0;
+        for (b, a) in assign.iter().enumerate() {
+            let Some(k) = *a else { continue };
+            won += 1;
+            let x = bidders[b].bundles[k];
+            let c = if constrained {
+                let (without, _) = winners(&bidders, &free, Some(b));
+                (pf_value(&bidders, &assign, b) - pf_value(&bidders, &without, b))
+                    .exp()
+                    .clamp(0.0, 1.0)
+            } else {
+                1.0
+            };
+            let g = ((c * x.g as f64).round() as u32).clamp(1, x.g);
+            grant[b] = Some((x.t, g));
+        }
+        self.last_bidders = bidders.len();
+        self.last_winners = won;
+        let mut fresh = vec![false; n];
+        // Winners: retake their own devices when the grant matches them.
+        for (b, g) in grant.iter().enumerate() {
+            let Some((t, g)) = *g else { continue };
+            let i = bidders[b].job;
+            let cur = &jobs[i].current;
+            if cur.replicas() == g
+                && pools.type_of(cur) == Some(DeviceTypeId(t as u16))
+                && pools.take_exact(cur)
+            {
+                out[i] = cur.clone();
+                fresh[i] = true;
+            }
+        }
+        let mut order: Vec<usize> = (0..grant.len()).filter(|&b| grant[b].is_some()).collect();
+        order.sort_by_key(|&b| std::cmp::Reverse(grant[b].map_or(0, |g| g.1)));
+        for b in order {
+            let (t, g) = grant[b].expect("granted");
+            let i = bidders[b].job;
+            if fresh[i] {
+                continue;
+            }
+            let ty = DeviceTypeId(t as u16);
+            let mut g = g.min(pools.free(ty) as u32);
+            while g > 0 {
+                if let Some(a) = pools.take(ty, g) {
+                    out[i] = a;
+                    fresh[i] = true;
+                    break;
+                }
+                g -= 1;
+            }
+        }
+        // 5. Leftovers: jobs outside the auction (worst ρ first), then anyone.
+        for pass in 0..2 {
+            for &i in &by_rho {
+                if holder[i] || fresh[i] {
+                    continue;
+                }
+                if pass == 0 && is_bidder[i] {
+                    continue;
+                }
+                let free: Vec<u64> = (0..types)
+                    .map(|t| pools.free(DeviceTypeId(t as u16)))
+                    .collect();
+                if free.iter().all(|&f| f == 0) {
+                    break;
+                }
+                let b = make_bidder(i, &pools);
+                if let Some(k) = best_bundle(&b, &free) {
+                    let x = b.bundles[k];
+                    // Same devices as before if they are free again: no restart.
+                    let cur = &jobs[i].current;
+                    let a = if cur.replicas() == x.g
+                        && pools.type_of(cur) == Some(DeviceTypeId(x.t as u16))
+                        && pools.take_exact(cur)
+                    {
+                        Some(cur.clone())
+                    } else {
+                        pools.take(DeviceTypeId(x.t as u16), x.g)
+                    };
+                    if let Some(a) = a {
+                        out[i] = a;
+                        fresh[i] = true;
+                    }
+                }
+            }
+        }
+        for (i, j) in jobs.iter().enumerate() {
+            if fresh[i] {
+                self.leases.insert(j.id, now + self.lease_s);
+            } else if !holder[i] {
+                self.leases.remove(&j.id);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SpeedCurve, SpeedTable};
+    use std::sync::Arc;
+
+    fn job(id: u32, arrival: f64, req: u32, left: f64) -> JobView {
+        let mut j = JobView::basic(JobId(id), arrival, req);
+        j.work_left = left;
+        j
+    }
+
+    #[test]
+    fn leases_hold_and_capacity_is_respected() {
+        let c = ClusterSpec::parse("2x4:v100", "t").unwrap();
+        let mut jobs: Vec<JobView> = (0..6).map(|i| job(i, 0.0, 4, 1000.0)).collect();
+        let mut p = Themis::with_f(0.5);
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let out = p.allocate(&view);
+        crate::check_capacity(&c, &out).unwrap();
+        assert_eq!(out.iter().map(|a| a.replicas()).sum::<u32>(), 8);
+        for (j, a) in jobs.iter_mut().zip(&out) {
+            j.current = a.clone();
+            // 660 s at half its requested speed (2 of 4 devices).
+            j.work_done = 660.0 * a.replicas() as f64 / 4.0;
+            j.work_left -= j.work_done;
+        }
+        // Before the lease expires nothing moves.
+        let view = ClusterView {
+            now_s: 60.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        assert_eq!(p.allocate(&view), out);
+        // After it, the jobs that waited are served first.
+        let view = ClusterView {
+            now_s: DEFAULT_LEASE_S + 60.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let next = p.allocate(&view);
+        crate::check_capacity(&c, &next).unwrap();
+        assert!(out.iter().any(|a| a.is_empty()));
+        for i in 0..6 {
+            if out[i].is_empty() {
+                assert!(
+                    !next[i].is_empty(),
+                    "job {i} waited and still waits: {next:?}"
+                );
+            }
+        }
+        assert_eq!(next.iter().map(|a| a.replicas()).sum::<u32>(), 8);
+    }
+
+    #[test]
+    fn consolidated_bundle_preferred_and_fast_type_chosen() {
+        let c = ClusterSpec::parse("2x4:v100,2x4:k80", "t").unwrap();
+        let mut j = job(0, 0.0, 4, 1000.0);
+        j.speed = Some(Arc::new(SpeedTable {
+            per_type: vec![
+                SpeedCurve::single(4, 4.0, 0.5),
+                SpeedCurve::single(4, 1.0, 0.5),
+            ],
+        }));
+        let jobs = vec![j];
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let out = Themis::default().allocate(&view);
+        assert_eq!(out[0].replicas(), 4, "{out:?}");
+        assert_eq!(out[0].nodes(), 1);
+        assert!(out[0].slots()[0].0 .0 < 2, "on a v100 node: {out:?}");
+        assert_eq!(parse_knob("themis-f0.5"), Some(0.5));
+        assert_eq!(parse_knob("themis-fx"), None);
+    }
+}

@@ -1,0 +1,539 @@
+//! Online loss-curve prediction, as SLAQ does it (ALGORITHMS.md §3a).
+//!
+//! A training job reports its loss `L_k` after iteration `k`. To know what one
+//! more worker is worth, the scheduler needs `L` a few hundred iterations ahead.
+//! SLAQ fits a curve to the recent history by *weighted* non-linear least
+//! squares: the point `i` of `n` weighs `decay^(n−1−i)` (decay 0.95, so recent
+//! points dominate and the fit follows the job's current regime), over at most
+//! the last 1,000 points. Two forms:
+//!
+//! - [`CurveForm::InverseQuadratic`] `L(k) = 1/(a·k² + b·k + c) + d`, for
+//!   sublinearly converging methods (SGD on convex losses, `O(1/k)` or
+//!   `O(1/k²)`): SLAQ's default;
+//! - [`CurveForm::Exponential`] `L(k) = a·exp(−b·k) + d` (SLAQ's `μ^(k−b) + c`
+//!   rewritten), for linearly converging methods (full-batch gradient descent on
+//!   strongly convex losses, Lloyd's K-means).
+//!
+//! [`fit_best`] fits both and keeps the one with the lower weighted residual:
+//! the form is chosen per job by fit quality, and re-chosen at every refit.
+//! `a, b, c > 0` are enforced by writing them as `exp(u)`; the fit is done on
+//! `k / k_max` and `L / L_scale` so that the four parameters are O(1), and LM
+//! runs with analytic Jacobians (same crate as [`crate::goodput`]).
+//!
+//! [`LossPredictor`] is the online wrapper a job (simulated or real) keeps:
+//! `observe(k, loss)` per iteration, `refit()` when the scheduler is about to
+//! ask, `predict(k)`. It also keeps the *normaliser* SLAQ uses to compare jobs
+//! with different loss scales: the largest one-iteration loss decrease seen.
+//! [`last_delta_prediction`] is the paper's strawman (the next decreases equal
+//! the last one), kept for the prediction-error comparison.
+
+use levenberg_marquardt::{LeastSquaresProblem, LevenbergMarquardt};
+use nalgebra::{DMatrix, DVector, Dyn, Owned};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// SLAQ's weight decay per point (most recent point weighs 1).
+pub const DEFAULT_DECAY: f64 = 0.95;
+/// SLAQ's history window.
+pub const DEFAULT_MAX_POINTS: usize = 1000;
+
+/// Shape of a fitted loss curve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CurveForm {
+    /// `1/(a·k² + b·k + c) + d`.
+    InverseQuadratic,
+    /// `a·exp(−b·k) + d`.
+    Exponential,
+}
+
+/// A fitted loss curve `L(k)`; cheap to copy and evaluate.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LossCurve {
+    pub form: CurveForm,
+    /// `(a, b, c, d)` in scaled units (`c` unused by the exponential form).
+    pub params: [f64; 4],
+    /// Iterations are scaled by this before evaluation.
+    pub k_scale: f64,
+    /// Losses are scaled by this.
+    pub loss_scale: f64,
+}
+
+impl LossCurve {
+    fn scaled(form: CurveForm, p: &[f64; 4], x: f64) -> f64 {
+        match form {
+            CurveForm::InverseQuadratic => 1.0 / (p[0] * x * x + p[1] * x + p[2]) + p[3],
+            CurveForm::Exponential => p[0] * (-p[1] * x).exp() + p[3],
+        }
+    }
+
+    /// Predicted loss after iteration `k`.
+    ///
+    /// ```
+    /// use pacer_predict::loss_curve::{CurveForm, LossCurve};
+    /// let c = LossCurve { form: CurveForm::Exponential, params: [1.0, 1.0, 0.0, 0.5],
+    ///                     k_scale: 10.0, loss_scale: 2.0 };
+    /// assert!((c.value(0.0) - 3.0).abs() < 1e-12);
+    /// assert!(c.value(100.0) < c.value(10.0));
+    /// ```
+    pub fn value(&self, k: f64) -> f64 {
+        self.loss_scale * Self::scaled(self.form, &self.params, k / self.k_scale)
+    }
+
+    /// The loss the curve converges to (`k → ∞`).
+    pub fn asymptote(&self) -> f64 {
+        self.loss_scale * self.params[3]
+    }
+}
+
+/// Errors of a curve fit.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LossFitError {
+    #[error("need at least 4 finite (iteration, loss) points to fit a loss curve, got {0}")]
+    TooFewPoints(usize),
+    #[error("iterations and losses differ in length ({0} vs {1})")]
+    Mismatch(usize, usize),
+    #[error("Levenberg–Marquardt did not converge for either curve form")]
+    NoConvergence,
+}
+
+/// A fit and its quality.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LossFit {
+    pub curve: LossCurve,
+    /// Weighted RMS residual in scaled loss units (lower is better).
+    pub weighted_rms: f64,
+}
+
+struct CurveProblem<'a> {
+    form: CurveForm,
+    x: &'a [f64],
+    y: &'a [f64],
+    sqrt_w: &'a [f64],
+    /// Unconstrained coordinates: (ln a, ln b, ln c, d) or (ln a, ln b, d).
+    u: DVector<f64>,
+}
+
+impl CurveProblem<'_> {
+    fn n_params(form: CurveForm) -> usize {
+        match form {
+            CurveForm::InverseQuadratic => 4,
+            CurveForm::Exponential => 3,
+        }
+    }
+
+    fn params(&self) -> [f64; 4] {
+        let e = |v: f64| v.clamp(-50.0, 50.0).exp();
+        match self.form {
+            CurveForm::InverseQuadratic => [e(self.u[0]), e(self.u[1]), e(self.u[2]), self.u[3]],
+            CurveForm::Exponential => [e(self.u[0]), e(self.u[1]), 0.0, self.u[2]],
+        }
+    }
+
+    fn eval(&self, jac: Option<&mut DMatrix<f64>>) -> DVector<f64> {
+        let p = self.params();
+        let n = self.x.len();
+        let mut r = DVector::zeros(n);
+        let mut jm = jac;
+        for i in 0..n {
+            let (x, w) = (self.x[i], self.sqrt_w[i]);
+            r[i] = w * (LossCurve::scaled(self.form, &p, x) - self.y[i]);
+            if let Some(j) = jm.as_deref_mut() {
+                match self.form {
+                    CurveForm::InverseQuadratic => {
+                        let g = p[0] * x * x + p[1] * x + p[2];
+                        let dg = -1.0 / (g * g);
+                        j[(i, 0)] = w * dg * p[0] * x * x;
+                        j[(i, 1)] = w * dg * p[1] * x;
+                        j[(i, 2)] = w * dg * p[2];
+                        j[(i, 3)] = w;
+                    }
+                    CurveForm::Exponential => {
+                        let e = (-p[1] * x).exp();
+                        j[(i, 0)] = w * p[0] * e;
+                        j[(i, 1)] = -w * p[0] * p[1] * x * e;
+                        j[(i, 2)] = w;
+                    }
+                }
+            }
+        }
+        r
+    }
+}
+
+impl LeastSquaresProblem<f64, Dyn, Dyn> for CurveProblem<'_> {
+    type ResidualStorage = Owned<f64, Dyn>;
+    type JacobianStorage = Owned<f64, Dyn, Dyn>;
+    type ParameterStorage = Owned<f64, Dyn>;
+
+    fn set_params(&mut self, u: &DVector<f64>) {
+        self.u.copy_from(u);
+    }
+
+    fn params(&self) -> DVector<f64> {
+        self.u.clone()
+    }
+
+    fn residuals(&self) -> Option<DVector<f64>> {
+        let r = self.eval(None);
+        r.iter().all(|v| v.is_finite()).then_some(r)
+    }
+
+    fn jacobian(&self) -> Option<DMatrix<f64>> {
+        let mut j = DMatrix::zeros(self.x.len(), Self::n_params(self.form));
+        self.eval(Some(&mut j));
+        j.iter().all(|v| v.is_finite()).then_some(j)
+    }
+}
+
+/// Scaled data of one fit.
+struct Prepared {
+    x: Vec<f64>,
+    y: Vec<f64>,
+    sqrt_w: Vec<f64>,
+    k_scale: f64,
+    loss_scale: f64,
+}
+
+fn prepare(ks: &[f64], losses: &[f64], decay: f64) -> Result<Prepared, LossFitError> {
+    if ks.len() != losses.len() {
+        return Err(LossFitError::Mismatch(ks.len(), losses.len()));
+    }
+    let pts: Vec<(f64, f64)> = ks
+        .iter()
+        .zip(losses)
+        .filter(|(k, l)| k.is_finite() && l.is_finite() && **k >= 0.0)
+        .map(|(&k, &l)| (k, l))
+        .collect();
+    if pts.len() < 4 {
+        return Err(LossFitError::TooFewPoints(pts.len()));
+    }
+    let k_scale = pts.iter().map(|p| p.0).fold(0.0, f64::max).max(1.0);
+    let loss_scale = pts.iter().map(|p| p.1.abs()).fold(0.0, f64::max).max(1e-12);
+    let n = pts.len();
+    let decay = decay.clamp(1e-6, 1.0);
+    Ok(Prepared {
+        x: pts.iter().map(|p| p.0 / k_scale).collect(),
+        y: pts.iter().map(|p| p.1 / loss_scale).collect(),
+        sqrt_w: (0..n)
+            .map(|i| decay.powi((n - 1 - i) as i32).sqrt())
+            .collect(),
+        k_scale,
+        loss_scale,
+    })
+}
+
+fn starts(form: CurveForm, d: &Prepared) -> Vec<DVector<f64>> {
+    let n = d.y.len();
+    let (y0, y1) = (d.y[0], d.y[n - 1]);
+    let ymin = d.y.iter().copied().fold(f64::INFINITY, f64::min);
+    let span = (y0 - ymin).abs().max(1e-6);
+    let mut out = Vec::new();
+    for floor in [ymin - 0.05 * span, ymin - 0.5 * span, 0.0] {
+        let drop = (y0 - floor).max(1e-6);
+        match form {
+            CurveForm::InverseQuadratic => {
+                let c = 1.0 / drop;
+                // 1/(b·x + c) through the last point.
+                let b = ((1.0 / (y1 - floor).max(1e-6) - c) / d.x[n - 1].max(1e-9)).max(1e-6);
+                out.push(DVector::from_vec(vec![
+                    (0.1 * b).ln(),
+                    b.ln(),
+                    c.ln(),
+                    floor,
+                ]));
+                out.push(DVector::from_vec(vec![
+                    (b * b / c).max(1e-6).ln(),
+                    (0.1 * b).ln(),
+                    c.ln(),
+                    floor,
+                ]));
+            }
+            CurveForm::Exponential => {
+                let ratio = ((y1 - floor).max(1e-6 * drop) / drop).clamp(1e-9, 1.0 - 1e-9);
+                let b = (-ratio.ln() / d.x[n - 1].max(1e-9)).max(1e-3);
+                out.push(DVector::from_vec(vec![drop.ln(), b.ln(), floor]));
+            }
+        }
+    }
+    out
+}
+
+/// Fits one form by weighted LM; returns the best of a few starts.
+pub fn fit_form(
+    ks: &[f64],
+    losses: &[f64],
+    form: CurveForm,
+    decay: f64,
+) -> Result<LossFit, LossFitError> {
+    let d = prepare(ks, losses, decay)?;
+    fit_prepared(&d, form)
+}
+
+fn fit_prepared(d: &Prepared, form: CurveForm) -> Result<LossFit, LossFitError> {
+    let wsum: f64 = d.sqrt_w.iter().map(|w| w * w).sum();
+    let mut best: Option<LossFit> = None;
+    for u in starts(form, d) {
+        let problem = CurveProblem {
+            form,
+            x: &d.x,
+            y: &d.y,
+            sqrt_w: &d.sqrt_w,
+            u,
+        };
+        let (solved, report) = LevenbergMarquardt::new()
+            .with_patience(60)
+            .minimize(problem);
+        if !report.objective_function.is_finite() {
+            continue;
+        }
+        let rms = (2.0 * report.objective_function / wsum).sqrt();
+        let curve = LossCurve {
+            form,
+            params: solved.params(),
+            k_scale: d.k_scale,
+            loss_scale: d.loss_scale,
+        };
+        if curve.params.iter().all(|v| v.is_finite()) && best.is_none_or(|b| rms < b.weighted_rms) {
+            best = Some(LossFit {
+                curve,
+                weighted_rms: rms,
+            });
+        }
+    }
+    best.ok_or(LossFitError::NoConvergence)
+}
+
+/// Fits both forms and keeps the one with the lower weighted residual.
+///
+/// ```
+/// use pacer_predict::loss_curve::{fit_best, CurveForm};
+/// let ks: Vec<f64> = (0..200).map(|k| k as f64).collect();
+/// let ls: Vec<f64> = ks.iter().map(|k| 2.0 * (-0.03 * k).exp() + 0.1).collect();
+/// let fit = fit_best(&ks, &ls, 0.95).unwrap();
+/// assert_eq!(fit.curve.form, CurveForm::Exponential);
+/// assert!((fit.curve.value(300.0) - (2.0 * (-9.0f64).exp() + 0.1)).abs() < 1e-3);
+/// ```
+pub fn fit_best(ks: &[f64], losses: &[f64], decay: f64) -> Result<LossFit, LossFitError> {
+    let d = prepare(ks, losses, decay)?;
+    let a = fit_prepared(&d, CurveForm::InverseQuadratic);
+    let b = fit_prepared(&d, CurveForm::Exponential);
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok(if b.weighted_rms < a.weighted_rms {
+            b
+        } else {
+            a
+        }),
+        (Ok(a), Err(_)) => Ok(a),
+        (Err(_), Ok(b)) => Ok(b),
+        (Err(e), Err(_)) => Err(e),
+    }
+}
+
+/// The strawman predictor: the loss keeps falling by the last observed decrease
+/// per iteration, `L(k_n + h) = L_n − h·(L_{n−1} − L_n)/(k_n − k_{n−1})`.
+pub fn last_delta_prediction(ks: &[f64], losses: &[f64], k: f64) -> Option<f64> {
+    let n = ks.len().min(losses.len());
+    if n < 2 {
+        return None;
+    }
+    let dk = (ks[n - 1] - ks[n - 2]).max(1e-12);
+    let slope = (losses[n - 1] - losses[n - 2]) / dk;
+    Some(losses[n - 1] + slope * (k - ks[n - 1]))
+}
+
+/// Online loss history of one job with SLAQ's normaliser and curve fit.
+#[derive(Debug, Clone)]
+pub struct LossPredictor {
+    history: VecDeque<(f64, f64)>,
+    max_points: usize,
+    decay: f64,
+    first_loss: Option<f64>,
+    last: Option<(f64, f64)>,
+    max_delta_per_iter: f64,
+    fit: Option<LossFit>,
+    /// Points observed since the last refit.
+    fresh: usize,
+}
+
+impl Default for LossPredictor {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_POINTS, DEFAULT_DECAY)
+    }
+}
+
+impl LossPredictor {
+    pub fn new(max_points: usize, decay: f64) -> Self {
+        LossPredictor {
+            history: VecDeque::new(),
+            max_points: max_points.max(4),
+            decay,
+            first_loss: None,
+            last: None,
+            max_delta_per_iter: 0.0,
+            fit: None,
+            fresh: 0,
+        }
+    }
+
+    /// Records the loss after iteration `k` (iterations must increase).
+    pub fn observe(&mut self, k: f64, loss: f64) {
+        if !(k.is_finite() && loss.is_finite()) {
+            return;
+        }
+        if let Some((k0, l0)) = self.last {
+            if k <= k0 {
+                return;
+            }
+            // SLAQ's Δ is per iteration; points may be several iterations apart.
+            let d = (l0 - loss) / (k - k0);
+            self.max_delta_per_iter = self.max_delta_per_iter.max(d);
+        }
+        self.first_loss.get_or_insert(loss);
+        self.last = Some((k, loss));
+        self.history.push_back((k, loss));
+        while self.history.len() > self.max_points {
+            self.history.pop_front();
+        }
+        self.fresh += 1;
+    }
+
+    /// Number of points kept.
+    pub fn len(&self) -> usize {
+        self.history.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.history.is_empty()
+    }
+
+    /// Iteration and loss of the latest observation.
+    pub fn last(&self) -> Option<(f64, f64)> {
+        self.last
+    }
+
+    pub fn first_loss(&self) -> Option<f64> {
+        self.first_loss
+    }
+
+    /// SLAQ's normaliser: the largest per-iteration loss decrease seen so far.
+    pub fn max_delta_per_iter(&self) -> f64 {
+        self.max_delta_per_iter
+    }
+
+    /// Refits if new points arrived since the last fit; returns whether the fit changed.
+    pub fn refit(&mut self) -> bool {
+        if self.fresh == 0 || self.history.len() < 4 {
+            return false;
+        }
+        let (ks, ls): (Vec<f64>, Vec<f64>) = self.history.iter().copied().unzip();
+        self.fresh = 0;
+        match fit_best(&ks, &ls, self.decay) {
+            Ok(f) => {
+                self.fit = Some(f);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn fit(&self) -> Option<LossFit> {
+        self.fit
+    }
+
+    /// Predicted loss after iteration `k`: the fitted curve shifted to pass through
+    /// the latest observation (the fit explains the shape; the last point anchors the
+    /// level), or the strawman until a fit exists.
+    pub fn predict(&self, k: f64) -> Option<f64> {
+        let (kn, ln) = self.last?;
+        match self.fit {
+            Some(f) => Some(ln + f.curve.value(k) - f.curve.value(kn)),
+            None => {
+                let (ks, ls): (Vec<f64>, Vec<f64>) =
+                    self.history.iter().rev().take(2).rev().copied().unzip();
+                last_delta_prediction(&ks, &ls, k)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovers_inverse_quadratic() {
+        let ks: Vec<f64> = (1..400).map(|k| k as f64).collect();
+        let truth = |k: f64| 1.0 / (1e-5 * k * k + 0.02 * k + 0.5) + 0.3;
+        let ls: Vec<f64> = ks.iter().map(|&k| truth(k)).collect();
+        let f = fit_best(&ks, &ls, 0.95).unwrap();
+        assert_eq!(f.curve.form, CurveForm::InverseQuadratic);
+        for k in [450.0, 600.0] {
+            assert!(
+                (f.curve.value(k) - truth(k)).abs() < 2e-3,
+                "{k}: {} vs {}",
+                f.curve.value(k),
+                truth(k)
+            );
+        }
+    }
+
+    #[test]
+    fn analytic_jacobian_matches_finite_differences() {
+        let x: Vec<f64> = (0..20).map(|i| i as f64 / 19.0).collect();
+        let y: Vec<f64> = x.iter().map(|v| 1.0 / (1.0 + 3.0 * v) + 0.2).collect();
+        let w = vec![1.0; 20];
+        for (form, u) in [
+            (
+                CurveForm::InverseQuadratic,
+                vec![0.3f64.ln(), 2.0f64.ln(), 1.1f64.ln(), 0.1],
+            ),
+            (CurveForm::Exponential, vec![0.9f64.ln(), 2.5f64.ln(), 0.15]),
+        ] {
+            let mut p = CurveProblem {
+                form,
+                x: &x,
+                y: &y,
+                sqrt_w: &w,
+                u: DVector::from_vec(u.clone()),
+            };
+            let j = p.jacobian().unwrap();
+            for c in 0..u.len() {
+                let h = 1e-6;
+                let mut up = DVector::from_vec(u.clone());
+                up[c] += h;
+                p.set_params(&up);
+                let r1 = p.residuals().unwrap();
+                up[c] -= 2.0 * h;
+                p.set_params(&up);
+                let r0 = p.residuals().unwrap();
+                for i in 0..x.len() {
+                    let fd = (r1[i] - r0[i]) / (2.0 * h);
+                    assert!((fd - j[(i, c)]).abs() < 1e-6, "{form:?} col {c} row {i}");
+                }
+                p.set_params(&DVector::from_vec(u.clone()));
+            }
+        }
+    }
+
+    #[test]
+    fn predictor_normaliser_and_anchor() {
+        let mut p = LossPredictor::default();
+        assert!(p.predict(1.0).is_none());
+        for k in 0..100 {
+            let k = k as f64;
+            p.observe(k, 2.0 * (-0.05 * k).exp() + 0.5);
+        }
+        assert!((p.max_delta_per_iter() - 2.0 * (1.0 - (-0.05f64).exp())).abs() < 1e-9);
+        let straw = p.predict(120.0).unwrap();
+        assert!(p.refit());
+        assert!(!p.refit(), "no new points: no refit");
+        let fit = p.predict(120.0).unwrap();
+        let truth = 2.0 * (-6.0f64).exp() + 0.5;
+        assert!((fit - truth).abs() < 1e-3, "{fit} vs {truth}");
+        assert!((straw - truth).abs() > (fit - truth).abs());
+        assert!(matches!(
+            fit_best(&[1.0, 2.0], &[1.0, 0.5], 0.95),
+            Err(LossFitError::TooFewPoints(2))
+        ));
+    }
+}
