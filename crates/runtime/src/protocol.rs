@@ -134,6 +134,17 @@ pub struct StepTiming {
     /// The emulated target (`time_scale · cpu_s · slowdown / speed`); `wall_s >
     /// target_s` is an overrun: contention the padding could not hide.
     pub target_s: f64,
+    /// From the Step frame fully read to the start of compute (decoding).
+    pub pre_s: f64,
+    /// From the end of the step to the gradient ready to send (signals, encoding).
+    pub post_s: f64,
+}
+
+impl StepTiming {
+    /// Byte offsets of `encode_s` and `post_s` in an encoded Gradient frame (length
+    /// prefix included), so the worker can fill them in after encoding.
+    pub const ENCODE_S_OFFSET: usize = 5 + 8 + 8 + 4 + 8 + 4 + 4 * 8;
+    pub const POST_S_OFFSET: usize = Self::ENCODE_S_OFFSET + 3 * 8;
 }
 
 /// Resource signals a worker observed (fractions in [0, 1] unless named).
@@ -282,6 +293,8 @@ impl Message {
                     timing.decode_s,
                     timing.encode_s,
                     timing.target_s,
+                    timing.pre_s,
+                    timing.post_s,
                 ] {
                     put_f64(w, v);
                 }
@@ -398,6 +411,8 @@ impl Message {
                     decode_s: r.f64("timing.decode_s")?,
                     encode_s: r.f64("timing.encode_s")?,
                     target_s: r.f64("timing.target_s")?,
+                    pre_s: r.f64("timing.pre_s")?,
+                    post_s: r.f64("timing.post_s")?,
                 };
                 let signals = Signals {
                     cpu_load: r.f32("signals.cpu_load")?,
@@ -508,9 +523,14 @@ fn put_str(w: &mut Vec<u8>, s: &str) {
 }
 fn put_f32s(w: &mut Vec<u8>, v: &[f32]) {
     put_u32(w, v.len() as u32);
-    w.reserve(v.len() * 4);
-    for x in v {
-        w.extend_from_slice(&x.to_le_bytes());
+    if cfg!(target_endian = "little") {
+        // The wire format is the in-memory format here: one memcpy.
+        w.extend_from_slice(bytemuck::cast_slice(v));
+    } else {
+        w.reserve(v.len() * 4);
+        for x in v {
+            w.extend_from_slice(&x.to_le_bytes());
+        }
     }
 }
 
@@ -569,9 +589,15 @@ impl<'a> Reader<'a> {
     fn f32s(&mut self, f: &'static str) -> Result<Vec<f32>, ProtocolError> {
         let n = self.u32(f)? as usize;
         let b = self.bytes(n.saturating_mul(4), f)?;
-        Ok(b.chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        if cfg!(target_endian = "little") {
+            let mut v = vec![0f32; n];
+            bytemuck::cast_slice_mut::<f32, u8>(&mut v).copy_from_slice(b);
+            Ok(v)
+        } else {
+            Ok(b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect())
+        }
     }
 }
 

@@ -19,6 +19,27 @@ pub fn thread_cpu_time() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Ask for `bytes` of kernel send and receive buffer on a socket. A whole parameter
+/// or gradient frame then moves in one write and few reads instead of trickling
+/// through the 16 KiB default window with a wake-up per chunk. Best effort: the
+/// kernel caps it (`net.core.wmem_max`), and a failure only costs speed.
+pub fn set_socket_buffers<S: std::os::fd::AsRawFd>(sock: &S, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: a valid fd owned by `sock`, and a pointer to a c_int of the
+        // advertised size.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
 /// Reads `/proc/stat`, `/proc/meminfo` and `/proc/loadavg`; keeps the previous CPU
 /// counters so that busy share is measured over the interval between readings.
 #[derive(Debug, Default)]

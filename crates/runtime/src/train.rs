@@ -141,7 +141,12 @@ pub fn train_local(
     // Two runtime threads: one for the training loop, one for the connections'
     // reads and decodes, which then overlap the wait for the slowest worker.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(
+            std::env::var("PACER_RT_THREADS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2),
+        )
         .enable_all()
         .build()
         .map_err(|e| RuntimeError::io("starting the controller's runtime", e))?;

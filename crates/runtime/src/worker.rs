@@ -64,6 +64,9 @@ pub struct WorkerConfig {
     pub bind: Option<SocketAddr>,
     pub name: String,
     pub emulation: Emulation,
+    /// Interference windows by worker slot, resolved with the id the controller
+    /// assigns (used when `emulation.windows` is empty and no slot was chosen).
+    pub interference_by_id: Option<crate::emulation::InterferencePlan>,
     pub load_signal: LoadSignal,
     pub fault: Option<Fault>,
     /// Exit the process (as if killed) instead of returning when `fault` fires:
@@ -78,6 +81,7 @@ impl WorkerConfig {
             bind: None,
             name: name.into(),
             emulation: Emulation::default(),
+            interference_by_id: None,
             load_signal: LoadSignal::Auto,
             fault: None,
             exit_on_fault: false,
@@ -121,6 +125,7 @@ async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
         TcpSocket::new_v6()
     }
     .map_err(|e| RuntimeError::io("creating a socket", e))?;
+    crate::sysinfo::set_socket_buffers(&sock, 4 << 20);
     if let Some(b) = cfg.bind {
         sock.bind(b)
             .map_err(|e| RuntimeError::io(format!("--bind {b}"), e))?;
@@ -135,7 +140,7 @@ async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
 }
 
 /// The worker's protocol loop.
-pub async fn run(cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary, RuntimeError> {
+pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary, RuntimeError> {
     let peer = format!("controller {}", cfg.connect);
     let mut stream = connect(&cfg).await?;
     let mut rbuf = Vec::new();
@@ -165,6 +170,11 @@ pub async fn run(cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary,
                 .into())
             }
         };
+    if let Some(plan) = cfg.interference_by_id.take() {
+        if cfg.emulation.windows.is_empty() {
+            cfg.emulation.windows = plan.for_slot(worker_id as usize);
+        }
+    }
     let data = match source {
         DataSource::Loaded(d) => d,
         DataSource::FromJob => Arc::new(crate::data::load(&job.dataset)?),
@@ -265,6 +275,7 @@ pub async fn run(cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary,
                 let (slowdown, emu_cpu, emu_mem) = cfg.emulation.conditions(iteration);
                 // --- real compute: gather the batch, forward, backward
                 let wall0 = Instant::now();
+                let pre_s = (wall0 - t_decode).as_secs_f64();
                 let cpu0 = thread_cpu_time();
                 stream_idx.indices(stream_start, len as usize, &mut idx);
                 xb.clear();
@@ -287,6 +298,7 @@ pub async fn run(cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary,
                 // --- signals: at the start of this step (emulated windows of `iteration`
                 // and the /proc reading taken at the end of the previous step), and at
                 // its end, which is the start of the next one.
+                let t_post = Instant::now();
                 let proc_now = monitor.read();
                 let (_, next_cpu, next_mem) = cfg.emulation.conditions(iteration + 1);
                 let emulating = !cfg.emulation.windows.is_empty();
@@ -321,16 +333,19 @@ pub async fn run(cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary,
                         decode_s,
                         encode_s: 0.0,
                         target_s: target,
+                        pre_s,
+                        post_s: 0.0,
                     },
                     signals,
                     grad: std::mem::take(&mut grad),
                 };
                 reply.encode(&mut wbuf);
                 let encode_s = t_enc.elapsed().as_secs_f64();
-                // Patch the encode time in place (fixed offset: header 5 + task 8 +
-                // iteration 8 + len 4 + loss 8 + correct 4 + four timings 32).
-                let off = 5 + 8 + 8 + 4 + 8 + 4 + 32;
+                // Fill in the times that encoding itself took.
+                let off = StepTiming::ENCODE_S_OFFSET;
                 wbuf[off..off + 8].copy_from_slice(&encode_s.to_le_bytes());
+                let off = StepTiming::POST_S_OFFSET;
+                wbuf[off..off + 8].copy_from_slice(&t_post.elapsed().as_secs_f64().to_le_bytes());
                 if let Message::Gradient { grad: g, .. } = &mut reply {
                     grad = std::mem::take(g);
                 }
@@ -391,10 +406,15 @@ mod tests {
         };
         let mut buf = Vec::new();
         m.encode(&mut buf);
-        let off = 5 + 8 + 8 + 4 + 8 + 4 + 32;
+        let off = StepTiming::ENCODE_S_OFFSET;
         buf[off..off + 8].copy_from_slice(&1.25f64.to_le_bytes());
+        let off = StepTiming::POST_S_OFFSET;
+        buf[off..off + 8].copy_from_slice(&2.5f64.to_le_bytes());
         match Message::decode(&buf[4..], "t").unwrap() {
-            Message::Gradient { timing, .. } => assert_eq!(timing.encode_s, 1.25),
+            Message::Gradient { timing, .. } => {
+                assert_eq!(timing.encode_s, 1.25);
+                assert_eq!(timing.post_s, 2.5);
+            }
             _ => unreachable!(),
         }
     }

@@ -1,0 +1,473 @@
+//! `pacer controller`, `pacer worker`, `pacer train`: the real runtime (issue 4).
+//!
+//! - `controller --listen ADDR --dataset SPEC ...`: serve one training job; workers on
+//!   any host connect to it.
+//! - `worker --connect ADDR`: one worker (one thread); it loads the dataset the
+//!   controller names, or `--dataset` when the same data lives at another path here.
+//! - `train ...`: a controller and `--workers N` local workers in one process, over
+//!   real TCP on loopback, with a progress bar; `--json` prints the report.
+
+use anyhow::{anyhow, bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use pacer_runtime::controller::{self, ControllerConfig, Progress, ProgressFn, TrainReport};
+use pacer_runtime::emulation::{Emulation, InterferencePlan};
+use pacer_runtime::model::ModelSpec;
+use pacer_runtime::optim::OptimSpec;
+use pacer_runtime::worker::{self, DataSource, Fault, LoadSignal, WorkerConfig};
+use pacer_runtime::{data, train_local, LocalLaunch};
+use serde::Serialize;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What to train and how: shared by `controller` and `train`.
+#[derive(Debug, Clone, Args)]
+pub struct JobArgs {
+    /// `mnist:DIR` (IDX files, .gz or not), `libsvm:TRAIN[,TEST]`, or `tiny` (shipped).
+    #[arg(long)]
+    pub dataset: String,
+    /// mlp | logreg | svm | kmeans
+    #[arg(long, default_value = "mlp")]
+    pub model: String,
+    /// MLP hidden units.
+    #[arg(long, default_value_t = 128)]
+    pub hidden: usize,
+    /// K-means clusters.
+    #[arg(long, default_value_t = 10)]
+    pub clusters: usize,
+    /// Global batch B (fixed; split among workers).
+    #[arg(long, default_value_t = 512)]
+    pub global_batch: u64,
+    /// uniform | lbbsp | lbbsp-cpu | lbbsp-gpu | pid
+    #[arg(long, default_value = "lbbsp")]
+    pub controller: String,
+    /// last | ewma | ets | narx
+    #[arg(long, default_value = "ewma")]
+    pub predictor: String,
+    /// auto (model default: Adam for mlp, SGD+momentum otherwise) | sgd | adam
+    #[arg(long, default_value = "auto")]
+    pub optimizer: String,
+    /// Learning rate (default: the model's).
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// SGD momentum (with --optimizer sgd).
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f32,
+    /// Stop when test accuracy reaches this fraction (e.g. 0.97).
+    #[arg(long)]
+    pub target_accuracy: Option<f64>,
+    /// Keep training after the target is reached (until --max-time-s / --max-iterations).
+    #[arg(long)]
+    pub no_stop_at_target: bool,
+    /// Training-time limit (evaluation excluded).
+    #[arg(long, default_value_t = 600.0)]
+    pub max_time_s: f64,
+    #[arg(long)]
+    pub max_iterations: Option<u64>,
+    /// Evaluate on the test set every N iterations (not counted as training time).
+    #[arg(long, default_value_t = 10)]
+    pub eval_every: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A task unanswered this long marks its worker dead.
+    #[arg(long, default_value_t = 120.0)]
+    pub worker_timeout_s: f64,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Log refusals and membership changes to stderr.
+    #[arg(long)]
+    pub verbose: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// `pacer controller`.
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// Address to listen on, e.g. 0.0.0.0:7070.
+    #[arg(long)]
+    pub listen: String,
+    /// Workers to wait for before the first iteration.
+    #[arg(long, default_value_t = 1)]
+    pub min_workers: usize,
+    /// How long to wait for workers (at start or when none is left).
+    #[arg(long, default_value_t = 600.0)]
+    pub join_timeout_s: f64,
+    #[command(flatten)]
+    pub job: JobArgs,
+}
+
+/// `pacer worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Controller address, e.g. 10.0.0.1:7070.
+    #[arg(long)]
+    pub connect: String,
+    /// Local address to connect from (e.g. a loopback alias 127.0.0.2).
+    #[arg(long)]
+    pub bind: Option<IpAddr>,
+    /// Dataset here, if not at the path the controller names (must be the same data).
+    #[arg(long)]
+    pub dataset: Option<String>,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Emulated relative speed: a step takes time-scale · cpu time / speed.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Common dilation of emulated time (≥ 1) for machines with fewer cores than workers.
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Interference windows (scenario format, scenarios/worker/*.json).
+    #[arg(long)]
+    pub interference: Option<PathBuf>,
+    /// Which worker of the interference file this is (default: the id the controller assigns).
+    #[arg(long)]
+    pub interference_slot: Option<usize>,
+    /// auto | emulated | proc | combined
+    #[arg(long, default_value = "auto")]
+    pub load_signal: String,
+    /// Die (exit 137, as if killed) on receiving the Step of this iteration.
+    #[arg(long)]
+    pub die_at: Option<u64>,
+}
+
+/// `pacer train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Local workers (one thread each).
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Relative speeds, e.g. 1,1,0.5,0.25 (missing = 1).
+    #[arg(long, value_delimiter = ',')]
+    pub speeds: Vec<f64>,
+    /// Common dilation of emulated time (≥ 1): use ≥ Σ speeds / free cores so the
+    /// workers' real compute fits the machine (see pacer_runtime::emulation).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Interference windows per worker (scenario format).
+    #[arg(long)]
+    pub interference: Option<PathBuf>,
+    /// auto | emulated | proc | combined
+    #[arg(long, default_value = "auto")]
+    pub load_signal: String,
+    /// Kill worker SLOT when it receives iteration ITER's step: SLOT@ITER (repeatable).
+    #[arg(long)]
+    pub kill: Vec<String>,
+    /// Start a new worker after iteration ITER: ITER or ITER:SPEED (repeatable).
+    #[arg(long)]
+    pub join: Vec<String>,
+    /// Controller address (port 0 = any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Source addresses for the workers, round-robin (e.g. 127.0.0.2,127.0.0.3).
+    #[arg(long, value_delimiter = ',')]
+    pub worker_ips: Vec<IpAddr>,
+}
+
+fn resolve(addr: &str, flag: &str) -> anyhow::Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("{flag} `{addr}`: expected HOST:PORT"))?
+        .next()
+        .ok_or_else(|| anyhow!("{flag} `{addr}`: resolves to no address"))
+}
+
+fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<ControllerConfig> {
+    let width = if job.model == "kmeans" {
+        job.clusters
+    } else {
+        job.hidden
+    };
+    let spec = ModelSpec::new(&job.model, data.train.dim, data.train.classes, width)?;
+    let mut c = ControllerConfig::new(spec)?;
+    let default = c.optimizer;
+    c.optimizer = match job.optimizer.as_str() {
+        "auto" => default,
+        "sgd" => OptimSpec::Sgd {
+            lr: 0.1,
+            momentum: job.momentum,
+            weight_decay: 0.0,
+        },
+        "adam" => OptimSpec::Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        },
+        o => bail!("--optimizer: unknown `{o}`; expected auto, sgd or adam"),
+    };
+    if let Some(lr) = job.lr {
+        if !(lr.is_finite() && lr > 0.0) {
+            bail!("--lr: must be a positive number, got {lr}");
+        }
+        c.optimizer = c.optimizer.with_lr(lr);
+    }
+    c.global_batch = job.global_batch;
+    c.controller = job.controller.clone();
+    c.predictor = job.predictor.clone();
+    c.target_accuracy = job.target_accuracy;
+    c.stop_at_target = !job.no_stop_at_target;
+    c.max_time_s = job.max_time_s;
+    c.max_iterations = job.max_iterations;
+    c.eval_every = job.eval_every;
+    c.seed = job.seed;
+    c.worker_timeout_s = job.worker_timeout_s;
+    c.verbose = job.verbose;
+    Ok(c)
+}
+
+fn progress_bar(job: &JobArgs) -> Option<ProgressFn> {
+    if job.no_progress {
+        return None;
+    }
+    let bar = match job.max_iterations {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos} it {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    let target = job.target_accuracy;
+    Some(Box::new(move |p: &Progress| {
+        bar.set_position(p.iteration);
+        let acc = p
+            .accuracy
+            .map_or("-".to_string(), |a| format!("{:.2}%", a * 100.0));
+        let goal = target.map_or(String::new(), |t| format!("/{:.2}%", t * 100.0));
+        let b: Vec<String> = p.batches.iter().map(|(_, b)| b.to_string()).collect();
+        bar.set_message(format!(
+            "epoch {:.2}  acc {acc}{goal}  train {:.1}s  batches [{}]",
+            p.epoch,
+            p.train_time_s,
+            b.join(",")
+        ));
+    }))
+}
+
+#[derive(Serialize)]
+struct Output<'a> {
+    #[serde(flatten)]
+    report: &'a TrainReport,
+    speeds: Vec<f64>,
+    time_scale: f64,
+    interference: Option<String>,
+}
+
+fn print_report(
+    r: &TrainReport,
+    json: bool,
+    speeds: Vec<f64>,
+    time_scale: f64,
+    interference: Option<String>,
+) -> anyhow::Result<()> {
+    if json {
+        let o = Output {
+            report: r,
+            speeds,
+            time_scale,
+            interference,
+        };
+        println!("{}", serde_json::to_string_pretty(&o)?);
+        return Ok(());
+    }
+    println!(
+        "{} on {} · {} workers · B = {} · {} ({}) + {}",
+        r.model,
+        r.dataset,
+        r.workers,
+        r.global_batch,
+        r.controller,
+        r.controller_variant,
+        r.predictor
+    );
+    match (r.reached, r.time_to_target_s, r.target_accuracy) {
+        (true, Some(t), Some(a)) => println!(
+            "reached {:.2}% in {:.2} s ({} iterations)",
+            a * 100.0,
+            t,
+            r.iterations_to_target.unwrap_or(0)
+        ),
+        (false, _, Some(a)) => println!("did not reach {:.2}%", a * 100.0),
+        _ => {}
+    }
+    println!(
+        "final accuracy {:.2}% (best {:.2}%), {} iterations, {:.2} epochs, {:.2} s training",
+        r.final_accuracy * 100.0,
+        r.best_accuracy * 100.0,
+        r.iterations,
+        r.epochs,
+        r.train_time_s
+    );
+    println!(
+        "iteration {:.2} ms vs ideal {:.2} ms: efficiency {:.3} (without overhead {:.3}); overhead {:.1}% (speed MAPE {:.1}%, overruns {:.1}%)",
+        r.mean_iter_s * 1e3,
+        r.ideal_iter_s * 1e3,
+        r.efficiency,
+        r.compute_efficiency,
+        r.overhead_frac * 100.0,
+        r.speed_mape * 100.0,
+        r.overrun_frac * 100.0
+    );
+    let o = &r.overhead;
+    println!(
+        "per iteration (ms): {:.3} = control {:.3} + encode params {:.3} + wait {:.3} + aggregate {:.3} + optimiser {:.3} + other {:.3}",
+        o.iter_ms, o.control_ms, o.encode_params_ms, o.wait_ms, o.aggregate_ms, o.optimizer_ms, o.other_ms
+    );
+    println!(
+        "  wait = last worker's step {:.3} (slowest step {:.3}) + before {:.3} (decode {:.3}) + after {:.3} (encode {:.3}) + controller decode {:.3} + network {:.3}",
+        o.last_step_ms, o.compute_ms, o.worker_pre_ms, o.worker_decode_ms, o.worker_post_ms, o.worker_encode_ms, o.ctrl_decode_ms, o.network_ms
+    );
+    if r.joins + r.leaves > 0 {
+        println!(
+            "membership: {} joined, {} left, {} tasks retried, {} stale results ignored",
+            r.joins, r.leaves, r.retried_tasks, r.stale_results
+        );
+    }
+    for x in &r.rejected {
+        println!("refused {x}");
+    }
+    println!("final batches {:?}", r.final_batches);
+    Ok(())
+}
+
+fn load_signal(s: &str) -> anyhow::Result<LoadSignal> {
+    Ok(s.parse::<LoadSignal>()?)
+}
+
+/// `pacer controller`.
+pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
+    let addr = resolve(&a.listen, "--listen")?;
+    let data = Arc::new(data::load(&a.job.dataset)?);
+    let mut cfg = controller_config(&a.job, &data)?;
+    cfg.min_workers = a.min_workers;
+    cfg.join_timeout_s = a.join_timeout_s;
+    if !a.job.json {
+        eprintln!(
+            "pacer controller: listening on {addr}, waiting for {} worker(s)",
+            a.min_workers
+        );
+    }
+    let report = controller::serve_blocking(addr, data, cfg, progress_bar(&a.job))?;
+    print_report(&report, a.job.json, Vec::new(), 1.0, None)
+}
+
+/// `pacer worker`.
+pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
+    let connect = resolve(&a.connect, "--connect")?;
+    let mut cfg = WorkerConfig::new(
+        connect,
+        a.name.clone().unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into()),
+                std::process::id()
+            )
+        }),
+    );
+    cfg.bind = a.bind.map(|ip| SocketAddr::new(ip, 0));
+    let plan = a
+        .interference
+        .as_deref()
+        .map(InterferencePlan::load)
+        .transpose()?;
+    cfg.emulation = Emulation {
+        speed: a.speed,
+        time_scale: a.time_scale,
+        windows: match (&plan, a.interference_slot) {
+            (Some(p), Some(s)) => p.for_slot(s),
+            _ => Vec::new(),
+        },
+    };
+    if a.interference_slot.is_none() {
+        cfg.interference_by_id = plan;
+    }
+    if !(a.speed.is_finite() && a.speed > 0.0) {
+        bail!("--speed: must be a positive number, got {}", a.speed);
+    }
+    if !(a.time_scale.is_finite() && a.time_scale >= 1.0) {
+        bail!("--time-scale: must be ≥ 1, got {}", a.time_scale);
+    }
+    cfg.load_signal = load_signal(&a.load_signal)?;
+    cfg.fault = a.die_at.map(Fault::DieAt);
+    cfg.exit_on_fault = true;
+    let source = match a.dataset {
+        Some(s) => DataSource::Spec(s),
+        None => DataSource::FromJob,
+    };
+    let s = worker::run_blocking(cfg, source)?;
+    eprintln!(
+        "pacer worker {}: {} steps; controller said: {}",
+        s.worker_id, s.steps, s.shutdown_reason
+    );
+    Ok(())
+}
+
+fn parse_kill(s: &str) -> anyhow::Result<(usize, u64)> {
+    let (w, k) = s
+        .split_once('@')
+        .ok_or_else(|| anyhow!("--kill `{s}`: expected SLOT@ITERATION, e.g. 3@200"))?;
+    Ok((
+        w.parse()
+            .with_context(|| format!("--kill `{s}`: slot `{w}` is not a number"))?,
+        k.parse()
+            .with_context(|| format!("--kill `{s}`: iteration `{k}` is not a number"))?,
+    ))
+}
+
+fn parse_join(s: &str) -> anyhow::Result<(u64, f64)> {
+    let (k, v) = s.split_once(':').unwrap_or((s, "1"));
+    Ok((
+        k.parse()
+            .with_context(|| format!("--join `{s}`: iteration `{k}` is not a number"))?,
+        v.parse()
+            .with_context(|| format!("--join `{s}`: speed `{v}` is not a number"))?,
+    ))
+}
+
+/// `pacer train`.
+pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
+    let data = Arc::new(data::load(&a.job.dataset)?);
+    let cfg = controller_config(&a.job, &data)?;
+    let mut launch = LocalLaunch::new(a.workers);
+    launch.speeds = a.speeds.clone();
+    launch.time_scale = a.time_scale;
+    launch.interference = a
+        .interference
+        .as_deref()
+        .map(InterferencePlan::load)
+        .transpose()?;
+    launch.load_signal = load_signal(&a.load_signal)?;
+    launch.kills = a
+        .kill
+        .iter()
+        .map(|s| parse_kill(s))
+        .collect::<anyhow::Result<_>>()?;
+    launch.joins = a
+        .join
+        .iter()
+        .map(|s| parse_join(s))
+        .collect::<anyhow::Result<_>>()?;
+    launch.listen = resolve(&a.listen, "--listen")?;
+    launch.worker_ips = a.worker_ips.clone();
+    let (report, outcomes) = train_local(data, cfg, launch, progress_bar(&a.job))?;
+    for (i, o) in outcomes.iter().enumerate() {
+        if let Err(e) = o {
+            eprintln!("worker {i}: {e}");
+        }
+    }
+    let mut speeds = a.speeds.clone();
+    speeds.resize(a.workers, 1.0);
+    print_report(
+        &report,
+        a.job.json,
+        speeds,
+        a.time_scale,
+        a.interference.map(|p| p.display().to_string()),
+    )
+}
