@@ -167,6 +167,10 @@ pub struct TrainArgs {
     /// Source addresses for the workers, round-robin (e.g. 127.0.0.2,127.0.0.3).
     #[arg(long, value_delimiter = ',')]
     pub worker_ips: Vec<IpAddr>,
+    /// Workers computing at once (0 = no limit, the default). Waiting for a slot is
+    /// absorbed by the speed padding (see pacer_runtime::emulation).
+    #[arg(long)]
+    pub compute_slots: Option<usize>,
 }
 
 fn resolve(addr: &str, flag: &str) -> anyhow::Result<SocketAddr> {
@@ -383,6 +387,7 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
             (Some(p), Some(s)) => p.for_slot(s),
             _ => Vec::new(),
         },
+        slots: None,
     };
     if a.interference_slot.is_none() {
         cfg.interference_by_id = plan;
@@ -455,6 +460,9 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     launch.listen = resolve(&a.listen, "--listen")?;
     launch.worker_ips = a.worker_ips.clone();
+    if let Some(n) = a.compute_slots {
+        launch.compute_slots = n;
+    }
     let (report, outcomes) = train_local(data, cfg, launch, progress_bar(&a.job))?;
     for (i, o) in outcomes.iter().enumerate() {
         if let Err(e) = o {

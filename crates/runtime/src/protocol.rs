@@ -136,8 +136,11 @@ pub struct StepTiming {
     pub target_s: f64,
     /// From the Step frame fully read to the start of compute (decoding).
     pub pre_s: f64,
-    /// From the end of the step to the gradient ready to send (signals, encoding).
+    /// From the end of the step to the gradient ready to send (encoding).
     pub post_s: f64,
+    /// Part of the step spent waiting for a compute slot (emulation of more workers
+    /// than cores; absorbed by the padding unless it causes an overrun).
+    pub queue_s: f64,
 }
 
 impl StepTiming {
@@ -295,6 +298,7 @@ impl Message {
                     timing.target_s,
                     timing.pre_s,
                     timing.post_s,
+                    timing.queue_s,
                 ] {
                     put_f64(w, v);
                 }
@@ -413,6 +417,7 @@ impl Message {
                     target_s: r.f64("timing.target_s")?,
                     pre_s: r.f64("timing.pre_s")?,
                     post_s: r.f64("timing.post_s")?,
+                    queue_s: r.f64("timing.queue_s")?,
                 };
                 let signals = Signals {
                     cpu_load: r.f32("signals.cpu_load")?,

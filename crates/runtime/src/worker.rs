@@ -273,9 +273,13 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
                     _ => {}
                 }
                 let (slowdown, emu_cpu, emu_mem) = cfg.emulation.conditions(iteration);
-                // --- real compute: gather the batch, forward, backward
+                // --- the emulated step starts now: wait for a compute slot (if local
+                // workers share the cores), then real compute: gather, forward, backward
+                let step0 = Instant::now();
+                let pre_s = (step0 - t_decode).as_secs_f64();
+                let slot = cfg.emulation.slots.as_ref().map(|s| s.acquire());
+                let queue_s = step0.elapsed().as_secs_f64();
                 let wall0 = Instant::now();
-                let pre_s = (wall0 - t_decode).as_secs_f64();
                 let cpu0 = thread_cpu_time();
                 stream_idx.indices(stream_start, len as usize, &mut idx);
                 xb.clear();
@@ -288,18 +292,21 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
                 let stats = model.loss_grad(&params, &xb, &yb, &mut grad);
                 let cpu_s = (thread_cpu_time() - cpu0).as_secs_f64();
                 let wall_s = wall0.elapsed().as_secs_f64();
+                drop(slot);
+                // The monitor's reading belongs to a node agent, not to the step's
+                // critical path: take it inside the padding.
+                let proc_now = monitor.read();
                 // --- emulated speed: pad after the real compute
                 let target = cfg.emulation.target_s(cpu_s, slowdown);
-                let elapsed = wall0.elapsed().as_secs_f64();
+                let elapsed = step0.elapsed().as_secs_f64();
                 if target > elapsed {
                     std::thread::sleep(Duration::from_secs_f64(target - elapsed));
                 }
-                let step_s = wall0.elapsed().as_secs_f64();
-                // --- signals: at the start of this step (emulated windows of `iteration`
-                // and the /proc reading taken at the end of the previous step), and at
-                // its end, which is the start of the next one.
+                let step_s = step0.elapsed().as_secs_f64();
                 let t_post = Instant::now();
-                let proc_now = monitor.read();
+                // --- signals: at the start of this step (emulated windows of `iteration`
+                // and the /proc reading taken after the previous step), and at its end,
+                // which is the start of the next one.
                 let (_, next_cpu, next_mem) = cfg.emulation.conditions(iteration + 1);
                 let emulating = !cfg.emulation.windows.is_empty();
                 let mix = |emu: f32, proc: f32| match cfg.load_signal {
@@ -335,6 +342,7 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
                         target_s: target,
                         pre_s,
                         post_s: 0.0,
+                        queue_s,
                     },
                     signals,
                     grad: std::mem::take(&mut grad),

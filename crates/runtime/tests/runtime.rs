@@ -265,6 +265,8 @@ fn training_on_tiny_learns() {
         cfg.eval_every = 10;
         let mut launch = LocalLaunch::new(2);
         launch.speeds = vec![1.0, 0.5];
+        // one shared compute slot: the workers take turns computing
+        launch.compute_slots = 1;
         let (r, _) = train_local(d.clone(), cfg, launch, None).unwrap();
         assert!(r.reached, "{model}: best accuracy {}", r.best_accuracy);
         assert!(r.time_to_target_s.is_some());
