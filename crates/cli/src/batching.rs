@@ -2,12 +2,15 @@
 //!
 //! - `eval`: run a worker scenario under a controller and a predictor and report
 //!   efficiency against the oracle balancer and speedup against plain BSP. Names may
-//!   be comma lists or `all`, giving one row per combination.
+//!   be comma lists or `all`, giving one row per combination. `--gate off` runs the
+//!   adaptive controllers without their noise gate (for comparison).
 //! - `bench`: cost of predictions plus one controller decision for many workers.
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use pacer_workersim::{bench::bench, evaluate, format_table, load_scenario, simulate};
+use pacer_workersim::{
+    bench::bench, evaluate_with, format_table, load_scenario, simulate, GateConfig, SimOptions,
+};
 use std::path::PathBuf;
 
 /// Worker-level adaptive batching.
@@ -39,6 +42,10 @@ pub struct EvalArgs {
     /// Print JSON (one object for one combination, an array otherwise).
     #[arg(long)]
     pub json: bool,
+    /// Noise gate of the adaptive controllers: `on` (default) or `off` (every
+    /// prediction is acted on, the ungated rules — for comparison).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub gate: String,
 }
 
 #[derive(Debug, Args)]
@@ -96,6 +103,13 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     if controllers.is_empty() || predictors.is_empty() {
         bail!("--controller and --predictor need at least one name");
     }
+    let opts = SimOptions {
+        gate: if a.gate == "off" {
+            GateConfig::off()
+        } else {
+            GateConfig::default()
+        },
+    };
     let mut reports = Vec::new();
     for path in &a.scenario {
         let sc = load_scenario(path)?;
@@ -108,7 +122,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         for c in &controllers {
             for p in &predictors {
                 reports.push(
-                    evaluate(&sc, &name, c, p, Some(&uniform))
+                    evaluate_with(&sc, &name, c, p, Some(&uniform), &opts)
                         .with_context(|| format!("{}", path.display()))?,
                 );
             }

@@ -2,7 +2,7 @@
 //! controller decision, as a real runtime would run it between two iterations.
 
 use pacer_control::worker::{make_controller, BatchBounds, BatchProblem, Observation};
-use pacer_predict::speed::{make_predictor, Exogenous};
+use pacer_predict::speed::{make_predictors, Exogenous};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -32,9 +32,7 @@ pub fn bench(
         .map_err(|e| e.to_string())?;
     let mut ctrl = make_controller(controller, &problem)
         .ok_or_else(|| format!("unknown controller `{controller}`"))?;
-    let mut preds = (0..workers)
-        .map(|i| make_predictor(predictor, seed, i as u64))
-        .collect::<Option<Vec<_>>>()
+    let mut preds = make_predictors(predictor, seed, workers)
         .ok_or_else(|| format!("unknown predictor `{predictor}`"))?;
     let mut batches = problem.uniform();
     let mut predicted = vec![0.0; workers];

@@ -3,8 +3,8 @@
 
 use crate::model::{conditions, Workers};
 use crate::scenario::Scenario;
-use pacer_control::worker::{make_controller, Observation, CONTROLLERS};
-use pacer_predict::speed::{make_predictor, Exogenous, PREDICTORS};
+use pacer_control::worker::{make_controller_with, GateConfig, Observation, CONTROLLERS};
+use pacer_predict::speed::{make_predictors, Exogenous, SpeedPredictor, PREDICTORS};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use serde::Serialize;
@@ -36,6 +36,8 @@ pub struct EvalReport {
     /// The rule `controller` resolved to (e.g. `lbbsp` → `lbbsp-gpu`).
     pub controller_variant: String,
     pub predictor: String,
+    /// Whether the adaptive controller ran with its noise gate (`--gate`).
+    pub gate: bool,
     pub workers: usize,
     pub iterations: u64,
     pub mean_iter_s: f64,
@@ -67,19 +69,51 @@ pub enum EvalError {
 const JITTER_STREAM: u64 = 0x6A09_E667_F3BC_C908;
 const MONITOR_STREAM: u64 = 0xBB67_AE85_84CA_A73B;
 
+/// Knobs of a run beyond the registry names, for comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct SimOptions {
+    /// Noise gate of the adaptive controllers ([`GateConfig::off`]: ungated rules).
+    pub gate: GateConfig,
+}
+
 /// Simulate `sc` once. Deterministic: the jitter and monitor draws depend only on the
 /// scenario seed (never on decisions), so every controller faces the same luck.
 pub fn simulate(sc: &Scenario, controller: &str, predictor: &str) -> Result<RunStats, EvalError> {
+    simulate_with(sc, controller, predictor, &SimOptions::default())
+}
+
+/// [`simulate`] with explicit options.
+pub fn simulate_with(
+    sc: &Scenario,
+    controller: &str,
+    predictor: &str,
+    opts: &SimOptions,
+) -> Result<RunStats, EvalError> {
+    let preds = make_predictors(predictor, sc.seed, sc.n_workers())
+        .ok_or_else(|| EvalError::UnknownPredictor(predictor.to_string()))?;
+    simulate_custom(sc, controller, opts, preds)
+}
+
+/// [`simulate`] with caller-built predictors, one per worker (e.g. model variants
+/// that the registry does not name).
+pub fn simulate_custom(
+    sc: &Scenario,
+    controller: &str,
+    opts: &SimOptions,
+    mut preds: Vec<Box<dyn SpeedPredictor>>,
+) -> Result<RunStats, EvalError> {
     let problem = sc
         .problem()
         .map_err(|e| EvalError::Infeasible(e.to_string()))?;
-    let mut ctrl = make_controller(controller, &problem)
+    let mut ctrl = make_controller_with(controller, &problem, opts.gate)
         .ok_or_else(|| EvalError::UnknownController(controller.to_string()))?;
     let n = problem.n_workers();
-    let mut preds = (0..n)
-        .map(|i| make_predictor(predictor, sc.seed, i as u64))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| EvalError::UnknownPredictor(predictor.to_string()))?;
+    if preds.len() != n {
+        return Err(EvalError::Infeasible(format!(
+            "{} predictors for {n} workers",
+            preds.len()
+        )));
+    }
     let specs: Vec<_> = sc.expanded().collect();
     let workers = Workers::new(sc);
     let sigma: Vec<f64> = specs.iter().map(|w| w.noise).collect();
@@ -196,8 +230,27 @@ pub fn evaluate(
     predictor: &str,
     uniform: Option<&RunStats>,
 ) -> Result<EvalReport, EvalError> {
+    evaluate_with(
+        sc,
+        scenario_name,
+        controller,
+        predictor,
+        uniform,
+        &SimOptions::default(),
+    )
+}
+
+/// [`evaluate`] with explicit options.
+pub fn evaluate_with(
+    sc: &Scenario,
+    scenario_name: &str,
+    controller: &str,
+    predictor: &str,
+    uniform: Option<&RunStats>,
+    opts: &SimOptions,
+) -> Result<EvalReport, EvalError> {
     let started = Instant::now();
-    let run = simulate(sc, controller, predictor)?;
+    let run = simulate_with(sc, controller, predictor, opts)?;
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     let owned;
     let uni = match uniform {
@@ -210,7 +263,7 @@ pub fn evaluate(
     let problem = sc
         .problem()
         .map_err(|e| EvalError::Infeasible(e.to_string()))?;
-    let variant = make_controller(controller, &problem)
+    let variant = make_controller_with(controller, &problem, opts.gate)
         .map(|c| c.name().to_string())
         .unwrap_or_default();
     Ok(EvalReport {
@@ -218,6 +271,7 @@ pub fn evaluate(
         controller: controller.to_string(),
         controller_variant: variant,
         predictor: predictor.to_string(),
+        gate: opts.gate.z > 0.0,
         workers: sc.n_workers(),
         iterations: sc.iterations,
         mean_iter_s: run.mean_iter_s,
@@ -308,6 +362,54 @@ mod tests {
                 assert_eq!(a, b, "{c} {p}");
             }
         }
+    }
+
+    /// Issue 3: on noisy identical workers the adaptive controllers must not lose more
+    /// than 1 % to plain BSP, whatever the predictor.
+    #[test]
+    fn adaptive_controllers_do_not_chase_noise() {
+        let s = sc(
+            r#"{"global_batch": 1024, "iterations": 600, "seed": 5, "sync_s": 0.002,
+            "workers": [{"samples_per_s": 700, "noise": 0.15, "count": 8}]}"#,
+        );
+        let uni = simulate(&s, "uniform", "last").unwrap();
+        let eff_uni = uni.ideal_iter_s / uni.mean_iter_s;
+        for c in ["lbbsp-cpu", "lbbsp-gpu", "pid"] {
+            for p in PREDICTORS {
+                let r = simulate(&s, c, p).unwrap();
+                let eff = r.ideal_iter_s / r.mean_iter_s;
+                assert!(
+                    eff >= eff_uni - 0.01,
+                    "{c} + {p}: {eff} vs uniform {eff_uni}"
+                );
+            }
+        }
+        // Ungated, the proportional rule chases `last`'s noise.
+        let off = SimOptions {
+            gate: GateConfig::off(),
+        };
+        let r = simulate_with(&s, "lbbsp-cpu", "last", &off).unwrap();
+        assert!(r.ideal_iter_s / r.mean_iter_s < eff_uni - 0.03);
+    }
+
+    /// Issue 3: with interference NARX predicts speeds better than EWMA and ETS, also
+    /// on bursts a worker has not seen before (the load response is pooled).
+    #[test]
+    fn narx_beats_the_baselines_under_interference() {
+        let s = sc(
+            r#"{"global_batch": 1536, "iterations": 700, "seed": 9, "sync_s": 0.002,
+            "monitor_noise": 0.02, "workers": [
+            {"samples_per_s": 500, "noise": 0.03, "interference": [{"start": 50, "end": 150, "slowdown": 2.5}]},
+            {"samples_per_s": 500, "noise": 0.03, "interference": [{"start": 300, "end": 340, "slowdown": 2.0}]},
+            {"samples_per_s": 800, "noise": 0.03, "interference": [{"start": 400, "end": 520, "slowdown": 3.0}]},
+            {"samples_per_s": 800, "noise": 0.03, "interference": [{"start": 600, "end": 640, "slowdown": 1.6}]}]}"#,
+        );
+        let mape = |p| simulate(&s, "pid", p).unwrap().speed_mape;
+        let (narx, ets, ewma) = (mape("narx"), mape("ets"), mape("ewma"));
+        assert!(
+            narx < 0.95 * ets && narx < 0.95 * ewma,
+            "narx {narx} ets {ets} ewma {ewma}"
+        );
     }
 
     #[test]

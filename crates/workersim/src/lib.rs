@@ -11,7 +11,11 @@
 //! - [`model`]: ground truth — step time per worker (linear or an interpolated
 //!   GPU-like curve), interference windows and gradual drift, the monitor's
 //!   exogenous signals, and the oracle balancer.
-//! - [`eval`]: the iteration loop and the report.
+//! - [`eval`]: the iteration loop and the report. [`SimOptions`] switches the
+//!   controllers' noise gate off (`--gate off`) and [`simulate_custom`] takes
+//!   caller-built predictors, for comparisons (see `examples/narx_ablation.rs`).
+//!   Predictors are built per job ([`pacer_predict::speed::make_predictors`]), so
+//!   NARX workers share their load response.
 //! - [`bench`]: cost of one controller decision plus predictions for many workers.
 //!
 //! Per iteration `k`: the monitor reads each worker's load (visible before the step),
@@ -30,7 +34,10 @@ pub mod eval;
 pub mod model;
 pub mod scenario;
 
-pub use eval::{evaluate, format_table, simulate, EvalError, EvalReport, RunStats};
+pub use eval::{
+    evaluate, evaluate_with, format_table, simulate, simulate_custom, simulate_with, EvalError,
+    EvalReport, RunStats, SimOptions,
+};
 pub use scenario::{Scenario, ScenarioError};
 
 /// Read and parse a scenario file; errors name the path.
@@ -44,7 +51,8 @@ pub fn load_scenario(path: &std::path::Path) -> Result<Scenario, ScenarioError> 
     Scenario::from_json(&text, &origin)
 }
 
-/// Controller names, re-exported so drivers need not depend on pacer-control.
-pub use pacer_control::worker::CONTROLLERS;
+/// Controller names and the noise-gate constants, re-exported so drivers need not
+/// depend on pacer-control.
+pub use pacer_control::worker::{GateConfig, CONTROLLERS};
 /// Predictor names, re-exported so drivers need not depend on pacer-predict.
 pub use pacer_predict::speed::PREDICTORS;

@@ -1,4 +1,7 @@
-use super::{apportion, water_fill, BatchBounds, BatchController, BatchProblem, Observation};
+use super::{
+    apportion, water_fill, BatchBounds, BatchController, BatchProblem, GateConfig, NoiseGate,
+    Observation,
+};
 
 /// Gains and shape of [`Pid`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -19,6 +22,8 @@ pub struct PidConfig {
     pub window: usize,
     /// Largest relative change one action may make (shrink by ≤ 50 %, grow by ≤ 100 %).
     pub max_step: f64,
+    /// Significance filter on the predictions (see [`NoiseGate`]).
+    pub gate: GateConfig,
 }
 
 impl Default for PidConfig {
@@ -31,6 +36,7 @@ impl Default for PidConfig {
             dead_band: 0.05,
             window: 2,
             max_step: 1.0,
+            gate: GateConfig::default(),
         }
     }
 }
@@ -56,6 +62,12 @@ impl Default for PidConfig {
 /// integrator is clamped to `±i_max`, does not integrate while its worker sits at a
 /// bound with the error pushing further into it, and is emptied after every action
 /// (its evidence has been acted on).
+///
+/// The predicted speeds pass through a [`NoiseGate`] first (`PidConfig::gate`): the
+/// fixed τ = 5 % band alone held against EWMA's prediction noise only part of the
+/// time and not at all against `last`'s (efficiency 0.984 and 0.921 on
+/// `noisy_homogeneous.json`; 0.999 gated). τ and the integral stay, for sub-noise
+/// imbalances that the gate has accepted but that are too small to act on.
 #[derive(Debug, Clone)]
 pub struct Pid {
     cfg: PidConfig,
@@ -68,6 +80,8 @@ pub struct Pid {
     head: usize,
     target: Vec<f64>,
     desired: Vec<f64>,
+    gate: NoiseGate,
+    speeds: Vec<f64>,
 }
 
 impl Pid {
@@ -87,7 +101,14 @@ impl Pid {
             head: 0,
             target: vec![0.0; n],
             desired: vec![0.0; n],
+            gate: NoiseGate::new(n, cfg.gate),
+            speeds: Vec::new(),
         }
+    }
+
+    /// The noise gate (noise levels, number of accepted changes).
+    pub fn gate(&self) -> &NoiseGate {
+        &self.gate
     }
 }
 
@@ -98,8 +119,9 @@ impl BatchController for Pid {
 
     fn decide(&mut self, obs: &Observation<'_>, batches: &mut [u64]) {
         let w = self.cfg.window;
+        self.gate.filter(obs, batches, &mut self.speeds);
         water_fill(
-            obs.predicted_speed,
+            &self.speeds,
             self.global_batch as f64,
             &self.bounds,
             &mut self.target,

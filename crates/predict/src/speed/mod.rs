@@ -11,10 +11,13 @@
 //! | `last` | [`LastValue`]   | next = last measured speed                                   |
 //! | `ewma` | [`Ewma`]        | exponentially weighted moving average (α = 0.3)              |
 //! | `ets`  | [`Ets`]         | Holt damped-trend exponential smoothing, ETS(A,Ad,N), with α/β chosen online from a grid by discounted one-step error |
-//! | `narx` | [`Narx`]        | non-linear autoregressive model with exogenous inputs: random tanh features + linear terms, fitted by recursive least squares |
+//! | `narx` | [`Narx`]        | additive non-linear autoregressive model with exogenous inputs: per-worker level + random-feature autoregression on past errors, plus a load response shared by the job's workers ([`LoadPool`]) over filtered monitor signals; all fitted by recursive least squares |
 //!
 //! Only `narx` uses the exogenous signals; the baselines are pure time-series
-//! predictors, as in the LB-BSP paper's comparison.
+//! predictors, as in the LB-BSP paper's comparison. Build a job's predictors with
+//! [`make_predictors`], which lets `narx` workers share their load response (one
+//! worker's interference burst teaches the others); [`make_predictor`] builds one
+//! independent worker.
 
 mod ets;
 mod ewma;
@@ -24,7 +27,7 @@ mod narx;
 pub use ets::Ets;
 pub use ewma::Ewma;
 pub use last::LastValue;
-pub use narx::{Narx, NarxConfig};
+pub use narx::{LoadPool, Narx, NarxConfig};
 
 /// Resource signals a node monitor observes at the *start* of an iteration, before the
 /// step runs. Both are fractions in `[0, 1]`.
@@ -51,19 +54,47 @@ pub trait SpeedPredictor: Send {
 /// Names accepted by [`make_predictor`].
 pub const PREDICTORS: [&str; 4] = ["last", "ewma", "ets", "narx"];
 
-/// Build a predictor by registry name. `seed` feeds every random choice (only `narx`
-/// has any); `worker` is mixed in so workers get independent but reproducible models.
+fn worker_seed(seed: u64, worker: u64) -> u64 {
+    seed ^ worker.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Build one worker's predictor by registry name. `seed` feeds every random choice
+/// (only `narx` has any); `worker` is mixed in so workers get independent but
+/// reproducible models. A `narx` built here has a load response of its own; use
+/// [`make_predictors`] for the workers of one job.
 pub fn make_predictor(name: &str, seed: u64, worker: u64) -> Option<Box<dyn SpeedPredictor>> {
     Some(match name {
         "last" => Box::new(LastValue::default()),
         "ewma" => Box::new(Ewma::new(0.3)),
         "ets" => Box::new(Ets::default()),
-        "narx" => Box::new(Narx::new(
-            NarxConfig::default(),
-            seed ^ worker.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        )),
+        "narx" => Box::new(Narx::new(NarxConfig::default(), worker_seed(seed, worker))),
         _ => return None,
     })
+}
+
+/// Build the predictors of a job's `workers` workers (worker `i` seeded as by
+/// [`make_predictor`]). For `narx` they share one [`LoadPool`]: workers of one job
+/// react alike to co-located load, so each worker's bursts teach all of them.
+pub fn make_predictors(
+    name: &str,
+    seed: u64,
+    workers: usize,
+) -> Option<Vec<Box<dyn SpeedPredictor>>> {
+    if name == "narx" {
+        let cfg = NarxConfig::default();
+        let pool = LoadPool::new(&cfg, seed);
+        return Some(
+            (0..workers)
+                .map(|i| {
+                    Box::new(Narx::pooled(cfg, worker_seed(seed, i as u64), pool.clone()))
+                        as Box<dyn SpeedPredictor>
+                })
+                .collect(),
+        );
+    }
+    (0..workers)
+        .map(|i| make_predictor(name, seed, i as u64))
+        .collect()
 }
 
 fn usable(v: f64) -> bool {
