@@ -3,12 +3,15 @@
 # (127.0.0.10 for the controller, 127.0.0.11.. for the workers): what `pacer
 # controller` / `pacer worker` do across hosts. One worker is killed with SIGKILL
 # mid-training and a new one joins later; training must still reach the target.
-# Usage: crates/runtime/scripts/multihost.sh [DATASET] [TARGET]
-#   e.g. multihost.sh mnist:../shared/data/mnist 0.97   (default: tiny 0.9)
+# Usage: crates/runtime/scripts/multihost.sh [DATASET] [TARGET]   (default: MNIST, 0.97)
+#   e.g. multihost.sh mnist:/data/mnist 0.97
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-DATASET=${1:-tiny}
-TARGET=${2:-0.9}
+DATASET=${1:-mnist:../shared/data/mnist}
+TARGET=${2:-0.97}
+# Time scale 8: an iteration of ~16 ms, so the kill (after 4 s) lands near iteration
+# 200 and the join (3 s later) near iteration 400 of the ~550 MNIST needs.
+TS=${TS:-8}
 cargo build --release -q -p pacer-runtime --example pacer_rt
 RT=target/release/examples/pacer_rt
 PORT=$((20000 + RANDOM % 20000))
@@ -22,7 +25,7 @@ pids=()
 speeds=(1 1 0.5 0.25)
 for i in 0 1 2 3; do
   "$RT" worker --connect 127.0.0.10:$PORT --bind 127.0.0.1$((i + 1)) --name "w$i" \
-    --speed "${speeds[$i]}" --time-scale 3 2> "$LOG/w$i.err" &
+    --speed "${speeds[$i]}" --time-scale "$TS" 2> "$LOG/w$i.err" &
   pids+=($!)
 done
 sleep "${KILL_AFTER_S:-4}"
@@ -30,7 +33,7 @@ echo "killing worker w3 (pid ${pids[3]}) with SIGKILL" >&2
 kill -9 "${pids[3]}" || true
 sleep "${JOIN_AFTER_S:-3}"
 echo "starting worker w4 from 127.0.0.15" >&2
-"$RT" worker --connect 127.0.0.10:$PORT --bind 127.0.0.15 --name w4 --speed 1 --time-scale 3 \
+"$RT" worker --connect 127.0.0.10:$PORT --bind 127.0.0.15 --name w4 --speed 1 --time-scale "$TS" \
   2> "$LOG/w4.err" &
 wait "$CTRL"
 status=$?

@@ -224,7 +224,10 @@ pub struct TrainReport {
     pub rejected: Vec<String>,
     /// Workers admitted (`id name address`), in admission order.
     pub admitted: Vec<String>,
+    /// In worker-id order (ids are given in connection order).
     pub final_batches: Vec<u64>,
+    /// (worker name, local batch) of the last iteration: which worker got what.
+    pub final_batches_named: Vec<(String, u64)>,
     pub accuracy_curve: Vec<EvalPoint>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ledger: Vec<LedgerEntry>,
@@ -774,6 +777,7 @@ async fn train_loop(
         rejected: Vec::new(),
         admitted: Vec::new(),
         final_batches: Vec::new(),
+        final_batches_named: Vec::new(),
         accuracy_curve: Vec::new(),
         ledger: Vec::new(),
         grads: Vec::new(),
@@ -1268,6 +1272,11 @@ async fn train_loop(
             sums.optimizer_s += optimizer_s;
         }
         report.final_batches.clone_from(&batches);
+        report.final_batches_named = active
+            .iter()
+            .zip(&batches)
+            .map(|(m, &b)| (m.name.clone(), b))
+            .collect();
 
         // ---- evaluate (not training time)
         let t_eval = Instant::now();

@@ -21,8 +21,9 @@ pub enum RuntimeError {
     /// A peer refused us, with its reason.
     #[error("{peer} rejected the connection: {reason}")]
     Rejected { peer: String, reason: String },
-    /// Socket errors, with what we were doing.
-    #[error("{context}: {source}")]
+    /// Socket errors, with what we were doing (the OS error is the `source`, which
+    /// `anyhow`'s `{:#}` appends).
+    #[error("{context}")]
     Io {
         context: String,
         #[source]

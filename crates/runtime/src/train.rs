@@ -192,10 +192,17 @@ pub fn train_local(
                 break;
             }
             joins.remove(0);
-            let cfg = launch2.worker_config(next_slot, speed, addr, &slots);
+            let mut cfg = launch2.worker_config(next_slot, speed, addr, &slots);
             next_slot += 1;
+            // Wait for its handshake (the controller's connection tasks run on the
+            // runtime's other thread; this time is excluded from training time), so
+            // the join happens at the scheduled boundary or the next one.
+            let (tx, rx) = std::sync::mpsc::channel();
+            cfg.on_ready = Some(tx);
             // A failure to start a thread is reported by the missing join.
-            let _ = spawn_worker(cfg, d2.clone(), &hs);
+            if spawn_worker(cfg, d2.clone(), &hs).is_ok() {
+                let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
+            }
         }
         if let Some(f) = progress.as_mut() {
             f(p);

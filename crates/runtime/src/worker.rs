@@ -72,6 +72,9 @@ pub struct WorkerConfig {
     /// Exit the process (as if killed) instead of returning when `fault` fires:
     /// used when the worker is its own process.
     pub exit_on_fault: bool,
+    /// Told once the worker has sent `Ready` (local launches wait for a joining
+    /// worker's handshake, so that a scripted join lands where it was scheduled).
+    pub on_ready: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl WorkerConfig {
@@ -85,6 +88,7 @@ impl WorkerConfig {
             load_signal: LoadSignal::Auto,
             fault: None,
             exit_on_fault: false,
+            on_ready: None,
         }
     }
 }
@@ -191,6 +195,9 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
         &peer,
     )
     .await?;
+    if let Some(tx) = cfg.on_ready.take() {
+        let _ = tx.send(());
+    }
     let model = job.model.build().ok_or_else(|| {
         RuntimeError::Protocol(ProtocolError::Invalid {
             peer: peer.clone(),
