@@ -336,7 +336,16 @@ fn print_report(
     for x in &r.rejected {
         println!("refused {x}");
     }
-    println!("final batches {:?}", r.final_batches);
+    println!("workers (means per step):");
+    for w in &r.worker_stats {
+        println!(
+            "  {:>2} {:<12} {:<21} {:>5} steps  batch {:>6.1}  cpu {:>7.2} ms  step {:>7.2} ms  {:>8.0} samples/s  load {:.2} (max {:.2})  /proc busy {:.2} mem {:.2} load1 {:.2}  overruns {}",
+            w.id, w.name, w.addr, w.steps, w.mean_batch, w.mean_cpu_ms, w.mean_step_ms,
+            w.mean_samples_per_s, w.mean_cpu_load, w.max_cpu_load, w.mean_proc_cpu_busy,
+            w.mean_proc_mem_used, w.mean_loadavg1, w.overruns
+        );
+    }
+    println!("final batches {:?}", r.final_batches_named);
     Ok(())
 }
 

@@ -173,6 +173,32 @@ pub struct Overhead {
     pub other_ms: f64,
 }
 
+/// What one worker did and reported (means over its main tasks): the NARX inputs
+/// as the controller saw them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WorkerStats {
+    pub id: u32,
+    pub name: String,
+    pub addr: String,
+    pub steps: u64,
+    pub samples: u64,
+    pub mean_batch: f64,
+    /// Thread CPU time of the real compute.
+    pub mean_cpu_ms: f64,
+    /// Emulated step (compute + padding).
+    pub mean_step_ms: f64,
+    pub mean_samples_per_s: f64,
+    /// Load signal the predictor saw at the start of the worker's iterations.
+    pub mean_cpu_load: f64,
+    pub max_cpu_load: f64,
+    /// /proc: machine CPU busy share, memory in use, 1-minute load per core.
+    pub mean_proc_cpu_busy: f64,
+    pub mean_proc_mem_used: f64,
+    pub mean_loadavg1: f64,
+    /// Steps slower than their emulated target.
+    pub overruns: u64,
+}
+
 /// The result of a training run.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainReport {
@@ -229,6 +255,8 @@ pub struct TrainReport {
     /// (worker name, local batch) of the last iteration: which worker got what.
     pub final_batches_named: Vec<(String, u64)>,
     pub accuracy_curve: Vec<EvalPoint>,
+    /// Per worker, in id order (including those that left).
+    pub worker_stats: Vec<WorkerStats>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ledger: Vec<LedgerEntry>,
     #[serde(skip)]
@@ -779,6 +807,7 @@ async fn train_loop(
         final_batches: Vec::new(),
         final_batches_named: Vec::new(),
         accuracy_curve: Vec::new(),
+        worker_stats: Vec::new(),
         ledger: Vec::new(),
         grads: Vec::new(),
         final_params: Vec::new(),
@@ -823,6 +852,7 @@ async fn train_loop(
     let mut last_quality: Option<Quality> = None;
     let mut tail = Vec::new();
     let mut compute_s: Vec<f64> = Vec::new();
+    let mut wstats: BTreeMap<u32, WorkerStats> = BTreeMap::new();
 
     loop {
         // ---- boundary: membership
@@ -1241,6 +1271,26 @@ async fn train_loop(
             };
             m.speed = speed;
             m.last_step_s = timing.step_s;
+            let w = wstats.entry(m.id).or_insert_with(|| WorkerStats {
+                id: m.id,
+                name: m.name.clone(),
+                addr: m.addr.to_string(),
+                ..Default::default()
+            });
+            w.steps += 1;
+            w.samples += *len;
+            // Sums for now; divided by `steps` at the end.
+            w.mean_cpu_ms += timing.cpu_s * 1e3;
+            w.mean_step_ms += timing.step_s * 1e3;
+            w.mean_samples_per_s += speed;
+            w.mean_cpu_load += signals.cpu_load as f64;
+            w.max_cpu_load = w.max_cpu_load.max(signals.cpu_load as f64);
+            w.mean_proc_cpu_busy += signals.proc_cpu_busy as f64;
+            w.mean_proc_mem_used += signals.proc_mem_used as f64;
+            w.mean_loadavg1 += signals.loadavg1 as f64;
+            if timing.step_s > timing.target_s * 1.02 && timing.target_s > 0.0 {
+                w.overruns += 1;
+            }
             max_step = max_step.max(timing.step_s);
             sum_speed += speed;
             sums.steps += 1;
@@ -1379,6 +1429,25 @@ async fn train_loop(
         0.0
     };
     report.overrun_frac = sums.overruns as f64 / sums.steps.max(1) as f64;
+    report.worker_stats = wstats
+        .into_values()
+        .map(|mut w| {
+            let n = w.steps.max(1) as f64;
+            w.mean_batch = w.samples as f64 / n;
+            for v in [
+                &mut w.mean_cpu_ms,
+                &mut w.mean_step_ms,
+                &mut w.mean_samples_per_s,
+                &mut w.mean_cpu_load,
+                &mut w.mean_proc_cpu_busy,
+                &mut w.mean_proc_mem_used,
+                &mut w.mean_loadavg1,
+            ] {
+                *v /= n;
+            }
+            w
+        })
+        .collect();
     report.final_params = params;
     active.append(&mut joiners);
     Ok((report, active))

@@ -41,7 +41,7 @@ pub mod sysinfo;
 pub mod train;
 pub mod worker;
 
-pub use controller::{ControllerConfig, Progress, ProgressFn, TrainReport};
+pub use controller::{ControllerConfig, Progress, ProgressFn, TrainReport, WorkerStats};
 pub use data::{Data, Dataset};
 pub use error::RuntimeError;
 pub use train::{train_local, LocalLaunch};
