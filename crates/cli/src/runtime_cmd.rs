@@ -324,8 +324,8 @@ fn print_report(
         o.iter_ms, o.control_ms, o.encode_params_ms, o.wait_ms, o.aggregate_ms, o.optimizer_ms, o.other_ms
     );
     println!(
-        "  wait = last worker's step {:.3} (slowest step {:.3}) + before {:.3} (decode {:.3}) + after {:.3} (encode {:.3}) + controller decode {:.3} + network {:.3}",
-        o.last_step_ms, o.compute_ms, o.worker_pre_ms, o.worker_decode_ms, o.worker_post_ms, o.worker_encode_ms, o.ctrl_decode_ms, o.network_ms
+        "  wait = last worker's step {:.3} (slowest step {:.3}) + before {:.3} (decode {:.3}) + after {:.3} (encode {:.3}) + controller decode {:.3} + network {:.3} (downlink {:.3}, uplink {:.3})",
+        o.last_step_ms, o.compute_ms, o.worker_pre_ms, o.worker_decode_ms, o.worker_post_ms, o.worker_encode_ms, o.ctrl_decode_ms, o.network_ms, o.downlink_ms, o.uplink_ms
     );
     if r.joins + r.leaves > 0 {
         println!(

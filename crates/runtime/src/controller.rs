@@ -164,6 +164,12 @@ pub struct Overhead {
     pub ctrl_decode_ms: f64,
     /// `wait − last_step − worker_pre − worker_post − ctrl_decode`.
     pub network_ms: f64,
+    /// Of the last worker: Steps queued → its Step fully read (includes the queue
+    /// of writes to the other workers and its thread's wake-up), and its Gradient
+    /// written → fully read by the controller. From wall clocks on both sides:
+    /// exact on one host, offset by the clock difference across hosts.
+    pub downlink_ms: f64,
+    pub uplink_ms: f64,
     /// Controller: accumulating the last gradient (the earlier ones overlap waiting).
     pub aggregate_ms: f64,
     /// Controller: all accumulations of the iteration (CPU, mostly off the path).
@@ -299,6 +305,8 @@ enum Event {
         id: u32,
         msg: GradientMsg,
         decode_s: f64,
+        /// UNIX time the frame had fully arrived.
+        arrived_unix_s: f64,
     },
     Lost {
         id: u32,
@@ -464,6 +472,7 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     }
     loop {
         let r = protocol::read_frame(&mut rd, &mut buf, &peer, "waiting for a Gradient").await;
+        let arrived_unix_s = protocol::unix_now_s();
         let t0 = Instant::now();
         let msg = r.and_then(|()| Message::decode(&buf, &peer));
         let event = match msg {
@@ -488,6 +497,7 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                     grad,
                 },
                 decode_s: t0.elapsed().as_secs_f64(),
+                arrived_unix_s,
             },
             Ok(Message::Error { message }) => Event::Lost {
                 id,
@@ -580,6 +590,8 @@ struct Sums {
     control_s: f64,
     encode_s: f64,
     wait_s: f64,
+    downlink_s: f64,
+    uplink_s: f64,
     last_step_s: f64,
     worker_pre_s: f64,
     worker_decode_s: f64,
@@ -1003,6 +1015,8 @@ async fn train_loop(
         let shared_tail = Arc::new(std::mem::take(&mut tail));
         let encode_s = t_enc.elapsed().as_secs_f64();
         let mut pending: BTreeMap<u64, Task> = BTreeMap::new();
+        let t_sent = Instant::now();
+        let t_sent_unix = protocol::unix_now_s();
         let mut start = pos;
         let mut lost_now: Vec<(u32, String)> = Vec::new();
         for (m, &b) in active.iter_mut().zip(&batches) {
@@ -1037,8 +1051,8 @@ async fn train_loop(
         acc.iter_mut().for_each(|v| *v = 0.0);
         let mut disrupted = false;
         let mut main_results: HashMap<u32, (u64, StepTiming, f64, Signals)> = HashMap::new();
-        let t_sent = Instant::now();
         let mut t_last = t_sent;
+        let mut last_links = (0.0, 0.0);
         // The last gradient's timing, its controller decode and accumulation.
         let mut last_piece = (StepTiming::default(), 0.0, 0.0);
         let mut aggregate_total_s = 0.0;
@@ -1081,7 +1095,12 @@ async fn train_loop(
                         joiners.push(new_member(cfg, id, name, addr, tx))
                     }
                     Event::Lost { id, reason } => lost_now.push((id, reason)),
-                    Event::Gradient { id, msg, decode_s } => {
+                    Event::Gradient {
+                        id,
+                        msg,
+                        decode_s,
+                        arrived_unix_s,
+                    } => {
                         let ok = pending
                             .get(&msg.task)
                             .is_some_and(|t| t.worker == id && msg.iteration == k);
@@ -1111,6 +1130,10 @@ async fn train_loop(
                         weight_sum += t.len;
                         loss_sum += msg.loss_sum;
                         last_piece = (msg.timing, decode_s, agg_s);
+                        last_links = (
+                            msg.timing.recv_unix_s - t_sent_unix,
+                            arrived_unix_s - msg.timing.send_unix_s,
+                        );
                         t_last = t_agg;
                         if cfg.record_ledger {
                             report.ledger.push(LedgerEntry {
@@ -1311,6 +1334,8 @@ async fn train_loop(
             sums.control_s += control_s;
             sums.encode_s += encode_s;
             sums.wait_s += (t_last - t_sent).as_secs_f64();
+            sums.downlink_s += last_links.0;
+            sums.uplink_s += last_links.1;
             sums.last_step_s += last_piece.0.step_s;
             sums.worker_pre_s += last_piece.0.pre_s;
             sums.worker_decode_s += last_piece.0.decode_s;
@@ -1413,6 +1438,8 @@ async fn train_loop(
         worker_encode_ms: ms(sums.worker_encode_s),
         ctrl_decode_ms: ms(sums.ctrl_decode_s),
         network_ms: 0.0,
+        downlink_ms: ms(sums.downlink_s),
+        uplink_ms: ms(sums.uplink_s),
         aggregate_ms: ms(sums.aggregate_last_s),
         aggregate_total_ms: ms(sums.aggregate_total_s),
         optimizer_ms: ms(sums.optimizer_s),

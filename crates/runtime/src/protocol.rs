@@ -30,6 +30,13 @@
 use crate::model::ModelSpec;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// Seconds since the UNIX epoch (wall clock), for the same-host network split.
+pub fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// Magic at the start of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"PACR";
 /// Protocol version spoken by this build.
@@ -141,6 +148,12 @@ pub struct StepTiming {
     /// Part of the step spent waiting for a compute slot (emulation of more workers
     /// than cores; absorbed by the padding unless it causes an overrun).
     pub queue_s: f64,
+    /// Wall-clock (UNIX) time when the Step frame had fully arrived, and just before
+    /// the Gradient is written: with the controller's own clock they split the
+    /// network time into downlink and uplink (meaningful when clocks agree, e.g. on
+    /// one host).
+    pub recv_unix_s: f64,
+    pub send_unix_s: f64,
 }
 
 impl StepTiming {
@@ -148,6 +161,7 @@ impl StepTiming {
     /// prefix included), so the worker can fill them in after encoding.
     pub const ENCODE_S_OFFSET: usize = 5 + 8 + 8 + 4 + 8 + 4 + 4 * 8;
     pub const POST_S_OFFSET: usize = Self::ENCODE_S_OFFSET + 3 * 8;
+    pub const SEND_UNIX_S_OFFSET: usize = Self::ENCODE_S_OFFSET + 6 * 8;
 }
 
 /// Resource signals a worker observed (fractions in [0, 1] unless named).
@@ -299,6 +313,8 @@ impl Message {
                     timing.pre_s,
                     timing.post_s,
                     timing.queue_s,
+                    timing.recv_unix_s,
+                    timing.send_unix_s,
                 ] {
                     put_f64(w, v);
                 }
@@ -418,6 +434,8 @@ impl Message {
                     pre_s: r.f64("timing.pre_s")?,
                     post_s: r.f64("timing.post_s")?,
                     queue_s: r.f64("timing.queue_s")?,
+                    recv_unix_s: r.f64("timing.recv_unix_s")?,
+                    send_unix_s: r.f64("timing.send_unix_s")?,
                 };
                 let signals = Signals {
                     cpu_load: r.f32("signals.cpu_load")?,
