@@ -2,7 +2,7 @@
 //!
 //! - `controller --listen ADDR --dataset SPEC ...`: serve one training job; workers on
 //!   any host connect to it.
-//! - `worker --connect ADDR`: one worker (one thread); it loads the dataset the
+//! - `worker --connect ADDR`: one worker (one compute thread); it loads the dataset the
 //!   controller names, or `--dataset` when the same data lives at another path here.
 //! - `train ...`: a controller and `--workers N` local workers in one process, over
 //!   real TCP on loopback, with a progress bar; `--json` prints the report.
@@ -139,7 +139,7 @@ pub struct WorkerArgs {
 pub struct TrainArgs {
     #[command(flatten)]
     pub job: JobArgs,
-    /// Local workers (one thread each).
+    /// Local workers (one compute thread each, plus one for its socket).
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
     /// Relative speeds, e.g. 1,1,0.5,0.25 (missing = 1).

@@ -1,5 +1,5 @@
 //! `pacer train`: a controller and N local workers in one process, each worker on its
-//! own OS thread (one thread per worker: its compute and its socket), talking over
+//! own OS threads (one computing, one for its socket), talking over
 //! real TCP on loopback exactly as remote ones would. Scripted faults (a worker that
 //! dies at iteration k) and joins (a new worker at iteration k) drive the elasticity
 //! experiment.

@@ -1,7 +1,9 @@
 //! The worker: connects to a controller, loads (or is handed) the dataset, and for
-//! every `Step` computes the mean gradient of its range of the sample stream with one
-//! thread, pads the step to its emulated speed, and replies with the gradient, its
-//! timings and the resource signals.
+//! every `Step` computes the mean gradient of its range of the sample stream on one
+//! compute thread, pads the step to its emulated speed, and replies with the
+//! gradient, its timings and the resource signals. A second thread owns the socket
+//! (read, decode, write), so a Step is timestamped when it arrives even if the
+//! compute thread has to wait for a core (see `run`).
 
 use crate::data::{Data, SampleStream};
 use crate::emulation::Emulation;
@@ -112,8 +114,9 @@ pub struct WorkerSummary {
     pub shutdown_reason: String,
 }
 
-/// Run a worker on the calling thread until the controller shuts it down. Uses a
-/// current-thread runtime, so the worker is exactly one thread (compute and I/O).
+/// Run a worker until the controller shuts it down: the calling thread runs the
+/// socket on a current-thread runtime, and one more thread computes (single-threaded
+/// matrix products: one worker = one core's worth of compute).
 pub fn run_blocking(cfg: WorkerConfig, data: DataSource) -> Result<WorkerSummary, RuntimeError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
