@@ -3,6 +3,11 @@
 //! - `pacer bench round`: one scheduling round of a policy on a large synthetic
 //!   cluster (default 4,000 jobs on 16,000 GPUs), cold (first round, empty
 //!   caches) and warm (later rounds where 10% of jobs changed their model).
+//!   Jobs carry goodput models, speeds per device type (`--types 3` splits the
+//!   cluster into V100/P100/K80), work estimates and fitted loss curves, so every
+//!   policy has its inputs. Cold rounds are the decision latency of the
+//!   auction-based (Themis: all devices up for auction) and LP-based (Gavel: a
+//!   full solve) policies; their warm rounds mostly keep leases / reuse the LP.
 //! - `pacer bench simulate`: whole simulations of the embedded Pollux workloads
 //!   per policy, with the same run repeated to report the median wall time.
 
@@ -42,6 +47,10 @@ pub struct RoundArgs {
     /// Devices per node.
     #[arg(long, default_value_t = 4)]
     pub gpus_per_node: u32,
+    /// Device types (1–3: v100, p100, k80), nodes split evenly; jobs get a speed per
+    /// type (for the heterogeneity-aware policies), a work estimate and a loss curve.
+    #[arg(long, default_value_t = 1)]
+    pub types: u32,
     /// Policies, comma separated, or `all`.
     #[arg(long, default_value = "all")]
     pub policy: String,
@@ -79,6 +88,16 @@ struct RoundReport {
     /// Median of later rounds (10% of jobs changed model, allocations carried over).
     warm_round_ms: f64,
     allocated_gpus: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct LpReport {
+    jobs: usize,
+    device_types: usize,
+    max_min_ms: f64,
+    ftf_ms: f64,
+    ftf_lps: u32,
+    ftf_max_rho: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -134,6 +153,56 @@ fn app_goodputs() -> Vec<GoodputFn> {
         .collect()
 }
 
+/// A job's speed (units/s) per device type: concave in devices up to twice its
+/// request, V100 ≥ P100 ≥ K80 by job-dependent ratios, spreading costs 0–30%.
+fn bench_speed(rng: &mut impl Rng, types: u32, r: u32) -> pacer_policy::SpeedTable {
+    let base = rng.random_range(0.5..2.0);
+    let factors = [1.0, rng.random_range(0.3..0.9), rng.random_range(0.1..0.4)];
+    let alpha = rng.random_range(0.6..0.95);
+    let top = (2 * r).max(2);
+    let mut sizes: Vec<u32> = (0..).map(|k| 1u32 << k).take_while(|&d| d < top).collect();
+    sizes.push(top);
+    pacer_policy::SpeedTable {
+        per_type: (0..types as usize)
+            .map(|t| pacer_policy::SpeedCurve {
+                points: sizes
+                    .iter()
+                    .map(|&d| (d, base * factors[t] * (d as f64).powf(alpha)))
+                    .collect(),
+                spread_factor: rng.random_range(0.7..1.0),
+            })
+            .collect(),
+    }
+}
+
+/// A loss curve in progress, fitted (SLAQ's input).
+fn bench_quality(rng: &mut impl Rng) -> pacer_policy::QualityView {
+    use pacer_predict::loss_curve::{CurveForm, LossCurve};
+    let curve = LossCurve {
+        form: if rng.random_bool(0.5) {
+            CurveForm::InverseQuadratic
+        } else {
+            CurveForm::Exponential
+        },
+        params: [
+            rng.random_range(0.1..5.0),
+            rng.random_range(0.5..5.0),
+            rng.random_range(0.5..2.0),
+            rng.random_range(0.0..0.3),
+        ],
+        k_scale: 1000.0,
+        loss_scale: rng.random_range(0.5..10.0),
+    };
+    let k = rng.random_range(1.0..2000.0);
+    pacer_policy::QualityView {
+        iteration: k,
+        loss: curve.value(k),
+        first_loss: curve.value(0.0),
+        max_delta_per_iter: (curve.value(0.0) - curve.value(1.0)).abs().max(1e-9),
+        curve: Some(curve),
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -147,10 +216,23 @@ fn round(a: RoundArgs) -> Result<()> {
     {
         bail!("--jobs and --gpus must be ≥ 1 and --gpus a multiple of --gpus-per-node");
     }
-    let cluster = ClusterSpec::parse(
-        &format!("{}x{}:t4", a.gpus / a.gpus_per_node, a.gpus_per_node),
-        "--gpus",
-    )?;
+    if !(1..=3).contains(&a.types) {
+        bail!("--types: expected 1, 2 or 3");
+    }
+    let nodes = a.gpus / a.gpus_per_node;
+    let names = ["v100", "p100", "k80"];
+    let spec = if a.types == 1 {
+        format!("{nodes}x{}:t4", a.gpus_per_node)
+    } else {
+        (0..a.types)
+            .map(|t| {
+                let n = nodes / a.types + u32::from(t < nodes % a.types);
+                format!("{n}x{}:{}", a.gpus_per_node, names[t as usize])
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let cluster = ClusterSpec::parse(&spec, "--gpus")?;
     let policies = crate::simulate::policy_names(&a.policy)?;
     let goodputs = app_goodputs();
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
@@ -168,12 +250,15 @@ fn round(a: RoundArgs) -> Result<()> {
                 current: Allocation::empty(),
                 goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
                 goodput_version: 1,
-                ..JobView::basic(JobId(i as u32), 0.0, r)
+                speed: Some(std::sync::Arc::new(bench_speed(&mut rng, a.types, r))),
+                work_done: rng.random_range(0.0..10_000.0),
+                work_left: rng.random_range(100.0..100_000.0),
+                quality: Some(bench_quality(&mut rng)),
             }
         })
         .collect();
     let mut reports = Vec::new();
-    for p in policies {
+    for &p in &policies {
         let mut policy = pacer_policy::by_name(p).expect("validated");
         for j in &mut jobs {
             j.current = Allocation::empty();
@@ -216,9 +301,47 @@ fn round(a: RoundArgs) -> Result<()> {
             allocated_gpus: allocs.iter().map(|x| x.replicas()).sum(),
         });
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+    let lp = if policies.iter().any(|p| p.starts_with("gavel")) {
+        use pacer_policy::gavel::{solve_ftf, solve_max_min, LpInput};
+        for j in &mut jobs {
+            j.current = Allocation::empty();
+        }
+        let view = ClusterView {
+            now_s: 36_000.0,
+            cluster: &cluster,
+            jobs: &jobs,
+        };
+        let t = Instant::now();
+        let inp = LpInput::new(&view);
+        let _ = solve_max_min(&inp);
+        let max_min_ms = t.elapsed().as_secs_f64() * 1e3;
+        let elapsed: Vec<f64> = jobs.iter().map(|j| 36_000.0 - j.arrival_s).collect();
+        let left: Vec<f64> = jobs.iter().map(|j| j.work_left).collect();
+        let t = Instant::now();
+        let (_, rho, lps) = solve_ftf(&inp, &elapsed, &left, 0.02, 12);
+        Some(LpReport {
+            jobs: a.jobs,
+            device_types: cluster.device_types.len(),
+            max_min_ms,
+            ftf_ms: t.elapsed().as_secs_f64() * 1e3,
+            ftf_lps: lps,
+            ftf_max_rho: rho,
+        })
     } else {
+        None
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"rounds": reports, "gavel_lp": lp}))?
+        );
+    } else {
+        if let Some(l) = &lp {
+            println!(
+                "gavel LP, {} jobs × {} device types: max-min {:.1} ms (1 LP); finish-time fairness {:.1} ms ({} LPs of bisection, max ρ bound {:.3})",
+                l.jobs, l.device_types, l.max_min_ms, l.ftf_ms, l.ftf_lps, l.ftf_max_rho
+            );
+        }
         println!(
             "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}",
             "policy", "jobs", "gpus", "round_ms", "warm_round_ms", "allocated"

@@ -15,8 +15,10 @@
 //!    first, up to what speeds a job up), so the cluster stays work-conserving.
 //!
 //! A job that has not reported twice yet has no normaliser; it is valued at the
-//! largest marginal gain of the round, so newcomers are explored first (SLAQ's
-//! new jobs have the steepest curves). Placement keeps a job's devices when its
+//! largest marginal gain of the round up to an equal share of the cluster, so
+//! newcomers are explored first (SLAQ's new jobs have the steepest curves).
+//! Until its fit exists ([`pacer_predict::loss_curve::MIN_FIT_POINTS`]) a job's
+//! prediction continues its largest decrease ([`crate::QualityView::predict`]). Placement keeps a job's devices when its
 //! share did not change ([`crate::fair::place_shares`]).
 
 use crate::fair::place_shares;
@@ -157,7 +159,7 @@ impl Policy for Slaq {
                 continue;
             }
             let next = if unknown[i] {
-                // Unvalued jobs: explore up to an equal share of what is left.
+                // Unvalued (new) jobs: at the top of the heap up to an equal share.
                 (share[i] < (cap / n as u32).max(1)).then_some(top)
             } else {
                 let g = self.gain(&jobs[i], share[i]).unwrap_or(value[i]);

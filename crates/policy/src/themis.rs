@@ -23,7 +23,8 @@
 //!   the others; when no bidder was constrained by capacity every `c_j` is 1 and
 //!   the re-runs are skipped.
 //! - Leftovers (withheld devices, devices no bidder wanted) go to the jobs outside
-//!   the auction, worst ρ first, then to anyone who can still use them: the
+//!   the auction, worst ρ first, then to anyone who can still use them, and
+//!   finally back to the partially served winners up to their bundle: the
 //!   scheduler stays work-conserving.
 //! - Knob f: f → 1 lets only the very worst jobs bid (fairness); f = 0 lets every
 //!   job bid (efficiency, closer to a plain proportional-fair allocation).
@@ -318,10 +319,10 @@ impl Policy for Themis {
                     if r <= 0.0 {
                         continue;
                     }
+                    // Kept even when not worth a bid (value ≤ 0): leftovers may
+                    // still go to it rather than idle.
                     let value = (rho_empty[i] / rho_with(i, r)).ln();
-                    if value > 0.0 {
-                        bundles.push(Bundle { t, g, value });
-                    }
+                    bundles.push(Bundle { t, g, value });
                 }
             }
             Bidder {
@@ -405,7 +406,16 @@ impl Policy for Themis {
                     break;
                 }
                 let b = make_bidder(i, &pools);
-                if let Some(k) = best_bundle(&b, &free) {
+                // Any bundle beats idle devices: the best one that fits, even if
+                // the job would rather have waited for a better one.
+                let best_any = b
+                    .bundles
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, x)| x.g as u64 <= free[x.t])
+                    .max_by(|a, b| a.1.value.total_cmp(&b.1.value).then(b.0.cmp(&a.0)))
+                    .map(|(k, _)| k);
+                if let Some(k) = best_any {
                     let x = b.bundles[k];
                     // Same devices as before if they are free again: no restart.
                     let cur = &jobs[i].current;
@@ -421,6 +431,30 @@ impl Policy for Themis {
                         out[i] = a;
                         fresh[i] = true;
                     }
+                }
+            }
+        }
+        // 6. Devices nobody outside the auction could use top the partially served
+        // winners back up towards their winning bundle (work conservation).
+        for (b, a) in assign.iter().enumerate() {
+            let Some(k) = *a else { continue };
+            let x = bidders[b].bundles[k];
+            let i = bidders[b].job;
+            if !fresh[i] || out[i].replicas() >= x.g {
+                continue;
+            }
+            let ty = DeviceTypeId(x.t as u16);
+            if pools.type_of(&out[i]) != Some(ty)
+                || pools.free(ty) < (x.g - out[i].replicas()) as u64
+            {
+                continue;
+            }
+            pools.give_back(&out[i]);
+            match pools.take(ty, x.g) {
+                Some(a) => out[i] = a,
+                None => {
+                    let kept = pools.take_exact(&out[i]);
+                    debug_assert!(kept, "devices just given back are free");
                 }
             }
         }

@@ -269,10 +269,48 @@ pub fn fit_form(
     fit_prepared(&d, form)
 }
 
+/// Unconstrained LM coordinates of `prev` re-expressed in `d`'s scaling.
+fn warm_start(prev: &LossCurve, d: &Prepared) -> Option<DVector<f64>> {
+    let (kr, lr) = (d.k_scale / prev.k_scale, prev.loss_scale / d.loss_scale);
+    let p = prev.params;
+    let ln = |v: f64| (v > 0.0 && v.is_finite()).then(|| v.ln());
+    Some(match prev.form {
+        CurveForm::InverseQuadratic => DVector::from_vec(vec![
+            ln(p[0] * kr * kr / lr)?,
+            ln(p[1] * kr / lr)?,
+            ln(p[2] / lr)?,
+            p[3] * lr,
+        ]),
+        CurveForm::Exponential => {
+            DVector::from_vec(vec![ln(p[0] * lr)?, ln(p[1] * kr)?, p[3] * lr])
+        }
+    })
+}
+
+/// Refits `prev`'s form from `prev` only (one LM run): the cheap online update.
+pub fn fit_warm(
+    ks: &[f64],
+    losses: &[f64],
+    prev: &LossCurve,
+    decay: f64,
+) -> Result<LossFit, LossFitError> {
+    let d = prepare(ks, losses, decay)?;
+    let u = warm_start(prev, &d).ok_or(LossFitError::NoConvergence)?;
+    fit_from(&d, prev.form, vec![u])
+}
+
 fn fit_prepared(d: &Prepared, form: CurveForm) -> Result<LossFit, LossFitError> {
+    fit_from(d, form, starts(form, d))
+}
+
+fn fit_from(
+    d: &Prepared,
+    form: CurveForm,
+    starts: Vec<DVector<f64>>,
+) -> Result<LossFit, LossFitError> {
     let wsum: f64 = d.sqrt_w.iter().map(|w| w * w).sum();
     let mut best: Option<LossFit> = None;
-    for u in starts(form, d) {
+    for u in starts {
         let problem = CurveProblem {
             form,
             x: &d.x,
@@ -353,7 +391,15 @@ pub struct LossPredictor {
     fit: Option<LossFit>,
     /// Points observed since the last refit.
     fresh: usize,
+    /// Refits so far (every [`COLD_REFIT_EVERY`]-th one re-chooses the form).
+    refits: u64,
 }
+
+/// Fewest points before the curve fit is trusted over the last-Δ strawman.
+pub const MIN_FIT_POINTS: usize = 10;
+/// A full fit of both forms from cold starts every this many refits; warm
+/// single-form updates in between.
+pub const COLD_REFIT_EVERY: u64 = 8;
 
 impl Default for LossPredictor {
     fn default() -> Self {
@@ -372,6 +418,7 @@ impl LossPredictor {
             max_delta_per_iter: 0.0,
             fit: None,
             fresh: 0,
+            refits: 0,
         }
     }
 
@@ -420,14 +467,35 @@ impl LossPredictor {
         self.max_delta_per_iter
     }
 
-    /// Refits if new points arrived since the last fit; returns whether the fit changed.
+    /// Refits if new points arrived since the last fit (and at least
+    /// [`MIN_FIT_POINTS`] are kept); returns whether the fit changed. Refits
+    /// warm-start from the previous fit; every [`COLD_REFIT_EVERY`]-th refit fits
+    /// both forms from scratch and keeps the better.
     pub fn refit(&mut self) -> bool {
         if self.fresh == 0 || self.history.len() < 4 {
             return false;
         }
-        let (ks, ls): (Vec<f64>, Vec<f64>) = self.history.iter().copied().unzip();
+        // Points weighing less than 1e-6 of the latest cannot move the fit; leave
+        // them out (with decay 0.95: the last ~270 of the 1,000 kept).
+        let window = if self.decay < 1.0 {
+            ((1e-6f64).ln() / self.decay.ln()).ceil() as usize + 1
+        } else {
+            usize::MAX
+        };
+        let skip = self.history.len().saturating_sub(window);
+        let (ks, ls): (Vec<f64>, Vec<f64>) = self.history.iter().skip(skip).copied().unzip();
         self.fresh = 0;
-        match fit_best(&ks, &ls, self.decay) {
+        if self.history.len() < MIN_FIT_POINTS {
+            return false;
+        }
+        self.refits += 1;
+        let warm = match self.fit {
+            Some(prev) if !self.refits.is_multiple_of(COLD_REFIT_EVERY) => {
+                fit_warm(&ks, &ls, &prev.curve, self.decay).ok()
+            }
+            _ => None,
+        };
+        match warm.map_or_else(|| fit_best(&ks, &ls, self.decay), Ok) {
             Ok(f) => {
                 self.fit = Some(f);
                 true
@@ -475,6 +543,19 @@ mod tests {
                 truth(k)
             );
         }
+    }
+
+    #[test]
+    fn warm_refit_matches_cold_fit() {
+        let ks: Vec<f64> = (0..300).map(|k| k as f64).collect();
+        let ls: Vec<f64> = ks
+            .iter()
+            .map(|k| 1.0 / (1e-4 * k * k + 0.05 * k + 1.0) + 0.2)
+            .collect();
+        let a = fit_best(&ks[..200], &ls[..200], 0.95).unwrap();
+        let warm = fit_warm(&ks, &ls, &a.curve, 0.95).unwrap();
+        let cold = fit_best(&ks, &ls, 0.95).unwrap();
+        assert!((warm.curve.value(400.0) - cold.curve.value(400.0)).abs() < 2e-3);
     }
 
     #[test]

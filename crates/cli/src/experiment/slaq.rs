@@ -1,0 +1,479 @@
+//! `pacer experiment slaq`: SLAQ against work-conserving fair share on jobs that
+//! replay real loss curves, as in the SLAQ paper (160 jobs, Poisson arrivals, a
+//! mix of algorithms); and the loss-prediction error per algorithm.
+//!
+//! Quality metrics, per job with recorded initial loss `L_0` and best loss
+//! `L_min`: normalised loss `(L − L_min) / (L_0 − L_min)` (1 at the start, 0 when
+//! converged); the *average normalised loss over time* is the mean over the
+//! active jobs, averaged over the rounds of the run; *time to q%* is the time
+//! from a job's arrival until its loss first achieves q% of its reduction
+//! `L_0 − L_min` (interpolated between rounds).
+
+use super::{plot, record};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use pacer_model::{ClusterSpec, JobSpec};
+use pacer_predict::loss_curve::{last_delta_prediction, LossPredictor};
+use pacer_sim::quality::{embedded_quality_profiles, QualityProfile};
+use pacer_sim::{SimConfig, SimJob, Simulation, Work};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Args)]
+pub struct SlaqArgs {
+    /// Output folder (results.md, results.json, quality.svg).
+    #[arg(long, default_value = "experiments/slaq")]
+    pub out: PathBuf,
+    /// Re-record the job-quality profiles first (trains real models on MNIST).
+    #[arg(long)]
+    pub record: bool,
+    /// MNIST folder for --record.
+    #[arg(long, default_value = "../shared/data/mnist")]
+    pub mnist: PathBuf,
+    /// Where --record writes the profiles (the simulator embeds this folder).
+    #[arg(long, default_value = "crates/sim/data/slaq")]
+    pub profiles_out: PathBuf,
+    /// Read profiles from this folder instead of the embedded ones.
+    #[arg(long)]
+    pub profiles: Option<PathBuf>,
+    #[arg(long, default_value_t = 160)]
+    pub jobs: usize,
+    /// Mean time between arrivals (s), Poisson process.
+    #[arg(long, default_value_t = 1.0)]
+    pub interarrival_s: f64,
+    /// Cluster of workers (one device = one worker).
+    #[arg(long, default_value = "16x4:cpu")]
+    pub cluster: String,
+    /// Scheduling epoch (s): SLAQ re-plans every epoch and predicts one epoch ahead.
+    #[arg(long, default_value_t = 0.5)]
+    pub round_s: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct PolicyResult {
+    policy: String,
+    avg_norm_loss: f64,
+    mean_time_to_90_s: f64,
+    mean_time_to_95_s: f64,
+    median_time_to_90_s: f64,
+    mean_jct_s: f64,
+    makespan_s: f64,
+    wall_ms: f64,
+    /// Mean time to 90% and 95% per profile.
+    per_profile: Vec<(String, f64, f64)>,
+    #[serde(skip)]
+    series: Vec<(f64, f64)>,
+}
+
+#[derive(Debug, Serialize)]
+struct PredRow {
+    algorithm: String,
+    horizon: u32,
+    strawman_pct: f64,
+    fit_pct: f64,
+    points: usize,
+}
+
+fn load_profiles(args: &SlaqArgs) -> Result<Vec<Arc<QualityProfile>>> {
+    if args.record {
+        let v = record::record_all(&args.mnist, &args.profiles_out, args.seed)?;
+        return Ok(v.into_iter().map(Arc::new).collect());
+    }
+    if let Some(dir) = &args.profiles {
+        let mut out = Vec::new();
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("--profiles {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "csv"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let name = p
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let text =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            out.push(Arc::new(QualityProfile::parse(
+                &text,
+                &name,
+                &p.display().to_string(),
+            )?));
+        }
+        return Ok(out);
+    }
+    let v = embedded_quality_profiles();
+    if v.is_empty() {
+        bail!("no embedded quality profiles (crates/sim/data/slaq is empty); run with --record");
+    }
+    Ok(v)
+}
+
+/// 160 jobs (by default) with Poisson arrivals, each a uniformly drawn profile.
+fn workload(profiles: &[Arc<QualityProfile>], args: &SlaqArgs) -> Vec<SimJob> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut t = 0.0;
+    (0..args.jobs)
+        .map(|k| {
+            if k > 0 {
+                // Exponential gap by inversion.
+                let u: f64 = rng.random();
+                t += -args.interarrival_s * (1.0 - u).ln();
+            }
+            let p = profiles[rng.random_range(0..profiles.len())].clone();
+            let max_w = p.iter_time.last().map_or(1, |x| x.0);
+            SimJob {
+                spec: JobSpec {
+                    name: format!("{}-{k}", p.name),
+                    arrival_s: t,
+                    application: p.name.clone(),
+                    requested_replicas: max_w,
+                    requested_batch: 0,
+                    service_gpu_s: None,
+                    device_type: None,
+                },
+                work: Work::LossCurve { profile: p },
+            }
+        })
+        .collect()
+}
+
+/// First recorded iteration at which the loss achieved `q` of its reduction.
+fn iteration_at(p: &QualityProfile, q: f64) -> f64 {
+    let (l0, lmin) = (p.initial_loss(), p.final_loss());
+    let target = l0 - q * (l0 - lmin);
+    p.curve
+        .iter()
+        .find(|c| c.1 <= target)
+        .map_or(p.total_iterations(), |c| c.0)
+}
+
+fn run_policy(
+    name: &str,
+    cluster: &ClusterSpec,
+    jobs: &[SimJob],
+    args: &SlaqArgs,
+) -> Result<PolicyResult> {
+    let mut policy: Box<dyn pacer_policy::Policy> = if name == "slaq" {
+        Box::new(pacer_policy::slaq::Slaq {
+            horizon_s: args.round_s,
+            min_share: 1,
+        })
+    } else {
+        pacer_policy::by_name(name).context("policy")?
+    };
+    let sim = Simulation {
+        cluster,
+        apps: &[],
+        jobs,
+        config: SimConfig {
+            round_s: args.round_s,
+            // Re-assigning a worker (an executor core) costs no restart here.
+            restart_s: 0.0,
+            record_timeline: false,
+            ..SimConfig::default()
+        },
+    };
+    let n = jobs.len();
+    let profiles: Vec<&QualityProfile> = jobs
+        .iter()
+        .map(|j| match &j.work {
+            Work::LossCurve { profile } => profile.as_ref(),
+            _ => unreachable!("SLAQ workload"),
+        })
+        .collect();
+    let mut series = Vec::new();
+    let mut trace: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
+    let res = sim.run(policy.as_mut(), |info| {
+        let mut sum = 0.0;
+        let mut active = 0;
+        for i in 0..n {
+            if !info.arrived(i) {
+                continue;
+            }
+            let p = profiles[i];
+            let it = info.progress(i) * p.total_iterations();
+            if trace[i].last().is_none_or(|l| l.1 < p.total_iterations()) {
+                trace[i].push((info.now_s, it));
+            }
+            if info.finished(i) {
+                continue;
+            }
+            let (l0, lmin) = (p.initial_loss(), p.final_loss());
+            let l = info.loss(i).expect("loss-curve job");
+            sum += ((l - lmin) / (l0 - lmin).max(1e-12)).clamp(0.0, 1.0);
+            active += 1;
+        }
+        if active > 0 {
+            series.push((info.now_s, sum / active as f64));
+        }
+    })?;
+    let time_to = |q: f64| -> Vec<f64> {
+        (0..n)
+            .map(|i| {
+                let k = iteration_at(profiles[i], q);
+                let arr = jobs[i].spec.arrival_s;
+                let tr = &trace[i];
+                // Progress is linear within a round: interpolate the crossing.
+                let mut prev = (arr, 0.0);
+                for &(t, it) in tr {
+                    if it >= k {
+                        let f = if it > prev.1 {
+                            (k - prev.1) / (it - prev.1)
+                        } else {
+                            1.0
+                        };
+                        return prev.0 + f * (t - prev.0) - arr;
+                    }
+                    prev = (t, it);
+                }
+                res.jobs[i].completion_s.unwrap_or(f64::NAN) - arr
+            })
+            .collect()
+    };
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let t90 = time_to(0.90);
+    let t95 = time_to(0.95);
+    let mut s90 = t90.clone();
+    s90.sort_by(f64::total_cmp);
+    let mut names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+    names.sort();
+    names.dedup();
+    let per_profile = names
+        .iter()
+        .map(|n| {
+            let sel: Vec<usize> = (0..n_jobs(jobs))
+                .filter(|&i| profiles[i].name == *n)
+                .collect();
+            let m = |v: &[f64]| sel.iter().map(|&i| v[i]).sum::<f64>() / sel.len().max(1) as f64;
+            (n.to_string(), m(&t90), m(&t95))
+        })
+        .collect();
+    Ok(PolicyResult {
+        policy: name.to_string(),
+        avg_norm_loss: mean(&series.iter().map(|s| s.1).collect::<Vec<_>>()),
+        mean_time_to_90_s: mean(&t90),
+        mean_time_to_95_s: mean(&t95),
+        median_time_to_90_s: s90[s90.len() / 2],
+        mean_jct_s: res.summary.avg_jct_s,
+        makespan_s: res.summary.makespan_s,
+        wall_ms: res.summary.wall_ms,
+        per_profile,
+        series,
+    })
+}
+
+fn n_jobs(jobs: &[SimJob]) -> usize {
+    jobs.len()
+}
+
+/// Prediction error |L̂ − L| / L (%) of the strawman and the weighted fit, `h`
+/// iterations ahead, from histories cut at 10%, 20%, … 80% of each run.
+fn prediction_errors(profiles: &[Arc<QualityProfile>]) -> Vec<PredRow> {
+    let mut algos: Vec<String> = profiles.iter().map(|p| p.algorithm().to_string()).collect();
+    algos.sort();
+    algos.dedup();
+    let mut rows = Vec::new();
+    for h in [1u32, 10, 100] {
+        for a in &algos {
+            let (mut s_err, mut f_err, mut count) = (0.0, 0.0, 0usize);
+            for p in profiles.iter().filter(|p| p.algorithm() == a) {
+                let total = p.total_iterations();
+                for cut in 1..=8 {
+                    let kc = (total * cut as f64 / 10.0).floor();
+                    if kc < 8.0 || kc + h as f64 > total {
+                        continue;
+                    }
+                    let mut pred = LossPredictor::default();
+                    let mut k = 0.0;
+                    while k <= kc {
+                        pred.observe(k, p.loss_at(k));
+                        k += 1.0;
+                    }
+                    pred.refit();
+                    let target = kc + h as f64;
+                    let actual = p.loss_at(target);
+                    let fit = pred.predict(target).unwrap_or(f64::NAN);
+                    let straw = last_delta_prediction(
+                        &[kc - 1.0, kc],
+                        &[p.loss_at(kc - 1.0), p.loss_at(kc)],
+                        target,
+                    )
+                    .unwrap_or(f64::NAN);
+                    let denom = actual.abs().max(1e-12);
+                    s_err += (straw - actual).abs() / denom;
+                    f_err += (fit - actual).abs() / denom;
+                    count += 1;
+                }
+            }
+            if count > 0 {
+                rows.push(PredRow {
+                    algorithm: a.clone(),
+                    horizon: h,
+                    strawman_pct: 100.0 * s_err / count as f64,
+                    fit_pct: 100.0 * f_err / count as f64,
+                    points: count,
+                });
+            }
+        }
+    }
+    rows
+}
+
+pub fn run(args: SlaqArgs) -> Result<()> {
+    if !(args.round_s > 0.0 && args.interarrival_s > 0.0) || args.jobs == 0 {
+        bail!("--round-s and --interarrival-s must be > 0 and --jobs ≥ 1");
+    }
+    let profiles = load_profiles(&args)?;
+    let cluster = ClusterSpec::parse(&args.cluster, "--cluster")?;
+    let jobs = workload(&profiles, &args);
+    let mut results = Vec::new();
+    for p in ["slaq", "fair"] {
+        results.push(run_policy(p, &cluster, &jobs, &args)?);
+    }
+    let preds = prediction_errors(&profiles);
+    let (s, f) = (&results[0], &results[1]);
+    let quality_gain = 1.0 - s.avg_norm_loss / f.avg_norm_loss;
+    let t90_gain = 1.0 - s.mean_time_to_90_s / f.mean_time_to_90_s;
+    let t95_gain = 1.0 - s.mean_time_to_95_s / f.mean_time_to_95_s;
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut md = String::new();
+    writeln!(md, "# SLAQ vs work-conserving fair share\n")?;
+    writeln!(
+        md,
+        "Regenerate: `pacer experiment slaq{}` (seed {}). {} jobs, Poisson arrivals every {:.2} s on \
+         average, each replaying one of {} recorded profiles ({}); cluster `{}` ({} workers); \
+         scheduling epoch {} s; no restart cost.\n",
+        if args.record { " --record" } else { "" },
+        args.seed,
+        args.jobs,
+        args.interarrival_s,
+        profiles.len(),
+        profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+        cluster.describe(),
+        cluster.total_gpus(),
+        args.round_s
+    )?;
+    writeln!(md, "| policy | avg normalised loss | mean time to 90% (s) | mean time to 95% (s) | median time to 90% (s) | mean JCT (s) | makespan (s) | wall (ms) |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+    for r in &results {
+        writeln!(
+            md,
+            "| {} | {:.4} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.0} |",
+            r.policy,
+            r.avg_norm_loss,
+            r.mean_time_to_90_s,
+            r.mean_time_to_95_s,
+            r.median_time_to_90_s,
+            r.mean_jct_s,
+            r.makespan_s,
+            r.wall_ms
+        )?;
+    }
+    writeln!(
+        md,
+        "\nSLAQ vs fair: average normalised loss {:+.1}% ({:.1}% better), time to 90% {:+.1}%, time to 95% {:+.1}%.\n",
+        -100.0 * quality_gain,
+        100.0 * quality_gain,
+        -100.0 * t90_gain,
+        -100.0 * t95_gain
+    )?;
+    writeln!(md, "Per profile, mean time to 90% / 95% (s):\n")?;
+    writeln!(
+        md,
+        "| profile | {} |",
+        results
+            .iter()
+            .map(|r| format!("{} t90 | {} t95", r.policy, r.policy))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )?;
+    writeln!(md, "|---|{}", "---|---|".repeat(results.len()))?;
+    for (k, (name, _, _)) in results[0].per_profile.iter().enumerate() {
+        let cells: Vec<String> = results
+            .iter()
+            .map(|r| format!("{:.3} | {:.3}", r.per_profile[k].1, r.per_profile[k].2))
+            .collect();
+        writeln!(md, "| {name} | {} |", cells.join(" | "))?;
+    }
+    writeln!(md)?;
+    writeln!(md, "## Loss-prediction error per algorithm\n")?;
+    writeln!(
+        md,
+        "|L̂ − L| / L in %, predicting `h` iterations ahead from the history cut at 10%…80% of each run; \
+         strawman = last Δ continued, fit = weighted NLS (decay 0.95, best of 1/(ak²+bk+c)+d and a·e^(−bk)+d).\n"
+    )?;
+    writeln!(
+        md,
+        "| algorithm | h | strawman (last Δ) | weighted fit | cuts |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|")?;
+    for r in &preds {
+        writeln!(
+            md,
+            "| {} | {} | {:.2}% | {:.2}% | {} |",
+            r.algorithm, r.horizon, r.strawman_pct, r.fit_pct, r.points
+        )?;
+    }
+    writeln!(md, "\n## Profiles\n")?;
+    writeln!(
+        md,
+        "| profile | algorithm | iterations | loss start → best | ms/iter on 1 / 8 / 32 workers |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|")?;
+    for p in &profiles {
+        let t = |w: u32| 1e3 / p.iterations_per_s(w);
+        writeln!(
+            md,
+            "| {} | {} | {} | {:.4} → {:.4} | {:.2} / {:.2} / {:.2} |",
+            p.name,
+            p.algorithm(),
+            p.total_iterations(),
+            p.initial_loss(),
+            p.final_loss(),
+            t(1),
+            t(8),
+            t(32)
+        )?;
+    }
+    std::fs::write(args.out.join("results.md"), &md)?;
+    #[derive(Serialize)]
+    struct All<'a> {
+        policies: &'a [PolicyResult],
+        prediction: &'a [PredRow],
+        quality_gain: f64,
+        time_to_90_gain: f64,
+        time_to_95_gain: f64,
+    }
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_string_pretty(&All {
+            policies: &results,
+            prediction: &preds,
+            quality_gain,
+            time_to_90_gain: t90_gain,
+            time_to_95_gain: t95_gain,
+        })?,
+    )?;
+    plot::lines(
+        &args.out.join("quality.svg"),
+        "Average normalised loss of active jobs",
+        "time (s)",
+        "normalised loss",
+        &results
+            .iter()
+            .map(|r| (r.policy.clone(), r.series.clone()))
+            .collect::<Vec<_>>(),
+    )?;
+    print!("{md}");
+    println!("written to {}", args.out.display());
+    Ok(())
+}

@@ -1,0 +1,383 @@
+//! `pacer experiment themis`: Themis (fairness knob f ∈ {0, 0.5, 0.8}) against
+//! work-conserving fair share, Tiresias and the Gavel LPs (finish-time fairness
+//! and max-min), on
+//! - Gavel's Philly-derived traces on a heterogeneous cluster (36 V100, 36 P100
+//!   and 36 K80 by default, Gavel's simulated cluster), jobs running at Gavel's
+//!   measured throughput per device type (`../shared/data/gavel`);
+//! - the eight Pollux workloads on 64 T4s (embedded).
+//!
+//! ρ is the simulator's finish-time fairness (`JCT / T_independent`, the same
+//! definition for every policy, [`pacer_sim::Simulation::independent_time`]).
+
+use super::plot;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use pacer_model::ClusterSpec;
+use pacer_sim::apps::EMBEDDED_WORKLOADS;
+use pacer_sim::{embedded_profiles, AppModel, SimConfig, SimJob, Simulation};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct ThemisArgs {
+    /// Output folder (results.md, results.json, themis.svg).
+    #[arg(long, default_value = "experiments/themis")]
+    pub out: PathBuf,
+    /// Gavel's data folder (simulation_throughputs.json, msr-seed0/*.trace).
+    #[arg(long, default_value = "../shared/data/gavel")]
+    pub gavel: PathBuf,
+    /// Gavel traces to run (file stems in msr-seed0/), comma separated.
+    #[arg(long, default_value = "6c71a0,b436b2")]
+    pub traces: String,
+    /// First jobs of each Gavel trace to keep (the traces run for months).
+    #[arg(long, default_value_t = 300)]
+    pub max_jobs: usize,
+    /// Heterogeneous cluster for the Gavel traces.
+    #[arg(long, default_value = "9x4:v100,9x4:p100,9x4:k80")]
+    pub gavel_cluster: String,
+    /// Round length for the Gavel traces (s; Gavel's is 360).
+    #[arg(long, default_value_t = 360.0)]
+    pub gavel_round_s: f64,
+    /// Embedded Pollux workloads to run (`all`, `none` or names), on 16x4:t4.
+    #[arg(long, default_value = "all")]
+    pub pollux: String,
+    /// Themis lease, in rounds of the trace's round length.
+    #[arg(long, default_value_t = 2.0)]
+    pub lease_rounds: f64,
+    /// Jobs shorter than this many rounds alone on their 1/N share are left out of
+    /// `max ρ (long)`: their ρ is bounded below by the round length, whatever the policy.
+    #[arg(long, default_value_t = 10.0)]
+    pub long_rounds: f64,
+    /// Policies (registry names; `themis-fX` sets the knob).
+    #[arg(
+        long,
+        default_value = "fair,tiresias,gavel-maxmin,gavel-ftf,themis-f0,themis-f0.5,themis-f0.8"
+    )]
+    pub policies: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    group: String,
+    policy: String,
+    runs: usize,
+    finished_frac: f64,
+    max_rho: f64,
+    mean_rho: f64,
+    avg_jct_h: f64,
+    utilization: f64,
+    wall_ms: f64,
+    /// The job with the largest ρ (of the first run).
+    worst: String,
+    /// Largest ρ among jobs whose T_independent is at least `--long-rounds` rounds.
+    max_rho_long: f64,
+}
+
+fn simulate(
+    cluster: &ClusterSpec,
+    apps: &[AppModel],
+    jobs: &[SimJob],
+    policy: &str,
+    round_s: f64,
+    args: &ThemisArgs,
+) -> Result<Run> {
+    let mut p: Box<dyn pacer_policy::Policy> = match pacer_policy::themis::parse_knob(policy) {
+        Some(f) => {
+            let mut t = pacer_policy::themis::Themis::with_f(f);
+            t.lease_s = args.lease_rounds * round_s;
+            Box::new(t)
+        }
+        None => pacer_policy::by_name(policy)
+            .with_context(|| format!("--policies: unknown policy `{policy}`"))?,
+    };
+    let sim = Simulation {
+        cluster,
+        apps,
+        jobs,
+        config: SimConfig {
+            round_s,
+            record_timeline: false,
+            ..SimConfig::default()
+        },
+    };
+    let r = sim.run(p.as_mut(), |_| {})?;
+    let worst = r
+        .jobs
+        .iter()
+        .filter(|j| j.ftf_rho().is_some())
+        .max_by(|a, b| a.ftf_rho().unwrap().total_cmp(&b.ftf_rho().unwrap()))
+        .map(|j| {
+            format!(
+                "{} ({}, {} devices): JCT {:.1} h, T_ind {:.2} h, N {:.1}",
+                j.name,
+                j.application,
+                jobs.iter()
+                    .find(|x| x.spec.name == j.name)
+                    .map_or(0, |x| x.spec.requested_replicas),
+                j.jct_s().unwrap_or(f64::NAN) / 3600.0,
+                j.independent_s / 3600.0,
+                j.avg_contention
+            )
+        })
+        .unwrap_or_default();
+    let long = r
+        .jobs
+        .iter()
+        .filter(|j| j.independent_s >= args.long_rounds * round_s)
+        .filter_map(|j| j.ftf_rho())
+        .fold(f64::NAN, f64::max);
+    Ok(Run {
+        summary: r.summary,
+        worst,
+        max_rho_long: long,
+    })
+}
+
+struct Run {
+    summary: pacer_sim::Summary,
+    worst: String,
+    max_rho_long: f64,
+}
+
+fn mean_row(group: &str, policy: &str, runs: &[Run]) -> Row {
+    let s: Vec<pacer_sim::Summary> = runs.iter().map(|r| r.summary.clone()).collect();
+    let m = |f: &dyn Fn(&pacer_sim::Summary) -> f64| s.iter().map(f).sum::<f64>() / s.len() as f64;
+    Row {
+        group: group.to_string(),
+        policy: policy.to_string(),
+        runs: s.len(),
+        finished_frac: m(&|x| x.finished as f64 / x.jobs as f64),
+        max_rho: m(&|x| x.max_ftf_rho),
+        mean_rho: m(&|x| x.avg_ftf_rho),
+        avg_jct_h: m(&|x| x.avg_jct_s / 3600.0),
+        utilization: m(&|x| x.utilization),
+        wall_ms: m(&|x| x.wall_ms),
+        worst: runs.first().map(|r| r.worst.clone()).unwrap_or_default(),
+        max_rho_long: runs.iter().map(|r| r.max_rho_long).sum::<f64>() / runs.len() as f64,
+    }
+}
+
+pub fn run(args: ThemisArgs) -> Result<()> {
+    let policies: Vec<String> = args
+        .policies
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for p in &policies {
+        if pacer_policy::by_name(p).is_none() {
+            bail!(
+                "--policies: unknown policy `{p}`; expected any of {} or themis-fX",
+                pacer_policy::POLICY_NAMES.join(", ")
+            );
+        }
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    let mut notes = Vec::new();
+    // Gavel traces, heterogeneous cluster.
+    let tput_path = args.gavel.join("simulation_throughputs.json");
+    if tput_path.exists() {
+        let text = std::fs::read_to_string(&tput_path)
+            .with_context(|| format!("reading {}", tput_path.display()))?;
+        let tput =
+            pacer_sim::trace::load_gavel_throughputs(&text, &tput_path.display().to_string())?;
+        let cluster = ClusterSpec::parse(&args.gavel_cluster, "--gavel-cluster")?;
+        for name in args
+            .traces
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let path = args.gavel.join("msr-seed0").join(format!("{name}.trace"));
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let jobs = pacer_sim::hetero::load_gavel_trace_hetero(
+                &text,
+                &path.display().to_string(),
+                &tput,
+                Some(args.max_jobs),
+            )?;
+            let group = format!("gavel {name} ({} jobs)", jobs.len());
+            for p in &policies {
+                let t0 = std::time::Instant::now();
+                let s = simulate(&cluster, &[], &jobs, p, args.gavel_round_s, &args)?;
+                eprintln!("{group} {p}: {:.1} s", t0.elapsed().as_secs_f64());
+                rows.push(mean_row(&group, p, &[s]));
+            }
+        }
+    } else {
+        let msg = format!(
+            "Gavel data not found at {} (expected simulation_throughputs.json and msr-seed0/); \
+             the heterogeneous part was skipped — pass --gavel DIR",
+            args.gavel.display()
+        );
+        eprintln!("warning: {msg}");
+        notes.push(msg);
+    }
+    // Pollux workloads, 64 T4s.
+    if args.pollux != "none" {
+        let apps: Vec<AppModel> = embedded_profiles().into_iter().map(AppModel::new).collect();
+        let cluster = ClusterSpec::parse("16x4:t4", "cluster")?;
+        let chosen: Vec<&(&str, &str)> = EMBEDDED_WORKLOADS
+            .iter()
+            .filter(|(n, _)| args.pollux == "all" || args.pollux.split(',').any(|x| x.trim() == *n))
+            .collect();
+        if chosen.is_empty() {
+            bail!(
+                "--pollux {}: expected all, none or workload-1 … workload-8",
+                args.pollux
+            );
+        }
+        let loads: Vec<Vec<SimJob>> = chosen
+            .iter()
+            .map(|(n, text)| pacer_sim::trace::load_pollux_workload(text, n, &apps, 1.0))
+            .collect::<Result<_, _>>()?;
+        let group = format!("pollux ({} workloads, 64 T4)", chosen.len());
+        for p in &policies {
+            let t0 = std::time::Instant::now();
+            let mut s = Vec::new();
+            for jobs in &loads {
+                s.push(simulate(&cluster, &apps, jobs, p, 60.0, &args)?);
+            }
+            eprintln!("{group} {p}: {:.1} s", t0.elapsed().as_secs_f64());
+            rows.push(mean_row(&group, p, &s));
+        }
+    }
+    if rows.is_empty() {
+        bail!("nothing ran: no Gavel data and --pollux none");
+    }
+    write(&args, &policies, &rows, &notes)
+}
+
+fn write(args: &ThemisArgs, policies: &[String], rows: &[Row], notes: &[String]) -> Result<()> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let mut groups: Vec<String> = rows.iter().map(|r| r.group.clone()).collect();
+    groups.dedup();
+    let mut md = String::new();
+    writeln!(md, "# Themis vs fair share, Tiresias and Gavel\n")?;
+    writeln!(
+        md,
+        "Regenerate: `pacer experiment themis` (Gavel traces `{}`, first {} jobs each, cluster `{}`, \
+         {} s rounds; Pollux workloads on 16x4:t4, 60 s rounds; Themis lease {} rounds). ρ = JCT / time \
+         alone on a 1/N share (same definition for every policy); max ρ and JCT are means over the \
+         group's runs.\n",
+        args.traces,
+        args.max_jobs,
+        args.gavel_cluster,
+        args.gavel_round_s,
+        args.lease_rounds
+    )?;
+    writeln!(
+        md,
+        "`max ρ (long)`: jobs whose T_independent is at least {} rounds; a shorter job's ρ is \
+         bounded below by the round length (it waits for the next round, then pays the restart), \
+         whatever the policy.\n",
+        args.long_rounds
+    )?;
+    for n in notes {
+        writeln!(md, "> {n}\n")?;
+    }
+    for g in &groups {
+        writeln!(md, "## {g}\n")?;
+        writeln!(
+            md,
+            "| policy | max ρ | mean ρ | avg JCT (h) | utilisation | finished | wall (ms) |"
+        )?;
+        writeln!(md, "|---|---|---|---|---|---|---|")?;
+        let sel: Vec<&Row> = rows.iter().filter(|r| &r.group == g).collect();
+        for r in &sel {
+            writeln!(
+                md,
+                "| {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} | {:.0}% | {:.0} |",
+                r.policy,
+                r.max_rho,
+                r.max_rho_long,
+                r.mean_rho,
+                r.avg_jct_h,
+                r.utilization,
+                100.0 * r.finished_frac,
+                r.wall_ms
+            )?;
+        }
+        let get = |p: &str| sel.iter().find(|r| r.policy == p).copied();
+        let baselines: Vec<&Row> = sel
+            .iter()
+            .filter(|r| !r.policy.starts_with("themis"))
+            .copied()
+            .collect();
+        let best_jct = baselines
+            .iter()
+            .map(|r| r.avg_jct_h)
+            .fold(f64::INFINITY, f64::min);
+        let best_name = baselines
+            .iter()
+            .min_by(|a, b| a.avg_jct_h.total_cmp(&b.avg_jct_h))
+            .map_or("-", |r| r.policy.as_str());
+        writeln!(md, "\nJob with the largest ρ:\n")?;
+        for r in &sel {
+            writeln!(md, "- {}: {}", r.policy, r.worst)?;
+        }
+        writeln!(md, "\nFairness gain = baseline's max ρ / Themis' max ρ (all jobs; long jobs in brackets).\n")?;
+        writeln!(md, "| Themis | vs fair | vs Tiresias | vs Gavel-FTF | avg JCT vs best baseline ({best_name}) |")?;
+        writeln!(md, "|---|---|---|---|---|")?;
+        for t in sel.iter().filter(|r| r.policy.starts_with("themis")) {
+            let ratio = |p: &str| {
+                get(p).map_or("-".to_string(), |b| {
+                    format!(
+                        "{:.2}x ({:.2}x)",
+                        b.max_rho / t.max_rho,
+                        b.max_rho_long / t.max_rho_long
+                    )
+                })
+            };
+            writeln!(
+                md,
+                "| {} | {} | {} | {} | {:+.1}% |",
+                t.policy,
+                ratio("fair"),
+                ratio("tiresias"),
+                ratio("gavel-ftf"),
+                100.0 * (t.avg_jct_h / best_jct - 1.0)
+            )?;
+        }
+        writeln!(md)?;
+    }
+    std::fs::write(args.out.join("results.md"), &md)?;
+    std::fs::write(
+        args.out.join("results.json"),
+        serde_json::to_string_pretty(rows)?,
+    )?;
+    let panel = |f: &dyn Fn(&Row) -> f64| -> Vec<Vec<f64>> {
+        groups
+            .iter()
+            .map(|g| {
+                policies
+                    .iter()
+                    .map(|p| {
+                        rows.iter()
+                            .find(|r| &r.group == g && &r.policy == p)
+                            .map_or(f64::NAN, f)
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    plot::grouped_bars(
+        &args.out.join("themis.svg"),
+        "Finish-time fairness and efficiency",
+        &groups,
+        policies,
+        &[
+            ("max ρ (lower is fairer)".to_string(), panel(&|r| r.max_rho)),
+            ("max ρ, long jobs".to_string(), panel(&|r| r.max_rho_long)),
+            ("mean ρ".to_string(), panel(&|r| r.mean_rho)),
+            ("average JCT (h)".to_string(), panel(&|r| r.avg_jct_h)),
+            ("utilisation".to_string(), panel(&|r| r.utilization)),
+        ],
+    )?;
+    print!("{md}");
+    println!("written to {}", args.out.display());
+    Ok(())
+}
