@@ -59,6 +59,13 @@ pub enum DatasetSpec {
 
 impl DatasetSpec {
     /// Parse `mnist:DIR`, `libsvm:TRAIN[,TEST]` or `tiny`.
+    ///
+    /// ```
+    /// use pacer_runtime::data::DatasetSpec;
+    /// assert_eq!(DatasetSpec::parse("tiny").unwrap(), DatasetSpec::Tiny);
+    /// let e = DatasetSpec::parse("csv:x").unwrap_err().to_string();
+    /// assert!(e.contains("unknown format `csv`"));
+    /// ```
     pub fn parse(spec: &str) -> Result<Self, RuntimeError> {
         let err = |m: &str| RuntimeError::DatasetSpec {
             spec: spec.to_string(),
@@ -508,6 +515,18 @@ impl SplitMix64 {
 
 /// The endless stream of training-sample indices: epoch `e` is a permutation of
 /// `0..n` seeded by `(seed, e)`. Position `p` is sample `perm(p / n)[p % n]`.
+///
+/// Tasks of any sizes that tile the stream cover each epoch exactly once:
+/// ```
+/// use pacer_runtime::data::SampleStream;
+/// let mut s = SampleStream::new(6, 42);
+/// let (mut a, mut b) = (Vec::new(), Vec::new());
+/// s.indices(0, 4, &mut a); // worker 0: 4 samples
+/// s.indices(4, 2, &mut b); // worker 1: 2 samples
+/// a.extend(b);
+/// a.sort();
+/// assert_eq!(a, vec![0, 1, 2, 3, 4, 5]);
+/// ```
 #[derive(Debug, Clone)]
 pub struct SampleStream {
     n: usize,

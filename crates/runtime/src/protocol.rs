@@ -241,6 +241,15 @@ impl Message {
     }
 
     /// The whole frame (length prefix included) into `out` (cleared first).
+    ///
+    /// ```
+    /// use pacer_runtime::protocol::{Message, VERSION};
+    /// let mut buf = Vec::new();
+    /// let m = Message::Hello { version: VERSION, name: "w0".into() };
+    /// m.encode(&mut buf);
+    /// assert_eq!(&buf[5..9], b"PACR"); // after length (4) and kind (1)
+    /// assert_eq!(Message::decode(&buf[4..], "peer").unwrap(), m);
+    /// ```
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(&[0, 0, 0, 0, self.kind()]);
