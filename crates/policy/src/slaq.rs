@@ -14,9 +14,12 @@
 //! 3. workers nobody gains from are still handed out (least attained service
 //!    first, up to what speeds a job up), so the cluster stays work-conserving.
 //!
-//! A job that has not reported twice yet has no normaliser; it is valued at the
-//! largest marginal gain of the round up to an equal share of the cluster, so
-//! newcomers are explored first (SLAQ's new jobs have the steepest curves).
+//! A job that has not reported a decrease yet has no normaliser; it is valued
+//! optimistically, as if each iteration of the epoch brought one of its largest
+//! decreases (`speed(w)·horizon`), so newcomers are served first — SLAQ's new
+//! jobs have the steepest curves — and their share is still bounded by how much
+//! more workers speed them up. A job with no quality view at all is explored at
+//! the top of the heap up to an equal share.
 //! Until its fit exists ([`pacer_predict::loss_curve::MIN_FIT_POINTS`]) a job's
 //! prediction continues its largest decrease ([`crate::QualityView::predict`]). Placement keeps a job's devices when its
 //! share did not change ([`crate::fair::place_shares`]).
@@ -32,6 +35,11 @@ pub struct Slaq {
     pub horizon_s: f64,
     /// Workers every job gets before the quality-driven part.
     pub min_share: u32,
+    /// Normalise a job's predicted decrease by its whole expected reduction
+    /// (first loss − fitted asymptote) instead of SLAQ's largest per-iteration
+    /// decrease: then gains are fractions of each job's own reduction, the unit of
+    /// the normalised-loss metric (a variant, off by default).
+    pub normalise_by_range: bool,
 }
 
 impl Default for Slaq {
@@ -39,6 +47,7 @@ impl Default for Slaq {
         Slaq {
             horizon_s: 60.0,
             min_share: 1,
+            normalise_by_range: false,
         }
     }
 }
@@ -65,16 +74,25 @@ impl Slaq {
     /// `None` when the job cannot be valued yet.
     pub fn gain(&self, job: &JobView, w: u32) -> Option<f64> {
         let q = job.quality.as_ref()?;
-        if q.max_delta_per_iter <= 0.0 {
-            return None;
-        }
         let speed = job.rate(DeviceTypeId(0), w, true);
+        if q.max_delta_per_iter <= 0.0 {
+            // No decrease seen yet (a new job): optimistically, every iteration of
+            // the epoch is worth one of the job's largest decreases.
+            return Some(speed * self.horizon_s);
+        }
         let k = q.iteration + speed * self.horizon_s;
         let predicted = q.predict(k);
         // Losses do not rise with more training; nor fall below zero for the
         // strawman's straight line.
         let drop = (q.loss - predicted).clamp(0.0, q.loss.max(0.0));
-        Some(drop / q.max_delta_per_iter)
+        let norm = match (&q.curve, self.normalise_by_range) {
+            (Some(c), true) => {
+                let floor = q.loss - (c.value(q.iteration) - c.asymptote());
+                (q.first_loss - floor).max(q.max_delta_per_iter)
+            }
+            _ => q.max_delta_per_iter,
+        };
+        Some(drop / norm)
     }
 }
 
@@ -235,6 +253,7 @@ mod tests {
         let out = Slaq {
             horizon_s: 30.0,
             min_share: 1,
+            normalise_by_range: false,
         }
         .allocate(&view);
         crate::check_capacity(&c, &out).unwrap();

@@ -23,9 +23,10 @@
 //!   the others; when no bidder was constrained by capacity every `c_j` is 1 and
 //!   the re-runs are skipped.
 //! - Leftovers (withheld devices, devices no bidder wanted) go to the jobs outside
-//!   the auction, worst ρ first, then to anyone who can still use them, and
-//!   finally back to the partially served winners up to their bundle: the
-//!   scheduler stays work-conserving.
+//!   the auction, worst ρ first, then to anyone who can still use them, then
+//!   back to the partially served winners up to their bundle, and finally to any
+//!   job served this round up to what speeds it up: the scheduler stays
+//!   work-conserving.
 //! - Knob f: f → 1 lets only the very worst jobs bid (fairness); f = 0 lets every
 //!   job bid (efficiency, closer to a plain proportional-fair allocation).
 
@@ -111,6 +112,8 @@ struct Bidder {
     bundles: Vec<Bundle>,
     /// log ρ(∅).
     log_rho_empty: f64,
+    /// Priority of the bidder's first bundle over every upgrade (see `best_move`).
+    first_bonus: f64,
 }
 
 #[derive(PartialEq)]
@@ -139,12 +142,16 @@ impl Ord for Entry {
 /// Best feasible move of a bidder holding `from`: a first bundle, or a larger one
 /// of the same type, by value gained per extra device.
 fn best_move(b: &Bidder, from: Option<usize>, free: &[u64]) -> Option<(f64, usize)> {
+    // A job with nothing cannot finish: in Themis its ρ(∅) is unbounded, so any
+    // first bundle beats any upgrade of another job; among first bundles the
+    // worse ρ goes first. Our ρ(∅) is finite (one more lease, then a 1/N share),
+    // so the first move carries that priority explicitly.
     let (t0, g0, v0) = match from {
         Some(k) => {
             let x = b.bundles[k];
             (Some(x.t), x.g, x.value)
         }
-        None => (None, 0, 0.0),
+        None => (None, 0, -b.first_bonus),
     };
     let mut best: Option<(f64, usize)> = None;
     for (k, x) in b.bundles.iter().enumerate() {
@@ -329,6 +336,7 @@ impl Policy for Themis {
                 job: i,
                 bundles,
                 log_rho_empty: rho_empty[i].ln(),
+                first_bonus: 1e3 * (1.0 + rho_empty[i]),
             }
         };
         let mut is_bidder = vec![false; n];
@@ -451,6 +459,29 @@ impl Policy for Themis {
             }
             pools.give_back(&out[i]);
             match pools.take(ty, x.g) {
+                Some(a) => out[i] = a,
+                None => {
+                    let kept = pools.take_exact(&out[i]);
+                    debug_assert!(kept, "devices just given back are free");
+                }
+            }
+        }
+        // 7. Still-free devices grow this round's grants (worst ρ first) up to what
+        // speeds each job up: no device idles while a job could use it.
+        for &i in &by_rho {
+            if !fresh[i] {
+                continue;
+            }
+            let Some(ty) = pools.type_of(&out[i]) else {
+                continue;
+            };
+            let have = out[i].replicas();
+            let want = jobs[i].max_useful(ty).min(have + pools.free(ty) as u32);
+            if want <= have {
+                continue;
+            }
+            pools.give_back(&out[i]);
+            match pools.take(ty, want) {
                 Some(a) => out[i] = a,
                 None => {
                     let kept = pools.take_exact(&out[i]);
