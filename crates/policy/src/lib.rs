@@ -163,8 +163,9 @@ pub struct QualityView {
 }
 
 impl QualityView {
-    /// Predicted loss after iteration `k`: the fit anchored at the latest point, or
-    /// the last decrease continued until there is a fit.
+    /// Predicted loss after iteration `k`: the fit anchored at the latest point, or,
+    /// until there is a fit, the largest decrease continued (optimistic, so young
+    /// jobs are explored).
     pub fn predict(&self, k: f64) -> f64 {
         match &self.curve {
             Some(c) => self.loss + c.value(k) - c.value(self.iteration),

@@ -55,7 +55,20 @@ pub struct SlaqArgs {
     /// Also run the SLAQ variant normalising by each job's expected reduction.
     #[arg(long)]
     pub range_variant: bool,
+    /// Also run SLAQ and fair on other loads (cluster × arrival rate) and report
+    /// how the gains move.
+    #[arg(long)]
+    pub sweep: bool,
 }
+
+/// Loads of `--sweep`: (cluster, mean interarrival s).
+const SWEEP: &[(&str, f64)] = &[
+    ("16x4:cpu", 0.1),
+    ("16x4:cpu", 0.05),
+    ("16x4:cpu", 0.03),
+    ("32x4:cpu", 0.05),
+    ("8x4:cpu", 0.1),
+];
 
 #[derive(Debug, Serialize)]
 struct PolicyResult {
@@ -358,10 +371,12 @@ pub fn run(args: SlaqArgs) -> Result<()> {
     writeln!(md, "# SLAQ vs work-conserving fair share\n")?;
     writeln!(
         md,
-        "Regenerate: `pacer experiment slaq{}` (seed {}). {} jobs, Poisson arrivals every {:.2} s on \
+        "Regenerate: `pacer experiment slaq{}{}{}` (seed {}). {} jobs, Poisson arrivals every {:.2} s on \
          average, each replaying one of {} recorded profiles ({}); cluster `{}` ({} workers); \
          scheduling epoch {} s; no restart cost.\n",
         if args.record { " --record" } else { "" },
+        if args.range_variant { " --range-variant" } else { "" },
+        if args.sweep { " --sweep" } else { "" },
         args.seed,
         args.jobs,
         args.interarrival_s,
@@ -397,6 +412,44 @@ pub fn run(args: SlaqArgs) -> Result<()> {
         -100.0 * t90_median_gain,
         -100.0 * t95_gain
     )?;
+    if args.sweep {
+        writeln!(
+            md,
+            "Other loads (same seed and epoch; gains of SLAQ over fair, negative = SLAQ lower):\n"
+        )?;
+        writeln!(md, "| cluster | mean interarrival (s) | avg normalised loss | mean time to 90% | median time to 90% | mean time to 95% |")?;
+        writeln!(md, "|---|---|---|---|---|---|")?;
+        for &(c, ia) in SWEEP {
+            let a2 = SlaqArgs {
+                cluster: c.to_string(),
+                interarrival_s: ia,
+                out: args.out.clone(),
+                record: false,
+                mnist: args.mnist.clone(),
+                profiles_out: args.profiles_out.clone(),
+                profiles: args.profiles.clone(),
+                jobs: args.jobs,
+                round_s: args.round_s,
+                seed: args.seed,
+                range_variant: false,
+                sweep: false,
+            };
+            let cl = ClusterSpec::parse(c, "sweep")?;
+            let w = workload(&profiles, &a2);
+            let s2 = run_policy("slaq", &cl, &w, &a2)?;
+            let f2 = run_policy("fair", &cl, &w, &a2)?;
+            let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
+            writeln!(
+                md,
+                "| {c} | {ia} | {:+.1}% | {:+.1}% | {:+.1}% | {:+.1}% |",
+                pct(s2.avg_norm_loss, f2.avg_norm_loss),
+                pct(s2.mean_time_to_90_s, f2.mean_time_to_90_s),
+                pct(s2.median_time_to_90_s, f2.median_time_to_90_s),
+                pct(s2.mean_time_to_95_s, f2.mean_time_to_95_s)
+            )?;
+        }
+        writeln!(md)?;
+    }
     writeln!(md, "Per profile, mean time to 90% / 95% (s):\n")?;
     writeln!(
         md,
