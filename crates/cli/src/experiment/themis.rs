@@ -72,6 +72,8 @@ struct Row {
     worst: String,
     /// Largest ρ among jobs whose T_independent is at least `--long-rounds` rounds.
     max_rho_long: f64,
+    /// Mean fraction of devices idle in rounds where some job waited.
+    idle_while_waiting: f64,
 }
 
 fn simulate(
@@ -97,7 +99,7 @@ fn simulate(
         jobs,
         config: SimConfig {
             round_s,
-            record_timeline: false,
+            record_timeline: true,
             ..SimConfig::default()
         },
     };
@@ -127,10 +129,23 @@ fn simulate(
         .filter(|j| j.independent_s >= args.long_rounds * round_s)
         .filter_map(|j| j.ftf_rho())
         .fold(f64::NAN, f64::max);
+    // Devices left idle while some job waited (work conservation), per round.
+    let waiting: Vec<f64> = r
+        .timeline
+        .iter()
+        .filter(|t| t.active_jobs > t.running_jobs)
+        .map(|t| 1.0 - t.used_gpus as f64 / cluster.total_gpus() as f64)
+        .collect();
+    let idle_while_waiting = if waiting.is_empty() {
+        0.0
+    } else {
+        waiting.iter().sum::<f64>() / waiting.len() as f64
+    };
     Ok(Run {
         summary: r.summary,
         worst,
         max_rho_long: long,
+        idle_while_waiting,
     })
 }
 
@@ -138,6 +153,7 @@ struct Run {
     summary: pacer_sim::Summary,
     worst: String,
     max_rho_long: f64,
+    idle_while_waiting: f64,
 }
 
 fn mean_row(group: &str, policy: &str, runs: &[Run]) -> Row {
@@ -155,6 +171,8 @@ fn mean_row(group: &str, policy: &str, runs: &[Run]) -> Row {
         wall_ms: m(&|x| x.wall_ms),
         worst: runs.first().map(|r| r.worst.clone()).unwrap_or_default(),
         max_rho_long: runs.iter().map(|r| r.max_rho_long).sum::<f64>() / runs.len() as f64,
+        idle_while_waiting: runs.iter().map(|r| r.idle_while_waiting).sum::<f64>()
+            / runs.len() as f64,
     }
 }
 
@@ -283,20 +301,21 @@ fn write(args: &ThemisArgs, policies: &[String], rows: &[Row], notes: &[String])
         writeln!(md, "## {g}\n")?;
         writeln!(
             md,
-            "| policy | max ρ | max ρ (long) | mean ρ | avg JCT (h) | utilisation | finished | wall (ms) |"
+            "| policy | max ρ | max ρ (long) | mean ρ | avg JCT (h) | utilisation | idle while jobs wait | finished | wall (ms) |"
         )?;
-        writeln!(md, "|---|---|---|---|---|---|---|---|")?;
+        writeln!(md, "|---|---|---|---|---|---|---|---|---|")?;
         let sel: Vec<&Row> = rows.iter().filter(|r| &r.group == g).collect();
         for r in &sel {
             writeln!(
                 md,
-                "| {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} | {:.0}% | {:.0} |",
+                "| {} | {:.2} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.0}% | {:.0} |",
                 r.policy,
                 r.max_rho,
                 r.max_rho_long,
                 r.mean_rho,
                 r.avg_jct_h,
                 r.utilization,
+                r.idle_while_waiting,
                 100.0 * r.finished_frac,
                 r.wall_ms
             )?;
