@@ -145,7 +145,9 @@ fn best_move(b: &Bidder, from: Option<usize>, free: &[u64]) -> Option<(f64, usiz
     // A job with nothing cannot finish: in Themis its ρ(∅) is unbounded, so any
     // first bundle beats any upgrade of another job; among first bundles the
     // worse ρ goes first. Our ρ(∅) is finite (one more lease, then a 1/N share),
-    // so the first move carries that priority explicitly.
+    // so the first move of a job that holds nothing and is already behind
+    // (ρ(∅) > 1) carries that priority explicitly; the others compete on value
+    // alone, which keeps the comparative advantage of device types.
     let (t0, g0, v0) = match from {
         Some(k) => {
             let x = b.bundles[k];
@@ -336,7 +338,11 @@ impl Policy for Themis {
                 job: i,
                 bundles,
                 log_rho_empty: rho_empty[i].ln(),
-                first_bonus: 1e3 * (1.0 + rho_empty[i]),
+                first_bonus: if jobs[i].current.is_empty() && rho_empty[i] > 1.0 {
+                    1e3 * (1.0 + rho_empty[i])
+                } else {
+                    0.0
+                },
             }
         };
         let mut is_bidder = vec![false; n];
