@@ -258,7 +258,7 @@ fn round(a: RoundArgs) -> Result<()> {
         })
         .collect();
     let mut reports = Vec::new();
-    for &p in &policies {
+    for p in &policies {
         let mut policy = pacer_policy::by_name(p).expect("validated");
         for j in &mut jobs {
             j.current = Allocation::empty();

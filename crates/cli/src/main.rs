@@ -3,9 +3,11 @@
 
 mod batching;
 mod bench;
+mod experiment;
 mod fit;
 mod recommend;
 mod report;
+mod runtime_cmd;
 mod simulate;
 mod validate;
 
@@ -36,6 +38,14 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Measure speed: one scheduling round at scale, or whole simulations.
     Bench(bench::BenchArgs),
+    /// Cluster-policy experiments (SLAQ, Themis) with tables and plots.
+    Experiment(experiment::ExperimentArgs),
+    /// Coordinate a real training job: admit workers, set per-worker batches, aggregate.
+    Controller(runtime_cmd::ControllerArgs),
+    /// Join a controller as a worker process.
+    Worker(runtime_cmd::WorkerArgs),
+    /// Train with a controller and N local worker processes over loopback TCP.
+    Train(runtime_cmd::TrainArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -47,6 +57,10 @@ fn main() -> std::process::ExitCode {
         Command::Batching(a) => batching::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Recommend(a) => recommend::run(a),
+        Command::Experiment(a) => experiment::run(a),
+        Command::Controller(a) => runtime_cmd::run_controller(a),
+        Command::Worker(a) => runtime_cmd::run_worker(a),
+        Command::Train(a) => runtime_cmd::run_train(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -63,6 +63,7 @@ pub struct JobArgs {
     /// Training-time limit (evaluation excluded).
     #[arg(long, default_value_t = 600.0)]
     pub max_time_s: f64,
+    /// Iteration limit (default: 1000 when neither this nor --target-accuracy is given).
     #[arg(long)]
     pub max_iterations: Option<u64>,
     /// Evaluate on the test set every N iterations (not counted as training time).
@@ -217,7 +218,11 @@ fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<Control
     c.target_accuracy = job.target_accuracy;
     c.stop_at_target = !job.no_stop_at_target;
     c.max_time_s = job.max_time_s;
-    c.max_iterations = job.max_iterations;
+    c.max_iterations = job.max_iterations.or(if job.target_accuracy.is_none() {
+        Some(DEFAULT_MAX_ITERATIONS)
+    } else {
+        None
+    });
     c.eval_every = job.eval_every;
     c.seed = job.seed;
     c.worker_timeout_s = job.worker_timeout_s;
@@ -225,11 +230,19 @@ fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<Control
     Ok(c)
 }
 
+/// Iterations trained when the user names no stopping point at all.
+const DEFAULT_MAX_ITERATIONS: u64 = 1000;
+
 fn progress_bar(job: &JobArgs) -> Option<ProgressFn> {
     if job.no_progress {
         return None;
     }
-    let bar = match job.max_iterations {
+    let limit = job.max_iterations.or(if job.target_accuracy.is_none() {
+        Some(DEFAULT_MAX_ITERATIONS)
+    } else {
+        None
+    });
+    let bar = match limit {
         Some(n) => ProgressBar::new(n),
         None => ProgressBar::new_spinner(),
     };

@@ -232,23 +232,27 @@ pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
     Ok(ClusterSpec::from_groups(&groups, arg)?)
 }
 
-pub fn policy_names(arg: &str) -> Result<Vec<&'static str>> {
+/// The policies named by `--policy`: `all` or a comma-separated list of registry
+/// names, plus parameterised forms the registry accepts (e.g. `themis-f0.5`).
+pub fn policy_names(arg: &str) -> Result<Vec<String>> {
     if arg == "all" {
-        return Ok(pacer_policy::POLICY_NAMES.to_vec());
+        return Ok(pacer_policy::POLICY_NAMES
+            .iter()
+            .map(|n| n.to_string())
+            .collect());
     }
     arg.split(',')
         .map(|p| {
             let p = p.trim();
-            pacer_policy::POLICY_NAMES
-                .iter()
-                .copied()
-                .find(|n| *n == p)
-                .with_context(|| {
-                    format!(
-                        "--policy: unknown policy `{p}`; expected `all` or any of {}",
-                        pacer_policy::POLICY_NAMES.join(", ")
-                    )
-                })
+            if pacer_policy::by_name(p).is_some() {
+                Ok(p.to_string())
+            } else {
+                bail!(
+                    "--policy: unknown policy `{p}`; expected `all`, any of {}, or `themis-fF` \
+                     with a fairness knob 0 <= F <= 1 (e.g. themis-f0.8)",
+                    pacer_policy::POLICY_NAMES.join(", ")
+                )
+            }
         })
         .collect()
 }
@@ -299,6 +303,9 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                     bar.set_message(format!("{wname} / {p}: t = {:.1} h", now / 3600.0));
                 }
             })?;
+            let mut res = res;
+            // Parameterised names (themis-f0.5) stay distinguishable in the output.
+            res.summary.policy = p.clone();
             rows.push(Row {
                 workload: wname.clone(),
                 summary: res.summary.clone(),
@@ -331,8 +338,14 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
         cluster.describe(),
         cluster.total_gpus()
     );
+    let pw = rows
+        .iter()
+        .map(|r| r.summary.policy.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     println!(
-        "{:<14} {:<9} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}",
+        "{:<14} {:<pw$} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}",
         "workload",
         "policy",
         "jobs",
@@ -356,7 +369,7 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
             format!("{}/{}", s.finished, s.jobs)
         };
         println!(
-            "{:<14} {:<9} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>9.2} {:>8.3} {:>6.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1}",
+            "{:<14} {:<pw$} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>9.2} {:>8.3} {:>6.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1}",
             r.workload,
             s.policy,
             jobs,

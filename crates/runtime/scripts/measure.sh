@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Reproduces every number of crates/runtime/RESULTS.md (issue 4) on MNIST.
 # Usage: crates/runtime/scripts/measure.sh [MNIST_DIR] [OUT_DIR]
-# Runs in release mode through the pacer_rt example (the same code as `pacer train`).
+# Runs in release mode through the `pacer` binary (`pacer train`).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 MNIST=${1:-../shared/data/mnist}
 OUT=${2:-crates/runtime/results}
 mkdir -p "$OUT"
-cargo build --release -q -p pacer-runtime --example pacer_rt
-RT=target/release/examples/pacer_rt
+cargo build --release -q -p pacer-cli
+RT=target/release/pacer
 HET="--dataset mnist:$MNIST --workers 4 --speeds 1,1,0.5,0.25 --global-batch 512 --no-progress --json"
 
 run() { # name, args...

@@ -12,8 +12,8 @@ TARGET=${2:-0.97}
 # Time scale 8: an iteration of ~16 ms, so the kill (after 4 s) lands near iteration
 # 200 and the join (3 s later) near iteration 400 of the ~550 MNIST needs.
 TS=${TS:-8}
-cargo build --release -q -p pacer-runtime --example pacer_rt
-RT=target/release/examples/pacer_rt
+cargo build --release -q -p pacer-cli
+RT=target/release/pacer
 PORT=$((20000 + RANDOM % 20000))
 LOG=$(mktemp -d)
 "$RT" controller --listen 127.0.0.10:$PORT --dataset "$DATASET" --model mlp --global-batch 512 \
