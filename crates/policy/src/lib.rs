@@ -237,6 +237,18 @@ impl JobView {
         }
     }
 
+    /// Work units per second on the devices of `alloc` (its slowest type; spread
+    /// over more nodes than needed: at the spread factor).
+    pub fn alloc_rate(&self, cluster: &ClusterSpec, alloc: &Allocation) -> f64 {
+        match &self.speed {
+            Some(s) => s.rate_of(cluster, alloc),
+            None => {
+                let req = self.requested_replicas.max(1);
+                alloc.replicas().min(req) as f64 / req as f64
+            }
+        }
+    }
+
     /// Most devices of type `ty` that still speed the job up.
     pub fn max_useful(&self, ty: DeviceTypeId) -> u32 {
         match &self.speed {

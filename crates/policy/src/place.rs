@@ -224,6 +224,17 @@ impl TypedPools {
         one.or_else(|| pool.take_most_free(count))
     }
 
+    /// Whether `count` devices of type `ty` can be taken now on as few nodes as
+    /// the type's node size allows (a consolidated bundle).
+    pub fn can_consolidate(&self, ty: DeviceTypeId, count: u32) -> bool {
+        let pool = &self.pools[ty.0 as usize];
+        let per = self.per_node[ty.0 as usize].max(1);
+        let nodes = count.div_ceil(per) as usize;
+        let mut free: Vec<u32> = pool.free.clone();
+        free.sort_unstable_by(|a, b| b.cmp(a));
+        free.iter().take(nodes).map(|&f| f as u64).sum::<u64>() >= count as u64
+    }
+
     /// `count` devices of type `ty` spread one per node (a deliberately
     /// unconsolidated bundle), if enough nodes have a free device.
     pub fn take_spread(&mut self, ty: DeviceTypeId, count: u32) -> Option<Allocation> {

@@ -168,6 +168,36 @@ fn best_move(b: &Bidder, from: Option<usize>, free: &[u64]) -> Option<(f64, usiz
     best
 }
 
+/// The devices `cur` again when they are a bundle of `g` devices of type `ty` and
+/// free, so the job goes on without a restart — unless they span more nodes than
+/// needed and a consolidated bundle is free now (the bid valued one: Themis'
+/// placement sensitivity), which is taken instead. `None`: take nothing.
+fn retake(
+    pools: &mut TypedPools,
+    cur: &Allocation,
+    ty: DeviceTypeId,
+    g: u32,
+) -> Option<Allocation> {
+    if cur.replicas() != g || pools.type_of(cur) != Some(ty) || !pools.take_exact(cur) {
+        return None;
+    }
+    let needed = g.div_ceil(pools.per_node(ty).max(1));
+    if cur.nodes() > needed {
+        pools.give_back(cur);
+        if pools.can_consolidate(ty, g) {
+            if let Some(a) = pools.take(ty, g) {
+                if a.nodes() <= needed {
+                    return Some(a);
+                }
+                pools.give_back(&a);
+            }
+        }
+        let kept = pools.take_exact(cur);
+        debug_assert!(kept, "devices just given back are free");
+    }
+    Some(cur.clone())
+}
+
 /// Best bundle of a bidder alone, whatever the others do.
 fn best_bundle(b: &Bidder, free: &[u64]) -> Option<usize> {
     b.bundles
@@ -281,8 +311,8 @@ impl Policy for Themis {
         let rho_now: Vec<f64> = (0..n)
             .map(|i| {
                 if holder[i] {
-                    let ty = pools.type_of(&out[i]).unwrap_or(DeviceTypeId(0));
-                    rho_with(i, jobs[i].rate(ty, out[i].replicas(), true))
+                    // At the speed of the devices it holds (spread or not).
+                    rho_with(i, jobs[i].alloc_rate(cluster, &out[i]))
                 } else {
                     rho_empty[i]
                 }
@@ -311,8 +341,6 @@ impl Policy for Themis {
             for (t, &ft) in free.iter().enumerate() {
                 let ty = DeviceTypeId(t as u16);
                 let top = (j.max_useful(ty) as u64).min(ft) as u32;
-                let per_node = pools.per_node(ty).max(1);
-                let room = pools.max_free_on_a_node(ty);
                 let mut g = 1u32;
                 let mut sizes = Vec::new();
                 while g <= top {
@@ -323,7 +351,7 @@ impl Policy for Themis {
                     sizes.push(top);
                 }
                 for g in sizes {
-                    let consolidated = if g <= per_node { g <= room } else { true };
+                    let consolidated = pools.can_consolidate(ty, g);
                     let r = j.rate(ty, g, consolidated);
                     if r <= 0.0 {
                         continue;
@@ -376,12 +404,8 @@ impl Policy for Themis {
         for (b, g) in grant.iter().enumerate() {
             let Some((t, g)) = *g else { continue };
             let i = bidders[b].job;
-            let cur = &jobs[i].current;
-            if cur.replicas() == g
-                && pools.type_of(cur) == Some(DeviceTypeId(t as u16))
-                && pools.take_exact(cur)
-            {
-                out[i] = cur.clone();
+            if let Some(a) = retake(&mut pools, &jobs[i].current, DeviceTypeId(t as u16), g) {
+                out[i] = a;
                 fresh[i] = true;
             }
         }
@@ -432,15 +456,9 @@ impl Policy for Themis {
                 if let Some(k) = best_any {
                     let x = b.bundles[k];
                     // Same devices as before if they are free again: no restart.
-                    let cur = &jobs[i].current;
-                    let a = if cur.replicas() == x.g
-                        && pools.type_of(cur) == Some(DeviceTypeId(x.t as u16))
-                        && pools.take_exact(cur)
-                    {
-                        Some(cur.clone())
-                    } else {
-                        pools.take(DeviceTypeId(x.t as u16), x.g)
-                    };
+                    let ty = DeviceTypeId(x.t as u16);
+                    let a = retake(&mut pools, &jobs[i].current, ty, x.g)
+                        .or_else(|| pools.take(ty, x.g));
                     if let Some(a) = a {
                         out[i] = a;
                         fresh[i] = true;
@@ -586,5 +604,27 @@ mod tests {
         assert!(out[0].slots()[0].0 .0 < 2, "on a v100 node: {out:?}");
         assert_eq!(parse_knob("themis-f0.5"), Some(0.5));
         assert_eq!(parse_knob("themis-fx"), None);
+    }
+
+    #[test]
+    fn spread_devices_are_consolidated_when_the_lease_is_renewed() {
+        // Alone with 4 devices spread 2+2 over two nodes, 2x slower spread: the
+        // renewed lease moves it onto one node instead of keeping the spread gang.
+        let c = ClusterSpec::parse("2x4:v100", "t").unwrap();
+        let mut j = job(0, 0.0, 4, 1e6);
+        j.speed = Some(Arc::new(SpeedTable {
+            per_type: vec![SpeedCurve::single(4, 4.0, 0.5)],
+        }));
+        j.current =
+            Allocation::from_pairs([(pacer_model::NodeId(0), 2), (pacer_model::NodeId(1), 2)]);
+        let jobs = vec![j];
+        let view = ClusterView {
+            now_s: 1e4,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let out = Themis::default().allocate(&view);
+        assert_eq!(out[0].replicas(), 4, "{out:?}");
+        assert_eq!(out[0].nodes(), 1, "{out:?}");
     }
 }
