@@ -55,6 +55,10 @@ pub struct ThemisArgs {
         default_value = "fair,tiresias,gavel-maxmin,gavel-ftf,themis-f0,themis-f0.5,themis-f0.8"
     )]
     pub policies: String,
+    /// Also write one CSV per (group, policy) with every job's arrival, start,
+    /// completion, restarts, device-seconds, N and T_independent (analysis).
+    #[arg(long)]
+    pub per_job: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -83,6 +87,7 @@ fn simulate(
     policy: &str,
     round_s: f64,
     args: &ThemisArgs,
+    tag: &str,
 ) -> Result<Run> {
     let mut p: Box<dyn pacer_policy::Policy> = match pacer_policy::themis::parse_knob(policy) {
         Some(f) => {
@@ -104,6 +109,35 @@ fn simulate(
         },
     };
     let r = sim.run(p.as_mut(), |_| {})?;
+    if let Some(dir) = &args.per_job {
+        std::fs::create_dir_all(dir).with_context(|| format!("--per-job {}", dir.display()))?;
+        let path = dir.join(format!("{tag}-{policy}.csv"));
+        let mut csv = String::from(
+            "name,application,replicas,arrival_s,start_s,completion_s,restarts,gpu_s,contention,independent_s,rho\n",
+        );
+        for j in &r.jobs {
+            let req = jobs
+                .iter()
+                .find(|x| x.spec.name == j.name)
+                .map_or(0, |x| x.spec.requested_replicas);
+            let _ = writeln!(
+                csv,
+                "{},{},{},{:.0},{},{},{},{:.0},{:.2},{:.0},{}",
+                j.name,
+                j.application.replace(',', ";"),
+                req,
+                j.arrival_s,
+                j.start_s.map_or(String::new(), |v| format!("{v:.0}")),
+                j.completion_s.map_or(String::new(), |v| format!("{v:.0}")),
+                j.restarts,
+                j.gpu_s,
+                j.avg_contention,
+                j.independent_s,
+                j.ftf_rho().map_or(String::new(), |v| format!("{v:.3}")),
+            );
+        }
+        std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+    }
     let worst = r
         .jobs
         .iter()
@@ -219,7 +253,7 @@ pub fn run(args: ThemisArgs) -> Result<()> {
             let group = format!("gavel {name} ({} jobs)", jobs.len());
             for p in &policies {
                 let t0 = std::time::Instant::now();
-                let s = simulate(&cluster, &[], &jobs, p, args.gavel_round_s, &args)?;
+                let s = simulate(&cluster, &[], &jobs, p, args.gavel_round_s, &args, name)?;
                 eprintln!("{group} {p}: {:.1} s", t0.elapsed().as_secs_f64());
                 rows.push(mean_row(&group, p, &[s]));
             }
@@ -255,8 +289,8 @@ pub fn run(args: ThemisArgs) -> Result<()> {
         for p in &policies {
             let t0 = std::time::Instant::now();
             let mut s = Vec::new();
-            for jobs in &loads {
-                s.push(simulate(&cluster, &apps, jobs, p, 60.0, &args)?);
+            for (jobs, (name, _)) in loads.iter().zip(&chosen) {
+                s.push(simulate(&cluster, &apps, jobs, p, 60.0, &args, name)?);
             }
             eprintln!("{group} {p}: {:.1} s", t0.elapsed().as_secs_f64());
             rows.push(mean_row(&group, p, &s));
