@@ -508,6 +508,7 @@ pub fn run(args: SlaqArgs) -> Result<()> {
             t(32)
         )?;
     }
+    writeln!(md, "{ANALYSIS}")?;
     std::fs::write(args.out.join("results.md"), &md)?;
     #[derive(Serialize)]
     struct All<'a> {
@@ -541,3 +542,19 @@ pub fn run(args: SlaqArgs) -> Result<()> {
     println!("written to {}", args.out.display());
     Ok(())
 }
+
+/// Why the time-to-90% target (≥ 30% lower than fair share) does not hold on the mean.
+const ANALYSIS: &str = "\
+## Why mean time-to-90% is not lower at the headline load
+
+Read from the per-profile table: SLAQ reaches 90% sooner than fair share for the short \
+profiles (k-means, linreg-a, logreg-a) and later for the long ones (mlp-b, svm-b, logreg-b, \
+svm-a), whose times dominate the mean; the median falls. This is how SLAQ allocates: \
+workers go to the largest predicted *normalised* loss decrease over the next epoch, i.e. to \
+young jobs on the steep part of their curves, while jobs that are into the slow part of \
+their reduction keep little more than the minimum share until the steep jobs are done. \
+That is what lowers the average normalised loss (the paper's objective) and it is the same \
+mechanism that delays the long jobs' last 10%. The allocation (minimum share, then a \
+max-heap on marginal predicted gain, re-planned every epoch) follows the paper; no \
+constant was tuned to move this number.
+";
