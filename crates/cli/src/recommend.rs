@@ -174,7 +174,8 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
                     .collect()
             };
             let pred = within(
-                search::predict_all(&cands, &model, &conv, target, &machines),
+                // Extrapolated step times are scored with the margin too.
+                search::predict_all(&cands, &model, &conv, target, &machines, margin),
                 margin,
             );
             let meas_all = search::measure_all(&cands, &table, &conv, target, &machines);

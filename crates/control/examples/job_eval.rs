@@ -179,7 +179,8 @@ fn main() {
             },
         );
         let scands = candidates(&table, &measured, machines.len(), 64);
-        let pred = search::predict_all(&scands, &model, &conv, target, &machines);
+        // Extrapolated predictions carry the same held-out p90 margin Courier uses.
+        let pred = search::predict_all(&scands, &model, &conv, target, &machines, margin);
         let meas = search::measure_all(&scands, &table, &conv, target, &machines);
         for o in [Objective::Time, Objective::Cost] {
             let p = search::best(&pred, o).unwrap();

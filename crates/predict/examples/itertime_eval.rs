@@ -7,8 +7,8 @@
 
 use pacer_model::profile::{parse_placements, parse_scalability};
 use pacer_predict::itertime::{
-    evaluate, rows_from_placements, rows_from_scalability, split_extrapolate, split_random,
-    ModelKind, StepRow,
+    evaluate, noise_floor, rows_from_placements, rows_from_scalability, split_extrapolate,
+    split_random, ModelKind, StepRow,
 };
 use std::path::{Path, PathBuf};
 
@@ -56,6 +56,7 @@ fn main() {
         .filter(|p| p.join("placements.csv").is_file())
         .collect();
     apps.sort();
+    let mut noise = Vec::new();
     println!(
         "{:<12} {:<7} {:>6} {:>6} | {:>7} {:>7} | {:>6} {:>6} {:>8} {:>7} {:>7}",
         "app",
@@ -79,6 +80,7 @@ fn main() {
                 continue;
             }
         };
+        noise.push((name.clone(), noise_floor(&rows)));
         let rnd = split_random(rows.len(), 0.3, seed);
         let ext = split_extrapolate(&rows, 0.3);
         let min_r = ext
@@ -117,6 +119,22 @@ fn main() {
                     println!("    {m:?}");
                 }
             }
+        }
+    }
+    println!();
+    println!("noise floor (no model: each row vs its placement's neighbours in ln batch,");
+    println!("shape shared by all placements removed; see itertime::noise_floor)");
+    println!(
+        "{:<12} {:>6} {:>8} {:>8} {:>9} {:>9}",
+        "app", "rows", "sigma%", "raw_sig%", "floor_med", "floor_p90"
+    );
+    for (name, f) in noise {
+        match f {
+            Some(f) => println!(
+                "{:<12} {:>6} {:>8.2} {:>8.2} {:>9.2} {:>9.2}",
+                name, f.rows, f.sigma_pct, f.sigma_raw_pct, f.median_abs_pct, f.p90_abs_pct
+            ),
+            None => println!("{name:<12} too few rows on a common batch grid"),
         }
     }
 }

@@ -417,6 +417,18 @@ impl PacerTable {
     pub fn step_time(&self, c: &StepConfig) -> f64 {
         self.base.step_time(c) * self.residual(c).exp()
     }
+
+    /// Whether rows of `c`'s placement were measured at local batches on both
+    /// sides of `c.local_bsz` (2% tolerance): the prediction interpolates the
+    /// table rather than extrapolating it.
+    pub fn interpolates(&self, c: &StepConfig) -> bool {
+        let Some(v) = self.residuals.get(&c.group) else {
+            return false;
+        };
+        let x = c.local_bsz.ln();
+        let tol = 0.02f64.ln_1p();
+        v.first().is_some_and(|p| p.0 <= x + tol) && v.last().is_some_and(|p| p.0 >= x - tol)
+    }
 }
 
 impl StepModel {
@@ -426,6 +438,15 @@ impl StepModel {
             StepModel::Pollux(_) => ModelKind::Pollux,
             StepModel::Pacer(_) => ModelKind::Pacer,
             StepModel::PacerTable(_) => ModelKind::PacerTable,
+        }
+    }
+
+    /// Whether the prediction at `c` interpolates measured rows of the same
+    /// placement (only [`StepModel::PacerTable`] keeps them; the others never do).
+    pub fn interpolates(&self, c: &StepConfig) -> bool {
+        match self {
+            StepModel::PacerTable(t) => t.interpolates(c),
+            _ => false,
         }
     }
 
@@ -892,6 +913,108 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
+/// How noisy single measurements are, estimated without any fitted model.
+///
+/// Each table row is one measurement of one `(placement, local batch)`; there are
+/// no repeats to compare. So every interior row of a placement's curve is compared
+/// with the straight line in `(ln b, ln t)` through its two neighbours:
+/// `d = ln t_i − interp(ln t_{i−1}, ln t_{i+1})`. With independent noise of
+/// standard deviation σ (in log time), `Var d = σ²(1 + w² + (1−w)²)`, so
+/// `d / √(1 + w² + (1−w)²)` has the spread of one row's noise. Curvature of the
+/// true curve inflates `d`; the part of it that every placement shares (yolov3's
+/// dip at b = 8, ncf's knee) is removed by subtracting the median `d` of all
+/// placements with the same batch triple (and the same table and single/multi-node
+/// class). What remains is noise plus placement-specific curvature: an upper bound
+/// on noise, hence a lower bound on the error no model can beat only if that
+/// curvature is small (it is, where the raw and centred numbers agree).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoiseFloor {
+    /// Interior rows that entered the centred estimate.
+    pub rows: usize,
+    /// Robust σ of one row's log noise (median |·| / 0.6745), in percent.
+    pub sigma_pct: f64,
+    /// Same without removing the shared curvature (a looser upper bound), in percent.
+    pub sigma_raw_pct: f64,
+    /// Median and 90th percentile of |noise| of one row, in percent: the errors a
+    /// model that knew the true curve would still make on single rows.
+    pub median_abs_pct: f64,
+    pub p90_abs_pct: f64,
+}
+
+/// Smallest class of curve triples whose median is subtracted in [`noise_floor`].
+const NOISE_MIN_CLASS: usize = 5;
+
+/// Estimates the measurement noise of step-time rows (see [`NoiseFloor`]).
+/// Rows are grouped by [`StepConfig::group`]; rows of group 0 are ignored.
+pub fn noise_floor(rows: &[StepRow]) -> Option<NoiseFloor> {
+    use std::collections::BTreeMap;
+    let mut curves: BTreeMap<u64, Vec<(f64, f64, bool)>> = BTreeMap::new();
+    for r in rows {
+        let c = &r.config;
+        if c.group == 0
+            || r.step_time_s.is_nan()
+            || r.step_time_s <= 0.0
+            || c.local_bsz.is_nan()
+            || c.local_bsz <= 0.0
+        {
+            continue;
+        }
+        curves.entry(c.group).or_default().push((
+            c.local_bsz.ln(),
+            r.step_time_s.ln(),
+            c.nodes > 1,
+        ));
+    }
+    // Class key: batch triple (ln b to 1e-3), table (placement or scalability), multi-node.
+    type Key = (i64, i64, i64, bool, bool);
+    let mut classes: BTreeMap<Key, Vec<f64>> = BTreeMap::new();
+    let mut raw = Vec::new();
+    for (&group, v) in curves.iter_mut() {
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for t in v.windows(3) {
+            let (x0, x1, x2) = (t[0].0, t[1].0, t[2].0);
+            if x2 - x0 < 1e-9 {
+                continue;
+            }
+            let w = (x1 - x0) / (x2 - x0);
+            let d = (t[1].1 - (t[0].1 + (t[2].1 - t[0].1) * w))
+                / (1.0 + w * w + (1.0 - w) * (1.0 - w)).sqrt();
+            raw.push(d.abs());
+            let q = |x: f64| (x * 1000.0).round() as i64;
+            let scal = group & (1 << 40) != 0;
+            classes
+                .entry((q(x0), q(x1), q(x2), scal, t[1].2))
+                .or_default()
+                .push(d);
+        }
+    }
+    let mut centred = Vec::new();
+    for v in classes.values_mut() {
+        let n = v.len();
+        if n < NOISE_MIN_CLASS {
+            continue;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let m = quantile(v, 0.5);
+        // Subtracting an estimated centre shrinks the spread by about √((n−1)/n).
+        let k = (n as f64 / (n as f64 - 1.0)).sqrt();
+        centred.extend(v.iter().map(|d| (d - m).abs() * k));
+    }
+    if centred.is_empty() {
+        return None;
+    }
+    centred.sort_by(|a, b| a.total_cmp(b));
+    raw.sort_by(|a, b| a.total_cmp(b));
+    let pct = |x: f64| 100.0 * x.exp_m1();
+    Some(NoiseFloor {
+        rows: centred.len(),
+        sigma_pct: pct(quantile(&centred, 0.5) / 0.6745),
+        sigma_raw_pct: pct(quantile(&raw, 0.5) / 0.6745),
+        median_abs_pct: pct(quantile(&centred, 0.5)),
+        p90_abs_pct: pct(quantile(&centred, 0.9)),
+    })
+}
+
 /// A train/test split of rows (indices into the input).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Split {
@@ -1065,6 +1188,42 @@ mod tests {
         assert!(s.test.len() as f64 >= 0.2 * rows.len() as f64);
         let (_, stats) = evaluate(ModelKind::Pacer, &rows, &s).unwrap();
         assert!(stats.median_abs_pct_error < 5.0, "{stats:?}");
+    }
+
+    #[test]
+    fn noise_floor_recovers_known_noise_and_ignores_shared_curvature() {
+        // 40 placements, 9 batches each, on a curve with a shared wiggle; log noise
+        // uniform in ±a has σ = a/√3.
+        let mut rng = SplitMix64(3);
+        let mut rows = Vec::new();
+        let a = 0.05;
+        for g in 1..=40u64 {
+            for (j, b) in [4.0, 6.0, 8.0, 11.0, 16.0, 23.0, 32.0, 45.0, 64.0]
+                .iter()
+                .enumerate()
+            {
+                let wiggle = if j % 3 == 1 { 1.15 } else { 1.0 };
+                let u = (rng.next_u64() % 100_000) as f64 / 100_000.0 * 2.0 - 1.0;
+                rows.push(StepRow {
+                    config: StepConfig {
+                        nodes: 1,
+                        replicas: 1,
+                        max_per_node: 1,
+                        local_bsz: *b,
+                        group: g,
+                    },
+                    step_time_s: (0.01 + 0.001 * b) * wiggle * (a * u).exp(),
+                    sync_time_s: 0.0,
+                    source: String::new(),
+                });
+            }
+        }
+        let f = noise_floor(&rows).unwrap();
+        let sigma = 100.0 * a / 3f64.sqrt();
+        assert!((f.sigma_pct / sigma - 1.0).abs() < 0.25, "{f:?} vs {sigma}");
+        // The shared wiggle inflates the raw estimate, not the centred one.
+        assert!(f.sigma_raw_pct > 1.5 * f.sigma_pct, "{f:?}");
+        assert!(f.median_abs_pct < f.p90_abs_pct);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - [`goodput`]: the Pollux iteration-time model (`T = (T_c^γ + T_n^γ)^(1/γ)`),
 //!   statistical efficiency from the gradient noise scale, and goodput-optimal
 //!   batch / replica choices.
+//! - [`gns`]: online gradient noise scale from a running job's per-worker
+//!   gradients at unequal local batches (two-batch-size estimator, bias-corrected EMAs).
 //! - [`itertime`]: step-time models (Ernest, Pollux, pacer's node-aware Pollux
 //!   variant) fitted to measured rows, and their held-out evaluation.
 //! - [`convergence`]: validation metric as a function of progress and global batch
@@ -17,6 +19,7 @@
 //! feed observations and ask for predictions.
 
 pub mod convergence;
+pub mod gns;
 pub mod goodput;
 pub mod itertime;
 pub mod loss_curve;

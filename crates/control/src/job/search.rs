@@ -57,16 +57,32 @@ pub fn cost_of(
 }
 
 /// Predicted time/cost of every candidate.
+///
+/// A candidate whose step time the model extrapolates (its placement was never
+/// measured on both sides of its local batch, [`StepModel::interpolates`]) is
+/// scored pessimistically, at `step × (1 + extrapolation_margin)`: between a
+/// near-tie of an extrapolated and an interpolated candidate, bet on the one the
+/// measurements support. Pass the model's held-out p90 relative error, or 0 to
+/// trust every prediction alike. (ncf: placement `3` measured up to b = 5803 in
+/// training was predicted at b = 10923 from a curve that does not know the step
+/// up in sync time between b = 8207 and 11606 — 1.6× slower than predicted.)
 pub fn predict_all(
     cands: &[Candidate],
     model: &StepModel,
     conv: &ConvergenceModel,
     target: f64,
     machines: &[MachineType],
+    extrapolation_margin: f64,
 ) -> Vec<Costed> {
     cands
         .iter()
-        .filter_map(|c| cost_of(c, model.step_time(&c.config), conv, target, machines))
+        .filter_map(|c| {
+            let mut step = model.step_time(&c.config);
+            if !model.interpolates(&c.config) {
+                step *= 1.0 + extrapolation_margin.max(0.0);
+            }
+            cost_of(c, step, conv, target, machines)
+        })
         .collect()
 }
 
@@ -198,7 +214,7 @@ pub fn online(
         }
     }
     let model = fit(kind, &rows)?;
-    let all = predict_all(cands, &model, conv, target, machines);
+    let all = predict_all(cands, &model, conv, target, machines, 0.0);
     let choice = best(&all, objective)
         .cloned()
         .ok_or(ItertimeError::NoConvergence {
@@ -243,7 +259,7 @@ mod tests {
         let cands = candidates(&table, &batch_grid(&measured, false), ms.len(), 64);
         let target = 0.85;
         let model = fit(ModelKind::PacerTable, &rows).unwrap();
-        let pred = predict_all(&cands, &model, &conv, target, &ms);
+        let pred = predict_all(&cands, &model, &conv, target, &ms, 0.0);
         let meas = measure_all(&cands, &table, &conv, target, &ms);
         for o in [Objective::Time, Objective::Cost] {
             let p = best(&pred, o).unwrap();
@@ -257,6 +273,39 @@ mod tests {
         assert!(front
             .windows(2)
             .all(|w| w[0].time_s <= w[1].time_s && w[0].cost_usd > w[1].cost_usd));
+    }
+
+    #[test]
+    fn extrapolated_candidates_are_scored_pessimistically() {
+        let rows = testdata::rows();
+        let table = MeasuredTable::new(&rows);
+        let conv = ConvergenceModel::fit(&testdata::curves()).unwrap();
+        let measured: Vec<f64> = conv.curves.iter().map(|c| c.global_batch).collect();
+        let ms = machines();
+        let cands = candidates(&table, &batch_grid(&measured, false), 1, 64);
+        // The model never sees one placement: every prediction there extrapolates.
+        let unseen = rows[0].config.group;
+        let train: Vec<StepRow> = rows
+            .iter()
+            .filter(|r| r.config.group != unseen)
+            .cloned()
+            .collect();
+        let model = fit(ModelKind::PacerTable, &train).unwrap();
+        let plain = predict_all(&cands, &model, &conv, 0.85, &ms, 0.0);
+        let guarded = predict_all(&cands, &model, &conv, 0.85, &ms, 0.25);
+        assert_eq!(plain.len(), guarded.len());
+        let (mut n_unseen, mut n_inside) = (0, 0);
+        for (a, b) in plain.iter().zip(&guarded) {
+            let ratio = b.time_s / a.time_s;
+            if a.candidate.config.group == unseen {
+                n_unseen += 1;
+                assert!((ratio - 1.25).abs() < 1e-12, "{ratio}");
+            } else if model.interpolates(&a.candidate.config) {
+                n_inside += 1;
+                assert!((ratio - 1.0).abs() < 1e-12, "{ratio}");
+            }
+        }
+        assert!(n_unseen > 0 && n_inside > 0, "{n_unseen} {n_inside}");
     }
 
     #[test]
