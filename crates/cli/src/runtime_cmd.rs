@@ -83,6 +83,12 @@ pub struct JobArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Keep every thread at the normal scheduling policy. By default the threads
+    /// that move messages ask for real-time priority (SCHED_FIFO 1, when permitted)
+    /// so that their wake-ups do not queue behind other CPU-bound work; compute
+    /// threads always stay normal.
+    #[arg(long)]
+    pub normal_priority: bool,
 }
 
 /// `pacer controller`.
@@ -133,6 +139,10 @@ pub struct WorkerArgs {
     /// Die (exit 137, as if killed) on receiving the Step of this iteration.
     #[arg(long)]
     pub die_at: Option<u64>,
+    /// Keep the socket thread at the normal scheduling policy (see `pacer train
+    /// --normal-priority`).
+    #[arg(long)]
+    pub normal_priority: bool,
 }
 
 /// `pacer train`.
@@ -172,6 +182,10 @@ pub struct TrainArgs {
     /// absorbed by the speed padding (see pacer_runtime::emulation).
     #[arg(long)]
     pub compute_slots: Option<usize>,
+    /// Send each Step whole, worker after worker, and compute only once all the
+    /// parameters are there (the behaviour before pipelining; for comparisons).
+    #[arg(long)]
+    pub no_pipeline: bool,
 }
 
 fn resolve(addr: &str, flag: &str) -> anyhow::Result<SocketAddr> {
@@ -189,6 +203,7 @@ fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<Control
     };
     let spec = ModelSpec::new(&job.model, data.train.dim, data.train.classes, width)?;
     let mut c = ControllerConfig::new(spec)?;
+    c.realtime_io = !job.normal_priority;
     let default = c.optimizer;
     c.optimizer = match job.optimizer.as_str() {
         "auto" => default,
@@ -352,10 +367,11 @@ fn print_report(
     println!("workers (means per step):");
     for w in &r.worker_stats {
         println!(
-            "  {:>2} {:<12} {:<21} {:>5} steps  batch {:>6.1}  cpu {:>7.2} ms  step {:>7.2} ms  {:>8.0} samples/s  load {:.2} (max {:.2})  /proc busy {:.2} mem {:.2} load1 {:.2}  overruns {}",
+            "  {:>2} {:<12} {:<21} {:>5} steps  batch {:>6.1}  cpu {:>7.2} ms  step {:>7.2} ms  {:>8.0} samples/s  load {:.2} (max {:.2})  /proc busy {:.2} mem {:.2} load1 {:.2}  overruns {}  sent {:.2} down {:.2} up {:.2} ms",
             w.id, w.name, w.addr, w.steps, w.mean_batch, w.mean_cpu_ms, w.mean_step_ms,
             w.mean_samples_per_s, w.mean_cpu_load, w.max_cpu_load, w.mean_proc_cpu_busy,
-            w.mean_proc_mem_used, w.mean_loadavg1, w.overruns
+            w.mean_proc_mem_used, w.mean_loadavg1, w.overruns, w.mean_sent_ms,
+            w.mean_downlink_ms, w.mean_uplink_ms
         );
     }
     println!("final batches {:?}", r.final_batches_named);
@@ -397,6 +413,7 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
         }),
     );
     cfg.bind = a.bind.map(|ip| SocketAddr::new(ip, 0));
+    cfg.realtime_io = !a.normal_priority;
     let plan = a
         .interference
         .as_deref()
@@ -460,8 +477,11 @@ fn parse_join(s: &str) -> anyhow::Result<(u64, f64)> {
 /// `pacer train`.
 pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     let data = Arc::new(data::load(&a.job.dataset)?);
-    let cfg = controller_config(&a.job, &data)?;
+    let mut cfg = controller_config(&a.job, &data)?;
+    cfg.pipeline = !a.no_pipeline;
     let mut launch = LocalLaunch::new(a.workers);
+    launch.pipeline = !a.no_pipeline;
+    launch.realtime_io = !a.job.normal_priority;
     launch.speeds = a.speeds.clone();
     launch.time_scale = a.time_scale;
     launch.interference = a

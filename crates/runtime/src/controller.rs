@@ -35,6 +35,7 @@ use pacer_predict::speed::{make_predictor, Exogenous, SpeedPredictor};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -73,6 +74,12 @@ pub struct ControllerConfig {
     pub record_grads: usize,
     /// Print refusals and membership changes to stderr.
     pub verbose: bool,
+    /// Write Steps in chunks, the connections taking turns (off: each whole, one
+    /// connection after the other).
+    pub pipeline: bool,
+    /// The runtime's threads ask for real-time priority (`serve_blocking`,
+    /// `train_local`; see `sysinfo::set_thread_realtime`); evaluation drops it.
+    pub realtime_io: bool,
 }
 
 impl ControllerConfig {
@@ -100,6 +107,8 @@ impl ControllerConfig {
             record_ledger: false,
             record_grads: 0,
             verbose: false,
+            pipeline: true,
+            realtime_io: true,
         })
     }
 }
@@ -203,6 +212,14 @@ pub struct WorkerStats {
     pub mean_loadavg1: f64,
     /// Steps slower than their emulated target.
     pub overruns: u64,
+    /// Controller: Steps queued → the first chunk of this worker's Step written
+    /// into its socket.
+    pub mean_sent_ms: f64,
+    /// Steps queued → this worker's Step fully read by it (wall clocks of both
+    /// sides: exact on one host).
+    pub mean_downlink_ms: f64,
+    /// Its Gradient written → fully read by the controller.
+    pub mean_uplink_ms: f64,
 }
 
 /// The result of a training run.
@@ -246,6 +263,9 @@ pub struct TrainReport {
     /// Share of steps that took longer than the emulated target (slot wait + real
     /// compute exceeded it: contention the padding could not hide).
     pub overrun_frac: f64,
+    /// Whether the controller's training loop ran at real-time priority
+    /// (`ControllerConfig::realtime_io`, granted).
+    pub realtime_io: bool,
     /// Iterations disturbed by a failure (excluded from the timing means).
     pub disrupted_iterations: u64,
     pub joins: u64,
@@ -272,6 +292,9 @@ pub struct TrainReport {
 }
 
 // ------------------------------------------------------------------ connections
+
+/// Bytes of a Step's parameters written before a connection's writer yields.
+const WRITE_CHUNK: usize = 64 << 10;
 
 enum Out {
     Frame(Vec<u8>),
@@ -300,6 +323,7 @@ enum Event {
         name: String,
         addr: SocketAddr,
         tx: mpsc::UnboundedSender<Out>,
+        written: Arc<AtomicU64>,
     },
     Gradient {
         id: u32,
@@ -320,6 +344,10 @@ struct Shared {
     rejected: Mutex<Vec<String>>,
     admitted: Mutex<Vec<String>>,
     verbose: bool,
+    /// Bytes of a Step written before a connection's writer yields to the others.
+    write_chunk: usize,
+    /// Gradient buffers the training loop has accumulated, for the next reads.
+    grad_pool: Arc<Mutex<Vec<Vec<f32>>>>,
 }
 
 async fn reject(stream: &mut TcpStream, shared: &Shared, addr: SocketAddr, reason: String) {
@@ -438,14 +466,35 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Out>();
     let ev = shared.events.clone();
+    let written = Arc::new(AtomicU64::new(0));
+    let written_w = written.clone();
+    let write_chunk = shared.write_chunk;
     tokio::spawn(async move {
         while let Some(out) = rx.recv().await {
             let r = match out {
                 Out::Frame(f) => wr.write_all(&f).await,
-                Out::Step { header, tail } => match wr.write_all(&header).await {
-                    Ok(()) => wr.write_all(&tail).await,
-                    Err(e) => Err(e),
-                },
+                Out::Step { header, tail } => {
+                    // In chunks, yielding between them: the connections' writers take
+                    // turns, so every worker gets its first parameters (and starts
+                    // computing) early instead of the last one waiting for the whole
+                    // model to be written to all the others.
+                    let mut r = wr.write_all(&header).await;
+                    let mut first = true;
+                    for c in tail.chunks(write_chunk) {
+                        if r.is_err() {
+                            break;
+                        }
+                        r = wr.write_all(c).await;
+                        if first {
+                            first = false;
+                            written_w.store(protocol::unix_now_s().to_bits(), Ordering::Relaxed);
+                        }
+                        if write_chunk < tail.len() {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    r
+                }
                 Out::Close(ack) => {
                     let _ = wr.shutdown().await;
                     if let Some(a) = ack {
@@ -465,16 +514,53 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     });
     if shared
         .events
-        .send(Event::Joined { id, name, addr, tx })
+        .send(Event::Joined {
+            id,
+            name,
+            addr,
+            tx,
+            written,
+        })
         .is_err()
     {
         return;
     }
     loop {
-        let r = protocol::read_frame(&mut rd, &mut buf, &peer, "waiting for a Gradient").await;
+        let r = protocol::read_message_streaming_step(
+            &mut rd,
+            &mut buf,
+            &peer,
+            "waiting for a Gradient",
+        )
+        .await;
+        // A gradient's values go straight from the socket into a recycled buffer
+        // (no frame buffer to clear, no decode copy, no fresh pages to fault in).
+        let msg = match r {
+            Ok((mut m, Some(n))) => {
+                let mut values = shared
+                    .grad_pool
+                    .lock()
+                    .expect("gradient pool")
+                    .pop()
+                    .unwrap_or_default();
+                values.resize(n, 0.0);
+                match protocol::read_f32s(&mut rd, &mut values, &peer, "reading a Gradient").await {
+                    Ok(()) => {
+                        if let Message::Gradient { grad, .. } = &mut m {
+                            *grad = values;
+                        }
+                        Ok(m)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Ok((m, None)) => Ok(m),
+            Err(e) => Err(e),
+        };
         let arrived_unix_s = protocol::unix_now_s();
+        // Decoding happened while reading (the header; the values are read in
+        // place), so what is left is the event's construction.
         let t0 = Instant::now();
-        let msg = r.and_then(|()| Message::decode(&buf, &peer));
         let event = match msg {
             Ok(Message::Gradient {
                 task,
@@ -550,6 +636,8 @@ struct Member {
     name: String,
     addr: SocketAddr,
     tx: mpsc::UnboundedSender<Out>,
+    /// UNIX time (f64 bits) the connection last wrote the first chunk of a Step.
+    written: Arc<AtomicU64>,
     predictor: Box<dyn SpeedPredictor>,
     /// Last measured speed (samples/s), 0 before the first.
     speed: f64,
@@ -628,12 +716,39 @@ pub fn serve_blocking(
     cfg: ControllerConfig,
     progress: Option<ProgressFn>,
 ) -> Result<TrainReport, RuntimeError> {
+    let realtime = cfg.realtime_io;
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(move || {
+            if realtime {
+                crate::sysinfo::set_thread_realtime(true);
+            }
+        })
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| RuntimeError::io("starting the controller's runtime", e))?;
-    rt.block_on(serve_addr(addr, data, cfg, progress))
+    rt.block_on(async move {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| RuntimeError::io(format!("--listen {addr}"), e))?;
+        serve_on_runtime(listener, data, cfg, progress).await
+    })
+}
+
+/// [`serve`] as a task of the current multi-threaded runtime rather than on the
+/// thread that blocks on it: the training loop then shares a thread with the
+/// connections' tasks, so waking a connection's writer or being woken by a
+/// gradient's reader is not a cross-thread wake-up (each cost ~0.2 ms on the
+/// loaded 2-core machine, on the critical path of every iteration).
+pub async fn serve_on_runtime(
+    listener: TcpListener,
+    data: Arc<Data>,
+    cfg: ControllerConfig,
+    progress: Option<ProgressFn>,
+) -> Result<TrainReport, RuntimeError> {
+    tokio::spawn(serve(listener, data, cfg, progress))
+        .await
+        .map_err(|e| RuntimeError::Stopped(format!("the training loop failed: {e}")))?
 }
 
 fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
@@ -704,6 +819,7 @@ pub async fn serve(
         .ok_or_else(|| RuntimeError::config("model", "unknown model kind"))?;
     let n_params = model.n_params();
     let (ev_tx, mut events) = mpsc::unbounded_channel::<Event>();
+    let grad_pool = Arc::new(Mutex::new(Vec::new()));
     let shared = Arc::new(Shared {
         job: JobSpec {
             dataset: data.spec.clone(),
@@ -717,9 +833,23 @@ pub async fn serve(
         rejected: Mutex::new(Vec::new()),
         admitted: Mutex::new(Vec::new()),
         verbose: cfg.verbose,
+        write_chunk: if cfg.pipeline {
+            WRITE_CHUNK
+        } else {
+            usize::MAX
+        },
+        grad_pool: grad_pool.clone(),
     });
     let acceptor = tokio::spawn(accept_loop(listener, shared.clone()));
-    let result = train_loop(&cfg, &data, model.as_ref(), &mut events, &mut progress).await;
+    let result = train_loop(
+        &cfg,
+        &data,
+        model.as_ref(),
+        &mut events,
+        &mut progress,
+        &grad_pool,
+    )
+    .await;
     acceptor.abort();
     let (mut report, members) = result?;
     let mut acks = Vec::new();
@@ -748,12 +878,14 @@ fn new_member(
     name: String,
     addr: SocketAddr,
     tx: mpsc::UnboundedSender<Out>,
+    written: Arc<AtomicU64>,
 ) -> Member {
     Member {
         id,
         name,
         addr,
         tx,
+        written,
         predictor: make_predictor(&cfg.predictor, cfg.seed, id as u64).expect("validated"),
         speed: 0.0,
         exo_next: Exogenous::default(),
@@ -775,6 +907,7 @@ async fn train_loop(
     model: &dyn Model,
     events: &mut mpsc::UnboundedReceiver<Event>,
     progress: &mut Option<ProgressFn>,
+    grad_pool: &Mutex<Vec<Vec<f32>>>,
 ) -> Result<(TrainReport, Vec<Member>), RuntimeError> {
     let b_total = cfg.global_batch;
     let mut params = model.init(cfg.seed, &data.train);
@@ -809,6 +942,7 @@ async fn train_loop(
         overhead: Overhead::default(),
         speed_mape: 0.0,
         overrun_frac: 0.0,
+        realtime_io: crate::sysinfo::thread_is_realtime(),
         disrupted_iterations: 0,
         joins: 0,
         leaves: 0,
@@ -839,9 +973,13 @@ async fn train_loop(
                 )))
             }
             Ok(None) => return Err(RuntimeError::Stopped("event channel closed".into())),
-            Ok(Some(Event::Joined { id, name, addr, tx })) => {
-                joiners.push(new_member(cfg, id, name, addr, tx))
-            }
+            Ok(Some(Event::Joined {
+                id,
+                name,
+                addr,
+                tx,
+                written,
+            })) => joiners.push(new_member(cfg, id, name, addr, tx, written)),
             Ok(Some(Event::Lost { id, .. })) => joiners.retain(|m| m.id != id),
             Ok(Some(Event::Gradient { .. })) => report.stale_results += 1,
         }
@@ -870,9 +1008,13 @@ async fn train_loop(
         // ---- boundary: membership
         while let Ok(ev) = events.try_recv() {
             match ev {
-                Event::Joined { id, name, addr, tx } => {
-                    joiners.push(new_member(cfg, id, name, addr, tx))
-                }
+                Event::Joined {
+                    id,
+                    name,
+                    addr,
+                    tx,
+                    written,
+                } => joiners.push(new_member(cfg, id, name, addr, tx, written)),
                 Event::Lost { id, reason } => {
                     if let Some(i) = active.iter().position(|m| m.id == id) {
                         let m = active.remove(i);
@@ -912,9 +1054,15 @@ async fn train_loop(
             while active.is_empty() {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match tokio::time::timeout(left, events.recv()).await {
-                    Ok(Some(Event::Joined { id, name, addr, tx })) => {
+                    Ok(Some(Event::Joined {
+                        id,
+                        name,
+                        addr,
+                        tx,
+                        written,
+                    })) => {
                         report.joins += 1;
-                        active.push(new_member(cfg, id, name, addr, tx));
+                        active.push(new_member(cfg, id, name, addr, tx, written));
                     }
                     Ok(Some(_)) => {}
                     _ => {
@@ -1051,6 +1199,7 @@ async fn train_loop(
         acc.iter_mut().for_each(|v| *v = 0.0);
         let mut disrupted = false;
         let mut main_results: HashMap<u32, (u64, StepTiming, f64, Signals)> = HashMap::new();
+        let mut arrivals: HashMap<u32, f64> = HashMap::new();
         let mut t_last = t_sent;
         let mut last_links = (0.0, 0.0);
         // The last gradient's timing, its controller decode and accumulation.
@@ -1091,9 +1240,13 @@ async fn train_loop(
             }
             if let Some(ev) = ev {
                 match ev {
-                    Event::Joined { id, name, addr, tx } => {
-                        joiners.push(new_member(cfg, id, name, addr, tx))
-                    }
+                    Event::Joined {
+                        id,
+                        name,
+                        addr,
+                        tx,
+                        written,
+                    } => joiners.push(new_member(cfg, id, name, addr, tx, written)),
                     Event::Lost { id, reason } => lost_now.push((id, reason)),
                     Event::Gradient {
                         id,
@@ -1146,6 +1299,11 @@ async fn train_loop(
                         }
                         if t.main {
                             main_results.insert(id, (t.len, msg.timing, decode_s, msg.signals));
+                            arrivals.insert(id, arrived_unix_s);
+                        }
+                        let mut pool = grad_pool.lock().expect("gradient pool");
+                        if pool.len() < 16 {
+                            pool.push(msg.grad);
                         }
                     }
                 }
@@ -1185,8 +1343,8 @@ async fn train_loop(
                         )
                         .await
                         {
-                            Ok(Some(Event::Joined { id, name, addr, tx })) => {
-                                joiners.push(new_member(cfg, id, name, addr, tx))
+                            Ok(Some(Event::Joined { id, name, addr, tx, written })) => {
+                                joiners.push(new_member(cfg, id, name, addr, tx, written))
                             }
                             Ok(Some(_)) => {}
                             _ => {
@@ -1302,6 +1460,12 @@ async fn train_loop(
             });
             w.steps += 1;
             w.samples += *len;
+            w.mean_sent_ms +=
+                (f64::from_bits(m.written.load(Ordering::Relaxed)) - t_sent_unix).max(0.0) * 1e3;
+            w.mean_downlink_ms += (timing.recv_unix_s - t_sent_unix) * 1e3;
+            if let Some(a) = arrivals.get(&m.id) {
+                w.mean_uplink_ms += (a - timing.send_unix_s) * 1e3;
+            }
             // Sums for now; divided by `steps` at the end.
             w.mean_cpu_ms += timing.cpu_s * 1e3;
             w.mean_step_ms += timing.step_s * 1e3;
@@ -1357,7 +1521,15 @@ async fn train_loop(
         let t_eval = Instant::now();
         let stopping = cfg.max_iterations.is_some_and(|m| k >= m) || now >= cfg.max_time_s;
         if k.is_multiple_of(cfg.eval_every) || stopping {
+            // A long computation: not at real-time priority.
+            let realtime = cfg.realtime_io && crate::sysinfo::thread_is_realtime();
+            if realtime {
+                crate::sysinfo::set_thread_realtime(false);
+            }
             let q = model.evaluate(&params, &data.train, &data.test);
+            if realtime {
+                crate::sysinfo::set_thread_realtime(true);
+            }
             report.accuracy_curve.push(EvalPoint {
                 iteration: k,
                 train_time_s: now,
@@ -1469,6 +1641,9 @@ async fn train_loop(
                 &mut w.mean_proc_cpu_busy,
                 &mut w.mean_proc_mem_used,
                 &mut w.mean_loadavg1,
+                &mut w.mean_sent_ms,
+                &mut w.mean_downlink_ms,
+                &mut w.mean_uplink_ms,
             ] {
                 *v /= n;
             }

@@ -687,6 +687,145 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     Ok(())
 }
 
+fn io_error(e: std::io::Error, peer: &str, when: &'static str) -> ProtocolError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        ProtocolError::Closed {
+            peer: peer.to_string(),
+            when: "in the middle of a frame",
+        }
+    } else {
+        ProtocolError::Io {
+            peer: peer.to_string(),
+            context: when,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Bytes of a Step frame body before its parameter values: kind, task, iteration,
+/// version, stream_start, len, has_params, count.
+const STEP_PARAMS_AT: usize = 1 + 8 * 4 + 4 + 1 + 4;
+/// Bytes of a Gradient frame body before its values: kind, task, iteration, len,
+/// loss_sum, correct, 11 timings, 8 signals, count.
+const GRADIENT_VALUES_AT: usize = 1 + 8 + 8 + 4 + 8 + 4 + 11 * 8 + 8 * 4 + 4;
+
+/// The frame of `m`, a Gradient whose `grad` is empty, announcing `n` values that
+/// the caller writes right after it (no copy of the gradient into a frame).
+pub fn encode_gradient_head(m: &Message, n: usize, out: &mut Vec<u8>) {
+    debug_assert!(matches!(m, Message::Gradient { grad, .. } if grad.is_empty()));
+    m.encode(out);
+    let at = out.len() - 4;
+    out[at..].copy_from_slice(&(n as u32).to_le_bytes());
+    let len = (out.len() - 4 + n * 4) as u32;
+    out[..4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Like [`read_message`], but a Step that carries parameters, or a Gradient, is
+/// returned as soon as its header has arrived, with `params: Some(empty)` or an
+/// empty `grad` and the number of values that follow, to be read with
+/// [`read_f32s`] straight into their destination (a worker computes on the first
+/// parameters while the rest arrive). Every other frame is read whole.
+pub async fn read_message_streaming_step<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    peer: &str,
+    when: &'static str,
+) -> Result<(Message, Option<usize>), ProtocolError> {
+    let mut len = [0u8; 4];
+    if let Err(e) = r.read_exact(&mut len).await {
+        return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            ProtocolError::Closed {
+                peer: peer.to_string(),
+                when,
+            }
+        } else {
+            io_error(e, peer, when)
+        });
+    }
+    let len = u32::from_le_bytes(len);
+    if len > MAX_FRAME {
+        return Err(ProtocolError::TooLarge {
+            peer: peer.to_string(),
+            len,
+        });
+    }
+    if len == 0 {
+        return Err(ProtocolError::Empty {
+            peer: peer.to_string(),
+        });
+    }
+    let len = len as usize;
+    let head = len.min(STEP_PARAMS_AT);
+    buf.clear();
+    buf.resize(head, 0);
+    r.read_exact(buf)
+        .await
+        .map_err(|e| io_error(e, peer, when))?;
+    if len >= GRADIENT_VALUES_AT && buf[0] == kind::GRADIENT {
+        buf.resize(GRADIENT_VALUES_AT, 0);
+        r.read_exact(&mut buf[head..])
+            .await
+            .map_err(|e| io_error(e, peer, when))?;
+        let count = u32::from_le_bytes(buf[GRADIENT_VALUES_AT - 4..].try_into().expect("4"));
+        if (count as usize).checked_mul(4) != Some(len - GRADIENT_VALUES_AT) {
+            return Err(ProtocolError::Invalid {
+                peer: peer.to_string(),
+                frame: "Gradient",
+                field: "grad",
+                message: format!(
+                    "{count} values announced, the frame holds {} bytes for them",
+                    len - GRADIENT_VALUES_AT
+                ),
+            });
+        }
+        buf[GRADIENT_VALUES_AT - 4..].copy_from_slice(&0u32.to_le_bytes());
+        let m = Message::decode(buf, peer)?;
+        return Ok((m, Some(count as usize)));
+    }
+    if head == STEP_PARAMS_AT && buf[0] == kind::STEP && buf[STEP_PARAMS_AT - 5] == 1 {
+        let count = u32::from_le_bytes(buf[STEP_PARAMS_AT - 4..].try_into().expect("4"));
+        if (count as usize).checked_mul(4) != Some(len - STEP_PARAMS_AT) {
+            return Err(ProtocolError::Invalid {
+                peer: peer.to_string(),
+                frame: "Step",
+                field: "params",
+                message: format!(
+                    "{count} values announced, the frame holds {} bytes for them",
+                    len - STEP_PARAMS_AT
+                ),
+            });
+        }
+        // Decode the header as a Step with no values yet.
+        buf[STEP_PARAMS_AT - 4..].copy_from_slice(&0u32.to_le_bytes());
+        let m = Message::decode(buf, peer)?;
+        return Ok((m, Some(count as usize)));
+    }
+    buf.resize(len, 0);
+    r.read_exact(&mut buf[head..])
+        .await
+        .map_err(|e| io_error(e, peer, when))?;
+    Ok((Message::decode(buf, peer)?, None))
+}
+
+/// Read `out.len()` little-endian `f32`s straight into `out` (no intermediate
+/// buffer on little-endian hosts).
+pub async fn read_f32s<R: AsyncRead + Unpin>(
+    r: &mut R,
+    out: &mut [f32],
+    peer: &str,
+    when: &'static str,
+) -> Result<(), ProtocolError> {
+    r.read_exact(bytemuck::cast_slice_mut::<f32, u8>(out))
+        .await
+        .map_err(|e| io_error(e, peer, when))?;
+    if cfg!(target_endian = "big") {
+        for v in out.iter_mut() {
+            *v = f32::from_bits(u32::from_le(v.to_bits()));
+        }
+    }
+    Ok(())
+}
+
 /// Read and decode one message.
 pub async fn read_message<R: AsyncRead + Unpin>(
     r: &mut R,
@@ -716,6 +855,123 @@ pub async fn write_message<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn streamed_step_reads_header_then_values() {
+        let params: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25 - 3.0).collect();
+        let step = Message::Step {
+            task: 4,
+            iteration: 9,
+            version: 2,
+            stream_start: 77,
+            len: 13,
+            params: Some(params.clone()),
+        };
+        let (mut wire, mut next) = (Vec::new(), Vec::new());
+        step.encode(&mut wire);
+        Message::Shutdown { reason: "x".into() }.encode(&mut next);
+        wire.extend_from_slice(&next);
+        let mut r = &wire[..];
+        let mut buf = Vec::new();
+        let (m, count) = read_message_streaming_step(&mut r, &mut buf, "p", "t")
+            .await
+            .unwrap();
+        assert_eq!(count, Some(1000));
+        let mut got = vec![0.0f32; 1000];
+        read_f32s(&mut r, &mut got[..300], "p", "t").await.unwrap();
+        read_f32s(&mut r, &mut got[300..], "p", "t").await.unwrap();
+        assert_eq!(got, params);
+        match m {
+            Message::Step {
+                task,
+                iteration,
+                version,
+                stream_start,
+                len,
+                params,
+            } => {
+                assert_eq!(
+                    (task, iteration, version, stream_start, len),
+                    (4, 9, 2, 77, 13)
+                );
+                assert_eq!(params, Some(vec![]));
+            }
+            other => panic!("{other:?}"),
+        }
+        let (m, count) = read_message_streaming_step(&mut r, &mut buf, "p", "t")
+            .await
+            .unwrap();
+        assert_eq!((m, count), (Message::Shutdown { reason: "x".into() }, None));
+        // A Gradient written as head + values reads back as the whole message.
+        let g = Message::Gradient {
+            task: 3,
+            iteration: 5,
+            len: 7,
+            loss_sum: 1.5,
+            correct: 2,
+            timing: StepTiming {
+                cpu_s: 0.25,
+                ..Default::default()
+            },
+            signals: Signals::default(),
+            grad: vec![],
+        };
+        let mut head = Vec::new();
+        encode_gradient_head(&g, 3, &mut head);
+        head.extend_from_slice(bytemuck::cast_slice(&[1.0f32, -2.0, 0.5]));
+        let mut r = &head[..];
+        let (m, count) = read_message_streaming_step(&mut r, &mut buf, "p", "t")
+            .await
+            .unwrap();
+        assert_eq!((m, count), (g.clone(), Some(3)));
+        let mut v = vec![0.0f32; 3];
+        read_f32s(&mut r, &mut v, "p", "t").await.unwrap();
+        assert_eq!(v, [1.0, -2.0, 0.5]);
+        let mut whole = Vec::new();
+        let Message::Gradient {
+            task,
+            iteration,
+            len,
+            loss_sum,
+            correct,
+            timing,
+            signals,
+            ..
+        } = g
+        else {
+            unreachable!()
+        };
+        Message::Gradient {
+            task,
+            iteration,
+            len,
+            loss_sum,
+            correct,
+            timing,
+            signals,
+            grad: v,
+        }
+        .encode(&mut whole);
+        assert_eq!(whole, head);
+        // A Step whose count disagrees with its length is refused, naming the field.
+        let mut bad = Vec::new();
+        Message::Step {
+            task: 1,
+            iteration: 1,
+            version: 1,
+            stream_start: 0,
+            len: 1,
+            params: Some(vec![1.0; 4]),
+        }
+        .encode(&mut bad);
+        bad[4 + STEP_PARAMS_AT - 4] = 9;
+        let mut r = &bad[..];
+        let e = read_message_streaming_step(&mut r, &mut buf, "p", "t")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("Step") && e.contains("params"), "{e}");
+    }
 
     fn roundtrip(m: Message) {
         let mut buf = Vec::new();

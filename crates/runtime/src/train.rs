@@ -38,6 +38,10 @@ pub struct LocalLaunch {
     /// default: on the loaded 2-core machine two slots raised overruns from ~2 % to
     /// 15–36 % of steps while the network time barely moved).
     pub compute_slots: usize,
+    /// Workers start computing on the first parameters while the rest arrive.
+    pub pipeline: bool,
+    /// Workers' socket threads ask for real-time priority (`sysinfo::set_thread_realtime`).
+    pub realtime_io: bool,
 }
 
 impl LocalLaunch {
@@ -54,6 +58,8 @@ impl LocalLaunch {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             worker_ips: Vec::new(),
             compute_slots: 0,
+            pipeline: true,
+            realtime_io: true,
         }
     }
 
@@ -76,6 +82,8 @@ impl LocalLaunch {
             slots: slots.clone(),
         };
         w.load_signal = self.load_signal;
+        w.pipeline = self.pipeline;
+        w.realtime_io = self.realtime_io;
         w.bind = (!self.worker_ips.is_empty())
             .then(|| SocketAddr::new(self.worker_ips[slot % self.worker_ips.len()], 0));
         w.fault = self
@@ -152,7 +160,13 @@ pub fn train_local(
     cfg.min_workers = launch.workers;
     // Two runtime threads: one for the training loop, one for the connections'
     // reads and decodes, which then overlap the wait for the slowest worker.
+    let realtime = cfg.realtime_io;
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .on_thread_start(move || {
+            if realtime {
+                crate::sysinfo::set_thread_realtime(true);
+            }
+        })
         .worker_threads(
             std::env::var("PACER_RT_THREADS")
                 .ok()
@@ -208,7 +222,7 @@ pub fn train_local(
             f(p);
         }
     });
-    let report = rt.block_on(controller::serve(listener, data, cfg, Some(cb)));
+    let report = rt.block_on(controller::serve_on_runtime(listener, data, cfg, Some(cb)));
     // Workers exit on Shutdown; if the controller failed they see the socket close.
     drop(rt);
     let mut outcomes = Vec::new();

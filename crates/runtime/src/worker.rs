@@ -77,6 +77,14 @@ pub struct WorkerConfig {
     /// Told once the worker has sent `Ready` (local launches wait for a joining
     /// worker's handshake, so that a scripted join lands where it was scheduled).
     pub on_ready: Option<std::sync::mpsc::Sender<()>>,
+    /// Start computing on the first parameters while the rest arrive (models that
+    /// support it); off: wait for all of them.
+    pub pipeline: bool,
+    /// The socket thread asks for real-time priority, and so does the compute
+    /// thread from the end of its real compute until its Gradient is sent (waking
+    /// from the padding and sending are message moving, not compute); the compute
+    /// itself stays at the normal policy. See `sysinfo::set_thread_realtime`.
+    pub realtime_io: bool,
 }
 
 impl WorkerConfig {
@@ -91,6 +99,8 @@ impl WorkerConfig {
             fault: None,
             exit_on_fault: false,
             on_ready: None,
+            pipeline: true,
+            realtime_io: true,
         }
     }
 }
@@ -118,6 +128,9 @@ pub struct WorkerSummary {
 /// socket on a current-thread runtime, and one more thread computes (single-threaded
 /// matrix products: one worker = one core's worth of compute).
 pub fn run_blocking(cfg: WorkerConfig, data: DataSource) -> Result<WorkerSummary, RuntimeError> {
+    if cfg.realtime_io {
+        crate::sysinfo::set_thread_realtime(true);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -217,9 +230,15 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
     // the split, a worker whose single thread queued behind the others' compute read
     // its parameters late, and that artefact of a 2-core machine was charged to the
     // network.
-    let (rd, mut wr) = stream.into_split();
+    //
+    // The compute thread writes its Gradient itself (the worker sends nothing
+    // else once training runs): handing it to this thread cost a thread wake-up on
+    // the critical path of every iteration, ~0.2 ms on the loaded 2-core machine.
+    let sink = GradientSink::new(&stream, &peer)?;
+    let (rd, _wr) = stream.into_split();
     let (step_tx, step_rx) = std::sync::mpsc::channel::<Incoming>();
-    let (out_tx, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<Outgoing>();
+    // Resolves when the compute thread is done (its sender is dropped).
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let compute = {
         let peer = peer.clone();
         let data = data.clone();
@@ -227,6 +246,9 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
         std::thread::Builder::new()
             .name(format!("{}-compute", cfg.name))
             .spawn(move || {
+                let _done = done_tx;
+                // Threads inherit the policy of their creator: compute is normal.
+                crate::sysinfo::set_thread_realtime(false);
                 compute_loop(
                     &cfg,
                     &peer,
@@ -235,36 +257,17 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
                     job.stream_seed,
                     worker_id,
                     step_rx,
-                    out_tx,
+                    sink,
                 )
             })
             .map_err(|e| RuntimeError::io("starting the compute thread", e))?
     };
     let reader = read_loop(rd, rbuf, peer.clone(), step_tx);
-    let writer = async {
-        while let Some(out) = out_rx.recv().await {
-            match out {
-                Outgoing::Frame(f) => {
-                    use tokio::io::AsyncWriteExt;
-                    if let Err(e) = wr.write_all(&f).await {
-                        return Err(RuntimeError::from(ProtocolError::Io {
-                            peer: peer.clone(),
-                            context: "sending a Gradient",
-                            message: e.to_string(),
-                        }));
-                    }
-                }
-                // Dropping both halves resets the connection mid-iteration.
-                Outgoing::Abort => return Ok(()),
-            }
-        }
-        Ok(())
-    };
-    // The reader ends on Shutdown (or a broken connection); the writer when the
-    // compute thread is done or aborts. Either way the connection is finished.
+    // The reader ends on Shutdown (or a broken connection), and tells the compute
+    // thread, which then ends too. Either way the connection is finished.
     let io: Result<(), RuntimeError> = tokio::select! {
         r = reader => r,
-        w = writer => w,
+        _ = done_rx => Ok(()),
     };
     let summary = compute
         .join()
@@ -285,20 +288,95 @@ enum Incoming {
         version: u64,
         stream_start: u64,
         len: u32,
-        params: Option<Vec<f32>>,
-        /// When decoding finished: the start of the emulated step.
+        /// The number of parameter values that follow as `Params` chunks (none
+        /// for a retried task: the worker holds this version).
+        params: Option<usize>,
+        /// When the Step's header was decoded: the start of the emulated step.
         decoded: Instant,
         decode_s: f64,
         recv_unix_s: f64,
     },
+    /// The next parameter values of the current Step, and when they had arrived.
+    Params(Vec<f32>, Instant),
     Shutdown(String),
     Failed(RuntimeError),
 }
 
-/// What the compute thread hands the socket thread.
-enum Outgoing {
-    Frame(Vec<u8>),
-    Abort,
+/// Parameter values per chunk handed from the socket thread to the compute thread
+/// (64 KB: the compute thread can start on the first rows of the first layer while
+/// the rest is still on the wire).
+const PARAMS_CHUNK: usize = 16 * 1024;
+
+/// `values` as little-endian bytes: themselves on little-endian hosts, else a copy
+/// into `scratch`.
+fn f32_wire_bytes<'a>(values: &'a [f32], scratch: &'a mut Vec<u8>) -> &'a [u8] {
+    if cfg!(target_endian = "little") {
+        bytemuck::cast_slice(values)
+    } else {
+        scratch.clear();
+        for v in values {
+            scratch.extend_from_slice(&v.to_le_bytes());
+        }
+        scratch
+    }
+}
+
+/// The compute thread's handle on the socket: a second descriptor of the same
+/// (non-blocking) connection, written with `poll` when the send buffer is full.
+struct GradientSink {
+    stream: std::net::TcpStream,
+    peer: String,
+}
+
+impl GradientSink {
+    fn new(stream: &TcpStream, peer: &str) -> Result<Self, RuntimeError> {
+        use std::os::fd::{AsFd, BorrowedFd};
+        let fd: BorrowedFd<'_> = stream.as_fd();
+        let owned = fd
+            .try_clone_to_owned()
+            .map_err(|e| RuntimeError::io("duplicating the socket for the compute thread", e))?;
+        Ok(GradientSink {
+            stream: std::net::TcpStream::from(owned),
+            peer: peer.to_string(),
+        })
+    }
+
+    fn write_all(&mut self, mut buf: &[u8]) -> Result<(), RuntimeError> {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        while !buf.is_empty() {
+            match self.stream.write(buf) {
+                Ok(0) => return Err(self.error("connection closed")),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let mut p = libc::pollfd {
+                        fd: self.stream.as_raw_fd(),
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd for a descriptor this struct owns.
+                    unsafe { libc::poll(&mut p, 1, 1000) };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.error(&e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    fn error(&self, message: &str) -> RuntimeError {
+        ProtocolError::Io {
+            peer: self.peer.clone(),
+            context: "sending a Gradient",
+            message: message.to_string(),
+        }
+        .into()
+    }
+
+    /// Reset the connection now (a scripted crash).
+    fn abort(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 async fn read_loop(
@@ -308,42 +386,60 @@ async fn read_loop(
     to_compute: std::sync::mpsc::Sender<Incoming>,
 ) -> Result<(), RuntimeError> {
     loop {
-        let r = protocol::read_frame(&mut rd, &mut rbuf, &peer, "waiting for a Step").await;
+        let r =
+            protocol::read_message_streaming_step(&mut rd, &mut rbuf, &peer, "waiting for a Step")
+                .await;
         let recv_unix_s = protocol::unix_now_s();
         let t0 = Instant::now();
-        let msg = r.and_then(|()| Message::decode(&rbuf, &peer));
         let decoded = Instant::now();
-        let (incoming, last) = match msg {
-            Ok(Message::Step {
-                task,
-                iteration,
-                version,
-                stream_start,
-                len,
-                params,
-            }) => (
-                Incoming::Step {
+        let mut values = 0;
+        let mut whole = None;
+        let (incoming, last) = match r {
+            Ok((
+                Message::Step {
                     task,
                     iteration,
                     version,
                     stream_start,
                     len,
                     params,
-                    decoded,
-                    decode_s: (decoded - t0).as_secs_f64(),
-                    recv_unix_s,
                 },
-                false,
-            ),
-            Ok(Message::Shutdown { reason }) => (Incoming::Shutdown(reason), true),
-            Ok(Message::Reject { reason }) | Ok(Message::Error { message: reason }) => (
+                streamed,
+            )) => {
+                values = streamed.unwrap_or(0);
+                let params = match (streamed, params) {
+                    (Some(n), _) => Some(n),
+                    (None, Some(p)) => {
+                        let n = p.len();
+                        whole = Some(p);
+                        Some(n)
+                    }
+                    (None, None) => None,
+                };
+                (
+                    Incoming::Step {
+                        task,
+                        iteration,
+                        version,
+                        stream_start,
+                        len,
+                        params,
+                        decoded,
+                        decode_s: (decoded - t0).as_secs_f64(),
+                        recv_unix_s,
+                    },
+                    false,
+                )
+            }
+            Ok((Message::Shutdown { reason }, _)) => (Incoming::Shutdown(reason), true),
+            Ok((Message::Reject { reason }, _)) | Ok((Message::Error { message: reason }, _)) => (
                 Incoming::Failed(RuntimeError::Rejected {
                     peer: peer.clone(),
                     reason,
                 }),
                 true,
             ),
-            Ok(other) => (
+            Ok((other, _)) => (
                 Incoming::Failed(
                     ProtocolError::Unexpected {
                         peer: peer.clone(),
@@ -356,7 +452,34 @@ async fn read_loop(
             ),
             Err(e) => (Incoming::Failed(e.into()), true),
         };
-        if to_compute.send(incoming).is_err() || last {
+        let mut gone = to_compute.send(incoming).is_err();
+        if let Some(p) = whole {
+            gone = gone || to_compute.send(Incoming::Params(p, decoded)).is_err();
+        }
+        // The parameters, chunk by chunk, read straight into the buffers the
+        // compute thread consumes (no frame buffer, no separate decode copy).
+        let mut left = values;
+        while left > 0 && !gone {
+            let mut chunk = vec![0.0f32; left.min(PARAMS_CHUNK)];
+            left -= chunk.len();
+            let msg = match protocol::read_f32s(
+                &mut rd,
+                &mut chunk,
+                &peer,
+                "reading a Step's parameters",
+            )
+            .await
+            {
+                Ok(()) => Incoming::Params(chunk, Instant::now()),
+                Err(e) => {
+                    let _ = to_compute.send(Incoming::Failed(e.into()));
+                    gone = true;
+                    break;
+                }
+            };
+            gone = to_compute.send(msg).is_err();
+        }
+        if gone || last {
             // The compute thread is gone (it aborted) or this was the last message;
             // keep the write half alive until the writer is done.
             return std::future::pending().await;
@@ -373,7 +496,7 @@ fn compute_loop(
     stream_seed: u64,
     worker_id: u32,
     steps: std::sync::mpsc::Receiver<Incoming>,
-    out: tokio::sync::mpsc::UnboundedSender<Outgoing>,
+    mut out: GradientSink,
 ) -> Result<WorkerSummary, RuntimeError> {
     let n_params = model.n_params();
     let mut stream_idx = SampleStream::new(data.train.n, stream_seed);
@@ -384,6 +507,10 @@ fn compute_loop(
     let mut xb: Vec<f32> = Vec::new();
     let mut yb: Vec<u32> = Vec::new();
     let mut wbuf = Vec::new();
+    let mut state = Vec::new();
+    let mut wire = Vec::new();
+    let mut filled;
+    let mut arrivals: Vec<(usize, Instant)> = Vec::new();
     let mut monitor = ProcMonitor::default();
     let mut last_proc = monitor.read();
     let mut summary = WorkerSummary {
@@ -429,18 +556,30 @@ fn compute_loop(
                     return Ok(summary);
                 }
                 Incoming::Failed(e) => return Err(e),
+                Incoming::Params(..) => {
+                    return Err(ProtocolError::Invalid {
+                        peer,
+                        frame: "Step",
+                        field: "params",
+                        message: "values without a Step".into(),
+                    }
+                    .into())
+                }
             };
-        if let Some(p) = p {
-            if p.len() != n_params {
+        // Values of this Step's parameters that are still to come (as `Params`).
+        arrivals.clear();
+        if let Some(n) = p {
+            if n != n_params {
                 return Err(ProtocolError::Invalid {
                     peer,
                     frame: "Step",
                     field: "params",
-                    message: format!("{} values, the model has {n_params}", p.len()),
+                    message: format!("{n} values, the model has {n_params}"),
                 }
                 .into());
             }
-            params = p;
+            params.resize(n_params, 0.0);
+            filled = 0;
             version = v;
         } else if v != version {
             return Err(ProtocolError::Invalid {
@@ -450,19 +589,21 @@ fn compute_loop(
                 message: format!("omitted, but this worker holds version {version}, not {v}"),
             }
             .into());
+        } else {
+            filled = n_params;
         }
         match cfg.fault {
             Some(Fault::DieAt(k)) if k == iteration => {
                 if cfg.exit_on_fault {
                     std::process::exit(137);
                 }
-                let _ = out.send(Outgoing::Abort);
+                out.abort();
                 summary.shutdown_reason = format!("scripted death at iteration {k}");
                 return Ok(summary);
             }
             Some(Fault::GarbageAt(k)) if k == iteration => {
                 let junk = vec![9u8, 0, 0, 0, 99, 1, 2, 3, 4, 5, 6, 7, 8];
-                let _ = out.send(Outgoing::Frame(junk));
+                let _ = out.write_all(&junk);
                 // The controller hangs up on us; the socket side then reports the
                 // closed connection.
                 let _ = steps.recv();
@@ -472,12 +613,18 @@ fn compute_loop(
             _ => {}
         }
         let (slowdown, emu_cpu, emu_mem) = cfg.emulation.conditions(iteration);
-        // --- the emulated step started when the Step was decoded: wait for a compute
-        // slot (if local workers share the cores), then real compute
+        // --- the emulated step started when the Step's header was decoded: wait for
+        // a compute slot (if local workers share the cores), then real compute, piece
+        // by piece as the parameters arrive. Emulated clock (seconds since the
+        // header): a piece that used `cpu` seconds of this thread's CPU takes
+        // `factor · cpu`, and starts no earlier than the parameters it needs had
+        // arrived. Time the compute could not cover is a stall, reported with the
+        // time before the step (it is communication, not compute).
         let slot = cfg.emulation.slots.as_ref().map(|s| s.acquire());
         let queue_s = step0.elapsed().as_secs_f64();
-        let wall0 = Instant::now();
-        let cpu0 = thread_cpu_time();
+        let factor = cfg.emulation.target_s(1.0, slowdown);
+        let mut clock = EmulatedClock::new(step0, factor);
+        let t = clock.begin();
         stream_idx.indices(stream_start, len as usize, &mut idx);
         xb.clear();
         yb.clear();
@@ -486,20 +633,65 @@ fn compute_loop(
             yb.push(data.train.y[i as usize]);
         }
         debug_assert_eq!(xb.len(), idx.len() * dim);
-        let stats = model.loss_grad(&params, &xb, &yb, &mut grad);
-        let cpu_s = (thread_cpu_time() - cpu0).as_secs_f64();
-        let wall_s = wall0.elapsed().as_secs_f64();
+        clock.end(t, None);
+        let stats = match model.pipelined().filter(|_| cfg.pipeline) {
+            Some(pl) => {
+                pl.begin(len as usize, &mut state);
+                for j in 0..pl.blocks() {
+                    let ready = receive_params(
+                        &steps,
+                        &mut params,
+                        &mut filled,
+                        &mut arrivals,
+                        pl.block_end(j),
+                        &peer,
+                    )?;
+                    let t = clock.begin();
+                    pl.forward_block(&params, &xb, len as usize, j, &mut state);
+                    clock.end(t, ready);
+                }
+                let ready = receive_params(
+                    &steps,
+                    &mut params,
+                    &mut filled,
+                    &mut arrivals,
+                    n_params,
+                    &peer,
+                )?;
+                let t = clock.begin();
+                let stats = pl.finish(&params, &xb, &yb, &mut state, &mut grad);
+                clock.end(t, ready);
+                stats
+            }
+            None => {
+                let ready = receive_params(
+                    &steps,
+                    &mut params,
+                    &mut filled,
+                    &mut arrivals,
+                    n_params,
+                    &peer,
+                )?;
+                let t = clock.begin();
+                let stats = model.loss_grad(&params, &xb, &yb, &mut grad);
+                clock.end(t, ready);
+                stats
+            }
+        };
+        let (cpu_s, wall_s) = (clock.cpu_s, clock.wall_s);
         drop(slot);
         // The monitor's reading belongs to a node agent, not to the step's critical
         // path: take it inside the padding.
         let proc_now = monitor.read();
         // --- emulated speed: pad after the real compute
-        let target = cfg.emulation.target_s(cpu_s, slowdown);
+        let target = clock.compute_s;
+        let stall_s = clock.stall_s();
+        let realtime = cfg.realtime_io && crate::sysinfo::set_thread_realtime(true);
         let elapsed = step0.elapsed().as_secs_f64();
-        if target > elapsed {
-            std::thread::sleep(Duration::from_secs_f64(target - elapsed));
+        if clock.end_s > elapsed {
+            std::thread::sleep(Duration::from_secs_f64(clock.end_s - elapsed));
         }
-        let step_s = step0.elapsed().as_secs_f64();
+        let step_s = step0.elapsed().as_secs_f64() - stall_s;
         let t_post = Instant::now();
         // --- signals: at the start of this step (emulated windows of `iteration` and
         // the /proc reading taken after the previous step), and at its end, which is
@@ -524,7 +716,7 @@ fn compute_loop(
         };
         last_proc = proc_now;
         let t_enc = Instant::now();
-        let mut reply = Message::Gradient {
+        let reply = Message::Gradient {
             task,
             iteration,
             len,
@@ -537,16 +729,17 @@ fn compute_loop(
                 decode_s,
                 encode_s: 0.0,
                 target_s: target,
-                pre_s: decode_s,
+                pre_s: decode_s + stall_s,
                 post_s: 0.0,
                 queue_s,
                 recv_unix_s,
                 send_unix_s: 0.0,
             },
             signals,
-            grad: std::mem::take(&mut grad),
+            grad: Vec::new(),
         };
-        reply.encode(&mut wbuf);
+        // The frame's head; the values are written from `grad` itself.
+        protocol::encode_gradient_head(&reply, grad.len(), &mut wbuf);
         let encode_s = t_enc.elapsed().as_secs_f64();
         // Fill in the times that encoding itself took.
         let off = StepTiming::ENCODE_S_OFFSET;
@@ -555,24 +748,125 @@ fn compute_loop(
         wbuf[off..off + 8].copy_from_slice(&t_post.elapsed().as_secs_f64().to_le_bytes());
         let off = StepTiming::SEND_UNIX_S_OFFSET;
         wbuf[off..off + 8].copy_from_slice(&protocol::unix_now_s().to_le_bytes());
-        if let Message::Gradient { grad: g, .. } = &mut reply {
-            grad = std::mem::take(g);
-        }
-        let frame = std::mem::take(&mut wbuf);
-        if out.send(Outgoing::Frame(frame)).is_err() {
-            return Err(ProtocolError::Closed {
-                peer,
-                when: "sending a Gradient",
-            }
-            .into());
+        out.write_all(&wbuf)?;
+        out.write_all(f32_wire_bytes(&grad, &mut wire))?;
+        if realtime {
+            crate::sysinfo::set_thread_realtime(false);
         }
         summary.steps += 1;
+    }
+}
+
+/// Take parameter chunks until the first `need` values are there; returns when the
+/// chunk completing them had arrived (`None`: they were there before this Step).
+fn receive_params(
+    steps: &std::sync::mpsc::Receiver<Incoming>,
+    params: &mut [f32],
+    filled: &mut usize,
+    arrivals: &mut Vec<(usize, Instant)>,
+    need: usize,
+    peer: &str,
+) -> Result<Option<Instant>, RuntimeError> {
+    while *filled < need {
+        match steps.recv() {
+            Ok(Incoming::Params(chunk, at)) => {
+                let end = *filled + chunk.len();
+                if end > params.len() {
+                    return Err(ProtocolError::Invalid {
+                        peer: peer.to_string(),
+                        frame: "Step",
+                        field: "params",
+                        message: format!("more than the {} values announced", params.len()),
+                    }
+                    .into());
+                }
+                params[*filled..end].copy_from_slice(&chunk);
+                *filled = end;
+                arrivals.push((end, at));
+            }
+            Ok(Incoming::Failed(e)) => return Err(e),
+            Ok(_) | Err(_) => {
+                return Err(ProtocolError::Closed {
+                    peer: peer.to_string(),
+                    when: "in the middle of a Step's parameters",
+                }
+                .into())
+            }
+        }
+    }
+    Ok(arrivals
+        .iter()
+        .find(|(end, _)| *end >= need)
+        .map(|&(_, at)| at))
+}
+
+/// The emulated clock of one step (see `compute_loop`).
+struct EmulatedClock {
+    start: Instant,
+    factor: f64,
+    /// Emulated time of the step so far, from `start`, stalls included.
+    end_s: f64,
+    /// Emulated compute: `factor ×` the CPU time of the pieces.
+    compute_s: f64,
+    cpu_s: f64,
+    wall_s: f64,
+}
+
+impl EmulatedClock {
+    fn new(start: Instant, factor: f64) -> Self {
+        EmulatedClock {
+            start,
+            factor,
+            end_s: 0.0,
+            compute_s: 0.0,
+            cpu_s: 0.0,
+            wall_s: 0.0,
+        }
+    }
+    fn begin(&self) -> (Duration, Instant) {
+        (thread_cpu_time(), Instant::now())
+    }
+    /// A piece of real compute begun at `t`, whose inputs were there at `ready`.
+    fn end(&mut self, t: (Duration, Instant), ready: Option<Instant>) {
+        let cpu = (thread_cpu_time().saturating_sub(t.0)).as_secs_f64();
+        self.wall_s += t.1.elapsed().as_secs_f64();
+        let ready_s = ready.map_or(0.0, |r| {
+            r.saturating_duration_since(self.start).as_secs_f64()
+        });
+        self.piece(ready_s, cpu);
+    }
+    /// A piece that used `cpu` seconds of CPU and could start `ready_s` after `start`.
+    fn piece(&mut self, ready_s: f64, cpu: f64) {
+        self.cpu_s += cpu;
+        self.end_s = self.end_s.max(ready_s) + self.factor * cpu;
+        self.compute_s += self.factor * cpu;
+    }
+    /// Emulated time spent waiting for parameters.
+    fn stall_s(&self) -> f64 {
+        (self.end_s - self.compute_s).max(0.0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn emulated_clock_covers_late_parameters_with_compute() {
+        let mut c = EmulatedClock::new(Instant::now(), 4.0);
+        // 1 ms of CPU from the start: 4 ms emulated.
+        c.piece(0.0, 0.001);
+        assert!((c.end_s - 0.004).abs() < 1e-12 && c.stall_s() < 1e-12);
+        // Its next input arrived at 3 ms, while the emulated compute still ran: free.
+        c.piece(0.003, 0.001);
+        assert!((c.end_s - 0.008).abs() < 1e-12 && c.stall_s() < 1e-12);
+        // The last one arrived at 10 ms: 2 ms of stall, then its compute.
+        c.piece(0.010, 0.0005);
+        assert!((c.end_s - 0.012).abs() < 1e-12);
+        assert!((c.compute_s - 0.010).abs() < 1e-12);
+        assert!((c.stall_s() - 0.002).abs() < 1e-12);
+        assert!((c.cpu_s - 0.0025).abs() < 1e-12);
+    }
 
     #[test]
     fn encode_time_offset_points_at_encode_s() {

@@ -1,4 +1,4 @@
-use super::{eval_chunks, gemm, softmax_xent, BatchStats, Model, Quality};
+use super::{eval_chunks, gemm, softmax_xent, BatchStats, Model, Pipelined, Quality};
 use crate::data::{Dataset, SplitMix64};
 use crate::optim::OptimSpec;
 
@@ -45,6 +45,114 @@ impl Mlp {
     }
 }
 
+/// Input features per block of the first layer's forward pass: W1's rows (one per
+/// input feature) lead the parameters, so a worker can multiply each block as soon
+/// as its rows have arrived.
+const BLOCKS: usize = 8;
+
+impl Mlp {
+    fn rows_per_block(&self) -> usize {
+        self.dim.div_ceil(BLOCKS).max(1)
+    }
+}
+
+impl Pipelined for Mlp {
+    fn blocks(&self) -> usize {
+        self.dim.div_ceil(self.rows_per_block())
+    }
+    fn block_end(&self, j: usize) -> usize {
+        ((j + 1) * self.rows_per_block()).min(self.dim) * self.hidden
+    }
+    fn begin(&self, b: usize, h: &mut Vec<f32>) {
+        h.clear();
+        h.resize(b * self.hidden, 0.0);
+    }
+    fn forward_block(&self, p: &[f32], x: &[f32], b: usize, j: usize, h: &mut Vec<f32>) {
+        let (d, hd) = (self.dim, self.hidden);
+        let r = self.rows_per_block();
+        let (r0, r1) = (j * r, ((j + 1) * r).min(d));
+        if r0 >= r1 || b == 0 {
+            return;
+        }
+        assert!(x.len() >= b * d && p.len() >= r1 * hd && h.len() >= b * hd);
+        // h += x[:, r0..r1] · W1[r0..r1, :] (a column block of x: row stride d).
+        // SAFETY: the assert bounds every element sgemm reads or writes: x rows
+        // i < b at columns r0..r1 < d, W1 rows r0..r1 of length hd, h b × hd.
+        unsafe {
+            matrixmultiply::sgemm(
+                b,
+                r1 - r0,
+                hd,
+                1.0,
+                x.as_ptr().add(r0),
+                d as isize,
+                1,
+                p.as_ptr().add(r0 * hd),
+                hd as isize,
+                1,
+                1.0,
+                h.as_mut_ptr(),
+                hd as isize,
+                1,
+            );
+        }
+    }
+    fn finish(
+        &self,
+        p: &[f32],
+        x: &[f32],
+        y: &[u32],
+        h: &mut Vec<f32>,
+        grad: &mut [f32],
+    ) -> BatchStats {
+        let (d, hd, c, b) = (self.dim, self.hidden, self.classes, y.len());
+        let (w1, b1, w2, b2) = self.offsets();
+        // h holds x·W1 (all blocks): add b1, ReLU, then the output layer.
+        for row in h.chunks_mut(hd) {
+            for (v, bias) in row.iter_mut().zip(&p[b1..b1 + hd]) {
+                *v = (*v + bias).max(0.0);
+            }
+        }
+        let h = &*h;
+        let mut s = Vec::with_capacity(b * c);
+        for _ in 0..b {
+            s.extend_from_slice(&p[b2..b2 + c]);
+        }
+        gemm(b, hd, c, 1.0, h, false, &p[w2..b2], false, 1.0, &mut s);
+        let (loss_sum, correct) = softmax_xent(&mut s, y, c);
+        let inv = 1.0 / b.max(1) as f32;
+        for (row, &l) in s.chunks_mut(c).zip(y) {
+            row[l as usize] -= 1.0;
+        }
+        // Output layer: gW2 = hᵀ·dS/b, gb2 = Σ dS/b.
+        gemm(hd, b, c, inv, h, true, &s, false, 0.0, &mut grad[w2..b2]);
+        let gb2 = &mut grad[b2..b2 + c];
+        gb2.iter_mut().for_each(|v| *v = 0.0);
+        for row in s.chunks(c) {
+            for (g, v) in gb2.iter_mut().zip(row) {
+                *g += v * inv;
+            }
+        }
+        // Back through W2 and the ReLU: dH = (dS·W2ᵀ) ⊙ [h > 0].
+        let mut dh = vec![0.0f32; b * hd];
+        gemm(b, c, hd, 1.0, &s, false, &p[w2..b2], true, 0.0, &mut dh);
+        for (g, &a) in dh.iter_mut().zip(h) {
+            if a <= 0.0 {
+                *g = 0.0;
+            }
+        }
+        gemm(d, b, hd, inv, x, true, &dh, false, 0.0, &mut grad[w1..b1]);
+        let gb1 = &mut grad[b1..w2];
+        gb1.iter_mut().for_each(|v| *v = 0.0);
+        for row in dh.chunks(hd) {
+            for (g, v) in gb1.iter_mut().zip(row) {
+                *g += v * inv;
+            }
+        }
+        BatchStats { loss_sum, correct }
+    }
+}
+
 impl Model for Mlp {
     fn name(&self) -> &'static str {
         "mlp"
@@ -68,41 +176,17 @@ impl Model for Mlp {
         p
     }
     fn loss_grad(&self, p: &[f32], x: &[f32], y: &[u32], grad: &mut [f32]) -> BatchStats {
-        let (d, hd, c, b) = (self.dim, self.hidden, self.classes, y.len());
-        let (w1, b1, w2, b2) = self.offsets();
-        let (mut h, mut s) = (Vec::new(), Vec::new());
-        self.forward(p, x, b, &mut h, &mut s);
-        let (loss_sum, correct) = softmax_xent(&mut s, y, c);
-        let inv = 1.0 / b.max(1) as f32;
-        for (row, &l) in s.chunks_mut(c).zip(y) {
-            row[l as usize] -= 1.0;
+        // The same blocks as a worker that starts before all parameters arrived, so
+        // both give the same numbers.
+        let mut h = Vec::new();
+        self.begin(y.len(), &mut h);
+        for j in 0..self.blocks() {
+            self.forward_block(p, x, y.len(), j, &mut h);
         }
-        // Output layer: gW2 = hᵀ·dS/b, gb2 = Σ dS/b.
-        gemm(hd, b, c, inv, &h, true, &s, false, 0.0, &mut grad[w2..b2]);
-        let gb2 = &mut grad[b2..b2 + c];
-        gb2.iter_mut().for_each(|v| *v = 0.0);
-        for row in s.chunks(c) {
-            for (g, v) in gb2.iter_mut().zip(row) {
-                *g += v * inv;
-            }
-        }
-        // Back through W2 and the ReLU: dH = (dS·W2ᵀ) ⊙ [h > 0].
-        let mut dh = vec![0.0f32; b * hd];
-        gemm(b, c, hd, 1.0, &s, false, &p[w2..b2], true, 0.0, &mut dh);
-        for (g, &a) in dh.iter_mut().zip(&h) {
-            if a <= 0.0 {
-                *g = 0.0;
-            }
-        }
-        gemm(d, b, hd, inv, x, true, &dh, false, 0.0, &mut grad[w1..b1]);
-        let gb1 = &mut grad[b1..w2];
-        gb1.iter_mut().for_each(|v| *v = 0.0);
-        for row in dh.chunks(hd) {
-            for (g, v) in gb1.iter_mut().zip(row) {
-                *g += v * inv;
-            }
-        }
-        BatchStats { loss_sum, correct }
+        self.finish(p, x, y, &mut h, grad)
+    }
+    fn pipelined(&self) -> Option<&dyn Pipelined> {
+        Some(self)
     }
     fn evaluate(&self, p: &[f32], _train: &Dataset, test: &Dataset) -> Quality {
         let (mut h, mut s) = (Vec::new(), Vec::new());

@@ -60,6 +60,31 @@ pub trait Model: Send + Sync {
     fn evaluate(&self, params: &[f32], train: &Dataset, test: &Dataset) -> Quality;
     /// The optimiser this model trains well with.
     fn default_optimizer(&self) -> OptimSpec;
+    /// Set when the forward pass can start before all parameters have arrived.
+    fn pipelined(&self) -> Option<&dyn Pipelined> {
+        None
+    }
+}
+
+/// A model whose forward pass runs in blocks that each need only a prefix of the
+/// parameters, so a worker can compute while the rest is still arriving
+/// (`begin`, `forward_block` for every block in order, `finish` = `loss_grad`).
+pub trait Pipelined: Send + Sync {
+    fn blocks(&self) -> usize;
+    /// Parameters `[0, block_end(j))` must be there before block `j` runs.
+    fn block_end(&self, j: usize) -> usize;
+    /// Reset the forward state for a batch of `b` rows.
+    fn begin(&self, b: usize, state: &mut Vec<f32>);
+    fn forward_block(&self, params: &[f32], x: &[f32], b: usize, j: usize, state: &mut Vec<f32>);
+    /// The rest of the step, with every parameter there.
+    fn finish(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        y: &[u32],
+        state: &mut Vec<f32>,
+        grad: &mut [f32],
+    ) -> BatchStats;
 }
 
 /// A model choice with its shape, as sent in the handshake.
