@@ -720,7 +720,7 @@ pub fn serve_blocking(
     let rt = tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(move || {
             if realtime {
-                crate::sysinfo::set_thread_realtime(true);
+                crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_CONTROLLER);
             }
         })
         .worker_threads(2)
@@ -1524,11 +1524,11 @@ async fn train_loop(
             // A long computation: not at real-time priority.
             let realtime = cfg.realtime_io && crate::sysinfo::thread_is_realtime();
             if realtime {
-                crate::sysinfo::set_thread_realtime(false);
+                crate::sysinfo::set_thread_realtime(0);
             }
             let q = model.evaluate(&params, &data.train, &data.test);
             if realtime {
-                crate::sysinfo::set_thread_realtime(true);
+                crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_CONTROLLER);
             }
             report.accuracy_curve.push(EvalPoint {
                 iteration: k,

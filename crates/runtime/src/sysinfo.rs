@@ -40,9 +40,13 @@ pub fn set_socket_buffers<S: std::os::fd::AsRawFd>(sock: &S, bytes: usize) {
     }
 }
 
-/// Switch the calling thread to real-time scheduling (`SCHED_FIFO`, priority 1)
-/// or back to the normal policy; false when the system refuses (needs root or
-/// `CAP_SYS_NICE`) or is not Linux.
+/// Switch the calling thread to real-time scheduling (`SCHED_FIFO` at `priority`,
+/// 1–99) or, with 0, back to the normal policy; false when the system refuses
+/// (needs root or `CAP_SYS_NICE`) or is not Linux. The controller's threads use
+/// [`RT_CONTROLLER`], a worker's [`RT_WORKER`]: a worker's socket thread preempts
+/// the controller (as if each worker had its own machine) — with equal priorities
+/// the controller's two threads writing parameters held both cores and the
+/// workers read their first bytes only once every write was done.
 ///
 /// Why: on a machine shared with other CPU-bound work, every wake-up of a thread
 /// that moves a message (the controller's runtime, a worker's socket thread) waited
@@ -50,11 +54,12 @@ pub fn set_socket_buffers<S: std::os::fd::AsRawFd>(sock: &S, bytes: usize) {
 /// times per iteration and on its critical path. The threads that move messages
 /// block almost all the time, so a real-time policy costs the others little; the
 /// compute threads stay at the normal policy (see `worker`).
-pub fn set_thread_realtime(on: bool) -> bool {
+pub fn set_thread_realtime(priority: i32) -> bool {
     #[cfg(target_os = "linux")]
     {
+        let on = priority > 0;
         let param = libc::sched_param {
-            sched_priority: i32::from(on),
+            sched_priority: priority.clamp(0, 99),
         };
         let policy = if on {
             libc::SCHED_FIFO
@@ -66,10 +71,16 @@ pub fn set_thread_realtime(on: bool) -> bool {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = on;
+        let _ = priority;
         false
     }
 }
+
+/// Real-time priority of the controller's threads.
+pub const RT_CONTROLLER: i32 = 1;
+/// Real-time priority of a worker's socket thread (and of its compute thread while
+/// it sends).
+pub const RT_WORKER: i32 = 2;
 
 /// Whether the calling thread runs at a real-time policy.
 pub fn thread_is_realtime() -> bool {

@@ -164,7 +164,7 @@ pub fn train_local(
     let rt = tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(move || {
             if realtime {
-                crate::sysinfo::set_thread_realtime(true);
+                crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_CONTROLLER);
             }
         })
         .worker_threads(

@@ -129,7 +129,7 @@ pub struct WorkerSummary {
 /// matrix products: one worker = one core's worth of compute).
 pub fn run_blocking(cfg: WorkerConfig, data: DataSource) -> Result<WorkerSummary, RuntimeError> {
     if cfg.realtime_io {
-        crate::sysinfo::set_thread_realtime(true);
+        crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_WORKER);
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -248,7 +248,7 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
             .spawn(move || {
                 let _done = done_tx;
                 // Threads inherit the policy of their creator: compute is normal.
-                crate::sysinfo::set_thread_realtime(false);
+                crate::sysinfo::set_thread_realtime(0);
                 compute_loop(
                     &cfg,
                     &peer,
@@ -686,7 +686,8 @@ fn compute_loop(
         // --- emulated speed: pad after the real compute
         let target = clock.compute_s;
         let stall_s = clock.stall_s();
-        let realtime = cfg.realtime_io && crate::sysinfo::set_thread_realtime(true);
+        let realtime =
+            cfg.realtime_io && crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_WORKER);
         let elapsed = step0.elapsed().as_secs_f64();
         if clock.end_s > elapsed {
             std::thread::sleep(Duration::from_secs_f64(clock.end_s - elapsed));
@@ -751,7 +752,7 @@ fn compute_loop(
         out.write_all(&wbuf)?;
         out.write_all(f32_wire_bytes(&grad, &mut wire))?;
         if realtime {
-            crate::sysinfo::set_thread_realtime(false);
+            crate::sysinfo::set_thread_realtime(0);
         }
         summary.steps += 1;
     }
