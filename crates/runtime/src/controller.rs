@@ -298,6 +298,9 @@ const WRITE_CHUNK: usize = 64 << 10;
 
 enum Out {
     Frame(Vec<u8>),
+    /// A Step's header announcing its parameters, which follow as `Chunk`s.
+    Head(Vec<u8>),
+    Chunk(Arc<Vec<u8>>),
     Step {
         header: Vec<u8>,
         tail: Arc<Vec<u8>>,
@@ -470,9 +473,21 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     let written_w = written.clone();
     let write_chunk = shared.write_chunk;
     tokio::spawn(async move {
+        let mut first_chunk = false;
         while let Some(out) = rx.recv().await {
             let r = match out {
                 Out::Frame(f) => wr.write_all(&f).await,
+                Out::Head(h) => {
+                    first_chunk = true;
+                    wr.write_all(&h).await
+                }
+                Out::Chunk(c) => {
+                    let r = wr.write_all(&c).await;
+                    if std::mem::take(&mut first_chunk) {
+                        written_w.store(protocol::unix_now_s().to_bits(), Ordering::Relaxed);
+                    }
+                    r
+                }
                 Out::Step { header, tail } => {
                     // In chunks, yielding between them: the connections' writers take
                     // turns, so every worker gets its first parameters (and starts
@@ -1003,6 +1018,8 @@ async fn train_loop(
     let mut tail = Vec::new();
     let mut compute_s: Vec<f64> = Vec::new();
     let mut wstats: BTreeMap<u32, WorkerStats> = BTreeMap::new();
+    // The last optimiser step waits for the next send (`cfg.pipeline`).
+    let mut deferred = false;
 
     loop {
         // ---- boundary: membership
@@ -1158,10 +1175,17 @@ async fn train_loop(
         let control_s = t_control.elapsed().as_secs_f64();
 
         // ---- send
-        let t_enc = Instant::now();
-        protocol::encode_params_tail(&params, &mut tail);
-        let shared_tail = Arc::new(std::mem::take(&mut tail));
-        let encode_s = t_enc.elapsed().as_secs_f64();
+        let chunked = deferred;
+        let mut encode_s = 0.0;
+        let shared_tail = (!chunked).then(|| {
+            let t_enc = Instant::now();
+            protocol::encode_params_tail(&params, &mut tail);
+            let t = Arc::new(std::mem::take(&mut tail));
+            encode_s = t_enc.elapsed().as_secs_f64();
+            t
+        });
+        // has_params, count, values
+        let tail_len = 1 + 4 + params.len() * 4;
         let mut pending: BTreeMap<u64, Task> = BTreeMap::new();
         let t_sent = Instant::now();
         let t_sent_unix = protocol::unix_now_s();
@@ -1170,15 +1194,20 @@ async fn train_loop(
         for (m, &b) in active.iter_mut().zip(&batches) {
             let task = next_task;
             next_task += 1;
-            let header =
-                protocol::step_frame_header(task, k, version, start, b as u32, shared_tail.len());
-            if m.tx
-                .send(Out::Step {
+            let mut header =
+                protocol::step_frame_header(task, k, version, start, b as u32, tail_len);
+            let out = match &shared_tail {
+                Some(t) => Out::Step {
                     header,
-                    tail: shared_tail.clone(),
-                })
-                .is_err()
-            {
+                    tail: t.clone(),
+                },
+                None => {
+                    header.push(1);
+                    header.extend_from_slice(&(params.len() as u32).to_le_bytes());
+                    Out::Head(header)
+                }
+            };
+            if m.tx.send(out).is_err() {
                 lost_now.push((m.id, "connection closed".into()));
             }
             m.version = version;
@@ -1193,6 +1222,38 @@ async fn train_loop(
                 },
             );
             start += b;
+        }
+        // The previous iteration's optimiser step, deferred to here: applied range by
+        // range, each range sent as soon as it is updated, so the workers start on the
+        // first rows of the new model while the controller computes the rest.
+        let mut send_work_s = 0.0;
+        let mut overlapped_opt_s = 0.0;
+        if chunked {
+            optimizer.begin_step();
+            let n = params.len();
+            let per = WRITE_CHUNK / 4;
+            for a in (0..n).step_by(per) {
+                let r = a..(a + per).min(n);
+                let t0 = Instant::now();
+                optimizer.step_range(&mut params, &acc, r.clone());
+                let t1 = Instant::now();
+                let mut bytes = Vec::new();
+                protocol::f32s_le_bytes(&params[r], &mut bytes);
+                let bytes = Arc::new(bytes);
+                for m in &active {
+                    if m.tx.send(Out::Chunk(bytes.clone())).is_err()
+                        && !lost_now.iter().any(|(w, _)| *w == m.id)
+                    {
+                        lost_now.push((m.id, "connection closed".into()));
+                    }
+                }
+                overlapped_opt_s += (t1 - t0).as_secs_f64();
+                encode_s += t1.elapsed().as_secs_f64();
+                send_work_s += t0.elapsed().as_secs_f64();
+                // Let the writers run.
+                tokio::task::yield_now().await;
+            }
+            deferred = false;
         }
 
         // ---- gather
@@ -1406,16 +1467,27 @@ async fn train_loop(
             }
         }
         debug_assert_eq!(weight_sum, b_total);
-        tail = Arc::try_unwrap(shared_tail).unwrap_or_default();
+        if let Some(t) = shared_tail {
+            tail = Arc::try_unwrap(t).unwrap_or_default();
+        }
 
         // ---- update
         let t_opt = Instant::now();
         if report.grads.len() < cfg.record_grads {
             report.grads.push(acc.clone());
         }
-        optimizer.step(&mut params, &acc);
+        // With pipelining the step is deferred to the next send (above), unless this
+        // iteration ends with an evaluation, which needs the new model.
+        let next = k + 1;
+        let eval_next =
+            next.is_multiple_of(cfg.eval_every) || cfg.max_iterations.is_some_and(|m| next >= m);
+        if cfg.pipeline && !eval_next {
+            deferred = true;
+        } else {
+            optimizer.step(&mut params, &acc);
+        }
         version += 1;
-        let optimizer_s = t_opt.elapsed().as_secs_f64();
+        let optimizer_s = t_opt.elapsed().as_secs_f64() + overlapped_opt_s;
         pos += b_total;
         k += 1;
         let now = clock.now();
@@ -1497,7 +1569,9 @@ async fn train_loop(
             sums.ideal_s += balanced + (iter_s - max_step).max(0.0);
             sums.control_s += control_s;
             sums.encode_s += encode_s;
-            sums.wait_s += (t_last - t_sent).as_secs_f64();
+            // Without the controller's own work between the Step chunks (counted in
+            // encode and optimiser).
+            sums.wait_s += ((t_last - t_sent).as_secs_f64() - send_work_s).max(0.0);
             sums.downlink_s += last_links.0;
             sums.uplink_s += last_links.1;
             sums.last_step_s += last_piece.0.step_s;
@@ -1521,6 +1595,9 @@ async fn train_loop(
         let t_eval = Instant::now();
         let stopping = cfg.max_iterations.is_some_and(|m| k >= m) || now >= cfg.max_time_s;
         if k.is_multiple_of(cfg.eval_every) || stopping {
+            if std::mem::take(&mut deferred) {
+                optimizer.step(&mut params, &acc);
+            }
             // A long computation: not at real-time priority.
             let realtime = cfg.realtime_io && crate::sysinfo::thread_is_realtime();
             if realtime {
@@ -1563,6 +1640,9 @@ async fn train_loop(
     }
 
     // ---- final numbers
+    if deferred {
+        optimizer.step(&mut params, &acc);
+    }
     let q = match (report.accuracy_curve.last(), last_quality) {
         (Some(p), Some(q)) if p.iteration == k => q,
         _ => {

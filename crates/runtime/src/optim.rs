@@ -88,14 +88,28 @@ impl Optimizer {
 
     /// One step of `params` along `grad`.
     pub fn step(&mut self, params: &mut [f32], grad: &[f32]) {
+        self.begin_step();
+        self.step_range(params, grad, 0..params.len());
+    }
+
+    /// Start a step that is then applied range by range with [`Self::step_range`]
+    /// (elementwise, so the ranges give exactly [`Self::step`]): the controller
+    /// sends each updated range while it computes the next.
+    pub fn begin_step(&mut self) {
         self.t += 1;
+    }
+
+    /// The current step on `params[r]` with `grad[r]`.
+    pub fn step_range(&mut self, params: &mut [f32], grad: &[f32], r: std::ops::Range<usize>) {
+        let (params, grad) = (&mut params[r.clone()], &grad[r.clone()]);
+        let m = &mut self.m[r.clone()];
         match self.spec {
             OptimSpec::Sgd {
                 lr,
                 momentum,
                 weight_decay,
             } => {
-                for ((p, &g), m) in params.iter_mut().zip(grad).zip(&mut self.m) {
+                for ((p, &g), m) in params.iter_mut().zip(grad).zip(m) {
                     let g = g + weight_decay * *p;
                     *m = momentum * *m + g;
                     *p -= lr * *m;
@@ -112,12 +126,7 @@ impl Optimizer {
                 let c2 = 1.0 - beta2.powi(self.t as i32);
                 let step = lr / c1;
                 let c2s = c2.sqrt();
-                for (((p, &g), m), v) in params
-                    .iter_mut()
-                    .zip(grad)
-                    .zip(&mut self.m)
-                    .zip(&mut self.v)
-                {
+                for (((p, &g), m), v) in params.iter_mut().zip(grad).zip(m).zip(&mut self.v[r]) {
                     let g = g + weight_decay * *p;
                     *m = beta1 * *m + (1.0 - beta1) * g;
                     *v = beta2 * *v + (1.0 - beta2) * g * g;
@@ -156,5 +165,28 @@ mod tests {
             }
             assert!(p.iter().all(|x| x.abs() < 1e-2), "{spec:?}: {p:?}");
         }
+    }
+
+    #[test]
+    fn ranges_give_exactly_the_whole_step() {
+        let spec = OptimSpec::Adam {
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 1e-4,
+        };
+        let (mut a, mut b) = (Optimizer::new(spec, 10), Optimizer::new(spec, 10));
+        let mut pa: Vec<f32> = (0..10).map(|i| i as f32 * 0.3 - 1.0).collect();
+        let mut pb = pa.clone();
+        for k in 0..5 {
+            let g: Vec<f32> = (0..10).map(|i| ((i * 7 + k) % 5) as f32 - 2.0).collect();
+            a.step(&mut pa, &g);
+            b.begin_step();
+            for r in [0..3, 3..4, 4..10] {
+                b.step_range(&mut pb, &g, r);
+            }
+        }
+        assert_eq!(pa, pb);
     }
 }

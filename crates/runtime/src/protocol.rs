@@ -519,6 +519,19 @@ pub fn encode_params_tail(params: &[f32], out: &mut Vec<u8>) {
     put_f32s(out, params);
 }
 
+/// `values` as little-endian bytes into `out` (cleared first): a chunk of a Step's
+/// parameters, written after a header that announced them.
+pub fn f32s_le_bytes(values: &[f32], out: &mut Vec<u8>) {
+    out.clear();
+    if cfg!(target_endian = "little") {
+        out.extend_from_slice(bytemuck::cast_slice(values));
+    } else {
+        for v in values {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
 /// A Step frame as (header, shared tail): `header` carries the length prefix of the
 /// whole frame.
 pub fn step_frame_header(

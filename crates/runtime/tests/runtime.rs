@@ -97,6 +97,27 @@ fn unequal_batches_aggregate_to_the_single_process_step() {
     }
 }
 
+/// Pipelining (Steps in chunks, the optimiser step deferred to the next send and
+/// applied range by range, workers computing the first layer as rows arrive) trains
+/// the same model as sending whole Steps after a whole step.
+#[test]
+fn pipelined_iterations_train_the_same_model() {
+    let d = tiny();
+    let mut finals = Vec::new();
+    for pipeline in [false, true] {
+        let mut cfg = config(&d, "mlp", 16, 32, 5);
+        cfg.fixed_batches = Some(vec![5, 11, 16]);
+        cfg.pipeline = pipeline;
+        let mut launch = LocalLaunch::new(3);
+        launch.pipeline = pipeline;
+        let (r, _) = train_local(d.clone(), cfg, launch, None).unwrap();
+        assert_eq!(r.iterations, 5);
+        finals.push(r.final_params);
+    }
+    let e = rel_err(&finals[1], &finals[0]);
+    assert!(e <= 1e-5, "pipelined vs whole: relative error {e}");
+}
+
 /// A raw client: send `bytes`, return the controller's answer frame.
 fn raw_exchange(addr: SocketAddr, bytes: &[u8]) -> Message {
     let mut s = TcpStream::connect(addr).unwrap();
