@@ -337,10 +337,11 @@ fn print_report(
         r.train_time_s
     );
     println!(
-        "iteration {:.2} ms vs ideal {:.2} ms: efficiency {:.3} (without overhead {:.3}); overhead {:.1}% (speed MAPE {:.1}%, overruns {:.1}%)",
+        "iteration {:.2} ms vs ideal {:.2} ms: efficiency {:.3} (oracle knowing the jitter too {:.3}, and without overhead {:.3}); overhead {:.1}% (speed MAPE {:.1}%, overruns {:.1}%)",
         r.mean_iter_s * 1e3,
         r.ideal_iter_s * 1e3,
         r.efficiency,
+        r.hindsight_efficiency,
         r.compute_efficiency,
         r.overhead_frac * 100.0,
         r.speed_mape * 100.0,

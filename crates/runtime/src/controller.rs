@@ -244,14 +244,21 @@ pub struct TrainReport {
     pub best_accuracy: f64,
     pub train_time_s: f64,
     pub mean_iter_s: f64,
-    /// Mean over iterations of `B / Σ_i v_i + overhead_k`, with `v_i = b_i / step_s_i`
-    /// measured in the same iteration and `overhead_k` = iteration time − slowest
-    /// step: a perfect balance paying the same synchronisation cost. This is the
-    /// scenario simulator's definition (its oracle pays the same `sync_s`), so the
-    /// two drivers' efficiencies compare.
+    /// Mean iteration time of an oracle balancer that knows every worker's true
+    /// speed but not the next step's jitter — the scenario simulator's oracle. Per
+    /// iteration `k`: worker `i`'s true speed `v̄_ik` is the median of its measured
+    /// speeds `v_i = b_i / step_s_i` over iterations `k ± ORACLE_WINDOW`; the
+    /// oracle gives it `b*_i = B · v̄_ik / Σ_j v̄_jk` samples, which take
+    /// `b*_i / v_ik` at the speed it actually had; the iteration lasts the slowest
+    /// of those plus this iteration's `overhead_k` (iteration time − slowest step),
+    /// the synchronisation cost the simulator's oracle pays as `sync_s`.
     pub ideal_iter_s: f64,
-    /// `ideal_iter_s / mean_iter_s`: how close the batches came to a perfect balance.
+    /// `ideal_iter_s / mean_iter_s`: how close the batches came to the oracle's balance.
     pub efficiency: f64,
+    /// Stricter, with hindsight no balancer has: the oracle also knows each
+    /// iteration's jitter, i.e. mean of `B / Σ_i v_ik + overhead_k` over the mean
+    /// iteration time (`v_ik` measured in the same iteration).
+    pub hindsight_efficiency: f64,
     /// Stricter: `mean(B / Σ_i v_i) / mean_iter_s`, perfect balance and zero
     /// overhead (= efficiency × (1 − overhead) when balanced).
     pub compute_efficiency: f64,
@@ -708,6 +715,74 @@ struct Sums {
     ape_n: u64,
     steps: u64,
     overruns: u64,
+    /// Per counted iteration: global batch, overhead (iteration − slowest step)
+    /// and each worker's measured speed, for the oracle of `ideal_iter_s`.
+    records: Vec<IterRecord>,
+}
+
+#[derive(Clone)]
+struct IterRecord {
+    batch: f64,
+    overhead_s: f64,
+    speeds: Vec<(u32, f64)>,
+}
+
+/// Half-width (iterations) of the window whose median speed the oracle of
+/// [`TrainReport::ideal_iter_s`] takes as a worker's true speed.
+const ORACLE_WINDOW: usize = 10;
+
+/// Mean oracle iteration time (see [`TrainReport::ideal_iter_s`]); 0 without records.
+fn oracle_mean_iter_s(records: &[IterRecord]) -> f64 {
+    if records.is_empty() {
+        return 0.0;
+    }
+    // Each worker's speed series and, per record, its index in that series.
+    let mut series: HashMap<u32, Vec<f64>> = HashMap::new();
+    let positions: Vec<Vec<usize>> = records
+        .iter()
+        .map(|r| {
+            r.speeds
+                .iter()
+                .map(|&(id, v)| {
+                    let s = series.entry(id).or_default();
+                    s.push(v);
+                    s.len() - 1
+                })
+                .collect()
+        })
+        .collect();
+    let mut window = Vec::with_capacity(2 * ORACLE_WINDOW + 1);
+    let mut total = 0.0;
+    for (r, pos) in records.iter().zip(&positions) {
+        let true_speed: Vec<f64> = r
+            .speeds
+            .iter()
+            .zip(pos)
+            .map(|(&(id, _), &p)| {
+                let s = &series[&id];
+                window.clear();
+                window.extend_from_slice(
+                    &s[p.saturating_sub(ORACLE_WINDOW)..(p + ORACLE_WINDOW + 1).min(s.len())],
+                );
+                window.sort_by(f64::total_cmp);
+                let m = window.len();
+                if m % 2 == 1 {
+                    window[m / 2]
+                } else {
+                    0.5 * (window[m / 2 - 1] + window[m / 2])
+                }
+            })
+            .collect();
+        let sum: f64 = true_speed.iter().sum();
+        let slowest = r
+            .speeds
+            .iter()
+            .zip(&true_speed)
+            .map(|(&(_, v), &tv)| r.batch * tv / sum / v)
+            .fold(0.0, f64::max);
+        total += slowest + r.overhead_s;
+    }
+    total / records.len() as f64
 }
 
 /// Bind `addr` and serve one training job (see [`serve`]).
@@ -953,6 +1028,7 @@ async fn train_loop(
         ideal_iter_s: 0.0,
         efficiency: 0.0,
         compute_efficiency: 0.0,
+        hindsight_efficiency: 0.0,
         overhead_frac: 0.0,
         overhead: Overhead::default(),
         speed_mape: 0.0,
@@ -1498,6 +1574,7 @@ async fn train_loop(
         // ---- observe speeds, account time
         let mut max_step: f64 = 0.0;
         let mut sum_speed = 0.0;
+        let mut iter_speeds = Vec::with_capacity(active.len());
         for (i, m) in active.iter_mut().enumerate() {
             let Some((len, timing, _, signals)) = main_results.get(&m.id) else {
                 continue;
@@ -1552,6 +1629,7 @@ async fn train_loop(
             }
             max_step = max_step.max(timing.step_s);
             sum_speed += speed;
+            iter_speeds.push((m.id, speed));
             sums.steps += 1;
             // 2 % slack: sleep granularity, not contention.
             if timing.step_s > timing.target_s * 1.02 && timing.target_s > 0.0 {
@@ -1567,6 +1645,11 @@ async fn train_loop(
             let balanced = b_total as f64 / sum_speed;
             sums.balanced_s += balanced;
             sums.ideal_s += balanced + (iter_s - max_step).max(0.0);
+            sums.records.push(IterRecord {
+                batch: b_total as f64,
+                overhead_s: (iter_s - max_step).max(0.0),
+                speeds: iter_speeds,
+            });
             sums.control_s += control_s;
             sums.encode_s += encode_s;
             // Without the controller's own work between the Step chunks (counted in
@@ -1666,9 +1749,10 @@ async fn train_loop(
     report.train_time_s = last_end;
     let it = sums.iters.max(1) as f64;
     report.mean_iter_s = sums.iter_s / it;
-    report.ideal_iter_s = sums.ideal_s / it;
+    report.ideal_iter_s = oracle_mean_iter_s(&sums.records);
     if sums.iter_s > 0.0 {
-        report.efficiency = sums.ideal_s / sums.iter_s;
+        report.efficiency = report.ideal_iter_s / report.mean_iter_s;
+        report.hindsight_efficiency = sums.ideal_s / sums.iter_s;
         report.compute_efficiency = sums.balanced_s / sums.iter_s;
     }
     report.overhead_frac = if sums.iter_s > 0.0 {
@@ -1733,4 +1817,46 @@ async fn train_loop(
     report.final_params = params;
     active.append(&mut joiners);
     Ok((report, active))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(speeds: &[(u32, f64)], overhead_s: f64) -> IterRecord {
+        IterRecord {
+            batch: 300.0,
+            overhead_s,
+            speeds: speeds.to_vec(),
+        }
+    }
+
+    #[test]
+    fn oracle_balances_on_true_speeds_and_pays_the_jitter() {
+        // Steady speeds 200 and 100: the oracle splits 200/100, 1 s each, + overhead.
+        let steady: Vec<_> = (0..30)
+            .map(|_| rec(&[(0, 200.0), (1, 100.0)], 0.1))
+            .collect();
+        assert!((oracle_mean_iter_s(&steady) - 1.1).abs() < 1e-12);
+
+        // One jittered iteration in the middle: worker 1 ran at 80 there. Its true
+        // speed (window median) stays 100, so the oracle gives it 100 samples that
+        // take 1.25 s; the hindsight balance would have been 300 / 280 s.
+        let mut jittered = steady.clone();
+        jittered[15] = rec(&[(0, 200.0), (1, 80.0)], 0.1);
+        let expect = (29.0 * 1.1 + 1.25 + 0.1) / 30.0;
+        assert!((oracle_mean_iter_s(&jittered) - expect).abs() < 1e-12);
+    }
+
+    #[test]
+    fn oracle_follows_membership_changes() {
+        // Worker 2 joins halfway; the oracle uses each worker's own series.
+        let mut r: Vec<_> = (0..20)
+            .map(|_| rec(&[(0, 150.0), (1, 150.0)], 0.0))
+            .collect();
+        r.extend((0..20).map(|_| rec(&[(0, 150.0), (1, 150.0), (2, 300.0)], 0.0)));
+        let expect = (20.0 * 1.0 + 20.0 * 0.5) / 40.0;
+        assert!((oracle_mean_iter_s(&r) - expect).abs() < 1e-12);
+        assert_eq!(oracle_mean_iter_s(&[]), 0.0);
+    }
 }
