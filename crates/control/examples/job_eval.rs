@@ -7,14 +7,15 @@
 //! TRACES_DIR defaults to `../shared/data/pollux/traces`.
 
 use pacer_control::job::courier::{self, measure};
-use pacer_control::job::search::{self, Objective};
+use pacer_control::job::search::{self, Objective, OnlineOptions, StepRule};
 use pacer_control::job::{batch_grid, candidates, MachineType, MeasuredTable};
 use pacer_model::profile::{
     parse_placements, parse_scalability, parse_validation, validation_batch_from_name,
 };
 use pacer_predict::convergence::ConvergenceModel;
 use pacer_predict::itertime::{
-    error_stats, fit, rows_from_placements, rows_from_scalability, split_random, ModelKind, StepRow,
+    error_stats, fit, noise_floor, rows_from_placements, rows_from_scalability, split_random,
+    ModelKind, SplitMix64, StepRow,
 };
 use std::path::{Path, PathBuf};
 
@@ -51,8 +52,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut dir = PathBuf::from("../shared/data/pollux/traces");
     let mut seed = 0u64;
+    let mut verbose = false;
     while let Some(a) = args.next() {
-        if a == "--seed" {
+        if a == "--verbose" {
+            verbose = true;
+        } else if a == "--seed" {
             seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N");
         } else {
             dir = PathBuf::from(a);
@@ -198,41 +202,101 @@ fn main() {
             "  pareto (predicted): {} points",
             search::pareto(&pred).len()
         );
-        // Online: profile 8 designed configurations for 20 steps each.
-        for (kind, k) in [
-            (ModelKind::Pollux, 8),
-            (ModelKind::Pollux, 12),
-            (ModelKind::Ernest, 8),
+        // Online: profile a few configurations (time objective). Each profiling step
+        // is the table's step time times a seeded log-normal jitter whose spread is
+        // the app's noise floor (an upper bound on one row's noise; the traces hold
+        // no per-step times).
+        let jitter = noise_floor(&rows).map_or(0.03, |f| f.sigma_pct / 100.0);
+        let orc = search::best(&meas, Objective::Time).unwrap();
+        for (label, kind, initial, max_profiles, steps) in [
+            ("pollux 8x20", ModelKind::Pollux, 8, 8, StepRule::fixed(20)),
+            (
+                "pollux adapt",
+                ModelKind::Pollux,
+                6,
+                12,
+                StepRule::default(),
+            ),
+            ("ernest 8x20", ModelKind::Ernest, 8, 8, StepRule::fixed(20)),
+            (
+                "ernest adapt",
+                ModelKind::Ernest,
+                6,
+                12,
+                StepRule::default(),
+            ),
         ] {
+            let mut rng = SplitMix64(
+                seed.wrapping_mul(0x9E37_79B9)
+                    .wrapping_add(name.len() as u64),
+            );
+            let mut normal = move || {
+                let u =
+                    |r: &mut SplitMix64| ((r.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                let (u1, u2) = (u(&mut rng), u(&mut rng));
+                (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+            };
+            let opts = OnlineOptions {
+                kind,
+                objective: Objective::Time,
+                initial,
+                max_profiles,
+                steps,
+            };
             let r = search::online(
                 &scands,
-                |c| {
-                    let t = table.step_time(&c.config)?;
-                    Some((t, 0.0))
+                |c, _| {
+                    let (t, sync) = table.step_and_sync(&c.config)?;
+                    let f = (jitter * normal()).exp();
+                    Some((t * f, sync * f))
                 },
-                kind,
                 &conv,
                 target,
                 &machines,
-                Objective::Time,
-                k,
-                20.0,
+                &opts,
             );
-            match r {
+            match &r {
                 Ok(r) => {
                     let pm = meas
                         .iter()
                         .find(|m| m.candidate == r.choice.candidate)
                         .unwrap();
-                    let orc = search::best(&meas, Objective::Time).unwrap();
+                    let steps: usize = r.profiles.iter().map(|p| p.steps).sum();
+                    let (total, credited) = r.overhead_credited(pm.time_s);
+                    // Each profiled configuration after the first is a restart, and so
+                    // is committing to a choice other than the last one profiled
+                    // (the simulator charges 30 s per restart).
+                    let last = r.profiles.last().map(|p| p.candidate.config);
+                    let restarts = r.profiles.len().saturating_sub(1)
+                        + usize::from(last != Some(r.choice.candidate.config));
+                    let with_restarts = (r.profile_time_s + 30.0 * restarts as f64)
+                        / (r.profile_time_s + 30.0 * restarts as f64 + pm.time_s);
                     println!(
-                        "  online {:<7} k={k:>2}: profiled {:.0}s, job {:.0}s (oracle {:.0}s, +{:.1}%), overhead {:.2}% of job",
-                        kind.name(), r.profile_time_s, pm.time_s, orc.time_s,
+                        "  online {label:<12}: {} profiles ({} designed), {steps} steps, {:.0}s; job {:.0}s (oracle {:.0}s, +{:.1}%); overhead strict {:.2}%, credited {:.2}% (total {:.0}s, +{:.1}% vs oracle); strict + {restarts} restarts x 30s {:.1}%",
+                        r.profiles.len(), r.designed, r.profile_time_s, pm.time_s, orc.time_s,
                         (pm.time_s / orc.time_s - 1.0) * 100.0,
-                        r.profile_time_s / (r.profile_time_s + pm.time_s) * 100.0
+                        r.overhead_strict(pm.time_s) * 100.0, credited * 100.0, total,
+                        (total / orc.time_s - 1.0) * 100.0, with_restarts * 100.0
                     );
                 }
-                Err(e) => println!("  online {}: {e}", kind.name()),
+                Err(e) => println!("  online {label}: {e}"),
+            }
+            if let (true, Ok(r)) = (verbose, &r) {
+                for p in &r.profiles {
+                    let c = &p.candidate;
+                    println!(
+                        "      profiled batch {} r={} nodes={} local {:.1}: {} steps, {:.4}s/step (predicted now {:.4}s)",
+                        c.global_batch, c.replicas(), c.config.nodes, c.config.local_bsz, p.steps, p.step_s,
+                        r.model.step_time(&c.config)
+                    );
+                }
+                let c = &r.choice.candidate;
+                println!(
+                    "      choice batch {} r={} nodes={} predicted {:.0}s; oracle batch {} r={} nodes={}, model predicts it at {:.4}s/step, measured {:.4}",
+                    c.global_batch, c.replicas(), c.config.nodes, r.choice.time_s,
+                    orc.candidate.global_batch, orc.candidate.replicas(), orc.candidate.config.nodes,
+                    r.model.step_time(&orc.candidate.config), table.step_time(&orc.candidate.config).unwrap()
+                );
             }
         }
     }
