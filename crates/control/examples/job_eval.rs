@@ -213,7 +213,7 @@ fn main() {
             },
         );
         let scands = candidates(&table, &measured, machines.len(), 64);
-        // Extrapolated predictions carry the same held-out p90 margin Courier uses.
+        // Extrapolated predictions carry the uniform held-out p90 |error| margin.
         let pred = search::predict_all(&scands, &model, &conv, target, &machines, margin);
         let meas = search::measure_all(&scands, &table, &conv, target, &machines);
         for o in [Objective::Time, Objective::Cost] {
@@ -227,6 +227,22 @@ fn main() {
                 machines[orc.candidate.machine].name,
                 (pm.value(o) / orc.value(o) - 1.0) * 100.0
             );
+            if verbose {
+                for (what, c) in [("choice", &p.candidate), ("oracle", &orc.candidate)] {
+                    let pr = pred
+                        .iter()
+                        .find(|x| x.candidate == *c)
+                        .map_or(f64::NAN, |x| x.value(o));
+                    let me = meas
+                        .iter()
+                        .find(|x| x.candidate == *c)
+                        .map_or(f64::NAN, |x| x.value(o));
+                    println!(
+                        "      {what}: nodes={} local {:.1} predicted {pr:.1} measured {me:.1} ({:+.1}%), support {:?}",
+                        c.config.nodes, c.config.local_bsz, (pr / me - 1.0) * 100.0, model.support(&c.config)
+                    );
+                }
+            }
         }
         println!(
             "  pareto (predicted): {} points",
