@@ -107,12 +107,16 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
     // Margin: the model's p90 error on 30% of the rows it was not fitted on.
     let split = split_random(rows.len(), 0.3, args.seed);
     let (train, test) = split.pick(&rows);
-    let margin = error_stats(
-        &fit(ModelKind::PacerTable, &train).with_context(|| dir.clone())?,
-        &test,
-    )
-    .p90_abs_pct_error
-        / 100.0;
+    let held_model = fit(ModelKind::PacerTable, &train).with_context(|| dir.clone())?;
+    let margin = error_stats(&held_model, &test).p90_abs_pct_error / 100.0;
+    // Courier's margin per candidate: the held-out under-prediction p90 of rows
+    // interpolated / extrapolated; configurations measured as such get the
+    // interpolated one (the traces have no repeats to estimate their noise).
+    let margins = courier::Margins::from_holdout(&held_model, &test, 0.0);
+    let margins = courier::Margins {
+        measured: margins.interpolated,
+        ..margins
+    };
     let model = fit(ModelKind::PacerTable, &rows).with_context(|| dir.clone())?;
     let table = MeasuredTable::new(&rows);
     let measured: Vec<f64> = conv.curves.iter().map(|c| c.global_batch).collect();
@@ -136,14 +140,18 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
     let out = match objective {
         None => {
             // Courier on the measured GPU: batches between measured ones are predicted
-            // by the convergence model; SLO checked with the margin.
+            // by the convergence model; SLO checked with each candidate's margin.
             let cands = candidates(&table, &batch_grid(&measured, true), 1, args.max_replicas);
-            let ch = courier::choose(&cands, &model, &conv, epochs, args.slo_s, margin);
+            let ch = courier::choose_with(&cands, &model, &conv, epochs, args.slo_s, &margins);
             let or = courier::oracle(&cands, &table, &conv, epochs, args.slo_s);
             let p = |s: &Option<Scored>| s.as_ref().map(|s| mk(&s.candidate, s.time_s, s.metric));
             serde_json::json!({
                 "objective": "accuracy", "epochs": epochs, "slo_s": args.slo_s,
-                "margin_pct": margin * 100.0,
+                "margin_pct": {
+                    "measured": margins.measured * 100.0,
+                    "interpolated": margins.interpolated * 100.0,
+                    "extrapolated": margins.extrapolated * 100.0,
+                },
                 "metric_higher_is_better": conv.higher_is_better,
                 "choice": p(&ch.best), "runner_up": p(&ch.runner_up), "oracle": p(&or.best),
             })
@@ -204,11 +212,17 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         }
     };
     if out["choice"].is_null() {
-        eprintln!(
-            "no configuration meets --slo-s {} (with a {:.1}% safety margin)",
-            args.slo_s,
-            margin * 100.0
-        );
+        let m = if objective.is_none() {
+            format!(
+                "safety margins {:.1}% measured / {:.1}% interpolated / {:.1}% extrapolated",
+                margins.measured * 100.0,
+                margins.interpolated * 100.0,
+                margins.extrapolated * 100.0
+            )
+        } else {
+            format!("a {:.1}% safety margin", margin * 100.0)
+        };
+        eprintln!("no configuration meets --slo-s {} (with {m})", args.slo_s);
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);

@@ -6,15 +6,16 @@
 //! ```
 //! TRACES_DIR defaults to `../shared/data/pollux/traces`.
 
-use pacer_control::job::courier::{self, measure};
-use pacer_control::job::search::{self, Objective};
+use pacer_control::job::courier::{self, measure, Margins};
+use pacer_control::job::search::{self, Objective, OnlineOptions, StepRule};
 use pacer_control::job::{batch_grid, candidates, MachineType, MeasuredTable};
 use pacer_model::profile::{
     parse_placements, parse_scalability, parse_validation, validation_batch_from_name,
 };
 use pacer_predict::convergence::ConvergenceModel;
 use pacer_predict::itertime::{
-    error_stats, fit, rows_from_placements, rows_from_scalability, split_random, ModelKind, StepRow,
+    error_stats, fit, noise_floor, rows_from_placements, rows_from_scalability, split_random,
+    ModelKind, SplitMix64, StepRow,
 };
 use std::path::{Path, PathBuf};
 
@@ -51,8 +52,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut dir = PathBuf::from("../shared/data/pollux/traces");
     let mut seed = 0u64;
+    let mut verbose = false;
     while let Some(a) = args.next() {
-        if a == "--seed" {
+        if a == "--verbose" {
+            verbose = true;
+        } else if a == "--seed" {
             seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N");
         } else {
             dir = PathBuf::from(a);
@@ -83,7 +87,8 @@ fn main() {
             speed: 0.6,
         },
     ];
-    let (mut total_cases, mut total_viol, mut total_none) = (0, 0, 0);
+    // Per margin policy: cases, violations, no choice.
+    let mut totals = [(0usize, 0usize, 0usize); 3];
     for app in apps {
         let name = app.file_name().unwrap().to_string_lossy().to_string();
         let (rows, conv) = match load(&app) {
@@ -101,6 +106,22 @@ fn main() {
         let model = fit(ModelKind::PacerTable, &train).expect("fit");
         let stats = error_stats(&model, &test);
         let margin = stats.p90_abs_pct_error / 100.0;
+        // Per-candidate margins: the held-out under-prediction p90 of rows the model
+        // interpolates / extrapolates; a configuration measured as such gets either
+        // the interpolated margin ("safe") or the one-sided 90% noise of a single
+        // measurement from the noise floor (1.2816 σ; an upper bound on noise).
+        let floor_sigma = noise_floor(&rows).map_or(0.03, |f| f.sigma_pct / 100.0);
+        let safe = Margins::from_holdout(&model, &test, 0.0);
+        let safe = Margins {
+            measured: safe.interpolated,
+            ..safe
+        };
+        let noisy = Margins::from_holdout(&model, &test, 1.2816 * floor_sigma);
+        let policies = [
+            ("uniform", Margins::uniform(margin)),
+            ("per-class", safe),
+            ("per-class+noise", noisy),
+        ];
         let measured: Vec<f64> = conv.curves.iter().map(|c| c.global_batch).collect();
         let cands = candidates(&table, &batch_grid(&measured, false), 1, 64);
         let epochs = conv.max_common_epochs();
@@ -116,6 +137,11 @@ fn main() {
             if conv.higher_is_better { "higher" } else { "lower" },
             margin * 100.0
         );
+        println!(
+            "  margins (measured / interpolated / extrapolated): per-class {:.1}/{:.1}/{:.1}%, per-class+noise {:.1}/{:.1}/{:.1}%",
+            safe.measured * 100.0, safe.interpolated * 100.0, safe.extrapolated * 100.0,
+            noisy.measured * 100.0, noisy.interpolated * 100.0, noisy.extrapolated * 100.0
+        );
         // SLO sweep between the fastest and the slowest measured candidate.
         let all: Vec<_> = cands
             .iter()
@@ -124,45 +150,53 @@ fn main() {
         let tmin = all.iter().map(|s| s.time_s).fold(f64::INFINITY, f64::min);
         let tmax = all.iter().map(|s| s.time_s).fold(0.0, f64::max);
         let n_slo = 20;
-        let (mut viol, mut none, mut cases, mut worst_gap) = (0, 0, 0, 0.0f64);
-        for i in 0..n_slo {
-            let slo = tmin * 1.05 * (tmax / (tmin * 1.05)).powf(i as f64 / (n_slo - 1) as f64);
-            let ch = courier::choose(&cands, &model, &conv, epochs, slo, margin);
-            let or = courier::oracle(&cands, &table, &conv, epochs, slo);
-            let Some(orb) = or.best else { continue };
-            cases += 1;
-            let Some(b) = ch.best else {
-                none += 1;
-                continue;
-            };
-            let m = measure(&b.candidate, &table, &conv, epochs).unwrap();
-            let violated = m.time_s > slo;
-            viol += violated as usize;
-            // Gap in points (accuracy ×100) or % of loss.
-            let gap = if conv.higher_is_better {
-                let scale = if orb.metric <= 1.0 { 100.0 } else { 1.0 };
-                (orb.metric - m.metric) * scale
-            } else {
-                (m.metric - orb.metric) / orb.metric * 100.0
-            };
-            worst_gap = worst_gap.max(gap);
-            if i % 6 == 0 || violated {
-                println!(
-                    "  SLO {slo:>10.0}s: courier batch {:>5} r={:>2} pred {:>9.0}s meas {:>9.0}s metric {:.4} | oracle batch {:>5} r={:>2} {:>9.0}s metric {:.4} | runner-up batch {}{}",
-                    b.candidate.global_batch, b.candidate.replicas(), b.time_s, m.time_s, m.metric,
-                    orb.candidate.global_batch, orb.candidate.replicas(), orb.time_s, orb.metric,
-                    ch.runner_up.map(|r| r.candidate.global_batch.to_string()).unwrap_or("-".into()),
-                    if violated { "  VIOLATION" } else { "" }
-                );
+        for (pi, (policy, margins)) in policies.iter().enumerate() {
+            let (mut viol, mut none, mut cases) = (0, 0, 0);
+            let (mut worst_gap, mut worst_gap_slack) = (0.0f64, 0.0f64);
+            for i in 0..n_slo {
+                let slo = tmin * 1.05 * (tmax / (tmin * 1.05)).powf(i as f64 / (n_slo - 1) as f64);
+                let ch = courier::choose_with(&cands, &model, &conv, epochs, slo, margins);
+                let or = courier::oracle(&cands, &table, &conv, epochs, slo);
+                let Some(orb) = or.best else { continue };
+                cases += 1;
+                let Some(b) = ch.best else {
+                    none += 1;
+                    continue;
+                };
+                let m = measure(&b.candidate, &table, &conv, epochs).unwrap();
+                let violated = m.time_s > slo;
+                viol += violated as usize;
+                // Gap in points (accuracy ×100) or % of loss.
+                let gap = if conv.higher_is_better {
+                    let scale = if orb.metric <= 1.0 { 100.0 } else { 1.0 };
+                    (orb.metric - m.metric) * scale
+                } else {
+                    (m.metric - orb.metric) / orb.metric * 100.0
+                };
+                worst_gap = worst_gap.max(gap);
+                // SLOs at least 10% above the oracle's measured time: room for a margin.
+                if slo >= orb.time_s * 1.1 {
+                    worst_gap_slack = worst_gap_slack.max(gap);
+                }
+                if (pi == 0 && i % 6 == 0) || violated || (verbose && gap > 0.0) {
+                    println!(
+                        "  {policy} SLO {slo:>10.0}s: courier batch {:>5} r={:>2} pred {:>9.0}s meas {:>9.0}s metric {:.4} | oracle batch {:>5} r={:>2} {:>9.0}s (slack {:.1}%) metric {:.4} | runner-up batch {}{}",
+                        b.candidate.global_batch, b.candidate.replicas(), b.time_s, m.time_s, m.metric,
+                        orb.candidate.global_batch, orb.candidate.replicas(), orb.time_s,
+                        (slo / orb.time_s - 1.0) * 100.0, orb.metric,
+                        ch.runner_up.map(|r| r.candidate.global_batch.to_string()).unwrap_or("-".into()),
+                        if violated { "  VIOLATION" } else { "" }
+                    );
+                }
             }
+            totals[pi].0 += cases;
+            totals[pi].1 += viol;
+            totals[pi].2 += none;
+            println!(
+                "  courier {policy}: {cases} SLOs with a feasible oracle choice, {viol} violations, {none} with no choice (margin too strict), worst gap to oracle {worst_gap:.3} {unit} (SLOs >= 10% above the oracle's time: {worst_gap_slack:.3})",
+                unit = if conv.higher_is_better { "points" } else { "% of loss" }
+            );
         }
-        total_cases += cases;
-        total_viol += viol;
-        total_none += none;
-        println!(
-            "  courier: {cases} SLOs with a feasible oracle choice, {viol} violations, {none} with no choice (margin too strict), worst gap to oracle {worst_gap:.3} {}",
-            if conv.higher_is_better { "points" } else { "% of loss" }
-        );
         // Configuration search: reach the metric every measured batch reaches.
         let target = conv.curves.iter().map(|c| c.points.last().unwrap().1).fold(
             if conv.higher_is_better {
@@ -179,7 +213,7 @@ fn main() {
             },
         );
         let scands = candidates(&table, &measured, machines.len(), 64);
-        // Extrapolated predictions carry the same held-out p90 margin Courier uses.
+        // Extrapolated predictions carry the uniform held-out p90 |error| margin.
         let pred = search::predict_all(&scands, &model, &conv, target, &machines, margin);
         let meas = search::measure_all(&scands, &table, &conv, target, &machines);
         for o in [Objective::Time, Objective::Cost] {
@@ -193,51 +227,132 @@ fn main() {
                 machines[orc.candidate.machine].name,
                 (pm.value(o) / orc.value(o) - 1.0) * 100.0
             );
+            if verbose {
+                for (what, c) in [("choice", &p.candidate), ("oracle", &orc.candidate)] {
+                    let pr = pred
+                        .iter()
+                        .find(|x| x.candidate == *c)
+                        .map_or(f64::NAN, |x| x.value(o));
+                    let me = meas
+                        .iter()
+                        .find(|x| x.candidate == *c)
+                        .map_or(f64::NAN, |x| x.value(o));
+                    println!(
+                        "      {what}: nodes={} local {:.1} predicted {pr:.1} measured {me:.1} ({:+.1}%), support {:?}",
+                        c.config.nodes, c.config.local_bsz, (pr / me - 1.0) * 100.0, model.support(&c.config)
+                    );
+                }
+            }
         }
         println!(
             "  pareto (predicted): {} points",
             search::pareto(&pred).len()
         );
-        // Online: profile 8 designed configurations for 20 steps each.
-        for (kind, k) in [
-            (ModelKind::Pollux, 8),
-            (ModelKind::Pollux, 12),
-            (ModelKind::Ernest, 8),
+        // Online: profile a few configurations (time objective). Each profiling step
+        // is the table's step time times a seeded log-normal jitter whose spread is
+        // the app's noise floor (an upper bound on one row's noise; the traces hold
+        // no per-step times).
+        let jitter = noise_floor(&rows).map_or(0.03, |f| f.sigma_pct / 100.0);
+        let orc = search::best(&meas, Objective::Time).unwrap();
+        for (label, kind, initial, max_profiles, steps) in [
+            ("pollux 8x20", ModelKind::Pollux, 8, 8, StepRule::fixed(20)),
+            (
+                "pollux adapt",
+                ModelKind::Pollux,
+                6,
+                12,
+                StepRule::default(),
+            ),
+            ("ernest 8x20", ModelKind::Ernest, 8, 8, StepRule::fixed(20)),
+            (
+                "ernest adapt",
+                ModelKind::Ernest,
+                6,
+                12,
+                StepRule::default(),
+            ),
         ] {
+            let mut rng = SplitMix64(
+                seed.wrapping_mul(0x9E37_79B9)
+                    .wrapping_add(name.len() as u64),
+            );
+            let mut normal = move || {
+                let u =
+                    |r: &mut SplitMix64| ((r.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                let (u1, u2) = (u(&mut rng), u(&mut rng));
+                (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+            };
+            let opts = OnlineOptions {
+                kind,
+                objective: Objective::Time,
+                initial,
+                max_profiles,
+                steps,
+            };
             let r = search::online(
                 &scands,
-                |c| {
-                    let t = table.step_time(&c.config)?;
-                    Some((t, 0.0))
+                |c, _| {
+                    let (t, sync) = table.step_and_sync(&c.config)?;
+                    let f = (jitter * normal()).exp();
+                    Some((t * f, sync * f))
                 },
-                kind,
                 &conv,
                 target,
                 &machines,
-                Objective::Time,
-                k,
-                20.0,
+                &opts,
             );
-            match r {
+            match &r {
                 Ok(r) => {
                     let pm = meas
                         .iter()
                         .find(|m| m.candidate == r.choice.candidate)
                         .unwrap();
-                    let orc = search::best(&meas, Objective::Time).unwrap();
+                    let steps: usize = r.profiles.iter().map(|p| p.steps).sum();
+                    let (total, credited) = r.overhead_credited(pm.time_s);
+                    // Each profiled configuration after the first is a restart, and so
+                    // is committing to a choice other than the last one profiled
+                    // (the simulator charges 30 s per restart).
+                    let last = r.profiles.last().map(|p| p.candidate.config);
+                    let restarts = r.profiles.len().saturating_sub(1)
+                        + usize::from(last != Some(r.choice.candidate.config));
+                    let with_restarts = (r.profile_time_s + 30.0 * restarts as f64)
+                        / (r.profile_time_s + 30.0 * restarts as f64 + pm.time_s);
                     println!(
-                        "  online {:<7} k={k:>2}: profiled {:.0}s, job {:.0}s (oracle {:.0}s, +{:.1}%), overhead {:.2}% of job",
-                        kind.name(), r.profile_time_s, pm.time_s, orc.time_s,
+                        "  online {label:<12}: {} profiles ({} designed), {steps} steps, {:.0}s; job {:.0}s (oracle {:.0}s, +{:.1}%); overhead strict {:.2}%, credited {:.2}% (total {:.0}s, +{:.1}% vs oracle); strict + {restarts} restarts x 30s {:.1}%",
+                        r.profiles.len(), r.designed, r.profile_time_s, pm.time_s, orc.time_s,
                         (pm.time_s / orc.time_s - 1.0) * 100.0,
-                        r.profile_time_s / (r.profile_time_s + pm.time_s) * 100.0
+                        r.overhead_strict(pm.time_s) * 100.0, credited * 100.0, total,
+                        (total / orc.time_s - 1.0) * 100.0, with_restarts * 100.0
                     );
                 }
-                Err(e) => println!("  online {}: {e}", kind.name()),
+                Err(e) => println!("  online {label}: {e}"),
+            }
+            if let (true, Ok(r)) = (verbose, &r) {
+                for p in &r.profiles {
+                    let c = &p.candidate;
+                    println!(
+                        "      profiled batch {} r={} nodes={} local {:.1}: {} steps, {:.4}s/step (predicted now {:.4}s)",
+                        c.global_batch, c.replicas(), c.config.nodes, c.config.local_bsz, p.steps, p.step_s,
+                        r.model.step_time(&c.config)
+                    );
+                }
+                let c = &r.choice.candidate;
+                println!(
+                    "      choice batch {} r={} nodes={} predicted {:.0}s; oracle batch {} r={} nodes={}, model predicts it at {:.4}s/step, measured {:.4}",
+                    c.global_batch, c.replicas(), c.config.nodes, r.choice.time_s,
+                    orc.candidate.global_batch, orc.candidate.replicas(), orc.candidate.config.nodes,
+                    r.model.step_time(&orc.candidate.config), table.step_time(&orc.candidate.config).unwrap()
+                );
             }
         }
     }
-    println!(
-        "TOTAL courier: {total_cases} cases, {total_viol} violations ({:.1}%), {total_none} without a choice",
-        100.0 * total_viol as f64 / total_cases.max(1) as f64
-    );
+    for (policy, (cases, viol, none)) in ["uniform", "per-class", "per-class+noise"]
+        .iter()
+        .zip(totals)
+    {
+        println!(
+            "TOTAL courier {policy}: {cases} cases, {viol} violations ({:.1}%), {none} without a choice",
+            100.0 * viol as f64 / cases.max(1) as f64
+        );
+    }
 }

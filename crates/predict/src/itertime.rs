@@ -429,6 +429,29 @@ impl PacerTable {
         let tol = 0.02f64.ln_1p();
         v.first().is_some_and(|p| p.0 <= x + tol) && v.last().is_some_and(|p| p.0 >= x - tol)
     }
+
+    /// How the table supports a prediction at `c`.
+    pub fn support(&self, c: &StepConfig) -> Support {
+        let tol = 0.02f64.ln_1p();
+        let x = c.local_bsz.ln();
+        match self.residuals.get(&c.group) {
+            Some(v) if v.iter().any(|p| (p.0 - x).abs() <= tol) => Support::Measured,
+            _ if self.interpolates(c) => Support::Interpolated,
+            _ => Support::Extrapolated,
+        }
+    }
+}
+
+/// How the rows a model was fitted on support one prediction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Support {
+    /// A row of the same placement at the same local batch (within 2%).
+    Measured,
+    /// Rows of the same placement on both sides of the local batch.
+    Interpolated,
+    /// Anything else: one side only, or the placement was never measured.
+    Extrapolated,
 }
 
 impl StepModel {
@@ -447,6 +470,15 @@ impl StepModel {
         match self {
             StepModel::PacerTable(t) => t.interpolates(c),
             _ => false,
+        }
+    }
+
+    /// How the fitted rows support a prediction at `c` (only
+    /// [`StepModel::PacerTable`] keeps them; the others always extrapolate).
+    pub fn support(&self, c: &StepConfig) -> Support {
+        match self {
+            StepModel::PacerTable(t) => t.support(c),
+            _ => Support::Extrapolated,
         }
     }
 
@@ -1166,6 +1198,29 @@ mod tests {
         }
         assert!(med[2] < 3.0, "pacer median {med:?}");
         assert!(med[2] <= med[0] && med[2] <= med[1] + 0.5, "{med:?}");
+    }
+
+    #[test]
+    fn support_tells_measured_interpolated_and_extrapolated_apart() {
+        let rows = table(&truth());
+        let model = fit(ModelKind::PacerTable, &rows).unwrap();
+        let c = rows
+            .iter()
+            .find(|r| r.config.local_bsz == 32.0)
+            .unwrap()
+            .config;
+        let at = |b: f64| model.support(&StepConfig { local_bsz: b, ..c });
+        assert_eq!(at(32.0), Support::Measured);
+        assert_eq!(at(32.5), Support::Measured);
+        assert_eq!(at(48.0), Support::Interpolated);
+        assert_eq!(at(256.0), Support::Extrapolated);
+        let unseen = StepConfig {
+            group: u64::MAX,
+            ..c
+        };
+        assert_eq!(model.support(&unseen), Support::Extrapolated);
+        let plain = fit(ModelKind::Pacer, &rows).unwrap();
+        assert_eq!(plain.support(&c), Support::Extrapolated);
     }
 
     #[test]

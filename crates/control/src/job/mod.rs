@@ -45,22 +45,26 @@ impl Candidate {
     }
 }
 
-/// Measured step times by placement group, interpolated linearly along the local
-/// batch as the Pollux simulator does; `None` outside the measured range.
+/// `(local_bsz, step_s, sync_s)` of one measured row.
+type Measured = (f64, f64, f64);
+
+/// Measured step (and sync) times by placement group, interpolated linearly along
+/// the local batch as the Pollux simulator does; `None` outside the measured range.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MeasuredTable {
-    groups: BTreeMap<u64, (StepConfig, Vec<(f64, f64)>)>,
+    /// Per group: the placement and its `(local_bsz, step_s, sync_s)`, sorted by batch.
+    groups: BTreeMap<u64, (StepConfig, Vec<Measured>)>,
 }
 
 impl MeasuredTable {
     pub fn new(rows: &[StepRow]) -> Self {
-        let mut groups: BTreeMap<u64, (StepConfig, Vec<(f64, f64)>)> = BTreeMap::new();
+        let mut groups: BTreeMap<u64, (StepConfig, Vec<Measured>)> = BTreeMap::new();
         for r in rows {
             groups
                 .entry(r.config.group)
                 .or_insert_with(|| (r.config, Vec::new()))
                 .1
-                .push((r.config.local_bsz, r.step_time_s));
+                .push((r.config.local_bsz, r.step_time_s, r.sync_time_s));
         }
         for (_, v) in groups.values_mut() {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -68,19 +72,25 @@ impl MeasuredTable {
         MeasuredTable { groups }
     }
 
-    /// Measured step time of `config` (by its group) at its local batch.
-    pub fn step_time(&self, config: &StepConfig) -> Option<f64> {
+    /// Measured `(step, sync)` time of `config` (by its group) at its local batch.
+    pub fn step_and_sync(&self, config: &StepConfig) -> Option<(f64, f64)> {
         let (_, v) = self.groups.get(&config.group)?;
         let b = config.local_bsz;
         let j = v.iter().position(|p| p.0 >= b - 1e-9)?;
         if (v[j].0 - b).abs() < 1e-9 {
-            return Some(v[j].1);
+            return Some((v[j].1, v[j].2));
         }
         if j == 0 {
             return None;
         }
         let (a, c) = (v[j - 1], v[j]);
-        Some(a.1 + (c.1 - a.1) * (b - a.0) / (c.0 - a.0))
+        let w = (b - a.0) / (c.0 - a.0);
+        Some((a.1 + (c.1 - a.1) * w, a.2 + (c.2 - a.2) * w))
+    }
+
+    /// Measured step time of `config` (by its group) at its local batch.
+    pub fn step_time(&self, config: &StepConfig) -> Option<f64> {
+        self.step_and_sync(config).map(|(t, _)| t)
     }
 
     /// Every measured placement with its local-batch range.
