@@ -50,6 +50,16 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Offline commands print and exit like other Unix tools: a reader that stops early
+    // (`pacer simulate | head`) ends the process quietly instead of a panic in
+    // `println!`. The runtime commands keep Rust's default (SIGPIPE ignored), since
+    // for them a peer closing its socket is an error to handle, not a reason to die.
+    if !matches!(
+        cli.command,
+        Command::Controller(_) | Command::Worker(_) | Command::Train(_)
+    ) {
+        default_sigpipe();
+    }
     let result = match cli.command {
         Command::Simulate(a) => simulate::run(a),
         Command::Bench(a) => bench::run(a),
@@ -70,3 +80,15 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: called once at start-up, before any other thread exists; SIG_DFL is a
+    // valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn default_sigpipe() {}
