@@ -94,7 +94,7 @@ fn simulate(
     args: &ThemisArgs,
     tag: &str,
 ) -> Result<Run> {
-    let mut p: Box<dyn pacer_policy::Policy> = match pacer_policy::themis::parse_knob(policy) {
+    let p: Box<dyn pacer_policy::Policy> = match pacer_policy::themis::parse_knob(policy) {
         Some(f) => {
             let mut t = pacer_policy::themis::Themis::with_f(f);
             t.lease_s = args.lease_s.max(2.0 * round_s);
@@ -113,14 +113,29 @@ fn simulate(
             ..SimConfig::default()
         },
     };
-    let r = sim.run(p.as_mut(), |_| {})?;
+    let mut rec = Recorder {
+        inner: p,
+        round_s,
+        types: cluster.device_types.len(),
+        node_type: cluster
+            .nodes
+            .iter()
+            .map(|n| n.device_type.0 as usize)
+            .collect(),
+        per_job: vec![JobUse::default(); jobs.len()],
+    };
+    let r = sim.run(&mut rec, |_| {})?;
     if let Some(dir) = &args.per_job {
         std::fs::create_dir_all(dir).with_context(|| format!("--per-job {}", dir.display()))?;
         let path = dir.join(format!("{tag}-{policy}.csv"));
         let mut csv = String::from(
-            "name,application,replicas,arrival_s,start_s,completion_s,restarts,gpu_s,contention,independent_s,rho\n",
+            "name,application,replicas,arrival_s,start_s,completion_s,restarts,gpu_s,contention,independent_s,rho,waiting_s,running_s,type_efficiency",
         );
-        for j in &r.jobs {
+        for t in &cluster.device_types {
+            let _ = write!(csv, ",{t}_device_s");
+        }
+        csv.push('\n');
+        for (j, u) in r.jobs.iter().zip(&rec.per_job) {
             let req = jobs
                 .iter()
                 .find(|x| x.spec.name == j.name)
@@ -140,6 +155,18 @@ fn simulate(
                 j.independent_s,
                 j.ftf_rho().map_or(String::new(), |v| format!("{v:.3}")),
             );
+            csv.pop();
+            let _ = write!(
+                csv,
+                ",{:.0},{:.0},{:.3}",
+                u.waiting_s,
+                u.running_s,
+                u.work / u.best_work.max(1e-300)
+            );
+            for d in &u.device_s {
+                let _ = write!(csv, ",{d:.0}");
+            }
+            csv.push('\n');
         }
         std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -189,6 +216,69 @@ fn simulate(
         max_rho_long: long,
         idle_while_waiting,
     })
+}
+
+/// What each job was allocated, round by round (the `--per-job` CSV): a
+/// pass-through around the policy under test.
+struct Recorder {
+    inner: Box<dyn pacer_policy::Policy>,
+    round_s: f64,
+    types: usize,
+    node_type: Vec<usize>,
+    /// By job index (the simulator's `JobId`).
+    per_job: Vec<JobUse>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct JobUse {
+    /// Rounds active without devices × round length (s).
+    waiting_s: f64,
+    /// Rounds holding devices × round length (s).
+    running_s: f64,
+    /// Devices allocated × round length, per device type (s).
+    device_s: Vec<f64>,
+    /// Work the allocations were worth (speed × round length) …
+    work: f64,
+    /// … and what the same device counts were worth on the job's best type,
+    /// consolidated: their ratio is how well the policy chose types and placement.
+    best_work: f64,
+}
+
+impl pacer_policy::Policy for Recorder {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn adaptive_batch(&self) -> bool {
+        self.inner.adaptive_batch()
+    }
+    fn uses_quality(&self) -> bool {
+        self.inner.uses_quality()
+    }
+    fn allocate(&mut self, view: &pacer_policy::ClusterView) -> Vec<pacer_model::Allocation> {
+        let out = self.inner.allocate(view);
+        for (j, a) in view.jobs.iter().zip(&out) {
+            let Some(u) = self.per_job.get_mut(j.id.0 as usize) else {
+                continue;
+            };
+            u.device_s.resize(self.types, 0.0);
+            if a.is_empty() {
+                u.waiting_s += self.round_s;
+                continue;
+            }
+            u.running_s += self.round_s;
+            u.work += j.alloc_rate(view.cluster, a) * self.round_s;
+            u.best_work += (0..self.types)
+                .map(|t| j.rate(pacer_model::DeviceTypeId(t as u16), a.replicas(), true))
+                .fold(0.0, f64::max)
+                * self.round_s;
+            for &(node, count) in a.slots() {
+                if let Some(&t) = self.node_type.get(node.0 as usize) {
+                    u.device_s[t] += count as f64 * self.round_s;
+                }
+            }
+        }
+        out
+    }
 }
 
 struct Run {
