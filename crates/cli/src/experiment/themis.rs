@@ -408,34 +408,53 @@ pub fn run(args: ThemisArgs) -> Result<()> {
 const ANALYSIS: &str = "\
 ## Where Themis loses JCT, and why
 
-Target: avg JCT no worse than +10% of the best baseline. Per-job comparison on the Gavel \
-traces (`--per-job DIR`, then JCT per job under Themis minus under gavel-ftf):
+Target: avg JCT no worse than +10% of the best baseline. Per-job data: `--per-job DIR` writes \
+every job's timings, the time it waited and ran, the device-seconds it got per device type \
+and `type_efficiency` (speed of what it got over the speed of as many devices of its best \
+type); compare each job's JCT under Themis and under gavel-ftf.
 
-- Queueing is not the cause: every policy starts jobs within about a round of arrival \
-  (the work-conserving leftovers of Themis hand out every free device).
-- The loss is spread over many long multi-device jobs (the ten worst account for about a \
-  third of the extra job-hours), mostly LM, ResNet-18 and Transformer jobs. Themis pays \
-  somewhat more device-hours for the same work (`device-h/job` column, a few percent on \
-  b436b2), and holds fewer devices per job at a time: Gavel's LP places every job \
-  by *comparative* advantage (normalised throughput per type, solved jointly), while a \
-  Themis bidder values bundles by its own ρ, i.e. by absolute speed, and the greedy \
-  proportional-fair winner determination only partly corrects this. Themis also serves \
-  partial bundles (fewer devices than asked, for as long as a lease) where Gavel time-slices \
-  whole gangs; the JCT gap is larger than the device-hour gap, so most of it is jobs \
-  running on fewer devices at a time.
-- Pollux workloads (homogeneous T4s): Themis is within +10% of fair share for f = 0.5 \
-  and 0.8, at the edge for f = 0; these were not analysed per job in this pass. Fairness \
-  (max ρ) is worse than fair share there: the largest ρ are very short jobs (see \
-  'Job with the largest ρ'), not analysed further in this pass.
+- Device types (fixed). Themis used to lose on b436b2 by handing each job its *fastest* \
+  type, which is the V100 for almost every job: winner determination was greedy by value \
+  alone and a job's type is fixed by its first bundle. Jobs that gain little from a V100 \
+  (Recommendation: 0.7x of its K80 speed; some LM jobs: 3x) took V100s while jobs that are \
+  10-14x faster there (ResNet-18, CycleGAN) ran on K80s. Device-weighted type efficiency was \
+  0.68 against Gavel's 0.73 (5% more device-hours per job), and at scale devices idled: in \
+  `pacer bench round --jobs 1000 --gpus 4000 --types 3` Themis at f = 0 put 963 of 1,000 \
+  jobs on V100s and left 2,378 of 4,000 GPUs (every K80) idle. Winner determination now runs \
+  at per-type clearing prices (tâtonnement, keeping the best Σ log(1/ρ)), the leftovers go \
+  by the same priced auction, and a job starting this round moves to free devices of \
+  another type when they make it faster: type efficiency 0.70-0.74, device-h/job 197-206 \
+  (Gavel: 203), all 4,000 GPUs allocated in that bench at f = 0 and 0.5 (3,958 at f = 0.8). \
+  b436b2 went from +17.0/+21.0/+26.2% to the numbers above; on the first 200 and 400 jobs \
+  of b436b2 from +14.0/+15.3/+25.6% and +21.4/+27.6/+42.2% to +7.9/+12.1/+12.0% and \
+  +13.7/+13.8/+22.6% (f = 0/0.5/0.8); 6c71a0 stays within -3.5 ... -0.4%. Cost: max ρ (long) at f = 0.5 \
+  on b436b2 rose from 1.82 to 2.46 (1.35/1.34 -> 1.44/1.39 at f = 0/0.8).
+- What is left on b436b2 is not efficiency (Themis spends fewer device-hours per job than \
+  Gavel now) but *whose* JCT the devices shorten. Themis only asks ρ ≤ 1: a job that is \
+  ahead (ρ < 1) does not bid at f > 0 and has small bids at f = 0, because its ρ hardly moves \
+  when it waits. Jobs with T_independent of 10-100 h end at mean ρ 0.79 under Themis \
+  against 0.68 under gavel-ftf and account for most of the extra job-hours (f = 0.8: +1,108 h \
+  of +1,650 h; the six worst jobs waited 45-103 h under Themis against 0-39 h under Gavel, \
+  on as many device-hours; traced round by round, such a job waits at ρ ≈ 0.6 outside the \
+  bidding set while the jobs with worse ρ are served); short jobs (T_independent < 10 h) gain a little (-10 h in total). Gavel's LP \
+  shares devices among all jobs every round instead. Themis also runs jobs at 66-80% of \
+  their requested gang (partial bundles); offering only whole gangs (tried on the \
+  previous auction) made JCT worse (63 -> 73 h at f = 0), so partial bundles are not the \
+  cause. Longer leases (1,440 s, 3,600 s; tried during this change) did not help \
+  consistently.
+- Pollux workloads (one device type, so prices cannot change types): f = 0 unchanged, \
+  f = 0.5 and 0.8 moved from +7.4/+5.2% to +7.8/+8.8% because leftovers now go by the \
+  proportional-fair auction instead of worst ρ first (max ρ 7.09 -> 5.98 at f = 0.8 but \
+  6.23 -> 6.43 at f = 0.5; max ρ (long) 2.39/2.26 -> 2.62/2.52). Fairness (max ρ) is worse than fair share on these workloads: \
+  the largest ρ are very short jobs (see 'Job with the largest ρ').
 - Gavel's realisation is not handicapped here: its placements change at most once per \
   360 s Gavel round, and on the Pollux workloads (60 s simulator rounds) it no longer \
   re-picks jobs every simulator round.
 
-Fixed along the way: a Themis winner renewing its lease kept a gang spread over more \
-nodes than needed although a consolidated bundle was free (one LM job on b436b2 ran \
-2000 h on 8 spread V100s, dragging utilisation of themis-f0.5 to 0.28); bundles are now \
-valued by whether they can be consolidated now, held devices at their real placement, and \
-spread gangs are re-placed when the lease is renewed.
+Fixed earlier: a Themis winner renewing its lease kept a gang spread over more nodes than \
+needed although a consolidated bundle was free; bundles are valued by whether they can be \
+consolidated now, held devices at their real placement, and spread gangs are re-placed \
+when the lease is renewed.
 ";
 
 fn write(args: &ThemisArgs, policies: &[String], rows: &[Row], notes: &[String]) -> Result<()> {
