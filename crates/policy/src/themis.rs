@@ -17,16 +17,30 @@
 //!   has room). Winner determination maximises `Σ_j log(1/ρ_j(G_j))` (the
 //!   proportional-fair product), here greedily by value per device, with stale
 //!   entries of a max-heap re-evaluated lazily.
+//! - Device types. A job holds one type and its bundles only grow within it, so
+//!   the type of its first bundle decides. Greedy by value alone hands every job
+//!   its *fastest* type, which is the same (V100) for nearly every job: the
+//!   jobs that gain least from a V100 take V100s while K80s go to the jobs they
+//!   slow down most, or idle. Winner determination therefore runs at per-type
+//!   prices (log(1/ρ) per device): a job's first bundle is of the type where its
+//!   value net of the price is largest, moves must gain more than their price,
+//!   and what is left goes at price 0. Prices are found by tâtonnement: start at
+//!   0, set each type's price to its clearing price (the largest gain per device
+//!   that did not fit), re-run, damp, keep the assignment with the largest
+//!   Σ log(1/ρ). Devices then go by comparative advantage, as in Gavel's LP.
 //! - Partial allocation. Winner j keeps the fraction
 //!   `c_j = Π_{i≠j} 1/ρ_i(G^pf) / Π_{i≠j} 1/ρ_i(G^pf_{−j})` of its bundle
 //!   (G^pf_{−j}: the auction re-run without j), the price of the harm it does to
 //!   the others; when no bidder was constrained by capacity every `c_j` is 1 and
 //!   the re-runs are skipped.
 //! - Leftovers (withheld devices, devices no bidder wanted) go to the jobs outside
-//!   the auction, worst ρ first, then to anyone who can still use them, then
-//!   back to the partially served winners up to their bundle, and finally to any
-//!   job served this round up to what speeds it up: the scheduler stays
-//!   work-conserving.
+//!   the auction by the same priced winner determination (no partial
+//!   allocation), then to anyone who can still use them (worst ρ first, at the
+//!   leftover prices), then
+//!   back to the partially served winners up to their bundle, then to jobs
+//!   starting this round that are faster on the free devices of another type
+//!   than on what they got, and finally to any job served this round up to what
+//!   speeds it up: the scheduler stays work-conserving.
 //! - Knob f: f → 1 lets only the very worst jobs bid (fairness); f = 0 lets every
 //!   job bid (efficiency, closer to a plain proportional-fair allocation).
 
@@ -140,14 +154,16 @@ impl Ord for Entry {
 }
 
 /// Best feasible move of a bidder holding `from`: a first bundle, or a larger one
-/// of the same type, by value gained per extra device.
-fn best_move(b: &Bidder, from: Option<usize>, free: &[u64]) -> Option<(f64, usize)> {
+/// of the same type, by value gained per extra device net of the type's price
+/// `mu` (log(1/ρ) per device). With prices the move must gain more than the
+/// devices cost; with all prices 0, anything that gains at all.
+fn best_move(b: &Bidder, from: Option<usize>, free: &[u64], mu: &[f64]) -> Option<(f64, usize)> {
     // A job with nothing cannot finish: in Themis its ρ(∅) is unbounded, so any
     // first bundle beats any upgrade of another job; among first bundles the
     // worse ρ goes first. Our ρ(∅) is finite (one more lease, then a 1/N share),
     // so the first move of a job that holds nothing and is already behind
     // (ρ(∅) > 1) carries that priority explicitly; the others compete on value
-    // alone, which keeps the comparative advantage of device types.
+    // alone.
     let (t0, g0, v0) = match from {
         Some(k) => {
             let x = b.bundles[k];
@@ -155,13 +171,31 @@ fn best_move(b: &Bidder, from: Option<usize>, free: &[u64]) -> Option<(f64, usiz
         }
         None => (None, 0, -b.first_bonus),
     };
+    // A first bundle fixes the job's device type (later moves only grow it), so
+    // the type is the one of the bundle the job prefers at these prices — the
+    // comparative advantage of device types: where a device costs `mu[t]`, a job
+    // only 1.2x faster on V100 than on K80 is better off on K80 than one 10x
+    // faster. The priority above does not enter this choice.
+    let t_first = match from {
+        Some(_) => None,
+        None => b
+            .bundles
+            .iter()
+            .filter(|x| x.g as u64 <= free[x.t])
+            .map(|x| (x.value - mu[x.t] * x.g as f64, x.t))
+            .max_by(|a, c| a.0.total_cmp(&c.0).then(c.1.cmp(&a.1)))
+            .map(|(_, t)| t),
+    };
     let mut best: Option<(f64, usize)> = None;
     for (k, x) in b.bundles.iter().enumerate() {
-        if x.g <= g0 || t0.is_some_and(|t| t != x.t) || (x.g - g0) as u64 > free[x.t] {
+        let t = t0.or(t_first);
+        if x.g <= g0 || t.is_some_and(|t| t != x.t) || (x.g - g0) as u64 > free[x.t] {
             continue;
         }
-        let v = (x.value - v0) / (x.g - g0) as f64;
-        if v > 0.0 && best.is_none_or(|(bv, _)| v > bv) {
+        let dg = (x.g - g0) as f64;
+        let gain = (x.value - v0) / dg;
+        let v = gain - mu[x.t];
+        if gain > 0.0 && v > 0.0 && best.is_none_or(|(bv, _)| v > bv) {
             best = Some((v, k));
         }
     }
@@ -208,44 +242,61 @@ fn best_bundle(b: &Bidder, free: &[u64]) -> Option<usize> {
         .map(|(k, _)| k)
 }
 
-/// Greedy proportional-fair winner determination: repeatedly the move (a first
-/// bundle, or an upgrade to a larger bundle of the same type) with the largest
-/// gain in log(1/ρ) per extra device. Returns each bidder's bundle (index) and
-/// whether capacity kept any bidder from its best bundle.
-fn winners(bidders: &[Bidder], free0: &[u64], skip: Option<usize>) -> (Vec<Option<usize>>, bool) {
+/// Result of one winner determination.
+struct Outcome {
+    /// Each bidder's bundle (index), if it won one.
+    assign: Vec<Option<usize>>,
+    /// Whether capacity kept any bidder from its best bundle.
+    constrained: bool,
+    /// Per type: the largest gain per device of a move that did not fit (the
+    /// unmet demand at these prices), 0 where none — the price that would clear it.
+    clearing: Vec<f64>,
+}
+
+/// Greedy proportional-fair winner determination at per-type prices `mu`:
+/// repeatedly the move (a first bundle, or an upgrade to a larger bundle of the
+/// same type) with the largest net gain in log(1/ρ) per extra device; then, at
+/// price 0, whatever still gains (no device a bidder wants stays idle).
+fn winners(bidders: &[Bidder], free0: &[u64], skip: Option<usize>, mu: &[f64]) -> Outcome {
     let mut free = free0.to_vec();
     let mut out: Vec<Option<usize>> = vec![None; bidders.len()];
-    let mut heap = BinaryHeap::new();
-    for (i, b) in bidders.iter().enumerate() {
-        if Some(i) == skip {
-            continue;
+    let zero = vec![0.0; free0.len()];
+    for prices in [mu, &zero[..]] {
+        let mut heap = BinaryHeap::new();
+        for (i, b) in bidders.iter().enumerate() {
+            if Some(i) == skip {
+                continue;
+            }
+            if let Some((v, k)) = best_move(b, out[i], &free, prices) {
+                heap.push(Entry {
+                    per_device: v,
+                    bidder: i,
+                    from: out[i],
+                    to: k,
+                });
+            }
         }
-        if let Some((v, k)) = best_move(b, None, &free) {
-            heap.push(Entry {
-                per_device: v,
-                bidder: i,
-                from: None,
-                to: k,
-            });
+        while let Some(e) = heap.pop() {
+            let b = &bidders[e.bidder];
+            let cur = out[e.bidder];
+            let x = b.bundles[e.to];
+            let g0 = cur.map_or(0, |k| b.bundles[k].g);
+            if e.from == cur && (x.g - g0) as u64 <= free[x.t] {
+                free[x.t] -= (x.g - g0) as u64;
+                out[e.bidder] = Some(e.to);
+            }
+            // Next move of this bidder (also re-plans a stale entry).
+            if let Some((v, k)) = best_move(b, out[e.bidder], &free, prices) {
+                heap.push(Entry {
+                    per_device: v,
+                    bidder: e.bidder,
+                    from: out[e.bidder],
+                    to: k,
+                });
+            }
         }
-    }
-    while let Some(e) = heap.pop() {
-        let b = &bidders[e.bidder];
-        let cur = out[e.bidder];
-        let x = b.bundles[e.to];
-        let g0 = cur.map_or(0, |k| b.bundles[k].g);
-        if e.from == cur && (x.g - g0) as u64 <= free[x.t] {
-            free[x.t] -= (x.g - g0) as u64;
-            out[e.bidder] = Some(e.to);
-        }
-        // Next move of this bidder (also re-plans a stale entry).
-        if let Some((v, k)) = best_move(b, out[e.bidder], &free) {
-            heap.push(Entry {
-                per_device: v,
-                bidder: e.bidder,
-                from: out[e.bidder],
-                to: k,
-            });
+        if prices.iter().all(|&m| m == 0.0) {
+            break;
         }
     }
     let unlimited = vec![u64::MAX; free0.len()];
@@ -254,7 +305,91 @@ fn winners(bidders: &[Bidder], free0: &[u64], skip: Option<usize>) -> (Vec<Optio
             && best_bundle(b, &unlimited)
                 .is_some_and(|k| out[i].is_none_or(|o| b.bundles[o].value < b.bundles[k].value))
     });
-    (out, constrained)
+    // Clearing prices: the most a bidder would still gain per device of a type
+    // from a move that does not fit — a first bundle, a larger one, or a switch
+    // from the type it got (unmet demand; the first-bundle priority left out).
+    // 0 where every gaining move fit.
+    let types = free0.len();
+    let mut clearing = vec![0.0f64; types];
+    for (i, b) in bidders.iter().enumerate() {
+        if Some(i) == skip {
+            continue;
+        }
+        let (t0, g0, v0) = out[i].map_or((None, 0, 0.0), |k| {
+            let x = b.bundles[k];
+            (Some(x.t), x.g, x.value)
+        });
+        for x in &b.bundles {
+            let gain = match t0 {
+                // A bundle of another type than the one held: a switch.
+                Some(t) if t != x.t => {
+                    if x.g as u64 <= free[x.t] {
+                        continue;
+                    }
+                    // The price at which it would be indifferent: the switch
+                    // also frees the devices it holds, at their price.
+                    (x.value - v0 + mu[t] * g0 as f64) / x.g as f64
+                }
+                _ => {
+                    if x.g <= g0 || (x.g - g0) as u64 <= free[x.t] {
+                        continue;
+                    }
+                    (x.value - v0) / (x.g - g0) as f64
+                }
+            };
+            clearing[x.t] = clearing[x.t].max(gain);
+        }
+    }
+    Outcome {
+        assign: out,
+        constrained,
+        clearing,
+    }
+}
+
+/// Rounds of price adjustment in [`solve`].
+const PRICE_ROUNDS: usize = 6;
+
+/// Proportional-fair winner determination with per-type prices found by
+/// tâtonnement: start at 0 (plain greedy), set each type's price to its clearing
+/// price, re-run, damp; keep the assignment with the largest Σ log(1/ρ) (the
+/// first-bundle priority counted). Returns it and the prices that produced it.
+fn solve(bidders: &[Bidder], free0: &[u64]) -> (Outcome, Vec<f64>) {
+    let objective = |o: &Outcome| -> f64 {
+        bidders
+            .iter()
+            .zip(&o.assign)
+            .map(|(b, a)| a.map_or(0.0, |k| b.bundles[k].value + b.first_bonus))
+            .sum()
+    };
+    let mut mu = vec![0.0; free0.len()];
+    let mut best = winners(bidders, free0, None, &mu);
+    let mut best_obj = objective(&best);
+    let mut best_mu = mu.clone();
+    let mut last = best.assign.clone();
+    let mut clearing = best.clearing.clone();
+    for round in 0..PRICE_ROUNDS {
+        if clearing.iter().all(|&c| c == 0.0) && round == 0 {
+            break;
+        }
+        for (m, c) in mu.iter_mut().zip(&clearing) {
+            *m = if round == 0 { *c } else { 0.5 * (*m + c) };
+        }
+        let o = winners(bidders, free0, None, &mu);
+        let obj = objective(&o);
+        let same = o.assign == last;
+        last = o.assign.clone();
+        clearing = o.clearing.clone();
+        if obj > best_obj {
+            best_obj = obj;
+            best = o;
+            best_mu = mu.clone();
+        }
+        if same {
+            break;
+        }
+    }
+    (best, best_mu)
 }
 
 /// Σ over bidders (except `skip`) of log(1/ρ) under an assignment.
@@ -378,7 +513,8 @@ impl Policy for Themis {
             is_bidder[i] = true;
         }
         let bidders: Vec<Bidder> = bidding.iter().map(|&i| make_bidder(i, &pools)).collect();
-        let (assign, constrained) = winners(&bidders, &free, None);
+        let (outcome, mu) = solve(&bidders, &free);
+        let (assign, constrained) = (outcome.assign, outcome.constrained);
         // 4. Partial allocation.
         let mut grant: Vec<Option<(usize, u32)>> = vec![None; bidders.len()];
         let mut won = 0;
@@ -387,7 +523,7 @@ impl Policy for Themis {
             won += 1;
             let x = bidders[b].bundles[k];
             let c = if constrained {
-                let (without, _) = winners(&bidders, &free, Some(b));
+                let without = winners(&bidders, &free, Some(b), &mu).assign;
                 (pf_value(&bidders, &assign, b) - pf_value(&bidders, &without, b))
                     .exp()
                     .clamp(0.0, 1.0)
@@ -428,41 +564,73 @@ impl Policy for Themis {
                 g -= 1;
             }
         }
-        // 5. Leftovers: jobs outside the auction (worst ρ first), then anyone.
-        for pass in 0..2 {
-            for &i in &by_rho {
-                if holder[i] || fresh[i] {
-                    continue;
+        // 5. Leftovers. First the jobs outside the auction, by the same
+        // proportional-fair winner determination over what is left (so leftover
+        // devices too go by comparative advantage and consolidation), without
+        // partial allocation; then anyone still without devices, worst ρ first,
+        // takes the bundle that fits best at the leftover auction's prices, even
+        // one it would not have bid for: devices do not idle while a job waits.
+        let left_free: Vec<u64> = (0..types)
+            .map(|t| pools.free(DeviceTypeId(t as u16)))
+            .collect();
+        let outside: Vec<usize> = by_rho
+            .iter()
+            .copied()
+            .filter(|&i| !holder[i] && !fresh[i] && !is_bidder[i])
+            .collect();
+        let mut left_mu = vec![0.0; types];
+        if !outside.is_empty() && left_free.iter().any(|&f| f > 0) {
+            let left_bidders: Vec<Bidder> =
+                outside.iter().map(|&i| make_bidder(i, &pools)).collect();
+            let (o, m) = solve(&left_bidders, &left_free);
+            left_mu = m;
+            let mut order: Vec<usize> = (0..left_bidders.len())
+                .filter(|&b| o.assign[b].is_some())
+                .collect();
+            // Large gangs first, while nodes still have room to consolidate them.
+            order.sort_by_key(|&b| {
+                std::cmp::Reverse(o.assign[b].map_or(0, |k| left_bidders[b].bundles[k].g))
+            });
+            for b in order {
+                let x = left_bidders[b].bundles[o.assign[b].expect("assigned")];
+                let i = left_bidders[b].job;
+                let ty = DeviceTypeId(x.t as u16);
+                let a =
+                    retake(&mut pools, &jobs[i].current, ty, x.g).or_else(|| pools.take(ty, x.g));
+                if let Some(a) = a {
+                    out[i] = a;
+                    fresh[i] = true;
                 }
-                if pass == 0 && is_bidder[i] {
-                    continue;
-                }
-                let free: Vec<u64> = (0..types)
-                    .map(|t| pools.free(DeviceTypeId(t as u16)))
-                    .collect();
-                if free.iter().all(|&f| f == 0) {
-                    break;
-                }
-                let b = make_bidder(i, &pools);
-                // Any bundle beats idle devices: the best one that fits, even if
-                // the job would rather have waited for a better one.
-                let best_any = b
-                    .bundles
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, x)| x.g as u64 <= free[x.t])
-                    .max_by(|a, b| a.1.value.total_cmp(&b.1.value).then(b.0.cmp(&a.0)))
-                    .map(|(k, _)| k);
-                if let Some(k) = best_any {
-                    let x = b.bundles[k];
-                    // Same devices as before if they are free again: no restart.
-                    let ty = DeviceTypeId(x.t as u16);
-                    let a = retake(&mut pools, &jobs[i].current, ty, x.g)
-                        .or_else(|| pools.take(ty, x.g));
-                    if let Some(a) = a {
-                        out[i] = a;
-                        fresh[i] = true;
-                    }
+            }
+        }
+        for &i in &by_rho {
+            if holder[i] || fresh[i] {
+                continue;
+            }
+            let free: Vec<u64> = (0..types)
+                .map(|t| pools.free(DeviceTypeId(t as u16)))
+                .collect();
+            if free.iter().all(|&f| f == 0) {
+                break;
+            }
+            let b = make_bidder(i, &pools);
+            let best_any = b
+                .bundles
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| x.g as u64 <= free[x.t])
+                .map(|(k, x)| (k, x.value - left_mu[x.t] * x.g as f64))
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|(k, _)| k);
+            if let Some(k) = best_any {
+                let x = b.bundles[k];
+                // Same devices as before if they are free again: no restart.
+                let ty = DeviceTypeId(x.t as u16);
+                let a =
+                    retake(&mut pools, &jobs[i].current, ty, x.g).or_else(|| pools.take(ty, x.g));
+                if let Some(a) = a {
+                    out[i] = a;
+                    fresh[i] = true;
                 }
             }
         }
@@ -490,7 +658,40 @@ impl Policy for Themis {
                 }
             }
         }
-        // 7. Still-free devices grow this round's grants (worst ρ first) up to what
+        // 7. Still-free devices of a type nobody holds: a job starting on new
+        // devices this round (so the move costs no extra restart) switches to
+        // them, worst ρ first, when they make it faster than what it got.
+        for &i in &by_rho {
+            if !fresh[i] || out[i] == jobs[i].current || pools.type_of(&out[i]).is_none() {
+                continue;
+            }
+            let free: Vec<u64> = (0..types)
+                .map(|t| pools.free(DeviceTypeId(t as u16)))
+                .collect();
+            if free.iter().all(|&f| f == 0) {
+                break;
+            }
+            let ty = pools.type_of(&out[i]);
+            let rate_now = jobs[i].alloc_rate(cluster, &out[i]);
+            let b = make_bidder(i, &pools);
+            let better = b
+                .bundles
+                .iter()
+                .filter(|x| Some(DeviceTypeId(x.t as u16)) != ty && x.g as u64 <= free[x.t])
+                .filter(|x| {
+                    let consolidated = pools.can_consolidate(DeviceTypeId(x.t as u16), x.g);
+                    jobs[i].rate(DeviceTypeId(x.t as u16), x.g, consolidated) > rate_now
+                })
+                .max_by(|a, c| a.value.total_cmp(&c.value).then(c.g.cmp(&a.g)));
+            if let Some(x) = better {
+                let t = DeviceTypeId(x.t as u16);
+                if let Some(a) = pools.take(t, x.g) {
+                    pools.give_back(&out[i]);
+                    out[i] = a;
+                }
+            }
+        }
+        // 8. Still-free devices grow this round's grants (worst ρ first) up to what
         // speeds each job up: no device idles while a job could use it.
         for &i in &by_rho {
             if !fresh[i] {
@@ -539,7 +740,8 @@ mod tests {
     #[test]
     fn leases_hold_and_capacity_is_respected() {
         let c = ClusterSpec::parse("2x4:v100", "t").unwrap();
-        let mut jobs: Vec<JobView> = (0..6).map(|i| job(i, 0.0, 4, 1000.0)).collect();
+        // More jobs than devices: some must wait for the next lease round.
+        let mut jobs: Vec<JobView> = (0..10).map(|i| job(i, 0.0, 4, 1000.0)).collect();
         let mut p = Themis::with_f(0.5);
         let view = ClusterView {
             now_s: 0.0,
@@ -551,7 +753,7 @@ mod tests {
         assert_eq!(out.iter().map(|a| a.replicas()).sum::<u32>(), 8);
         for (j, a) in jobs.iter_mut().zip(&out) {
             j.current = a.clone();
-            // 660 s at half its requested speed (2 of 4 devices).
+            // 660 s at the speed of the devices it got.
             j.work_done = 660.0 * a.replicas() as f64 / 4.0;
             j.work_left -= j.work_done;
         }
@@ -571,7 +773,7 @@ mod tests {
         let next = p.allocate(&view);
         crate::check_capacity(&c, &next).unwrap();
         assert!(out.iter().any(|a| a.is_empty()));
-        for i in 0..6 {
+        for i in 0..jobs.len() {
             if out[i].is_empty() {
                 assert!(
                     !next[i].is_empty(),
@@ -604,6 +806,38 @@ mod tests {
         assert!(out[0].slots()[0].0 .0 < 2, "on a v100 node: {out:?}");
         assert_eq!(parse_knob("themis-f0.5"), Some(0.5));
         assert_eq!(parse_knob("themis-fx"), None);
+    }
+
+    #[test]
+    fn device_types_go_by_comparative_advantage() {
+        // One V100 and one K80. Job 0 is far behind (it wins first) and barely
+        // faster on the V100; job 1 is 10x faster there. Greedy by value alone
+        // gives job 0 the V100 and job 1 the K80; at clearing prices job 1 gets
+        // the V100, which is also the larger Σ log(1/ρ).
+        let c = ClusterSpec::parse("1x1:v100,1x1:k80", "t").unwrap();
+        let speeds = |v100: f64, k80: f64| {
+            Some(Arc::new(SpeedTable {
+                per_type: vec![
+                    SpeedCurve::single(1, v100, 1.0),
+                    SpeedCurve::single(1, k80, 1.0),
+                ],
+            }))
+        };
+        let mut a = job(0, 0.0, 1, 100.0);
+        a.speed = speeds(1.2, 1.0);
+        let mut b = job(1, 1000.0, 1, 10_000.0);
+        b.speed = speeds(10.0, 1.0);
+        let jobs = vec![a, b];
+        let view = ClusterView {
+            now_s: 1000.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let out = Themis::with_f(0.0).allocate(&view);
+        crate::check_capacity(&c, &out).unwrap();
+        let on = |a: &Allocation| a.slots().first().map(|s| s.0 .0);
+        assert_eq!(on(&out[1]), Some(0), "job 1 on the V100 node: {out:?}");
+        assert_eq!(on(&out[0]), Some(1), "job 0 on the K80 node: {out:?}");
     }
 
     #[test]

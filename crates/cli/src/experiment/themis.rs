@@ -94,7 +94,7 @@ fn simulate(
     args: &ThemisArgs,
     tag: &str,
 ) -> Result<Run> {
-    let mut p: Box<dyn pacer_policy::Policy> = match pacer_policy::themis::parse_knob(policy) {
+    let p: Box<dyn pacer_policy::Policy> = match pacer_policy::themis::parse_knob(policy) {
         Some(f) => {
             let mut t = pacer_policy::themis::Themis::with_f(f);
             t.lease_s = args.lease_s.max(2.0 * round_s);
@@ -113,14 +113,29 @@ fn simulate(
             ..SimConfig::default()
         },
     };
-    let r = sim.run(p.as_mut(), |_| {})?;
+    let mut rec = Recorder {
+        inner: p,
+        round_s,
+        types: cluster.device_types.len(),
+        node_type: cluster
+            .nodes
+            .iter()
+            .map(|n| n.device_type.0 as usize)
+            .collect(),
+        per_job: vec![JobUse::default(); jobs.len()],
+    };
+    let r = sim.run(&mut rec, |_| {})?;
     if let Some(dir) = &args.per_job {
         std::fs::create_dir_all(dir).with_context(|| format!("--per-job {}", dir.display()))?;
         let path = dir.join(format!("{tag}-{policy}.csv"));
         let mut csv = String::from(
-            "name,application,replicas,arrival_s,start_s,completion_s,restarts,gpu_s,contention,independent_s,rho\n",
+            "name,application,replicas,arrival_s,start_s,completion_s,restarts,gpu_s,contention,independent_s,rho,waiting_s,running_s,type_efficiency",
         );
-        for j in &r.jobs {
+        for t in &cluster.device_types {
+            let _ = write!(csv, ",{t}_device_s");
+        }
+        csv.push('\n');
+        for (j, u) in r.jobs.iter().zip(&rec.per_job) {
             let req = jobs
                 .iter()
                 .find(|x| x.spec.name == j.name)
@@ -140,6 +155,18 @@ fn simulate(
                 j.independent_s,
                 j.ftf_rho().map_or(String::new(), |v| format!("{v:.3}")),
             );
+            csv.pop();
+            let _ = write!(
+                csv,
+                ",{:.0},{:.0},{:.3}",
+                u.waiting_s,
+                u.running_s,
+                u.work / u.best_work.max(1e-300)
+            );
+            for d in &u.device_s {
+                let _ = write!(csv, ",{d:.0}");
+            }
+            csv.push('\n');
         }
         std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -189,6 +216,69 @@ fn simulate(
         max_rho_long: long,
         idle_while_waiting,
     })
+}
+
+/// What each job was allocated, round by round (the `--per-job` CSV): a
+/// pass-through around the policy under test.
+struct Recorder {
+    inner: Box<dyn pacer_policy::Policy>,
+    round_s: f64,
+    types: usize,
+    node_type: Vec<usize>,
+    /// By job index (the simulator's `JobId`).
+    per_job: Vec<JobUse>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct JobUse {
+    /// Rounds active without devices × round length (s).
+    waiting_s: f64,
+    /// Rounds holding devices × round length (s).
+    running_s: f64,
+    /// Devices allocated × round length, per device type (s).
+    device_s: Vec<f64>,
+    /// Work the allocations were worth (speed × round length) …
+    work: f64,
+    /// … and what the same device counts were worth on the job's best type,
+    /// consolidated: their ratio is how well the policy chose types and placement.
+    best_work: f64,
+}
+
+impl pacer_policy::Policy for Recorder {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn adaptive_batch(&self) -> bool {
+        self.inner.adaptive_batch()
+    }
+    fn uses_quality(&self) -> bool {
+        self.inner.uses_quality()
+    }
+    fn allocate(&mut self, view: &pacer_policy::ClusterView) -> Vec<pacer_model::Allocation> {
+        let out = self.inner.allocate(view);
+        for (j, a) in view.jobs.iter().zip(&out) {
+            let Some(u) = self.per_job.get_mut(j.id.0 as usize) else {
+                continue;
+            };
+            u.device_s.resize(self.types, 0.0);
+            if a.is_empty() {
+                u.waiting_s += self.round_s;
+                continue;
+            }
+            u.running_s += self.round_s;
+            u.work += j.alloc_rate(view.cluster, a) * self.round_s;
+            u.best_work += (0..self.types)
+                .map(|t| j.rate(pacer_model::DeviceTypeId(t as u16), a.replicas(), true))
+                .fold(0.0, f64::max)
+                * self.round_s;
+            for &(node, count) in a.slots() {
+                if let Some(&t) = self.node_type.get(node.0 as usize) {
+                    u.device_s[t] += count as f64 * self.round_s;
+                }
+            }
+        }
+        out
+    }
 }
 
 struct Run {
@@ -318,34 +408,53 @@ pub fn run(args: ThemisArgs) -> Result<()> {
 const ANALYSIS: &str = "\
 ## Where Themis loses JCT, and why
 
-Target: avg JCT no worse than +10% of the best baseline. Per-job comparison on the Gavel \
-traces (`--per-job DIR`, then JCT per job under Themis minus under gavel-ftf):
+Target: avg JCT no worse than +10% of the best baseline. Per-job data: `--per-job DIR` writes \
+every job's timings, the time it waited and ran, the device-seconds it got per device type \
+and `type_efficiency` (speed of what it got over the speed of as many devices of its best \
+type); compare each job's JCT under Themis and under gavel-ftf.
 
-- Queueing is not the cause: every policy starts jobs within about a round of arrival \
-  (the work-conserving leftovers of Themis hand out every free device).
-- The loss is spread over many long multi-device jobs (the ten worst account for about a \
-  third of the extra job-hours), mostly LM, ResNet-18 and Transformer jobs. Themis pays \
-  somewhat more device-hours for the same work (`device-h/job` column, a few percent on \
-  b436b2), and holds fewer devices per job at a time: Gavel's LP places every job \
-  by *comparative* advantage (normalised throughput per type, solved jointly), while a \
-  Themis bidder values bundles by its own ρ, i.e. by absolute speed, and the greedy \
-  proportional-fair winner determination only partly corrects this. Themis also serves \
-  partial bundles (fewer devices than asked, for as long as a lease) where Gavel time-slices \
-  whole gangs; the JCT gap is larger than the device-hour gap, so most of it is jobs \
-  running on fewer devices at a time.
-- Pollux workloads (homogeneous T4s): Themis is within +10% of fair share for f = 0.5 \
-  and 0.8, at the edge for f = 0; these were not analysed per job in this pass. Fairness \
-  (max ρ) is worse than fair share there: the largest ρ are very short jobs (see \
-  'Job with the largest ρ'), not analysed further in this pass.
+- Device types (fixed). Themis used to lose on b436b2 by handing each job its *fastest* \
+  type, which is the V100 for almost every job: winner determination was greedy by value \
+  alone and a job's type is fixed by its first bundle. Jobs that gain little from a V100 \
+  (Recommendation: 0.7x of its K80 speed; some LM jobs: 3x) took V100s while jobs that are \
+  10-14x faster there (ResNet-18, CycleGAN) ran on K80s. Device-weighted type efficiency was \
+  0.68 against Gavel's 0.73 (5% more device-hours per job), and at scale devices idled: in \
+  `pacer bench round --jobs 1000 --gpus 4000 --types 3` Themis at f = 0 put 963 of 1,000 \
+  jobs on V100s and left 2,378 of 4,000 GPUs (every K80) idle. Winner determination now runs \
+  at per-type clearing prices (tâtonnement, keeping the best Σ log(1/ρ)), the leftovers go \
+  by the same priced auction, and a job starting this round moves to free devices of \
+  another type when they make it faster: type efficiency 0.70-0.74, device-h/job 197-206 \
+  (Gavel: 203), all 4,000 GPUs allocated in that bench at f = 0 and 0.5 (3,958 at f = 0.8). \
+  b436b2 went from +17.0/+21.0/+26.2% to the numbers above; on the first 200 and 400 jobs \
+  of b436b2 from +14.0/+15.3/+25.6% and +21.4/+27.6/+42.2% to +7.9/+12.1/+12.0% and \
+  +13.7/+13.8/+22.6% (f = 0/0.5/0.8); 6c71a0 stays within -3.5 ... -0.4%. Cost: max ρ (long) at f = 0.5 \
+  on b436b2 rose from 1.82 to 2.46 (1.35/1.34 -> 1.44/1.39 at f = 0/0.8).
+- What is left on b436b2 is not efficiency (Themis spends fewer device-hours per job than \
+  Gavel now) but *whose* JCT the devices shorten. Themis only asks ρ ≤ 1: a job that is \
+  ahead (ρ < 1) does not bid at f > 0 and has small bids at f = 0, because its ρ hardly moves \
+  when it waits. Jobs with T_independent of 10-100 h end at mean ρ 0.79 under Themis \
+  against 0.68 under gavel-ftf and account for most of the extra job-hours (f = 0.8: +1,108 h \
+  of +1,650 h; the six worst jobs waited 45-103 h under Themis against 0-39 h under Gavel, \
+  on as many device-hours; traced round by round, such a job waits at ρ ≈ 0.6 outside the \
+  bidding set while the jobs with worse ρ are served); short jobs (T_independent < 10 h) gain a little (-10 h in total). Gavel's LP \
+  shares devices among all jobs every round instead. Themis also runs jobs at 66-80% of \
+  their requested gang (partial bundles); offering only whole gangs (tried on the \
+  previous auction) made JCT worse (63 -> 73 h at f = 0), so partial bundles are not the \
+  cause. Longer leases (1,440 s, 3,600 s; tried during this change) did not help \
+  consistently.
+- Pollux workloads (one device type, so prices cannot change types): f = 0 unchanged, \
+  f = 0.5 and 0.8 moved from +7.4/+5.2% to +7.8/+8.8% because leftovers now go by the \
+  proportional-fair auction instead of worst ρ first (max ρ 7.09 -> 5.98 at f = 0.8 but \
+  6.23 -> 6.43 at f = 0.5; max ρ (long) 2.39/2.26 -> 2.62/2.52). Fairness (max ρ) is worse than fair share on these workloads: \
+  the largest ρ are very short jobs (see 'Job with the largest ρ').
 - Gavel's realisation is not handicapped here: its placements change at most once per \
   360 s Gavel round, and on the Pollux workloads (60 s simulator rounds) it no longer \
   re-picks jobs every simulator round.
 
-Fixed along the way: a Themis winner renewing its lease kept a gang spread over more \
-nodes than needed although a consolidated bundle was free (one LM job on b436b2 ran \
-2000 h on 8 spread V100s, dragging utilisation of themis-f0.5 to 0.28); bundles are now \
-valued by whether they can be consolidated now, held devices at their real placement, and \
-spread gangs are re-placed when the lease is renewed.
+Fixed earlier: a Themis winner renewing its lease kept a gang spread over more nodes than \
+needed although a consolidated bundle was free; bundles are valued by whether they can be \
+consolidated now, held devices at their real placement, and spread gangs are re-placed \
+when the lease is renewed.
 ";
 
 fn write(args: &ThemisArgs, policies: &[String], rows: &[Row], notes: &[String]) -> Result<()> {
