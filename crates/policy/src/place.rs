@@ -175,6 +175,13 @@ impl TypedPools {
         self.pools[ty.0 as usize].total_free()
     }
 
+    /// Free devices of each of the first `types` device types.
+    pub fn free_by_type(&self, types: usize) -> Vec<u64> {
+        (0..types)
+            .map(|t| self.free(DeviceTypeId(t as u16)))
+            .collect()
+    }
+
     /// Most free devices on one node of type `ty`.
     pub fn max_free_on_a_node(&self, ty: DeviceTypeId) -> u32 {
         self.pools[ty.0 as usize].max_free_on_a_node()

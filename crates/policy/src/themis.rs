@@ -467,9 +467,7 @@ impl Policy for Themis {
                 bidding.push(i);
             }
         }
-        let free: Vec<u64> = (0..types)
-            .map(|t| pools.free(DeviceTypeId(t as u16)))
-            .collect();
+        let free = pools.free_by_type(types);
         let make_bidder = |i: usize, pools: &TypedPools| -> Bidder {
             let j = &jobs[i];
             let mut bundles = Vec::new();
@@ -607,9 +605,7 @@ impl Policy for Themis {
             if holder[i] || fresh[i] {
                 continue;
             }
-            let free: Vec<u64> = (0..types)
-                .map(|t| pools.free(DeviceTypeId(t as u16)))
-                .collect();
+            let free = pools.free_by_type(types);
             if free.iter().all(|&f| f == 0) {
                 break;
             }
@@ -665,9 +661,7 @@ impl Policy for Themis {
             if !fresh[i] || out[i] == jobs[i].current || pools.type_of(&out[i]).is_none() {
                 continue;
             }
-            let free: Vec<u64> = (0..types)
-                .map(|t| pools.free(DeviceTypeId(t as u16)))
-                .collect();
+            let free = pools.free_by_type(types);
             if free.iter().all(|&f| f == 0) {
                 break;
             }
