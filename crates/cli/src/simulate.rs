@@ -8,7 +8,7 @@ use pacer_model::ClusterSpec;
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::trace::{self, SyntheticSpec};
 use pacer_sim::{
-    embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation,
+    embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation, Work,
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -268,6 +268,21 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let policies = policy_names(&args.policy)?;
     let apps = load_apps(&args.app_dir)?;
     let loads = workloads(&args, &apps)?;
+    let any_loss_curve = loads.iter().any(|(_, jobs)| {
+        jobs.iter()
+            .any(|j| matches!(j.work, Work::LossCurve { .. }))
+    });
+    if !any_loss_curve {
+        for p in &policies {
+            if pacer_policy::by_name(p).is_some_and(|x| x.uses_quality()) {
+                eprintln!(
+                    "note: `{p}` is driven by each job's loss curve, and these jobs carry none \
+                     (only SLAQ's recorded profiles do: `pacer experiment slaq`), so it falls \
+                     back to equal shares and its rows match `fair`"
+                );
+            }
+        }
+    }
     let runs = loads.len() * policies.len();
     let bar = ProgressBar::new(runs as u64);
     bar.set_style(
