@@ -11,7 +11,9 @@
 //!    reported for the start of this iteration, and the controller rewrites the
 //!    batches from the last compute times and those predictions.
 //! 3. Worker `i` gets the next `b_i` positions of the sample stream and the model.
-//! 4. Gradients are accumulated as they arrive: `g += (b_i / B) · g_i`.
+//! 4. Gradients are accumulated as they arrive: `g += (b_i / B) · g_i`, block by
+//!    block when a worker sends its gradient in parts (the chunked uplink), so that
+//!    after the last worker's step only its last, small block is left to read and sum.
 //! 5. The optimiser steps; each predictor observes its worker's speed
 //!    `b_i / step_s_i` with the signals of the iteration's start.
 //!
@@ -23,7 +25,14 @@
 //! covers every sample once, and a failure costs one extra round of a fraction of a
 //! batch instead of silently changing the effective batch of one step. Results are
 //! accepted only for a task that is still pending and assigned to the sender, so a
-//! late answer from a worker declared dead can never be counted twice.
+//! late answer from a worker declared dead can never be counted twice. Parts of a
+//! gradient are summed into the aggregate as they arrive, and every block summed in
+//! the iteration is kept until its end: if a worker is lost after some parts of its
+//! task arrived, the aggregate is rebuilt from the blocks of the other tasks (rare,
+//! and exact: the partial gradient is never in the sum, the retried range counts
+//! once). Buffering each task's parts and adding them only when its last block
+//! arrived would have been as exact but would leave the whole sum of the last
+//! worker's gradient on the critical path.
 
 use crate::data::Data;
 use crate::error::RuntimeError;
@@ -324,6 +333,8 @@ struct GradientMsg {
     loss_sum: f64,
     timing: StepTiming,
     signals: Signals,
+    /// Index of `grad[0]` in the gradient (the values before came as parts).
+    first: u32,
     grad: Vec<f32>,
 }
 
@@ -341,6 +352,15 @@ enum Event {
         decode_s: f64,
         /// UNIX time the frame had fully arrived.
         arrived_unix_s: f64,
+    },
+    /// Values `[offset, offset + values.len())` of a task's gradient, ahead of its
+    /// Gradient (the chunked uplink).
+    GradientPart {
+        id: u32,
+        task: u64,
+        iteration: u64,
+        offset: u32,
+        values: Vec<f32>,
     },
     Lost {
         id: u32,
@@ -568,8 +588,10 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                 values.resize(n, 0.0);
                 match protocol::read_f32s(&mut rd, &mut values, &peer, "reading a Gradient").await {
                     Ok(()) => {
-                        if let Message::Gradient { grad, .. } = &mut m {
-                            *grad = values;
+                        match &mut m {
+                            Message::Gradient { grad, .. } => *grad = values,
+                            Message::GradientPart { values: v, .. } => *v = values,
+                            _ => {}
                         }
                         Ok(m)
                     }
@@ -591,6 +613,7 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                 loss_sum,
                 timing,
                 signals,
+                first,
                 grad,
                 ..
             }) => Event::Gradient {
@@ -602,10 +625,23 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                     loss_sum,
                     timing,
                     signals,
+                    first,
                     grad,
                 },
                 decode_s: t0.elapsed().as_secs_f64(),
                 arrived_unix_s,
+            },
+            Ok(Message::GradientPart {
+                task,
+                iteration,
+                offset,
+                values,
+            }) => Event::GradientPart {
+                id,
+                task,
+                iteration,
+                offset,
+                values,
             },
             Ok(Message::Error { message }) => Event::Lost {
                 id,
@@ -629,6 +665,14 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
         if shared.events.send(event).is_err() || lost {
             return;
         }
+    }
+}
+
+/// Give a gradient buffer back for the next reads.
+fn recycle(pool: &Mutex<Vec<Vec<f32>>>, values: Vec<f32>) {
+    let mut pool = pool.lock().expect("gradient pool");
+    if pool.len() < 64 {
+        pool.push(values);
     }
 }
 
@@ -676,6 +720,8 @@ struct Task {
     len: u64,
     main: bool,
     sent: Instant,
+    /// Gradient values received so far as parts (from 0).
+    received: usize,
 }
 
 /// Eval-free clock: training time excludes evaluation and progress reporting.
@@ -1073,6 +1119,7 @@ async fn train_loop(
             })) => joiners.push(new_member(cfg, id, name, addr, tx, written)),
             Ok(Some(Event::Lost { id, .. })) => joiners.retain(|m| m.id != id),
             Ok(Some(Event::Gradient { .. })) => report.stale_results += 1,
+            Ok(Some(Event::GradientPart { .. })) => {}
         }
     }
     report.workers = joiners.len();
@@ -1123,6 +1170,8 @@ async fn train_loop(
                     joiners.retain(|m| m.id != id);
                 }
                 Event::Gradient { .. } => report.stale_results += 1,
+                // Parts of a stale result: its Gradient is counted when it comes.
+                Event::GradientPart { .. } => {}
             }
         }
         if !joiners.is_empty() {
@@ -1295,6 +1344,7 @@ async fn train_loop(
                     len: b,
                     main: true,
                     sent: Instant::now(),
+                    received: 0,
                 },
             );
             start += b;
@@ -1344,6 +1394,12 @@ async fn train_loop(
         let mut aggregate_total_s = 0.0;
         let mut weight_sum = 0u64;
         let mut loss_sum = 0.0;
+        // Every block of gradient accumulated in this iteration: (task, offset,
+        // weight, values). Parts are summed into `acc` as they arrive (streaming
+        // aggregation); if a worker is lost after some of its task's parts arrived,
+        // `acc` is rebuilt from the blocks of the other tasks, so a partial gradient
+        // is never counted (and a retried range only once).
+        let mut blocks: Vec<(u64, usize, f32, Vec<f32>)> = Vec::new();
         while !pending.is_empty() {
             let mut ev = None;
             if lost_now.is_empty() {
@@ -1385,6 +1441,44 @@ async fn train_loop(
                         written,
                     } => joiners.push(new_member(cfg, id, name, addr, tx, written)),
                     Event::Lost { id, reason } => lost_now.push((id, reason)),
+                    Event::GradientPart {
+                        id,
+                        task,
+                        iteration,
+                        offset,
+                        values,
+                    } => {
+                        let Some(t) = pending
+                            .get_mut(&task)
+                            .filter(|t| t.worker == id && iteration == k)
+                        else {
+                            // Late parts of a task retried elsewhere: dropped.
+                            recycle(grad_pool, values);
+                            continue;
+                        };
+                        let (a, n) = (offset as usize, values.len());
+                        if a != t.received || a + n > params.len() {
+                            lost_now.push((
+                                id,
+                                format!(
+                                    "GradientPart for task {task} holds values {a}..{}, expected the next from {} of {}",
+                                    a + n,
+                                    t.received,
+                                    params.len()
+                                ),
+                            ));
+                            recycle(grad_pool, values);
+                            continue;
+                        }
+                        t.received += n;
+                        let t_agg = Instant::now();
+                        let w = t.len as f32 / b_total as f32;
+                        for (a, g) in acc[a..a + n].iter_mut().zip(&values) {
+                            *a += w * g;
+                        }
+                        aggregate_total_s += t_agg.elapsed().as_secs_f64();
+                        blocks.push((task, a, w, values));
+                    }
                     Event::Gradient {
                         id,
                         msg,
@@ -1399,12 +1493,16 @@ async fn train_loop(
                             continue;
                         }
                         let t = &pending[&msg.task];
-                        if msg.len as u64 != t.len || msg.grad.len() != params.len() {
+                        let first = msg.first as usize;
+                        if msg.len as u64 != t.len
+                            || first != t.received
+                            || first + msg.grad.len() != params.len()
+                        {
                             lost_now.push((
                                 id,
                                 format!(
-                                    "Gradient for task {} has len {} and {} values, expected len {} and {} values",
-                                    msg.task, msg.len, msg.grad.len(), t.len, params.len()
+                                    "Gradient for task {} has len {} and values {first}..{}, expected len {} and values {}..{}",
+                                    msg.task, msg.len, first + msg.grad.len(), t.len, t.received, params.len()
                                 ),
                             ));
                             continue;
@@ -1412,7 +1510,7 @@ async fn train_loop(
                         let t = pending.remove(&msg.task).expect("checked");
                         let t_agg = Instant::now();
                         let w = t.len as f32 / b_total as f32;
-                        for (a, g) in acc.iter_mut().zip(&msg.grad) {
+                        for (a, g) in acc[first..].iter_mut().zip(&msg.grad) {
                             *a += w * g;
                         }
                         let agg_s = t_agg.elapsed().as_secs_f64();
@@ -1438,10 +1536,7 @@ async fn train_loop(
                             main_results.insert(id, (t.len, msg.timing, decode_s, msg.signals));
                             arrivals.insert(id, arrived_unix_s);
                         }
-                        let mut pool = grad_pool.lock().expect("gradient pool");
-                        if pool.len() < 16 {
-                            pool.push(msg.grad);
-                        }
+                        blocks.push((msg.task, first, w, msg.grad));
                     }
                 }
             }
@@ -1469,6 +1564,26 @@ async fn train_loop(
                     .collect();
                 if orphans.is_empty() {
                     continue;
+                }
+                // Parts of the orphans already in `acc`: rebuild it without them.
+                if orphans.iter().any(|t| pending[t].received > 0) {
+                    let t_agg = Instant::now();
+                    let mut kept = Vec::with_capacity(blocks.len());
+                    for b in blocks.drain(..) {
+                        if orphans.contains(&b.0) {
+                            recycle(grad_pool, b.3);
+                        } else {
+                            kept.push(b);
+                        }
+                    }
+                    blocks = kept;
+                    acc.iter_mut().for_each(|v| *v = 0.0);
+                    for (_, a, w, values) in &blocks {
+                        for (s, g) in acc[*a..*a + values.len()].iter_mut().zip(values) {
+                            *s += w * g;
+                        }
+                    }
+                    aggregate_total_s += t_agg.elapsed().as_secs_f64();
                 }
                 // Capacity for the retries: survivors, else a worker that joined.
                 while active.is_empty() {
@@ -1535,6 +1650,7 @@ async fn train_loop(
                                 len,
                                 main: false,
                                 sent: Instant::now(),
+                                received: 0,
                             },
                         );
                         s += len;
@@ -1543,6 +1659,9 @@ async fn train_loop(
             }
         }
         debug_assert_eq!(weight_sum, b_total);
+        for b in blocks.drain(..) {
+            recycle(grad_pool, b.3);
+        }
         if let Some(t) = shared_tail {
             tail = Arc::try_unwrap(t).unwrap_or_default();
         }

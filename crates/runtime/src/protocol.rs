@@ -16,7 +16,8 @@
 //!   (loads the dataset, checks fingerprint)
 //!   Ready{fingerprint, n_train}        ──►  (or Error{message}; wrong data → Reject)
 //!                                       ◄── Step{task, iteration, version, range, params?}
-//!   Gradient{task, timings, signals, g}──►
+//!   GradientPart{task, offset, g[..]}  ──►  (zero or more, in order)
+//!   Gradient{task, timings, signals, first, g[first..]} ──►
 //!                                    ...
 //!                                       ◄── Shutdown{reason}
 //! ```
@@ -24,6 +25,12 @@
 //! version, so an old or foreign peer is refused with a reason it can print before
 //! anything else is parsed. `Step.params` is omitted when the worker already holds
 //! that model version (a retried task within the same iteration).
+//!
+//! A gradient may be sent in pieces (the chunked uplink, version 2): `GradientPart`
+//! frames carrying consecutive ranges `[offset, offset + n)` from 0, each sent as soon
+//! as the worker's emulated clock has reached the end of its computation, then the
+//! `Gradient` with the step's timings and the values from `first` (the end of the
+//! parts) to the end. A whole gradient is a `Gradient` with `first = 0`.
 //!
 //! Every decoding failure is a [`ProtocolError`] naming the frame kind and field.
 
@@ -40,7 +47,8 @@ pub fn unix_now_s() -> f64 {
 /// Magic at the start of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"PACR";
 /// Protocol version spoken by this build.
-pub const VERSION: u16 = 1;
+/// Version 2 added `GradientPart` and `Gradient.first` (the chunked uplink).
+pub const VERSION: u16 = 2;
 /// Largest frame accepted (a model of ~60 M parameters); a length above it is a
 /// malformed or hostile peer, refused before allocating.
 pub const MAX_FRAME: u32 = 256 << 20;
@@ -55,6 +63,7 @@ pub mod kind {
     pub const GRADIENT: u8 = 6;
     pub const SHUTDOWN: u8 = 7;
     pub const ERROR: u8 = 8;
+    pub const GRADIENT_PART: u8 = 9;
 }
 
 fn kind_name(k: u8) -> &'static str {
@@ -67,6 +76,7 @@ fn kind_name(k: u8) -> &'static str {
         kind::GRADIENT => "Gradient",
         kind::SHUTDOWN => "Shutdown",
         kind::ERROR => "Error",
+        kind::GRADIENT_PART => "GradientPart",
         _ => "unknown",
     }
 }
@@ -216,7 +226,16 @@ pub enum Message {
         correct: u32,
         timing: StepTiming,
         signals: Signals,
+        /// Index of `grad[0]` in the gradient: values before it came as `GradientPart`s.
+        first: u32,
         grad: Vec<f32>,
+    },
+    /// Values `[offset, offset + values.len())` of task `task`'s gradient.
+    GradientPart {
+        task: u64,
+        iteration: u64,
+        offset: u32,
+        values: Vec<f32>,
     },
     Shutdown {
         reason: String,
@@ -237,6 +256,7 @@ impl Message {
             Message::Gradient { .. } => kind::GRADIENT,
             Message::Shutdown { .. } => kind::SHUTDOWN,
             Message::Error { .. } => kind::ERROR,
+            Message::GradientPart { .. } => kind::GRADIENT_PART,
         }
     }
 
@@ -305,6 +325,7 @@ impl Message {
                 correct,
                 timing,
                 signals,
+                first,
                 grad,
             } => {
                 put_u64(w, *task);
@@ -339,7 +360,19 @@ impl Message {
                 ] {
                     w.extend_from_slice(&v.to_le_bytes());
                 }
+                put_u32(w, *first);
                 put_f32s(w, grad);
+            }
+            Message::GradientPart {
+                task,
+                iteration,
+                offset,
+                values,
+            } => {
+                put_u64(w, *task);
+                put_u64(w, *iteration);
+                put_u32(w, *offset);
+                put_f32s(w, values);
             }
             Message::Shutdown { reason } => put_str(w, reason),
             Message::Error { message } => put_str(w, message),
@@ -464,9 +497,16 @@ impl Message {
                     correct,
                     timing,
                     signals,
+                    first: r.u32("first")?,
                     grad: r.f32s("grad")?,
                 }
             }
+            kind::GRADIENT_PART => Message::GradientPart {
+                task: r.u64("task")?,
+                iteration: r.u64("iteration")?,
+                offset: r.u32("offset")?,
+                values: r.f32s("values")?,
+            },
             kind::SHUTDOWN => Message::Shutdown {
                 reason: r.string("reason")?,
             },
@@ -478,7 +518,7 @@ impl Message {
                     peer: peer.to_string(),
                     frame: "unknown",
                     field: "kind",
-                    message: format!("unknown frame kind {other}; known kinds are 1..=8"),
+                    message: format!("unknown frame kind {other}; known kinds are 1..=9"),
                 })
             }
         };
@@ -719,13 +759,19 @@ fn io_error(e: std::io::Error, peer: &str, when: &'static str) -> ProtocolError 
 /// version, stream_start, len, has_params, count.
 const STEP_PARAMS_AT: usize = 1 + 8 * 4 + 4 + 1 + 4;
 /// Bytes of a Gradient frame body before its values: kind, task, iteration, len,
-/// loss_sum, correct, 11 timings, 8 signals, count.
-const GRADIENT_VALUES_AT: usize = 1 + 8 + 8 + 4 + 8 + 4 + 11 * 8 + 8 * 4 + 4;
+/// loss_sum, correct, 11 timings, 8 signals, first, count.
+const GRADIENT_VALUES_AT: usize = 1 + 8 + 8 + 4 + 8 + 4 + 11 * 8 + 8 * 4 + 4 + 4;
+/// Bytes of a GradientPart frame body before its values: kind, task, iteration,
+/// offset, count (the shortest header of a streamed frame).
+const PART_VALUES_AT: usize = 1 + 8 + 8 + 4 + 4;
 
-/// The frame of `m`, a Gradient whose `grad` is empty, announcing `n` values that
-/// the caller writes right after it (no copy of the gradient into a frame).
+/// The frame of `m`, a Gradient or GradientPart whose values are empty, announcing
+/// `n` values that the caller writes right after it (no copy into a frame).
 pub fn encode_gradient_head(m: &Message, n: usize, out: &mut Vec<u8>) {
-    debug_assert!(matches!(m, Message::Gradient { grad, .. } if grad.is_empty()));
+    debug_assert!(matches!(
+        m,
+        Message::Gradient { grad: v, .. } | Message::GradientPart { values: v, .. } if v.is_empty()
+    ));
     m.encode(out);
     let at = out.len() - 4;
     out[at..].copy_from_slice(&(n as u32).to_le_bytes());
@@ -733,11 +779,11 @@ pub fn encode_gradient_head(m: &Message, n: usize, out: &mut Vec<u8>) {
     out[..4].copy_from_slice(&len.to_le_bytes());
 }
 
-/// Like [`read_message`], but a Step that carries parameters, or a Gradient, is
-/// returned as soon as its header has arrived, with `params: Some(empty)` or an
-/// empty `grad` and the number of values that follow, to be read with
-/// [`read_f32s`] straight into their destination (a worker computes on the first
-/// parameters while the rest arrive). Every other frame is read whole.
+/// Like [`read_message`], but a Step that carries parameters, a Gradient or a
+/// GradientPart is returned as soon as its header has arrived, with
+/// `params: Some(empty)` or empty values and the number of values that follow, to
+/// be read with [`read_f32s`] straight into their destination (a worker computes on
+/// the first parameters while the rest arrive). Every other frame is read whole.
 pub async fn read_message_streaming_step<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
@@ -768,50 +814,43 @@ pub async fn read_message_streaming_step<R: AsyncRead + Unpin>(
         });
     }
     let len = len as usize;
-    let head = len.min(STEP_PARAMS_AT);
+    let mut head = len.min(PART_VALUES_AT);
     buf.clear();
     buf.resize(head, 0);
     r.read_exact(buf)
         .await
         .map_err(|e| io_error(e, peer, when))?;
-    if len >= GRADIENT_VALUES_AT && buf[0] == kind::GRADIENT {
-        buf.resize(GRADIENT_VALUES_AT, 0);
+    let (values_at, frame, field) = match buf[0] {
+        kind::STEP => (STEP_PARAMS_AT, "Step", "params"),
+        kind::GRADIENT => (GRADIENT_VALUES_AT, "Gradient", "grad"),
+        kind::GRADIENT_PART => (PART_VALUES_AT, "GradientPart", "values"),
+        _ => (usize::MAX, "", ""),
+    };
+    if len >= values_at {
+        buf.resize(values_at, 0);
         r.read_exact(&mut buf[head..])
             .await
             .map_err(|e| io_error(e, peer, when))?;
-        let count = u32::from_le_bytes(buf[GRADIENT_VALUES_AT - 4..].try_into().expect("4"));
-        if (count as usize).checked_mul(4) != Some(len - GRADIENT_VALUES_AT) {
-            return Err(ProtocolError::Invalid {
-                peer: peer.to_string(),
-                frame: "Gradient",
-                field: "grad",
-                message: format!(
-                    "{count} values announced, the frame holds {} bytes for them",
-                    len - GRADIENT_VALUES_AT
-                ),
-            });
+        head = values_at;
+        // A Step without parameters is read whole (below).
+        if buf[0] != kind::STEP || buf[STEP_PARAMS_AT - 5] == 1 {
+            let count = u32::from_le_bytes(buf[values_at - 4..].try_into().expect("4"));
+            if (count as usize).checked_mul(4) != Some(len - values_at) {
+                return Err(ProtocolError::Invalid {
+                    peer: peer.to_string(),
+                    frame,
+                    field,
+                    message: format!(
+                        "{count} values announced, the frame holds {} bytes for them",
+                        len - values_at
+                    ),
+                });
+            }
+            // Decode the header as a message with no values yet.
+            buf[values_at - 4..].copy_from_slice(&0u32.to_le_bytes());
+            let m = Message::decode(buf, peer)?;
+            return Ok((m, Some(count as usize)));
         }
-        buf[GRADIENT_VALUES_AT - 4..].copy_from_slice(&0u32.to_le_bytes());
-        let m = Message::decode(buf, peer)?;
-        return Ok((m, Some(count as usize)));
-    }
-    if head == STEP_PARAMS_AT && buf[0] == kind::STEP && buf[STEP_PARAMS_AT - 5] == 1 {
-        let count = u32::from_le_bytes(buf[STEP_PARAMS_AT - 4..].try_into().expect("4"));
-        if (count as usize).checked_mul(4) != Some(len - STEP_PARAMS_AT) {
-            return Err(ProtocolError::Invalid {
-                peer: peer.to_string(),
-                frame: "Step",
-                field: "params",
-                message: format!(
-                    "{count} values announced, the frame holds {} bytes for them",
-                    len - STEP_PARAMS_AT
-                ),
-            });
-        }
-        // Decode the header as a Step with no values yet.
-        buf[STEP_PARAMS_AT - 4..].copy_from_slice(&0u32.to_le_bytes());
-        let m = Message::decode(buf, peer)?;
-        return Ok((m, Some(count as usize)));
     }
     buf.resize(len, 0);
     r.read_exact(&mut buf[head..])
@@ -927,6 +966,7 @@ mod tests {
                 ..Default::default()
             },
             signals: Signals::default(),
+            first: 0,
             grad: vec![],
         };
         let mut head = Vec::new();
@@ -949,6 +989,7 @@ mod tests {
             correct,
             timing,
             signals,
+            first,
             ..
         } = g
         else {
@@ -962,10 +1003,29 @@ mod tests {
             correct,
             timing,
             signals,
+            first,
             grad: v,
         }
         .encode(&mut whole);
         assert_eq!(whole, head);
+        // So does a GradientPart.
+        let part = Message::GradientPart {
+            task: 3,
+            iteration: 5,
+            offset: 12,
+            values: vec![],
+        };
+        let mut head = Vec::new();
+        encode_gradient_head(&part, 2, &mut head);
+        head.extend_from_slice(bytemuck::cast_slice(&[4.0f32, 8.0]));
+        let mut r = &head[..];
+        let (m, count) = read_message_streaming_step(&mut r, &mut buf, "p", "t")
+            .await
+            .unwrap();
+        assert_eq!((m, count), (part, Some(2)));
+        let mut v = vec![0.0f32; 2];
+        read_f32s(&mut r, &mut v, "p", "t").await.unwrap();
+        assert_eq!(v, [4.0, 8.0]);
         // A Step whose count disagrees with its length is refused, naming the field.
         let mut bad = Vec::new();
         Message::Step {
@@ -1053,7 +1113,14 @@ mod tests {
                 slowdown: 2.0,
                 ..Default::default()
             },
+            first: 5,
             grad: vec![0.25; 7],
+        });
+        roundtrip(Message::GradientPart {
+            task: 1,
+            iteration: 2,
+            offset: 0,
+            values: vec![0.5; 5],
         });
         roundtrip(Message::Shutdown {
             reason: "done".into(),
@@ -1095,6 +1162,7 @@ mod tests {
             correct: 2,
             timing: StepTiming::default(),
             signals: Signals::default(),
+            first: 0,
             grad: vec![0.25; 3],
         }
         .encode(&mut buf);
@@ -1128,7 +1196,7 @@ mod tests {
         b.extend_from_slice(&0u16.to_le_bytes());
         let e = Message::decode(&b, "10.0.0.1:5").unwrap_err().to_string();
         assert!(
-            e.contains("protocol version 0") && e.contains("version 1"),
+            e.contains("protocol version 0") && e.contains("version 2"),
             "{e}"
         );
         let mut b = vec![kind::HELLO];

@@ -24,6 +24,9 @@ pub struct LocalLaunch {
     pub load_signal: LoadSignal,
     /// (worker slot, iteration): that worker dies on receiving that iteration's Step.
     pub kills: Vec<(usize, u64)>,
+    /// (worker slot, iteration): that worker dies in that iteration after sending the
+    /// first blocks of its gradient, before the rest (a partial gradient).
+    pub partial_kills: Vec<(usize, u64)>,
     /// (worker slot, iteration): that worker answers that Step with garbage.
     pub garbage: Vec<(usize, u64)>,
     /// (iteration, speed): a new worker is started once the controller has finished
@@ -53,6 +56,7 @@ impl LocalLaunch {
             interference: None,
             load_signal: LoadSignal::Auto,
             kills: Vec::new(),
+            partial_kills: Vec::new(),
             garbage: Vec::new(),
             joins: Vec::new(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -91,6 +95,12 @@ impl LocalLaunch {
             .iter()
             .find(|(s, _)| *s == slot)
             .map(|&(_, k)| Fault::DieAt(k))
+            .or_else(|| {
+                self.partial_kills
+                    .iter()
+                    .find(|(s, _)| *s == slot)
+                    .map(|&(_, k)| Fault::DieAfterPartsAt(k))
+            })
             .or_else(|| {
                 self.garbage
                     .iter()

@@ -56,6 +56,10 @@ pub enum Fault {
     DieAt(u64),
     /// On receiving the Step of this iteration, reply with a garbage frame.
     GarbageAt(u64),
+    /// In this iteration, send the gradient's first blocks (`GradientPart`s) and
+    /// then drop the connection before the `Gradient` (the controller must not
+    /// count the partial gradient).
+    DieAfterPartsAt(u64),
 }
 
 /// A worker's configuration.
@@ -511,6 +515,9 @@ fn compute_loop(
     let mut wire = Vec::new();
     let mut filled;
     let mut arrivals: Vec<(usize, Instant)> = Vec::new();
+    // Gradient blocks sent ahead of the Gradient frame (the chunked uplink), with
+    // the emulated time (since the Step's header) their compute ended.
+    let mut parts: Vec<(std::ops::Range<usize>, f64)> = Vec::new();
     let mut monitor = ProcMonitor::default();
     let mut last_proc = monitor.read();
     let mut summary = WorkerSummary {
@@ -613,6 +620,7 @@ fn compute_loop(
             _ => {}
         }
         let (slowdown, emu_cpu, emu_mem) = cfg.emulation.conditions(iteration);
+        parts.clear();
         // --- the emulated step started when the Step's header was decoded: wait for
         // a compute slot (if local workers share the cores), then real compute, piece
         // by piece as the parameters arrive. Emulated clock (seconds since the
@@ -659,8 +667,19 @@ fn compute_loop(
                     &peer,
                 )?;
                 let t = clock.begin();
-                let stats = pl.finish(&params, &xb, &yb, &mut state, &mut grad);
+                let stats = pl.finish_head(&params, &xb, &yb, &mut state, &mut grad);
                 clock.end(t, ready);
+                // The first layer's weight gradient, block by block: each block may
+                // leave once the emulated clock has reached the end of its compute.
+                let mut t = clock.begin();
+                for j in 0..pl.grad_blocks() {
+                    pl.backward_block(&xb, len as usize, j, &state, &mut grad);
+                    // One clock reading ends this block and begins the next.
+                    t = clock.lap(t);
+                    parts.push((pl.grad_block(j), clock.end_s));
+                }
+                // The last block goes with the Gradient frame itself.
+                parts.pop();
                 stats
             }
             None => {
@@ -688,6 +707,33 @@ fn compute_loop(
         let stall_s = clock.stall_s();
         let realtime =
             cfg.realtime_io && crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_WORKER);
+        // Each block leaves at the emulated time its compute ended, never earlier.
+        for (range, end_s) in &parts {
+            let elapsed = step0.elapsed().as_secs_f64();
+            if *end_s > elapsed {
+                std::thread::sleep(Duration::from_secs_f64(end_s - elapsed));
+            }
+            let part = Message::GradientPart {
+                task,
+                iteration,
+                offset: range.start as u32,
+                values: Vec::new(),
+            };
+            protocol::encode_gradient_head(&part, range.len(), &mut wbuf);
+            out.write_all(&wbuf)?;
+            out.write_all(f32_wire_bytes(&grad[range.clone()], &mut wire))?;
+        }
+        if let Some(Fault::DieAfterPartsAt(k)) = cfg.fault.filter(|_| !parts.is_empty()) {
+            if k == iteration {
+                if cfg.exit_on_fault {
+                    std::process::exit(137);
+                }
+                out.abort();
+                summary.shutdown_reason = format!("scripted death after parts at iteration {k}");
+                return Ok(summary);
+            }
+        }
+        let first = parts.last().map_or(0, |(r, _)| r.end);
         let elapsed = step0.elapsed().as_secs_f64();
         if clock.end_s > elapsed {
             std::thread::sleep(Duration::from_secs_f64(clock.end_s - elapsed));
@@ -737,10 +783,11 @@ fn compute_loop(
                 send_unix_s: 0.0,
             },
             signals,
+            first: first as u32,
             grad: Vec::new(),
         };
         // The frame's head; the values are written from `grad` itself.
-        protocol::encode_gradient_head(&reply, grad.len(), &mut wbuf);
+        protocol::encode_gradient_head(&reply, grad.len() - first, &mut wbuf);
         let encode_s = t_enc.elapsed().as_secs_f64();
         // Fill in the times that encoding itself took.
         let off = StepTiming::ENCODE_S_OFFSET;
@@ -750,7 +797,7 @@ fn compute_loop(
         let off = StepTiming::SEND_UNIX_S_OFFSET;
         wbuf[off..off + 8].copy_from_slice(&protocol::unix_now_s().to_le_bytes());
         out.write_all(&wbuf)?;
-        out.write_all(f32_wire_bytes(&grad, &mut wire))?;
+        out.write_all(f32_wire_bytes(&grad[first..], &mut wire))?;
         if realtime {
             crate::sysinfo::set_thread_realtime(0);
         }
@@ -836,6 +883,14 @@ impl EmulatedClock {
         });
         self.piece(ready_s, cpu);
     }
+    /// End a piece begun at `t` whose inputs were there before the step, and begin
+    /// the next one (a single reading of the clocks).
+    fn lap(&mut self, t: (Duration, Instant)) -> (Duration, Instant) {
+        let now = self.begin();
+        self.wall_s += (now.1 - t.1).as_secs_f64();
+        self.piece(0.0, now.0.saturating_sub(t.0).as_secs_f64());
+        now
+    }
     /// A piece that used `cpu` seconds of CPU and could start `ready_s` after `start`.
     fn piece(&mut self, ready_s: f64, cpu: f64) {
         self.cpu_s += cpu;
@@ -882,6 +937,7 @@ mod tests {
                 ..Default::default()
             },
             signals: Signals::default(),
+            first: 0,
             grad: vec![1.0],
         };
         let mut buf = Vec::new();

@@ -62,6 +62,23 @@ fn check_ledger(ledger: &[LedgerEntry], iterations: u64, b: u64) {
     }
 }
 
+/// The initial parameters and the first gradient in one process, on the union of
+/// the first iteration's ranges.
+fn single_process_step(d: &Data, cfg: &ControllerConfig) -> (Vec<f32>, Vec<f32>) {
+    let m = cfg.model.build().unwrap();
+    let p0 = m.init(cfg.seed, &d.train);
+    let mut idx = Vec::new();
+    SampleStream::new(d.train.n, cfg.seed).indices(0, cfg.global_batch as usize, &mut idx);
+    let x: Vec<f32> = idx
+        .iter()
+        .flat_map(|&i| d.train.row(i as usize).to_vec())
+        .collect();
+    let y: Vec<u32> = idx.iter().map(|&i| d.train.y[i as usize]).collect();
+    let mut g = vec![0.0; m.n_params()];
+    m.loss_grad(&p0, &x, &y, &mut g);
+    (p0, g)
+}
+
 #[test]
 fn unequal_batches_aggregate_to_the_single_process_step() {
     let d = tiny();
@@ -76,18 +93,7 @@ fn unequal_batches_aggregate_to_the_single_process_step() {
         };
         let (r, _) = train_local(d.clone(), cfg.clone(), LocalLaunch::new(3), None).unwrap();
         assert_eq!(r.final_batches, vec![3, 7, 22]);
-        // The same step in one process, on the union of the three ranges.
-        let m = cfg.model.build().unwrap();
-        let p0 = m.init(cfg.seed, &d.train);
-        let mut idx = Vec::new();
-        SampleStream::new(d.train.n, cfg.seed).indices(0, 32, &mut idx);
-        let x: Vec<f32> = idx
-            .iter()
-            .flat_map(|&i| d.train.row(i as usize).to_vec())
-            .collect();
-        let y: Vec<u32> = idx.iter().map(|&i| d.train.y[i as usize]).collect();
-        let mut g = vec![0.0; m.n_params()];
-        m.loss_grad(&p0, &x, &y, &mut g);
+        let (p0, g) = single_process_step(&d, &cfg);
         let e = rel_err(&r.grads[0], &g);
         assert!(e <= 1e-5, "{model}: gradient relative error {e}");
         let step: Vec<f32> = r.final_params.iter().zip(&p0).map(|(a, b)| a - b).collect();
@@ -116,6 +122,31 @@ fn pipelined_iterations_train_the_same_model() {
     }
     let e = rel_err(&finals[1], &finals[0]);
     assert!(e <= 1e-5, "pipelined vs whole: relative error {e}");
+}
+
+/// A worker that dies after sending the first blocks of its gradient (the chunked
+/// uplink): the controller drops those blocks from the sum, retries the worker's
+/// range on the others, and the step is still the single-process one.
+#[test]
+fn a_partial_gradient_is_not_counted() {
+    let d = tiny();
+    let mut cfg = config(&d, "mlp", 16, 32, 1);
+    cfg.fixed_batches = Some(vec![3, 7, 22]);
+    cfg.record_grads = 1;
+    cfg.record_ledger = true;
+    let mut launch = LocalLaunch::new(3);
+    launch.partial_kills = vec![(1, 0)];
+    let (r, outcomes) = train_local(d.clone(), cfg.clone(), launch, None).unwrap();
+    assert_eq!(r.leaves, 1);
+    assert!(r.retried_tasks >= 1, "the dead worker's range was retried");
+    check_ledger(&r.ledger, 1, 32);
+    assert!(outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok())
+        .any(|s| s.shutdown_reason.contains("after parts")));
+    let (_, g) = single_process_step(&d, &cfg);
+    let e = rel_err(&r.grads[0], &g);
+    assert!(e <= 1e-5, "gradient relative error {e}");
 }
 
 /// A raw client: send `bytes`, return the controller's answer frame.
@@ -162,11 +193,12 @@ fn bad_peers_get_clear_errors_and_training_goes_on() {
         Message::Reject { reason } => assert!(reason.contains("exceeds the limit"), "{reason}"),
         m => panic!("{m:?}"),
     }
-    // An old protocol version.
-    match raw_exchange(addr, &hello_frame(0)) {
+    // An old protocol version (1: before the chunked uplink).
+    match raw_exchange(addr, &hello_frame(1)) {
         Message::Reject { reason } => {
             assert!(
-                reason.contains("protocol version 0") && reason.contains("version 1"),
+                reason.contains("protocol version 1")
+                    && reason.contains("this build speaks version 2"),
                 "{reason}"
             )
         }

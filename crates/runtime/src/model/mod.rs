@@ -76,7 +76,8 @@ pub trait Pipelined: Send + Sync {
     /// Reset the forward state for a batch of `b` rows.
     fn begin(&self, b: usize, state: &mut Vec<f32>);
     fn forward_block(&self, params: &[f32], x: &[f32], b: usize, j: usize, state: &mut Vec<f32>);
-    /// The rest of the step, with every parameter there.
+    /// The rest of the step, with every parameter there: `finish_head`, then every
+    /// backward block in order.
     fn finish(
         &self,
         params: &[f32],
@@ -84,7 +85,29 @@ pub trait Pipelined: Send + Sync {
         y: &[u32],
         state: &mut Vec<f32>,
         grad: &mut [f32],
+    ) -> BatchStats {
+        let stats = self.finish_head(params, x, y, state, grad);
+        for j in 0..self.grad_blocks() {
+            self.backward_block(x, y.len(), j, state, grad);
+        }
+        stats
+    }
+    /// The rest of the forward pass and the backward pass, except the gradient's
+    /// leading values (`grad_block(j)` for every j), which `backward_block` computes
+    /// afterwards from `state`: a worker sends each block of the gradient while it
+    /// computes the next (the chunked uplink).
+    fn finish_head(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        y: &[u32],
+        state: &mut Vec<f32>,
+        grad: &mut [f32],
     ) -> BatchStats;
+    fn grad_blocks(&self) -> usize;
+    /// The gradient values block `j` computes: consecutive ranges from 0, in order.
+    fn grad_block(&self, j: usize) -> std::ops::Range<usize>;
+    fn backward_block(&self, x: &[f32], b: usize, j: usize, state: &[f32], grad: &mut [f32]);
 }
 
 /// A model choice with its shape, as sent in the handshake.
