@@ -77,7 +77,7 @@ pub struct JobArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Log refusals and membership changes to stderr.
+    /// Log refusals, membership changes and every 50th iteration to stderr.
     #[arg(long)]
     pub verbose: bool,
     /// No progress bar.

@@ -9,8 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 DATASET=${1:-mnist:../shared/data/mnist}
 TARGET=${2:-0.97}
-# Time scale 8: an iteration of ~16 ms, so the kill (after 4 s) lands near iteration
-# 200 and the join (3 s later) near iteration 400 of the ~550 MNIST needs.
+# Time scale 8 (compute-dominated, ~8-16 ms per iteration). The kill and the join
+# are timed by the controller's heartbeat (`--verbose` logs every 50th iteration):
+# SIGKILL when it reports KILL_AT (200), a new worker started when it reports
+# JOIN_START (350; it joins ~0.3-0.5 s later, after loading the data).
 TS=${TS:-8}
 cargo build --release -q -p pacer-cli
 RT=target/release/pacer
@@ -28,15 +30,21 @@ for i in 0 1 2 3; do
     --speed "${speeds[$i]}" --time-scale "$TS" 2> "$LOG/w$i.err" &
   pids+=($!)
 done
-sleep "${KILL_AFTER_S:-4}"
-echo "killing worker w3 (pid ${pids[3]}) with SIGKILL" >&2
+wait_for_iteration() { # n: block until the controller logged iteration n (or ended)
+  until grep -q "iteration $1," "$LOG/controller.err" 2>/dev/null; do
+    kill -0 "$CTRL" 2>/dev/null || return 0
+    sleep 0.02
+  done
+}
+wait_for_iteration "${KILL_AT:-200}"
+echo "killing worker w3 (pid ${pids[3]}) with SIGKILL at iteration ${KILL_AT:-200}" >&2
 kill -9 "${pids[3]}" || true
-sleep "${JOIN_AFTER_S:-3}"
-echo "starting worker w4 from 127.0.0.15" >&2
+wait_for_iteration "${JOIN_START:-350}"
+echo "starting worker w4 from 127.0.0.15 at iteration ${JOIN_START:-350}" >&2
 "$RT" worker --connect 127.0.0.10:$PORT --bind 127.0.0.15 --name w4 --speed 1 --time-scale "$TS" \
   2> "$LOG/w4.err" &
-wait "$CTRL"
-status=$?
+status=0
+wait "$CTRL" || status=$?
 cat "$LOG/controller.err" >&2
 cat "$LOG/controller.out"
 for i in 0 1 2 4; do echo "w$i: $(tail -1 "$LOG/w$i.err")" >&2; done

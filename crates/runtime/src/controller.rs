@@ -1190,6 +1190,14 @@ async fn train_loop(
             active.sort_by_key(|m| m.id);
             membership_changed = true;
         }
+        if cfg.verbose && k > 0 && k % 50 == 0 {
+            // A heartbeat scripts can wait for (`scripts/multihost.sh` kills a worker
+            // at iteration 200 by it).
+            eprintln!(
+                "pacer controller: iteration {k}, {} worker(s)",
+                active.len()
+            );
+        }
         if active.is_empty() {
             let deadline = Instant::now() + Duration::from_secs_f64(cfg.join_timeout_s);
             let t_wait = Instant::now();
