@@ -30,9 +30,10 @@
 //!   Σ log(1/ρ). Devices then go by comparative advantage, as in Gavel's LP.
 //! - Partial allocation. Winner j keeps the fraction
 //!   `c_j = Π_{i≠j} 1/ρ_i(G^pf) / Π_{i≠j} 1/ρ_i(G^pf_{−j})` of its bundle
-//!   (G^pf_{−j}: the auction re-run without j), the price of the harm it does to
-//!   the others; when no bidder was constrained by capacity every `c_j` is 1 and
-//!   the re-runs are skipped.
+//!   (G^pf_{−j}: the others' allocation without j — the auction's outcome with
+//!   j's devices returned and the greedy continued, so `c_j ≤ 1`), the price of
+//!   the harm it does to the others; when no bidder was constrained by capacity
+//!   every `c_j` is 1 and this is skipped.
 //! - Leftovers (withheld devices, devices no bidder wanted) go to the jobs outside
 //!   the auction by the same priced winner determination (no partial
 //!   allocation), then to anyone who can still use them (worst ρ first, at the
@@ -262,39 +263,7 @@ fn winners(bidders: &[Bidder], free0: &[u64], skip: Option<usize>, mu: &[f64]) -
     let mut out: Vec<Option<usize>> = vec![None; bidders.len()];
     let zero = vec![0.0; free0.len()];
     for prices in [mu, &zero[..]] {
-        let mut heap = BinaryHeap::new();
-        for (i, b) in bidders.iter().enumerate() {
-            if Some(i) == skip {
-                continue;
-            }
-            if let Some((v, k)) = best_move(b, out[i], &free, prices) {
-                heap.push(Entry {
-                    per_device: v,
-                    bidder: i,
-                    from: out[i],
-                    to: k,
-                });
-            }
-        }
-        while let Some(e) = heap.pop() {
-            let b = &bidders[e.bidder];
-            let cur = out[e.bidder];
-            let x = b.bundles[e.to];
-            let g0 = cur.map_or(0, |k| b.bundles[k].g);
-            if e.from == cur && (x.g - g0) as u64 <= free[x.t] {
-                free[x.t] -= (x.g - g0) as u64;
-                out[e.bidder] = Some(e.to);
-            }
-            // Next move of this bidder (also re-plans a stale entry).
-            if let Some((v, k)) = best_move(b, out[e.bidder], &free, prices) {
-                heap.push(Entry {
-                    per_device: v,
-                    bidder: e.bidder,
-                    from: out[e.bidder],
-                    to: k,
-                });
-            }
-        }
+        greedy(bidders, &mut free, &mut out, prices, |i| Some(i) != skip);
         if prices.iter().all(|&m| m == 0.0) {
             break;
         }
@@ -345,6 +314,97 @@ fn winners(bidders: &[Bidder], free0: &[u64], skip: Option<usize>, mu: &[f64]) -
         constrained,
         clearing,
     }
+}
+
+/// The greedy of [`winners`] from the state `out` / `free`: repeatedly the move
+/// with the largest net gain per extra device at `prices`, for the bidders
+/// `seed` admits (the others neither move nor are re-planned).
+fn greedy(
+    bidders: &[Bidder],
+    free: &mut [u64],
+    out: &mut [Option<usize>],
+    prices: &[f64],
+    seed: impl Fn(usize) -> bool,
+) {
+    let mut heap = BinaryHeap::new();
+    for (i, b) in bidders.iter().enumerate() {
+        if !seed(i) {
+            continue;
+        }
+        if let Some((v, k)) = best_move(b, out[i], free, prices) {
+            heap.push(Entry {
+                per_device: v,
+                bidder: i,
+                from: out[i],
+                to: k,
+            });
+        }
+    }
+    while let Some(e) = heap.pop() {
+        let b = &bidders[e.bidder];
+        let cur = out[e.bidder];
+        let x = b.bundles[e.to];
+        let g0 = cur.map_or(0, |k| b.bundles[k].g);
+        if e.from == cur && (x.g - g0) as u64 <= free[x.t] {
+            free[x.t] -= (x.g - g0) as u64;
+            out[e.bidder] = Some(e.to);
+        }
+        // Next move of this bidder (also re-plans a stale entry).
+        if let Some((v, k)) = best_move(b, out[e.bidder], free, prices) {
+            heap.push(Entry {
+                per_device: v,
+                bidder: e.bidder,
+                from: out[e.bidder],
+                to: k,
+            });
+        }
+    }
+}
+
+/// The others' assignment without bidder `skip`, for its partial allocation:
+/// `assign` (an outcome of [`winners`] at `mu`) with `skip`'s devices returned
+/// and the same greedy continued from there, at `mu` and then at 0. Only
+/// bidders that can use the returned devices are re-planned — those holding
+/// their type or nothing; every other bidder had no gaining move left when
+/// `assign` was made, and returning devices of another type gives it none.
+/// Starting from `assign` rather than re-running the auction without `skip`
+/// keeps what the others won (re-running a greedy can hand them less, which
+/// would make `skip`'s fraction exceed 1), and costs one pass over the
+/// bidders instead of a whole auction per winner.
+fn winners_without(
+    bidders: &[Bidder],
+    free0: &[u64],
+    assign: &[Option<usize>],
+    skip: usize,
+    mu: &[f64],
+) -> Vec<Option<usize>> {
+    let mut free = free0.to_vec();
+    let mut out = assign.to_vec();
+    out[skip] = None;
+    for (b, a) in bidders.iter().zip(&out) {
+        if let Some(k) = *a {
+            let x = b.bundles[k];
+            free[x.t] = free[x.t].saturating_sub(x.g as u64);
+        }
+    }
+    let Some(t) = assign[skip].map(|k| bidders[skip].bundles[k].t) else {
+        return out;
+    };
+    let zero = vec![0.0; free0.len()];
+    for prices in [mu, &zero[..]] {
+        let held: Vec<Option<usize>> = out
+            .iter()
+            .zip(bidders)
+            .map(|(a, b)| a.map(|k| b.bundles[k].t))
+            .collect();
+        greedy(bidders, &mut free, &mut out, prices, |i| {
+            i != skip && held[i].is_none_or(|u| u == t)
+        });
+        if prices.iter().all(|&m| m == 0.0) {
+            break;
+        }
+    }
+    out
 }
 
 /// Rounds of price adjustment in [`solve`].
@@ -521,7 +581,7 @@ impl Policy for Themis {
             won += 1;
             let x = bidders[b].bundles[k];
             let c = if constrained {
-                let without = winners(&bidders, &free, Some(b), &mu).assign;
+                let without = winners_without(&bidders, &free, &assign, b, &mu);
                 (pf_value(&bidders, &assign, b) - pf_value(&bidders, &without, b))
                     .exp()
                     .clamp(0.0, 1.0)
@@ -854,5 +914,62 @@ mod tests {
         let out = Themis::default().allocate(&view);
         assert_eq!(out[0].replicas(), 4, "{out:?}");
         assert_eq!(out[0].nodes(), 1, "{out:?}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+        /// Without a winner, every other bidder keeps at least the bundle it won
+        /// (so its partial-allocation fraction is at most 1) and capacity holds.
+        #[test]
+        fn the_others_never_lose_without_a_winner(
+            spec in proptest::collection::vec(
+                (0usize..2, proptest::collection::vec(0.01f64..1.0, 1..5), 0.0f64..2.0),
+                2..24,
+            ),
+            free in proptest::collection::vec(1u64..12, 2),
+            mu in proptest::collection::vec(0.0f64..0.3, 2),
+        ) {
+            // Bidder: a type, concave values for 1, 2, 4, … devices, a bonus.
+            let bidders: Vec<Bidder> = spec
+                .iter()
+                .enumerate()
+                .map(|(i, (t, steps, bonus))| {
+                    let mut v = 0.0;
+                    let bundles = steps
+                        .iter()
+                        .enumerate()
+                        .map(|(k, d)| {
+                            v += d / (k + 1) as f64;
+                            Bundle { t: *t, g: 1 << k, value: v }
+                        })
+                        .collect();
+                    Bidder { job: i, bundles, log_rho_empty: 0.0, first_bonus: *bonus }
+                })
+                .collect();
+            let o = winners(&bidders, &free, None, &mu);
+            for skip in 0..bidders.len() {
+                let Some(_) = o.assign[skip] else { continue };
+                let w = winners_without(&bidders, &free, &o.assign, skip, &mu);
+                proptest::prop_assert!(w[skip].is_none());
+                let mut used = vec![0u64; free.len()];
+                for (i, b) in bidders.iter().enumerate() {
+                    if i == skip {
+                        continue;
+                    }
+                    let had = o.assign[i].map_or(0.0, |k| b.bundles[k].value);
+                    let has = w[i].map_or(0.0, |k| b.bundles[k].value);
+                    proptest::prop_assert!(has >= had, "bidder {i}: {has} < {had}");
+                    if let Some(k) = w[i] {
+                        used[b.bundles[k].t] += b.bundles[k].g as u64;
+                    }
+                }
+                for t in 0..free.len() {
+                    proptest::prop_assert!(used[t] <= free[t]);
+                }
+                proptest::prop_assert!(
+                    pf_value(&bidders, &w, skip) >= pf_value(&bidders, &o.assign, skip) - 1e-12
+                );
+            }
+        }
     }
 }

@@ -1190,7 +1190,7 @@ async fn train_loop(
             active.sort_by_key(|m| m.id);
             membership_changed = true;
         }
-        if cfg.verbose && k > 0 && k % 50 == 0 {
+        if cfg.verbose && k > 0 && k.is_multiple_of(50) {
             // A heartbeat scripts can wait for (`scripts/multihost.sh` kills a worker
             // at iteration 200 by it).
             eprintln!(
