@@ -7,7 +7,9 @@
 //! design that brackets the candidates (as Ernest's `expt_design.py` chooses
 //! experiments), then the model's predicted best until it is one already measured
 //! — each for as few steps as its step time's confidence interval allows, and
-//! commits. Its overhead is reported two ways ([`OnlineResult::overhead_strict`],
+//! commits; a profiling budget ([`OnlineOptions::budget_frac`]) stops it early
+//! when profiling would not pay for itself on a short job. Its overhead is
+//! reported two ways ([`OnlineResult::overhead_strict`],
 //! [`OnlineResult::overhead_credited`]): profiling steps are real steps of the job,
 //! so whether their progress counts is a choice of accounting.
 
