@@ -254,23 +254,29 @@ fn main() {
         // no per-step times).
         let jitter = noise_floor(&rows).map_or(0.03, |f| f.sigma_pct / 100.0);
         let orc = search::best(&meas, Objective::Time).unwrap();
-        for (label, kind, initial, max_profiles, steps) in [
-            ("pollux 8x20", ModelKind::Pollux, 8, 8, StepRule::fixed(20)),
-            (
-                "pollux adapt",
-                ModelKind::Pollux,
-                6,
-                12,
-                StepRule::default(),
-            ),
-            ("ernest 8x20", ModelKind::Ernest, 8, 8, StepRule::fixed(20)),
-            (
-                "ernest adapt",
-                ModelKind::Ernest,
-                6,
-                12,
-                StepRule::default(),
-            ),
+        // `adapt`: the default options (profiling budget 10% of the run, strict);
+        // `b=…`: the same at other budgets, for the trade-off.
+        let adapt = |kind, budget_frac| OnlineOptions {
+            kind,
+            budget_frac,
+            ..OnlineOptions::default()
+        };
+        let fixed = |kind| OnlineOptions {
+            kind,
+            initial: 8,
+            max_profiles: 8,
+            steps: StepRule::fixed(20),
+            budget_frac: None,
+            ..OnlineOptions::default()
+        };
+        for (label, opts) in [
+            ("pollux 8x20", fixed(ModelKind::Pollux)),
+            ("pollux adapt", OnlineOptions::default()),
+            ("pollux b=0.05", adapt(ModelKind::Pollux, Some(0.05))),
+            ("pollux b=0.20", adapt(ModelKind::Pollux, Some(0.20))),
+            ("pollux b=none", adapt(ModelKind::Pollux, None)),
+            ("ernest 8x20", fixed(ModelKind::Ernest)),
+            ("ernest adapt", adapt(ModelKind::Ernest, Some(0.10))),
         ] {
             let mut rng = SplitMix64(
                 seed.wrapping_mul(0x9E37_79B9)
@@ -281,13 +287,6 @@ fn main() {
                     |r: &mut SplitMix64| ((r.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
                 let (u1, u2) = (u(&mut rng), u(&mut rng));
                 (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-            };
-            let opts = OnlineOptions {
-                kind,
-                objective: Objective::Time,
-                initial,
-                max_profiles,
-                steps,
             };
             let r = search::online(
                 &scands,
@@ -318,8 +317,10 @@ fn main() {
                     let with_restarts = (r.profile_time_s + 30.0 * restarts as f64)
                         / (r.profile_time_s + 30.0 * restarts as f64 + pm.time_s);
                     println!(
-                        "  online {label:<12}: {} profiles ({} designed), {steps} steps, {:.0}s; job {:.0}s (oracle {:.0}s, +{:.1}%); overhead strict {:.2}%, credited {:.2}% (total {:.0}s, +{:.1}% vs oracle); strict + {restarts} restarts x 30s {:.1}%",
-                        r.profiles.len(), r.designed, r.profile_time_s, pm.time_s, orc.time_s,
+                        "  online {label:<13}: {} profiles ({} designed{}), {steps} steps, {:.0}s; job {:.0}s (oracle {:.0}s, +{:.1}%); overhead strict {:.2}%, credited {:.2}% (total {:.0}s, +{:.1}% vs oracle); strict + {restarts} restarts x 30s {:.1}%",
+                        r.profiles.len(), r.designed,
+                        if r.budget_stopped { ", budget stopped" } else { "" },
+                        r.profile_time_s, pm.time_s, orc.time_s,
                         (pm.time_s / orc.time_s - 1.0) * 100.0,
                         r.overhead_strict(pm.time_s) * 100.0, credited * 100.0, total,
                         (total / orc.time_s - 1.0) * 100.0, with_restarts * 100.0
@@ -333,7 +334,7 @@ fn main() {
                     println!(
                         "      profiled batch {} r={} nodes={} local {:.1}: {} steps, {:.4}s/step (predicted now {:.4}s)",
                         c.global_batch, c.replicas(), c.config.nodes, c.config.local_bsz, p.steps, p.step_s,
-                        r.model.step_time(&c.config)
+                        r.model.as_ref().map_or(f64::NAN, |m| m.step_time(&c.config))
                     );
                 }
                 let c = &r.choice.candidate;
@@ -341,7 +342,7 @@ fn main() {
                     "      choice batch {} r={} nodes={} predicted {:.0}s; oracle batch {} r={} nodes={}, model predicts it at {:.4}s/step, measured {:.4}",
                     c.global_batch, c.replicas(), c.config.nodes, r.choice.time_s,
                     orc.candidate.global_batch, orc.candidate.replicas(), orc.candidate.config.nodes,
-                    r.model.step_time(&orc.candidate.config), table.step_time(&orc.candidate.config).unwrap()
+                    r.model.as_ref().map_or(f64::NAN, |m| m.step_time(&orc.candidate.config)), table.step_time(&orc.candidate.config).unwrap()
                 );
             }
         }

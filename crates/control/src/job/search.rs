@@ -7,7 +7,9 @@
 //! design that brackets the candidates (as Ernest's `expt_design.py` chooses
 //! experiments), then the model's predicted best until it is one already measured
 //! — each for as few steps as its step time's confidence interval allows, and
-//! commits. Its overhead is reported two ways ([`OnlineResult::overhead_strict`],
+//! commits; a profiling budget ([`OnlineOptions::budget_frac`]) stops it early
+//! when profiling would not pay for itself on a short job. Its overhead is
+//! reported two ways ([`OnlineResult::overhead_strict`],
 //! [`OnlineResult::overhead_credited`]): profiling steps are real steps of the job,
 //! so whether their progress counts is a choice of accounting.
 
@@ -264,6 +266,29 @@ pub struct OnlineOptions {
     /// Most configurations profiled in all (design plus exploitation).
     pub max_profiles: usize,
     pub steps: StepRule,
+    /// Profiling budget as a share of the whole run, in the strict accounting
+    /// ([`OnlineResult::overhead_strict`]): a configuration is profiled only if
+    /// `profiling / (profiling + T̂) ≤ budget_frac` is expected to hold after it,
+    /// `T̂` being the optimistic job time of the search's current best (see
+    /// [`online`]). In (0, 1]; `None` profiles regardless of the job's length.
+    pub budget_frac: Option<f64>,
+}
+
+impl Default for OnlineOptions {
+    /// Pollux model, time objective, 6 designed and at most 12 configurations,
+    /// the default [`StepRule`], and profiling at most 10% of the run: the
+    /// natural reading of "search overhead ≤ 10%". The budget is not tuned per
+    /// application (docs/job-models.md shows 5%, 10%, 20% and none).
+    fn default() -> Self {
+        OnlineOptions {
+            kind: ModelKind::Pollux,
+            objective: Objective::Time,
+            initial: 6,
+            max_profiles: 12,
+            steps: StepRule::default(),
+            budget_frac: Some(0.10),
+        }
+    }
 }
 
 /// One profiled configuration.
@@ -293,8 +318,15 @@ pub struct OnlineResult {
     pub profile_progress: f64,
     /// How many profiles the design chose (the rest chased the predicted best).
     pub designed: usize,
+    /// The profiling budget ([`OnlineOptions::budget_frac`]) cut the search
+    /// short: a designed configuration was skipped, or the predicted best was not
+    /// profiled, or a profile was measured for fewer steps than [`StepRule`]
+    /// would have taken (never fewer than `min_steps`).
+    pub budget_stopped: bool,
     pub choice: Costed,
-    pub model: StepModel,
+    /// The model fitted on every profile; `None` only if the budget stopped the
+    /// search before `kind` could be fitted (the choice is then the best measured).
+    pub model: Option<StepModel>,
 }
 
 impl OnlineResult {
@@ -340,10 +372,42 @@ fn loo_median_error(kind: ModelKind, rows: &[StepRow]) -> f64 {
     }
 }
 
+/// Mean measured step time by [`config_key`].
+type Measured = std::collections::BTreeMap<(u64, u64), f64>;
+
 /// Key of a step-time measurement: placement and local batch (not the machine,
 /// whose speed is known).
 fn config_key(c: &Candidate) -> (u64, u64) {
     (c.config.group, c.config.local_bsz.to_bits())
+}
+
+/// Every candidate scored for the search: a profiled configuration by its
+/// measurement, the rest by `model` (skipped without one) times `1 − eps`.
+/// Returns `(costed, ranking value, optimism factor)`.
+#[allow(clippy::too_many_arguments)]
+fn score_all(
+    cands: &[Candidate],
+    model: Option<&StepModel>,
+    measured: &Measured,
+    eps: f64,
+    conv: &ConvergenceModel,
+    target: f64,
+    machines: &[MachineType],
+    objective: Objective,
+) -> Vec<(Costed, f64, f64)> {
+    let mut scored = Vec::new();
+    for c in cands {
+        let (step, optimism) = match (measured.get(&config_key(c)), model) {
+            (Some(&t), _) => (t, 1.0),
+            (None, Some(m)) => (m.step_time(&c.config), 1.0 - eps),
+            (None, None) => continue,
+        };
+        if let Some(x) = cost_of(c, step, conv, target, machines) {
+            let v = x.value(objective) * optimism;
+            scored.push((x, v, optimism));
+        }
+    }
+    scored
 }
 
 /// Online search: profile the `initial` configurations of a cost-aware D-optimal
@@ -352,6 +416,24 @@ fn config_key(c: &Candidate) -> (u64, u64) {
 /// the best-scored candidate has not been profiled, profile it and refit (its
 /// steps are the job's own if it stays the choice); stop when the best is a
 /// measured one — the predicted best stopped changing — or after `max_profiles`.
+///
+/// With a profiling budget `f` ([`OnlineOptions::budget_frac`]) the search also
+/// weighs profiling against the job it is for. Strict overhead `P / (P + T) ≤ f`
+/// is `P ≤ f / (1 − f) · T`, so before every configuration after the first it
+/// estimates `T̂`, the optimistic job time of its current best (the lowest
+/// score, unmeasured candidates at `1 − ε` times their prediction: if the search
+/// finds what it hopes for, the job is that short), and profiles the next
+/// configuration only if `P` plus that configuration's least cost — warm-up plus
+/// `min_steps` steps at its predicted step time — stays within `f / (1 − f) · T̂`.
+/// In the design phase the model is refitted after each profile for this
+/// estimate; if `kind` cannot be fitted yet, `T̂` is the best measured time and
+/// the next step time the slowest measured one. While profiling, measured steps
+/// also stop (after `min_steps`) when the next one would overrun the allowance,
+/// which then also counts the profiled configuration's own job time. Whatever
+/// stops the search, it commits as it does at `max_profiles`, and
+/// [`OnlineResult::budget_stopped`] says whether the budget did. The first
+/// configuration is always profiled: a job shorter than about `(warm-up +
+/// min_steps) / f` steps cannot be searched online within `f`.
 ///
 /// `measure_step(c, i)` returns step `i`'s `(step, sync)` time for `c` on the
 /// reference machine (speed 1; a real run divides by the machine's speed), or
@@ -386,10 +468,59 @@ pub fn online(
         Objective::Cost => c.replicas() as f64 * per_work(&machines[c.machine]),
     };
     let rule = opts.steps;
+    // Profiling time allowed per second of job: strict P / (P + T) ≤ f ⇔ P ≤ f/(1−f) · T.
+    let allowance_per_job_s = opts.budget_frac.map(|f| {
+        if f >= 1.0 {
+            f64::INFINITY
+        } else {
+            f / (1.0 - f)
+        }
+    });
+    // Least wall time of profiling a configuration whose step takes `step_s`.
+    let least_profile_s = |step_s: f64| {
+        (rule.warmup_steps + rule.min_steps.max(2)) as f64 * step_s / machines[probe].speed
+    };
+    let kind = opts.kind;
+    // The budget's T̂ from what is measured: `kind` fitted if it fits, and the
+    // lowest optimistic time of the scored candidates (measured ones alone
+    // without a model). With one row the model's error cannot be estimated, so
+    // its optimism is the largest the search allows, 50%.
+    let outlook = |rows: &[StepRow], measured: &Measured| {
+        let model = fit(kind, rows).ok();
+        let eps = match model {
+            Some(_) if rows.len() < 2 => 0.5,
+            Some(_) => loo_median_error(kind, rows).min(0.5),
+            None => 0.0,
+        };
+        let scored = score_all(
+            cands,
+            model.as_ref(),
+            measured,
+            eps,
+            conv,
+            target,
+            machines,
+            opts.objective,
+        );
+        let job_s_hat = scored
+            .iter()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(f64::INFINITY, |(x, _, o)| x.time_s * o);
+        (model, job_s_hat)
+    };
     let mut rows: Vec<StepRow> = Vec::new();
     let mut profiles: Vec<Profile> = Vec::new();
-    let mut measured: std::collections::BTreeMap<(u64, u64), f64> = Default::default();
-    let mut profile = |c: &Candidate, rows: &mut Vec<StepRow>, profiles: &mut Vec<Profile>| {
+    let mut measured = Measured::new();
+    let mut budget_stopped = false;
+    // `job_s_hat`: the job time the budget is measured against (∞: unknown yet).
+    let mut profile = |c: &Candidate,
+                       mut job_s_hat: f64,
+                       rows: &mut Vec<StepRow>,
+                       profiles: &mut Vec<Profile>,
+                       budget_stopped: &mut bool| {
+        let spent: f64 = profiles.iter().map(|p| p.time_s).sum();
+        let mut first = profiles.is_empty();
+        let speed = machines[c.machine].speed;
         let mut wall = 0.0;
         let mut steps = Vec::new();
         let mut syncs = Vec::new();
@@ -397,7 +528,7 @@ pub fn online(
         loop {
             let (t, sync) = measure_step(c, i)?;
             i += 1;
-            wall += t / machines[c.machine].speed;
+            wall += t / speed;
             if i <= rule.warmup_steps {
                 continue;
             }
@@ -407,11 +538,36 @@ pub fn online(
             if n >= rule.max_steps.max(1) {
                 break;
             }
+            let mean = steps.iter().sum::<f64>() / n as f64;
             if n >= rule.min_steps.max(2) {
-                let mean = steps.iter().sum::<f64>() / n as f64;
                 let var = steps.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
                 if t95(n - 1) * (var / n as f64).sqrt() <= rule.rel_ci * mean {
                     break;
+                }
+            }
+            if let Some(per_s) = allowance_per_job_s {
+                if n >= rule.min_steps.max(2) && first {
+                    // The first configuration: T̂ from its measurement so far.
+                    first = false;
+                    let row = StepRow {
+                        config: c.config,
+                        step_time_s: mean,
+                        sync_time_s: syncs.iter().sum::<f64>() / n as f64,
+                        source: "profile 1".into(),
+                    };
+                    let so_far = Measured::from([(config_key(c), mean)]);
+                    job_s_hat = outlook(&[row], &so_far).1;
+                }
+                if n >= rule.min_steps.max(2) {
+                    // Were this configuration the choice, the job would take `own`.
+                    let own = cost_of(c, mean, conv, target, machines)
+                        .map_or(f64::INFINITY, |x| x.time_s);
+                    // The next step may be as slow as the slowest one measured.
+                    let slowest = steps.iter().fold(0.0, |a: f64, &b| a.max(b));
+                    if spent + wall + slowest / speed > per_s * job_s_hat.min(own) {
+                        *budget_stopped = true;
+                        break;
+                    }
                 }
             }
         }
@@ -438,67 +594,113 @@ pub fn online(
         Some(step_s)
     };
     for i in design_with(&pool, opts.initial, cost) {
-        if let Some(t) = profile(&pool[i], &mut rows, &mut profiles) {
-            measured.insert(config_key(&pool[i]), t);
+        let c = &pool[i];
+        let mut job_s_hat = f64::INFINITY;
+        if let (Some(per_s), false) = (allowance_per_job_s, profiles.is_empty()) {
+            // The design does not trust a model yet, but the budget needs T̂ and
+            // the next step time: from a fit if `kind` fits what is measured, else
+            // from the measurements alone.
+            let model;
+            (model, job_s_hat) = outlook(&rows, &measured);
+            let next_step_s = match &model {
+                Some(m) => m.step_time(&c.config),
+                None => profiles.iter().map(|p| p.step_s).fold(0.0, f64::max),
+            };
+            let spent: f64 = profiles.iter().map(|p| p.time_s).sum();
+            if spent + least_profile_s(next_step_s) > per_s * job_s_hat {
+                budget_stopped = true;
+                break;
+            }
+        }
+        if let Some(t) = profile(c, job_s_hat, &mut rows, &mut profiles, &mut budget_stopped) {
+            measured.insert(config_key(c), t);
         }
     }
     let designed = profiles.len();
-    let kind = opts.kind;
     let no_choice = || ItertimeError::NoConvergence {
         model: kind.name(),
         reason: "no candidate reaches the target metric".into(),
     };
+    // Commit to the best measured, or (stopped early) to the best prediction.
+    let commit = |scored: &[(Costed, f64, f64)], measured: &Measured| {
+        let measured_best = scored
+            .iter()
+            .filter(|(x, _, _)| measured.contains_key(&config_key(&x.candidate)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let plain = scored
+            .iter()
+            .filter(|(x, _, _)| !measured.contains_key(&config_key(&x.candidate)))
+            .map(|(x, _, _)| x)
+            .min_by(|a, b| a.value(opts.objective).total_cmp(&b.value(opts.objective)));
+        match (measured_best, plain) {
+            (Some((m, _, _)), Some(p)) if p.value(opts.objective) < m.value(opts.objective) => {
+                Ok(p.clone())
+            }
+            (Some((m, _, _)), _) => Ok(m.clone()),
+            (None, Some(p)) => Ok(p.clone()),
+            (None, None) => Err(no_choice()),
+        }
+    };
     let (model, choice) = loop {
-        let model = fit(kind, &rows)?;
+        let model = match fit(kind, &rows) {
+            Ok(m) => m,
+            // The budget left too few profiles to fit `kind`: the best measured.
+            Err(_) if budget_stopped => {
+                let scored = score_all(
+                    cands,
+                    None,
+                    &measured,
+                    0.0,
+                    conv,
+                    target,
+                    machines,
+                    opts.objective,
+                );
+                break (None, commit(&scored, &measured)?);
+            }
+            Err(e) => return Err(e),
+        };
         // Unmeasured candidates are scored optimistically, `1 − ε` times their
         // prediction, ε the model's leave-one-out median error on what it measured:
         // one that could beat the best measurement within the model's typical error
         // is worth measuring (the Pollux form cannot tell 32 replicas on 8 nodes
         // from 32 on 16, which differ by 10–20%).
         let eps = loo_median_error(kind, &rows).min(0.5);
-        let mut scored: Vec<(Costed, f64)> = Vec::new();
-        for c in cands {
-            let (step, optimism) = match measured.get(&config_key(c)) {
-                Some(&t) => (t, 1.0),
-                None => (model.step_time(&c.config), 1.0 - eps),
-            };
-            if let Some(x) = cost_of(c, step, conv, target, machines) {
-                let v = x.value(opts.objective) * optimism;
-                scored.push((x, v));
-            }
-        }
-        let measured_best = scored
-            .iter()
-            .filter(|(x, _)| measured.contains_key(&config_key(&x.candidate)))
-            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let scored = score_all(
+            cands,
+            Some(&model),
+            &measured,
+            eps,
+            conv,
+            target,
+            machines,
+            opts.objective,
+        );
         let hopeful = scored.iter().min_by(|a, b| a.1.total_cmp(&b.1));
-        let Some((next, _)) = hopeful else {
+        let Some((next, _, _)) = hopeful else {
             return Err(no_choice());
         };
         let key = config_key(&next.candidate);
-        let done = measured.contains_key(&key) || profiles.len() >= opts.max_profiles;
+        let mut done = measured.contains_key(&key) || profiles.len() >= opts.max_profiles;
+        let mut job_s_hat = f64::INFINITY;
+        if let (Some(per_s), false) = (allowance_per_job_s, done) {
+            // `next.time_s × optimism` but for the 50% optimism of a single row.
+            job_s_hat = outlook(&rows, &measured).1;
+            let spent: f64 = profiles.iter().map(|p| p.time_s).sum();
+            if spent + least_profile_s(model.step_time(&next.candidate.config)) > per_s * job_s_hat
+            {
+                budget_stopped = true;
+                done = true;
+            }
+        }
         if done {
-            // Commit to the best measured, or (capped) to the best prediction.
-            let plain = scored
-                .iter()
-                .filter(|(x, _)| !measured.contains_key(&config_key(&x.candidate)))
-                .map(|(x, _)| x)
-                .min_by(|a, b| a.value(opts.objective).total_cmp(&b.value(opts.objective)));
-            let choice = match (measured_best, plain) {
-                (Some((m, _)), Some(p)) if p.value(opts.objective) < m.value(opts.objective) => {
-                    p.clone()
-                }
-                (Some((m, _)), _) => m.clone(),
-                (None, Some(p)) => p.clone(),
-                (None, None) => return Err(no_choice()),
-            };
-            break (model, choice);
+            break (Some(model), commit(&scored, &measured)?);
         }
         let c = Candidate {
             machine: probe,
             ..next.candidate.clone()
         };
-        match profile(&c, &mut rows, &mut profiles) {
+        match profile(&c, job_s_hat, &mut rows, &mut profiles, &mut budget_stopped) {
             Some(t) => measured.insert(key, t),
             // Cannot run: never propose it again.
             None => measured.insert(key, f64::INFINITY),
@@ -509,6 +711,7 @@ pub fn online(
         profile_progress: profiles.iter().map(|p| p.progress).sum(),
         profiles,
         designed,
+        budget_stopped,
         choice,
         model,
     })
@@ -615,6 +818,7 @@ mod tests {
             initial: 6,
             max_profiles: 10,
             steps,
+            budget_frac: None,
         }
     }
 
@@ -642,6 +846,12 @@ mod tests {
             .map(|i| &pool[i])
             .collect();
         assert!(cheap.iter().all(|c| c.replicas() < max_r), "{cheap:?}");
+        // Greedy: a shorter design is a prefix of a longer one, so a design cut
+        // short by the profiling budget keeps its most informative configurations.
+        let long = design(&pool, 6);
+        for k in 1..6 {
+            assert_eq!(design(&pool, k), long[..k]);
+        }
     }
 
     #[test]
@@ -720,5 +930,149 @@ mod tests {
             ..r.clone()
         };
         assert!((none.overhead_credited(chosen).1 - strict).abs() < 1e-12);
+    }
+
+    /// The true job time (table step times) of a result's choice.
+    fn job_time(r: &OnlineResult, table: &MeasuredTable, conv: &ConvergenceModel) -> f64 {
+        let ms = machines();
+        let step = table.step_time(&r.choice.candidate.config).unwrap();
+        cost_of(&r.choice.candidate, step, conv, 0.85, &ms)
+            .unwrap()
+            .time_s
+    }
+
+    #[test]
+    fn without_a_budget_the_search_is_unchanged() {
+        let (table, conv, cands, ms) = setup();
+        let run = |budget_frac| {
+            online(
+                &cands,
+                |c, _| table.step_and_sync(&c.config),
+                &conv,
+                0.85,
+                &ms,
+                &OnlineOptions {
+                    budget_frac,
+                    ..opts(ModelKind::Pollux, StepRule::default())
+                },
+            )
+            .unwrap()
+        };
+        let r = run(None);
+        // Recorded from the search before the budget existed (commit 76fad74).
+        let profiled: Vec<(u32, u32, f64, usize)> = r
+            .profiles
+            .iter()
+            .map(|p| {
+                let c = &p.candidate.config;
+                (c.nodes, c.replicas, c.local_bsz, p.steps)
+            })
+            .collect();
+        assert_eq!(
+            profiled,
+            [
+                (1, 2, 256.0, 7),
+                (4, 16, 8.0, 7),
+                (1, 1, 256.0, 7),
+                (1, 4, 8.0, 7),
+                (2, 8, 8.0, 7),
+                (1, 2, 16.0, 7),
+                (4, 16, 32.0, 7),
+            ]
+        );
+        assert!(
+            (r.profile_time_s - 6.72).abs() < 1e-9,
+            "{}",
+            r.profile_time_s
+        );
+        let c = &r.choice.candidate;
+        assert_eq!(
+            (c.config.nodes, c.replicas(), c.config.local_bsz, c.machine),
+            (4, 16, 32.0, 0)
+        );
+        assert!((r.choice.time_s - 3.296_330_683_943_131_7).abs() < 1e-9);
+        assert!(!r.budget_stopped && r.model.is_some());
+        // A budget of the whole run never binds.
+        let all = run(Some(1.0));
+        assert_eq!(
+            (all.profiles, all.choice, all.budget_stopped),
+            (r.profiles, r.choice, false)
+        );
+    }
+
+    #[test]
+    fn budget_stops_a_tiny_job_early_within_the_budget() {
+        // The synthetic job reaches its target in ~3.3 s, about the time of 11
+        // profiling steps of the first designed configuration: unbudgeted, the
+        // search spends twice the job on profiling.
+        let (table, conv, cands, ms) = setup();
+        let run = |budget_frac| {
+            online(
+                &cands,
+                |c, _| table.step_and_sync(&c.config),
+                &conv,
+                0.85,
+                &ms,
+                &OnlineOptions {
+                    budget_frac,
+                    ..opts(ModelKind::Pollux, StepRule::default())
+                },
+            )
+            .unwrap()
+        };
+        let free = run(None);
+        let free_overhead = free.overhead_strict(job_time(&free, &table, &conv));
+        assert!(free_overhead > 0.6, "{free_overhead}");
+        let rule = StepRule::default();
+        for f in [0.4, 0.5] {
+            let r = run(Some(f));
+            assert!(r.budget_stopped, "{f}");
+            assert!(
+                r.profiles.len() < free.profiles.len(),
+                "{f}: {}",
+                r.profiles.len()
+            );
+            assert!(r.designed < 6, "{f}: the design was cut short");
+            assert!(r
+                .profiles
+                .iter()
+                .all(|p| p.steps >= rule.warmup_steps + rule.min_steps));
+            let overhead = r.overhead_strict(job_time(&r, &table, &conv));
+            assert!(overhead <= f, "{f}: strict overhead {overhead}");
+        }
+        // Jittery steps are measured to `max_steps` (20; 6.4 s for the first
+        // configuration alone, 66% of the run): the budget ends them earlier.
+        let jittery = online(
+            &cands,
+            |c, i| {
+                let (t, s) = table.step_and_sync(&c.config)?;
+                Some((t * if i % 2 == 0 { 1.2 } else { 0.8 }, s))
+            },
+            &conv,
+            0.85,
+            &ms,
+            &OnlineOptions {
+                budget_frac: Some(0.5),
+                ..opts(ModelKind::Pollux, rule)
+            },
+        )
+        .unwrap();
+        let steps: Vec<usize> = jittery.profiles.iter().map(|p| p.steps).collect();
+        eprintln!(
+            "DBG {steps:?} {}",
+            jittery.overhead_strict(job_time(&jittery, &table, &conv))
+        );
+        assert!(
+            steps
+                .iter()
+                .any(|&n| n < rule.warmup_steps + rule.max_steps),
+            "{steps:?}"
+        );
+        assert!(steps
+            .iter()
+            .all(|&n| n >= rule.warmup_steps + rule.min_steps));
+        assert!(jittery.budget_stopped);
+        let overhead = jittery.overhead_strict(job_time(&jittery, &table, &conv));
+        assert!(overhead <= 0.5, "{overhead}");
     }
 }
