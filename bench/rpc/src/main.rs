@@ -210,6 +210,9 @@ struct Report {
     results: Vec<Stats>,
 }
 
+/// Time for in-flight bookkeeping to land before the byte counters are read.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
@@ -249,13 +252,16 @@ async fn run(a: Args) -> Result<Report, BoxError> {
 
     let k = benches.len();
     let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(a.rounds); k];
-    let mut wire = vec![0u64; k];
+    // A worker counts its last write just after the controller may have read it:
+    // bytes are read off the counters only when every connection has gone quiet, and
+    // no variant moves any bytes while another one's block runs.
+    tokio::time::sleep(SETTLE).await;
+    let wire_before: Vec<u64> = benches.iter().map(|b| b.traffic().total()).collect();
     for rep in 0..a.rounds.div_ceil(a.block) {
         let this = a.block.min(a.rounds - rep * a.block);
         for j in 0..k {
             let v = (rep + j) % k;
             let b = &mut benches[v];
-            let before = b.traffic().total();
             for _ in 0..this {
                 iteration += 1;
                 params[0] = iteration as f32;
@@ -265,9 +271,14 @@ async fn run(a: Args) -> Result<Report, BoxError> {
                 check(b, &replies, &params, iteration, &expected, false)?;
                 times[v].push(dt.as_secs_f64() * 1e6);
             }
-            wire[v] += b.traffic().total() - before;
         }
     }
+    tokio::time::sleep(SETTLE).await;
+    let wire: Vec<u64> = benches
+        .iter()
+        .zip(wire_before)
+        .map(|(b, before)| b.traffic().total() - before)
+        .collect();
 
     let mut results: Vec<Stats> = Vec::new();
     for ((v, mut t), bytes) in a.variants.iter().zip(times).zip(wire) {
