@@ -176,6 +176,8 @@ pub enum ItertimeError {
     BadRow { origin: String, step: f64 },
     #[error("the {model} fit did not converge: {reason}")]
     NoConvergence { model: &'static str, reason: String },
+    #[error("option `{name}`: {reason}")]
+    BadOption { name: &'static str, reason: String },
 }
 
 /// Ernest coefficients (seconds): `θ0 + θ1·b + θ2·ln r + θ3·r`.

@@ -270,7 +270,8 @@ pub struct OnlineOptions {
     /// ([`OnlineResult::overhead_strict`]): a configuration is profiled only if
     /// `profiling / (profiling + T̂) ≤ budget_frac` is expected to hold after it,
     /// `T̂` being the optimistic job time of the search's current best (see
-    /// [`online`]). In (0, 1]; `None` profiles regardless of the job's length.
+    /// [`online`]). In (0, 1], else [`online`] returns an error; `None` profiles
+    /// regardless of the job's length.
     pub budget_frac: Option<f64>,
 }
 
@@ -448,6 +449,14 @@ pub fn online(
     machines: &[MachineType],
     opts: &OnlineOptions,
 ) -> Result<OnlineResult, ItertimeError> {
+    if let Some(f) = opts.budget_frac {
+        if !(f > 0.0 && f <= 1.0) {
+            return Err(ItertimeError::BadOption {
+                name: "budget_frac",
+                reason: format!("must be in (0, 1], got {f}"),
+            });
+        }
+    }
     let per_work = |m: &MachineType| match opts.objective {
         Objective::Time => 1.0 / m.speed,
         Objective::Cost => m.usd_per_gpu_hour / m.speed,
@@ -1058,10 +1067,6 @@ mod tests {
         )
         .unwrap();
         let steps: Vec<usize> = jittery.profiles.iter().map(|p| p.steps).collect();
-        eprintln!(
-            "DBG {steps:?} {}",
-            jittery.overhead_strict(job_time(&jittery, &table, &conv))
-        );
         assert!(
             steps
                 .iter()
@@ -1074,5 +1079,21 @@ mod tests {
         assert!(jittery.budget_stopped);
         let overhead = jittery.overhead_strict(job_time(&jittery, &table, &conv));
         assert!(overhead <= 0.5, "{overhead}");
+        // A budget outside (0, 1] is an error, not a silent default.
+        for bad in [0.0, -0.1, 1.5, f64::NAN] {
+            let e = online(
+                &cands,
+                |c, _| table.step_and_sync(&c.config),
+                &conv,
+                0.85,
+                &ms,
+                &OnlineOptions {
+                    budget_frac: Some(bad),
+                    ..opts(ModelKind::Pollux, rule)
+                },
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("budget_frac"), "{e}");
+        }
     }
 }
