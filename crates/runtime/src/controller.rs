@@ -1708,7 +1708,8 @@ async fn train_loop(
             }
         }
         debug_assert_eq!(weight_sum, b_total);
-        // A disrupted iteration has retried ranges: no task is one worker's whole batch.
+        // An iteration that lost a worker is not observed (its retried ranges are not
+        // one worker's batch; conservative when the lost worker had already answered).
         gns.gathered(k, (!disrupted).then_some(local_norms));
         for b in blocks.drain(..) {
             recycle(grad_pool, b.3);

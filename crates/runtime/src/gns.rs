@@ -6,7 +6,8 @@
 //! the global batch. Both squared norms the two-batch estimator needs come from
 //! passes that exist anyway:
 //! - `|g_i|²` is summed while `g_i`'s blocks are added into the aggregate
-//!   ([`accumulate_sqr`]): the same loads, about the cost of the plain sum;
+//!   ([`accumulate_sqr`]): the same loads (on MNIST the MLP's sums of an iteration
+//!   took 0.145 ms instead of 0.126, the last one 0.0035 instead of 0.0029);
 //! - `|g|²` of the aggregate is taken when the next iteration's gather clears the
 //!   aggregate ([`clear_sqr`]), while the workers compute — off the critical path
 //!   (and at an evaluation or the end of training, before reporting).
@@ -28,8 +29,8 @@ pub const SMOOTHING: f64 = 0.99;
 /// the sum is exact to ~1e-7 relative, long enough to keep the loop vectorised.
 const BLOCK: usize = 1024;
 /// Independent `f32` accumulators: a single one would serialise the loop on the add's
-/// latency (measured: the fused loop then costs ~2× the plain sum; with 16 lanes the
-/// same as the plain sum).
+/// latency (in a standalone loop over 101,770 values, `f64` lanes cost ~2× the plain
+/// sum; 16 `f32` lanes about the same as the plain sum).
 const LANES: usize = 16;
 
 /// `acc += w · g`, returning `Σ g²` (accumulated in `f64` per block).

@@ -125,6 +125,21 @@ fn one_worker_gives_no_estimate() {
     assert!(r.noise_scale_curve.is_empty());
 }
 
+/// The iteration that loses a worker is not observed; the others are, before and
+/// after (two workers are left).
+#[test]
+fn an_iteration_that_lost_a_worker_is_skipped() {
+    let d = tiny();
+    let cfg = config(&d, "logreg", 0, 48, 8);
+    let mut launch = LocalLaunch::new(3);
+    launch.kills = vec![(1, 3)];
+    let (r, _) = train_local(d.clone(), cfg, launch, None).unwrap();
+    assert_eq!(r.leaves, 1);
+    assert_eq!(r.disrupted_iterations, 1);
+    assert_eq!((r.gns_iterations, r.gns_skipped), (7, 1));
+    assert!(r.gradient_noise_scale.is_some());
+}
+
 /// With unequal local batches, the `|g_i|²` and the aggregate's `|g|²` the controller
 /// gave the estimator are those of single-process gradients on the same samples.
 #[test]
