@@ -273,8 +273,9 @@ fn progress_bar(job: &JobArgs) -> Option<ProgressFn> {
             .map_or("-".to_string(), |a| format!("{:.2}%", a * 100.0));
         let goal = target.map_or(String::new(), |t| format!("/{:.2}%", t * 100.0));
         let b: Vec<String> = p.batches.iter().map(|(_, b)| b.to_string()).collect();
+        let gns = p.noise_scale.map_or("-".to_string(), |v| format!("{v:.0}"));
         bar.set_message(format!(
-            "epoch {:.2}  acc {acc}{goal}  train {:.1}s  batches [{}]",
+            "epoch {:.2}  acc {acc}{goal}  train {:.1}s  B_noise {gns}  batches [{}]",
             p.epoch,
             p.train_time_s,
             b.join(",")
@@ -374,6 +375,16 @@ fn print_report(
             w.mean_proc_mem_used, w.mean_loadavg1, w.overruns, w.mean_sent_ms,
             w.mean_downlink_ms, w.mean_uplink_ms
         );
+    }
+    match (r.gradient_noise_scale, r.grad_sqr, r.trace_cov) {
+        (Some(b), Some(g), Some(t)) => println!(
+            "gradient noise scale {b:.1} samples (|G|² {g:.4e}, tr Σ {t:.4e}; {} iterations observed, {} skipped)",
+            r.gns_iterations, r.gns_skipped
+        ),
+        _ => println!(
+            "gradient noise scale: none ({} iterations observed, {} skipped)",
+            r.gns_iterations, r.gns_skipped
+        ),
     }
     println!("final batches {:?}", r.final_batches_named);
     Ok(())

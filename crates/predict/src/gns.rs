@@ -23,10 +23,10 @@
 //! pulled towards zero. The noise scale is the ratio of the two averages, not an
 //! average of ratios (a ratio of noisy estimates is badly biased).
 //!
-//! How the runtime would call it (not wired in; `crates/runtime` owns that): once
-//! per synchronous iteration, after aggregation, the controller already holds each
-//! worker's local batch and gradient (or each worker can send `|g_i|²` in its step
-//! reply), so
+//! How the runtime calls it (`pacer_runtime::gns`): once per synchronous iteration
+//! whose tasks all arrived whole, with each worker's local batch, the `|g_i|²` of its
+//! local mean gradient (summed while the controller aggregates it) and the
+//! aggregate's `|g|²`:
 //! ```
 //! use pacer_predict::gns::{Aggregation, GnsEstimator};
 //! let mut gns = GnsEstimator::new(0.99, 32.0);

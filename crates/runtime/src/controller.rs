@@ -16,6 +16,9 @@
 //!    after the last worker's step only its last, small block is left to read and sum.
 //! 5. The optimiser steps; each predictor observes its worker's speed
 //!    `b_i / step_s_i` with the signals of the iteration's start.
+//! 6. The gradient noise scale ([`crate::gns`]): each task's `|g_i|²` is summed in
+//!    the accumulation of step 4, the aggregate's `|g|²` when the next iteration's
+//!    gather clears it; an iteration that lost a worker is not observed.
 //!
 //! ## A worker lost in the middle of an iteration: retried
 //! Its tasks are split among the survivors (by predicted speed) with the same model
@@ -36,6 +39,9 @@
 
 use crate::data::Data;
 use crate::error::RuntimeError;
+use crate::gns::{
+    accumulate_sqr, clear_sqr, sqr_norm, GnsInput, GnsTracker, LocalNorm, NoiseScalePoint,
+};
 use crate::model::{Model, ModelSpec, Quality};
 use crate::optim::{OptimSpec, Optimizer};
 use crate::protocol::{self, JobSpec, Message, ProtocolError, Signals, StepTiming};
@@ -79,8 +85,12 @@ pub struct ControllerConfig {
     pub join_timeout_s: f64,
     /// Keep the ledger of accumulated ranges (elasticity test).
     pub record_ledger: bool,
-    /// Keep the aggregated gradients of the first this many iterations.
+    /// Keep the aggregated gradients (and the gradient-noise estimator's inputs) of
+    /// the first this many iterations.
     pub record_grads: usize,
+    /// EMA decay per iteration of the gradient-noise-scale estimate
+    /// ([`crate::gns::SMOOTHING`] by default: a window of ~100 iterations).
+    pub gns_smoothing: f64,
     /// Print refusals and membership changes to stderr.
     pub verbose: bool,
     /// Write Steps in chunks, the connections taking turns (off: each whole, one
@@ -115,6 +125,7 @@ impl ControllerConfig {
             join_timeout_s: 120.0,
             record_ledger: false,
             record_grads: 0,
+            gns_smoothing: crate::gns::SMOOTHING,
             verbose: false,
             pipeline: true,
             realtime_io: true,
@@ -131,6 +142,8 @@ pub struct Progress {
     pub accuracy: Option<f64>,
     /// (worker id, local batch) of the iteration that just ran.
     pub batches: Vec<(u32, u64)>,
+    /// Gradient noise scale so far (samples; one iteration behind, see [`crate::gns`]).
+    pub noise_scale: Option<f64>,
 }
 
 /// A callback called after every iteration.
@@ -297,12 +310,29 @@ pub struct TrainReport {
     /// (worker name, local batch) of the last iteration: which worker got what.
     pub final_batches_named: Vec<(String, u64)>,
     pub accuracy_curve: Vec<EvalPoint>,
+    /// Gradient noise scale `B_noise = tr Σ / |G|²` (samples) at the end of training,
+    /// from the workers' gradients (`crate::gns`); `None` without an observed iteration
+    /// (one worker, every iteration disrupted).
+    pub gradient_noise_scale: Option<f64>,
+    /// Its smoothed `|G|²` (squared norm of the true gradient) and `tr Σ` (per-sample
+    /// gradient variance), as `pacer_predict::gns::GnsEstimator` reports them.
+    pub grad_sqr: Option<f64>,
+    pub trace_cov: Option<f64>,
+    /// Iterations the estimate observed, and those it skipped (disrupted, fewer than
+    /// two non-empty tasks, a non-finite norm).
+    pub gns_iterations: u64,
+    pub gns_skipped: u64,
+    /// The estimate at every evaluation (and at the end).
+    pub noise_scale_curve: Vec<NoiseScalePoint>,
     /// Per worker, in id order (including those that left).
     pub worker_stats: Vec<WorkerStats>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ledger: Vec<LedgerEntry>,
     #[serde(skip)]
     pub grads: Vec<Vec<f32>>,
+    /// What the gradient-noise estimator was fed, first `record_grads` observations.
+    #[serde(skip)]
+    pub gns_inputs: Vec<GnsInput>,
     #[serde(skip)]
     pub final_params: Vec<f32>,
 }
@@ -722,6 +752,8 @@ struct Task {
     sent: Instant,
     /// Gradient values received so far as parts (from 0).
     received: usize,
+    /// `Σ g²` of those values (the gradient noise scale's `|g_i|²` once complete).
+    sqr: f64,
 }
 
 /// Eval-free clock: training time excludes evaluation and progress reporting.
@@ -1090,9 +1122,16 @@ async fn train_loop(
         final_batches: Vec::new(),
         final_batches_named: Vec::new(),
         accuracy_curve: Vec::new(),
+        gradient_noise_scale: None,
+        grad_sqr: None,
+        trace_cov: None,
+        gns_iterations: 0,
+        gns_skipped: 0,
+        noise_scale_curve: Vec::new(),
         worker_stats: Vec::new(),
         ledger: Vec::new(),
         grads: Vec::new(),
+        gns_inputs: Vec::new(),
         final_params: Vec::new(),
     };
 
@@ -1143,6 +1182,7 @@ async fn train_loop(
     let mut wstats: BTreeMap<u32, WorkerStats> = BTreeMap::new();
     // The last optimiser step waits for the next send (`cfg.pipeline`).
     let mut deferred = false;
+    let mut gns = GnsTracker::new(cfg.gns_smoothing, b_total, cfg.record_grads, cfg.verbose);
 
     loop {
         // ---- boundary: membership
@@ -1353,6 +1393,7 @@ async fn train_loop(
                     main: true,
                     sent: Instant::now(),
                     received: 0,
+                    sqr: 0.0,
                 },
             );
             start += b;
@@ -1398,7 +1439,13 @@ async fn train_loop(
         }
 
         // ---- gather
-        acc.iter_mut().for_each(|v| *v = 0.0);
+        // The workers are computing: the last aggregate's norm costs nothing here.
+        if gns.waiting() {
+            gns.aggregate(clear_sqr(&mut acc));
+        } else {
+            acc.iter_mut().for_each(|v| *v = 0.0);
+        }
+        let mut local_norms: Vec<LocalNorm> = Vec::with_capacity(active.len());
         let mut disrupted = false;
         let mut main_results: HashMap<u32, (u64, StepTiming, f64, Signals)> = HashMap::new();
         let mut arrivals: HashMap<u32, f64> = HashMap::new();
@@ -1488,9 +1535,7 @@ async fn train_loop(
                         t.received += n;
                         let t_agg = Instant::now();
                         let w = t.len as f32 / b_total as f32;
-                        for (a, g) in acc[a..a + n].iter_mut().zip(&values) {
-                            *a += w * g;
-                        }
+                        t.sqr += accumulate_sqr(&mut acc[a..a + n], w, &values);
                         aggregate_total_s += t_agg.elapsed().as_secs_f64();
                         blocks.push((task, a, w, values));
                     }
@@ -1525,9 +1570,7 @@ async fn train_loop(
                         let t = pending.remove(&msg.task).expect("checked");
                         let t_agg = Instant::now();
                         let w = t.len as f32 / b_total as f32;
-                        for (a, g) in acc[first..].iter_mut().zip(&msg.grad) {
-                            *a += w * g;
-                        }
+                        let sqr = t.sqr + accumulate_sqr(&mut acc[first..], w, &msg.grad);
                         let agg_s = t_agg.elapsed().as_secs_f64();
                         aggregate_total_s += agg_s;
                         weight_sum += t.len;
@@ -1551,6 +1594,11 @@ async fn train_loop(
                             main_results.insert(id, (t.len, msg.timing, decode_s, msg.signals));
                             arrivals.insert(id, arrived_unix_s);
                         }
+                        local_norms.push(LocalNorm {
+                            stream_start: t.stream_start,
+                            len: t.len,
+                            sqr,
+                        });
                         blocks.push((msg.task, first, w, msg.grad));
                     }
                 }
@@ -1666,6 +1714,7 @@ async fn train_loop(
                                 main: false,
                                 sent: Instant::now(),
                                 received: 0,
+                                sqr: 0.0,
                             },
                         );
                         s += len;
@@ -1674,6 +1723,9 @@ async fn train_loop(
             }
         }
         debug_assert_eq!(weight_sum, b_total);
+        // An iteration that lost a worker is not observed (its retried ranges are not
+        // one worker's batch; conservative when the lost worker had already answered).
+        gns.gathered(k, (!disrupted).then_some(local_norms));
         for b in blocks.drain(..) {
             recycle(grad_pool, b.3);
         }
@@ -1831,6 +1883,10 @@ async fn train_loop(
                 loss: q.loss,
             });
             report.best_accuracy = report.best_accuracy.max(q.accuracy);
+            if gns.waiting() {
+                gns.aggregate(sqr_norm(&acc));
+            }
+            gns.record_point(k);
             if let Some(target) = cfg.target_accuracy {
                 if q.accuracy >= target && !report.reached {
                     report.reached = true;
@@ -1851,6 +1907,7 @@ async fn train_loop(
                     .map(|m| m.id)
                     .zip(batches.iter().copied())
                     .collect(),
+                noise_scale: gns.noise_scale(),
             });
         }
         clock.excluded += t_eval.elapsed();
@@ -1875,6 +1932,19 @@ async fn train_loop(
             q
         }
     };
+    if gns.waiting() {
+        gns.aggregate(sqr_norm(&acc));
+    }
+    if gns.curve.last().is_none_or(|p| p.iteration != k) {
+        gns.record_point(k);
+    }
+    report.gradient_noise_scale = gns.noise_scale();
+    report.grad_sqr = gns.grad_sqr();
+    report.trace_cov = gns.trace_cov();
+    report.gns_iterations = gns.observed;
+    report.gns_skipped = gns.skipped;
+    report.noise_scale_curve = std::mem::take(&mut gns.curve);
+    report.gns_inputs = std::mem::take(&mut gns.inputs);
     report.final_accuracy = q.accuracy;
     report.final_loss = q.loss;
     report.best_accuracy = report.best_accuracy.max(q.accuracy);

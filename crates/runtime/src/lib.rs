@@ -24,6 +24,8 @@
 //! - [`emulation`]: speeds and interference emulated by padding after real compute.
 //! - [`sysinfo`]: thread CPU time and /proc signals.
 //! - [`train`]: controller + local worker threads in one call (`pacer train`).
+//! - [`gns`]: the gradient noise scale of the running job, from the gradients the
+//!   controller aggregates (`pacer_predict::gns`).
 //!
 //! Architecture invariant: this crate and the CLI are the only ones that know the
 //! network and the wire format; the controllers and predictors it calls never learn
@@ -34,6 +36,7 @@ pub mod controller;
 pub mod data;
 pub mod emulation;
 pub mod error;
+pub mod gns;
 pub mod model;
 pub mod optim;
 pub mod protocol;
