@@ -96,10 +96,6 @@ pub struct ControllerConfig {
     /// Write Steps in chunks, the connections taking turns (off: each whole, one
     /// connection after the other).
     pub pipeline: bool,
-    /// With `pipeline`: compute the next optimiser step on the leading ranges of the
-    /// parameters while the gather still waits, as soon as every task's gradient
-    /// over them has arrived (`EarlyStep`); off: all of it at the next send.
-    pub early_optimizer: bool,
     /// The runtime's threads ask for real-time priority (`serve_blocking`,
     /// `train_local`; see `sysinfo::set_thread_realtime`); evaluation drops it.
     pub realtime_io: bool,
@@ -132,7 +128,6 @@ impl ControllerConfig {
             gns_smoothing: crate::gns::SMOOTHING,
             verbose: false,
             pipeline: true,
-            early_optimizer: true,
             realtime_io: true,
         })
     }
@@ -211,9 +206,6 @@ pub struct Overhead {
     /// Controller: all accumulations of the iteration (CPU, mostly off the path).
     pub aggregate_total_ms: f64,
     pub optimizer_ms: f64,
-    /// Controller: the next step's leading ranges computed and encoded during the
-    /// gather (`EarlyStep`; CPU inside `wait`, off the path while a worker computes).
-    pub early_optimizer_ms: f64,
     /// Bookkeeping between iterations.
     pub other_ms: f64,
 }
@@ -308,11 +300,6 @@ pub struct TrainReport {
     pub joins: u64,
     pub leaves: u64,
     pub retried_tasks: u64,
-    /// Optimiser steps taken partly from ranges computed during the gather
-    /// (`ControllerConfig::early_optimizer`), and iterations whose precomputed
-    /// ranges were dropped because a worker was lost (the step then computed whole).
-    pub early_steps: u64,
-    pub early_discarded: u64,
     pub stale_results: u64,
     /// Connections refused, with the reason sent to the peer.
     pub rejected: Vec<String>,
@@ -367,77 +354,6 @@ enum Out {
     /// Shut the socket; the sender (if any) is told once everything before it was
     /// written, so `Shutdown` reaches the worker before the runtime goes away.
     Close(Option<tokio::sync::oneshot::Sender<()>>),
-}
-
-/// The next optimiser step on the parameters `[0, end)`, whole `WRITE_CHUNK` ranges
-/// from the first, computed during the gather once every task's gradient over them
-/// had arrived (the MLP's first blocks of W1 arrive as parts well before the slowest
-/// worker ends) — new parameters, moments, and the ranges' wire bytes — so that the
-/// next send only queues them, and computes the rest. Valid only while the aggregate
-/// over `[0, end)` cannot change: dropped when a worker is lost in the iteration.
-#[derive(Default)]
-struct EarlyStep {
-    end: usize,
-    params: Vec<f32>,
-    m: Vec<f32>,
-    v: Vec<f32>,
-    chunks: Vec<Arc<Vec<u8>>>,
-}
-
-impl EarlyStep {
-    /// Compute the whole ranges after `end` that lie inside `[0, complete)`.
-    fn extend(&mut self, optimizer: &Optimizer, params: &[f32], acc: &[f32], complete: usize) {
-        let (n, per) = (params.len(), WRITE_CHUNK / 4);
-        if self.params.len() != n {
-            let adam = matches!(optimizer.spec(), OptimSpec::Adam { .. });
-            self.params = vec![0.0; n];
-            self.m = vec![0.0; n];
-            self.v = vec![0.0; if adam { n } else { 0 }];
-        }
-        while self.end < n && (self.end + per).min(n) <= complete {
-            let r = self.end..(self.end + per).min(n);
-            let v = if self.v.is_empty() {
-                &mut [][..]
-            } else {
-                &mut self.v[r.clone()]
-            };
-            optimizer.step_range_ahead(
-                params,
-                acc,
-                r.clone(),
-                (&mut self.params[r.clone()], &mut self.m[r.clone()], v),
-            );
-            let mut bytes = Vec::new();
-            protocol::f32s_le_bytes(&self.params[r.clone()], &mut bytes);
-            self.chunks.push(Arc::new(bytes));
-            self.end = r.end;
-        }
-    }
-
-    fn clear(&mut self) {
-        self.end = 0;
-        self.chunks.clear();
-    }
-
-    /// The next step: the ranges computed ahead, then the rest.
-    fn step(&mut self, optimizer: &mut Optimizer, params: &mut [f32], acc: &[f32]) {
-        optimizer.begin_step();
-        self.commit(optimizer, params);
-        let n = params.len();
-        optimizer.step_range(params, acc, self.end..n);
-        self.clear();
-    }
-
-    /// Take over `[0, end)` (after `begin_step`).
-    fn commit(&self, optimizer: &mut Optimizer, params: &mut [f32]) {
-        let e = self.end;
-        let v = if self.v.is_empty() {
-            &[][..]
-        } else {
-            &self.v[..e]
-        };
-        optimizer.commit_range(params, 0..e, (&self.params[..e], &self.m[..e], v));
-    }
 }
 
 struct GradientMsg {
@@ -873,7 +789,6 @@ struct Sums {
     aggregate_last_s: f64,
     aggregate_total_s: f64,
     optimizer_s: f64,
-    early_optimizer_s: f64,
     ape: f64,
     ape_n: u64,
     steps: u64,
@@ -1201,8 +1116,6 @@ async fn train_loop(
         joins: 0,
         leaves: 0,
         retried_tasks: 0,
-        early_steps: 0,
-        early_discarded: 0,
         stale_results: 0,
         rejected: Vec::new(),
         admitted: Vec::new(),
@@ -1269,9 +1182,6 @@ async fn train_loop(
     let mut wstats: BTreeMap<u32, WorkerStats> = BTreeMap::new();
     // The last optimiser step waits for the next send (`cfg.pipeline`).
     let mut deferred = false;
-    // Its leading ranges, computed during the gather (`cfg.early_optimizer`).
-    let early_on = cfg.pipeline && cfg.early_optimizer;
-    let mut early = EarlyStep::default();
     let mut gns = GnsTracker::new(cfg.gns_smoothing, b_total, cfg.record_grads, cfg.verbose);
 
     loop {
@@ -1502,25 +1412,9 @@ async fn train_loop(
             // time scale 3, RESULTS.md).
             tokio::task::yield_now().await;
             optimizer.begin_step();
-            // The leading ranges computed during the last gather go first, as they
-            // are; their state is taken over once everything is queued.
-            let pre = early.end;
-            if pre > 0 {
-                report.early_steps += 1;
-                for bytes in early.chunks.drain(..) {
-                    for m in &active {
-                        if m.tx.send(Out::Chunk(bytes.clone())).is_err()
-                            && !lost_now.iter().any(|(w, _)| *w == m.id)
-                        {
-                            lost_now.push((m.id, "connection closed".into()));
-                        }
-                    }
-                }
-                tokio::task::yield_now().await;
-            }
             let n = params.len();
             let per = WRITE_CHUNK / 4;
-            for a in (pre..n).step_by(per) {
+            for a in (0..n).step_by(per) {
                 let r = a..(a + per).min(n);
                 let t0 = Instant::now();
                 optimizer.step_range(&mut params, &acc, r.clone());
@@ -1541,13 +1435,6 @@ async fn train_loop(
                 // Let the writers run.
                 tokio::task::yield_now().await;
             }
-            if pre > 0 {
-                let t0 = Instant::now();
-                early.commit(&mut optimizer, &mut params);
-                early.clear();
-                overlapped_opt_s += t0.elapsed().as_secs_f64();
-                send_work_s += t0.elapsed().as_secs_f64();
-            }
             deferred = false;
         }
 
@@ -1567,8 +1454,6 @@ async fn train_loop(
         // The last gradient's timing, its controller decode and accumulation.
         let mut last_piece = (StepTiming::default(), 0.0, 0.0);
         let mut aggregate_total_s = 0.0;
-        let mut early_s = 0.0;
-        debug_assert!(!deferred && early.end == 0);
         let mut weight_sum = 0u64;
         let mut loss_sum = 0.0;
         // Every block of gradient accumulated in this iteration: (task, offset,
@@ -1653,14 +1538,6 @@ async fn train_loop(
                         t.sqr += accumulate_sqr(&mut acc[a..a + n], w, &values);
                         aggregate_total_s += t_agg.elapsed().as_secs_f64();
                         blocks.push((task, a, w, values));
-                        // Every task's gradient up to `complete` is in `acc`: its
-                        // step can be computed now, while this task still computes.
-                        if early_on && !disrupted && lost_now.is_empty() {
-                            let complete = pending.values().map(|t| t.received).min();
-                            let t0 = Instant::now();
-                            early.extend(&optimizer, &params, &acc, complete.unwrap_or(0));
-                            early_s += t0.elapsed().as_secs_f64();
-                        }
                     }
                     Event::Gradient {
                         id,
@@ -1737,12 +1614,6 @@ async fn train_loop(
                 report.leaves += 1;
                 membership_changed = true;
                 disrupted = true;
-                // The aggregate may change (rebuilt, retried ranges): the ranges
-                // computed ahead are dropped, and no more are.
-                if early.end > 0 {
-                    report.early_discarded += 1;
-                    early.clear();
-                }
                 if cfg.verbose {
                     eprintln!(
                         "pacer controller: worker {} ({}) lost in iteration {k}: {reason}",
@@ -1875,8 +1746,7 @@ async fn train_loop(
         if cfg.pipeline && !eval_next {
             deferred = true;
         } else {
-            report.early_steps += u64::from(early.end > 0);
-            early.step(&mut optimizer, &mut params, &acc);
+            optimizer.step(&mut params, &acc);
         }
         version += 1;
         let optimizer_s = t_opt.elapsed().as_secs_f64() + overlapped_opt_s;
@@ -1982,7 +1852,6 @@ async fn train_loop(
             sums.aggregate_last_s += last_piece.2;
             sums.aggregate_total_s += aggregate_total_s;
             sums.optimizer_s += optimizer_s;
-            sums.early_optimizer_s += early_s;
         }
         report.final_batches.clone_from(&batches);
         report.final_batches_named = active
@@ -1996,8 +1865,7 @@ async fn train_loop(
         let stopping = cfg.max_iterations.is_some_and(|m| k >= m) || now >= cfg.max_time_s;
         if k.is_multiple_of(cfg.eval_every) || stopping {
             if std::mem::take(&mut deferred) {
-                report.early_steps += u64::from(early.end > 0);
-                early.step(&mut optimizer, &mut params, &acc);
+                optimizer.step(&mut params, &acc);
             }
             // A long computation: not at real-time priority.
             let realtime = cfg.realtime_io && crate::sysinfo::thread_is_realtime();
@@ -2047,8 +1915,7 @@ async fn train_loop(
 
     // ---- final numbers
     if deferred {
-        report.early_steps += u64::from(early.end > 0);
-        early.step(&mut optimizer, &mut params, &acc);
+        optimizer.step(&mut params, &acc);
     }
     let q = match (report.accuracy_curve.last(), last_quality) {
         (Some(p), Some(q)) if p.iteration == k => q,
@@ -2116,7 +1983,6 @@ async fn train_loop(
         aggregate_ms: ms(sums.aggregate_last_s),
         aggregate_total_ms: ms(sums.aggregate_total_s),
         optimizer_ms: ms(sums.optimizer_s),
-        early_optimizer_ms: ms(sums.early_optimizer_s),
         other_ms: 0.0,
     };
     o.network_ms =

@@ -101,91 +101,37 @@ impl Optimizer {
 
     /// The current step on `params[r]` with `grad[r]`.
     pub fn step_range(&mut self, params: &mut [f32], grad: &[f32], r: std::ops::Range<usize>) {
-        let v = if self.v.is_empty() {
-            &mut [][..]
-        } else {
-            &mut self.v[r.clone()]
-        };
-        update(
-            self.spec,
-            self.t,
-            &mut params[r.clone()],
-            &grad[r.clone()],
-            &mut self.m[r],
-            v,
-        );
-    }
-
-    /// The next step (the one [`Self::begin_step`] will start) on `params[r]` with
-    /// `grad[r]`, into `out` (new parameters, first and second moments, each
-    /// `r.len()` long; the second moment empty for SGD) without touching `params`
-    /// or the state: the controller computes a range as soon as its aggregate
-    /// gradient is complete, while other workers are still computing, and
-    /// [`Self::commit_range`]s it when the step is taken. The same arithmetic as
-    /// [`Self::step_range`], so the numbers are identical.
-    pub fn step_range_ahead(
-        &self,
-        params: &[f32],
-        grad: &[f32],
-        r: std::ops::Range<usize>,
-        out: (&mut [f32], &mut [f32], &mut [f32]),
-    ) {
-        let (p, m, v) = out;
-        p.copy_from_slice(&params[r.clone()]);
-        m.copy_from_slice(&self.m[r.clone()]);
-        if !self.v.is_empty() {
-            v.copy_from_slice(&self.v[r.clone()]);
-        }
-        update(self.spec, self.t + 1, p, &grad[r], m, v);
-    }
-
-    /// Take over a range computed by [`Self::step_range_ahead`] before the current
-    /// step began (call after [`Self::begin_step`], instead of [`Self::step_range`]
-    /// on `r`).
-    pub fn commit_range(
-        &mut self,
-        params: &mut [f32],
-        r: std::ops::Range<usize>,
-        ahead: (&[f32], &[f32], &[f32]),
-    ) {
-        params[r.clone()].copy_from_slice(ahead.0);
-        self.m[r.clone()].copy_from_slice(ahead.1);
-        if !self.v.is_empty() {
-            self.v[r].copy_from_slice(ahead.2);
-        }
-    }
-}
-
-/// Step `t` (from 1) on `params` with `grad`, momenta `m` and (Adam) `v`, in place.
-fn update(spec: OptimSpec, t: u32, params: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32]) {
-    match spec {
-        OptimSpec::Sgd {
-            lr,
-            momentum,
-            weight_decay,
-        } => {
-            for ((p, &g), m) in params.iter_mut().zip(grad).zip(m) {
-                let g = g + weight_decay * *p;
-                *m = momentum * *m + g;
-                *p -= lr * *m;
+        let (params, grad) = (&mut params[r.clone()], &grad[r.clone()]);
+        let m = &mut self.m[r.clone()];
+        match self.spec {
+            OptimSpec::Sgd {
+                lr,
+                momentum,
+                weight_decay,
+            } => {
+                for ((p, &g), m) in params.iter_mut().zip(grad).zip(m) {
+                    let g = g + weight_decay * *p;
+                    *m = momentum * *m + g;
+                    *p -= lr * *m;
+                }
             }
-        }
-        OptimSpec::Adam {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-        } => {
-            let c1 = 1.0 - beta1.powi(t as i32);
-            let c2 = 1.0 - beta2.powi(t as i32);
-            let step = lr / c1;
-            let c2s = c2.sqrt();
-            for (((p, &g), m), v) in params.iter_mut().zip(grad).zip(m).zip(v) {
-                let g = g + weight_decay * *p;
-                *m = beta1 * *m + (1.0 - beta1) * g;
-                *v = beta2 * *v + (1.0 - beta2) * g * g;
-                *p -= step * *m / (v.sqrt() / c2s + eps);
+            OptimSpec::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+            } => {
+                let c1 = 1.0 - beta1.powi(self.t as i32);
+                let c2 = 1.0 - beta2.powi(self.t as i32);
+                let step = lr / c1;
+                let c2s = c2.sqrt();
+                for (((p, &g), m), v) in params.iter_mut().zip(grad).zip(m).zip(&mut self.v[r]) {
+                    let g = g + weight_decay * *p;
+                    *m = beta1 * *m + (1.0 - beta1) * g;
+                    *v = beta2 * *v + (1.0 - beta2) * g * g;
+                    *p -= step * *m / (v.sqrt() / c2s + eps);
+                }
             }
         }
     }
@@ -242,40 +188,5 @@ mod tests {
             }
         }
         assert_eq!(pa, pb);
-    }
-
-    #[test]
-    fn ranges_computed_ahead_give_exactly_the_step() {
-        for spec in [
-            OptimSpec::Adam {
-                lr: 0.01,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 1e-4,
-            },
-            OptimSpec::Sgd {
-                lr: 0.1,
-                momentum: 0.9,
-                weight_decay: 1e-4,
-            },
-        ] {
-            let (mut a, mut b) = (Optimizer::new(spec, 10), Optimizer::new(spec, 10));
-            let mut pa: Vec<f32> = (0..10).map(|i| i as f32 * 0.3 - 1.0).collect();
-            let mut pb = pa.clone();
-            for k in 0..5 {
-                let g: Vec<f32> = (0..10).map(|i| ((i * 7 + k) % 5) as f32 - 2.0).collect();
-                a.step(&mut pa, &g);
-                let nv = if b.v.is_empty() { 0 } else { 6 };
-                let (mut p, mut m, mut v) = (vec![0.0; 6], vec![0.0; 6], vec![0.0; nv]);
-                b.step_range_ahead(&pb, &g, 0..6, (&mut p, &mut m, &mut v));
-                b.begin_step();
-                b.step_range(&mut pb, &g, 6..10);
-                b.commit_range(&mut pb, 0..6, (&p, &m, &v));
-            }
-            assert_eq!(pa, pb, "{spec:?}");
-            assert_eq!(a.m, b.m);
-            assert_eq!(a.v, b.v);
-        }
     }
 }

@@ -4,7 +4,7 @@
 use pacer_runtime::controller::{self, ControllerConfig, LedgerEntry, TrainReport};
 use pacer_runtime::data::{self, Data, SampleStream};
 use pacer_runtime::model::ModelSpec;
-use pacer_runtime::optim::{OptimSpec, Optimizer};
+use pacer_runtime::optim::OptimSpec;
 use pacer_runtime::protocol::{self, kind, Message, MAGIC};
 use pacer_runtime::worker::{self, DataSource, Fault, WorkerConfig};
 use pacer_runtime::{train_local, LocalLaunch, RuntimeError};
@@ -147,82 +147,6 @@ fn a_partial_gradient_is_not_counted() {
     let (_, g) = single_process_step(&d, &cfg);
     let e = rel_err(&r.grads[0], &g);
     assert!(e <= 1e-5, "gradient relative error {e}");
-}
-
-/// An MLP wide enough that the first layer spans several 64 KB ranges of the Step
-/// (64 × 1024 weights: the first gradient block, half of W1's rows, is two ranges,
-/// the second one more), so the controller computes ranges of the next step early.
-const EARLY_WIDTH: usize = 1024;
-
-/// The optimiser's step computed early on the ranges whose gradient is complete
-/// (`ControllerConfig::early_optimizer`) is exactly the step computed at the next
-/// send: replaying the recorded aggregates through one optimiser gives the trained
-/// model bit for bit, with and without it, with evaluations (steps not deferred) in
-/// between. (Two runs differ in the last bits: the gradients are summed in arrival
-/// order.)
-#[test]
-fn the_early_optimizer_step_trains_the_same_model() {
-    let d = tiny();
-    let iters = 7;
-    let mut runs = Vec::new();
-    for early in [false, true] {
-        let mut cfg = config(&d, "mlp", EARLY_WIDTH, 32, iters);
-        cfg.fixed_batches = Some(vec![5, 11, 16]);
-        cfg.eval_every = 3;
-        cfg.record_grads = iters as usize;
-        cfg.early_optimizer = early;
-        let (r, _) = train_local(d.clone(), cfg.clone(), LocalLaunch::new(3), None).unwrap();
-        assert_eq!(r.iterations, iters);
-        let m = cfg.model.build().unwrap();
-        let mut p = m.init(cfg.seed, &d.train);
-        let mut opt = Optimizer::new(cfg.optimizer, p.len());
-        for g in &r.grads {
-            opt.step(&mut p, g);
-        }
-        assert!(r.final_params == p, "early {early}: not the replayed steps");
-        runs.push(r);
-    }
-    // Every iteration: all three tasks send the first block before the last of
-    // them ends.
-    assert_eq!((runs[0].early_steps, runs[1].early_steps), (0, iters));
-    assert_eq!(runs[1].early_discarded, 0);
-    let e = rel_err(&runs[1].final_params, &runs[0].final_params);
-    assert!(e <= 1e-5, "early vs at the send: relative error {e}");
-}
-
-/// A worker lost after its parts completed the first blocks of the gradient (the
-/// other tasks had sent theirs), so that the controller had computed those ranges of
-/// the next step: they are dropped with the parts, and the step is that of the
-/// rebuilt aggregate, which is the single-process gradient.
-#[test]
-fn a_worker_lost_after_its_block_completed_drops_the_early_step() {
-    let d = tiny();
-    let mut cfg = config(&d, "mlp", EARLY_WIDTH, 32, 1);
-    cfg.fixed_batches = Some(vec![3, 7, 22]);
-    cfg.record_grads = 1;
-    cfg.record_ledger = true;
-    let mut launch = LocalLaunch::new(3);
-    // The dying worker is 50× slower: the others have answered long before its
-    // parts arrive and complete the blocks.
-    launch.speeds = vec![1.0, 1.0, 0.02];
-    launch.partial_kills = vec![(2, 0)];
-    let (r, _) = train_local(d.clone(), cfg.clone(), launch, None).unwrap();
-    assert_eq!(r.leaves, 1);
-    assert_eq!(
-        r.early_discarded, 1,
-        "the early ranges were computed, then dropped"
-    );
-    assert_eq!(r.early_steps, 0);
-    check_ledger(&r.ledger, 1, 32);
-    let (p0, g) = single_process_step(&d, &cfg);
-    let e = rel_err(&r.grads[0], &g);
-    assert!(e <= 1e-5, "gradient relative error {e}");
-    let mut p = p0;
-    Optimizer::new(cfg.optimizer, p.len()).step(&mut p, &r.grads[0]);
-    assert!(
-        r.final_params == p,
-        "the step is not that of the rebuilt aggregate"
-    );
 }
 
 /// A raw client: send `bytes`, return the controller's answer frame.
