@@ -1,30 +1,11 @@
 //! The data that crosses the wire: seeded pseudo-random parameters and per-worker
 //! gradients, and the checks that every round delivered the right values.
 
-/// SplitMix64: a small, well-mixed generator, enough for filler values.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    pub fn next_f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
 /// `n` values drawn from `seed`.
 pub fn vector(seed: u64, n: usize) -> Vec<f32> {
-    let mut g = SplitMix64::new(seed);
-    (0..n).map(|_| g.next_f32()).collect()
+    // The runtime's generator (SplitMix64), in [-1, 1).
+    let mut g = pacer_runtime::data::SplitMix64(seed);
+    (0..n).map(|_| 2.0 * g.unit() - 1.0).collect()
 }
 
 /// Worker `w`'s gradient (fixed: the benchmark does no compute).

@@ -4,26 +4,12 @@
 //! brute-force one from per-sample gradients.
 
 use pacer_runtime::controller::ControllerConfig;
-use pacer_runtime::data::{self, Data, SampleStream};
-use pacer_runtime::model::ModelSpec;
+use pacer_runtime::data::{Data, SampleStream};
 use pacer_runtime::optim::{OptimSpec, Optimizer};
 use pacer_runtime::{train_local, LocalLaunch};
-use std::sync::Arc;
 
-fn tiny() -> Arc<Data> {
-    Arc::new(data::load("tiny").expect("shipped dataset"))
-}
-
-fn config(d: &Data, model: &str, width: usize, b: u64, iters: u64) -> ControllerConfig {
-    let spec = ModelSpec::new(model, d.train.dim, d.train.classes, width).unwrap();
-    let mut c = ControllerConfig::new(spec).unwrap();
-    c.global_batch = b;
-    c.max_iterations = Some(iters);
-    c.eval_every = 1000;
-    c.join_timeout_s = 60.0;
-    c.worker_timeout_s = 60.0;
-    c
-}
+mod common;
+use common::{config, tiny};
 
 fn sgd(lr: f32) -> OptimSpec {
     OptimSpec::Sgd {

@@ -2,30 +2,16 @@
 //! loopback. No timed assertions: everything checked is arithmetic or bookkeeping.
 
 use pacer_runtime::controller::{self, ControllerConfig, LedgerEntry, TrainReport};
-use pacer_runtime::data::{self, Data, SampleStream};
-use pacer_runtime::model::ModelSpec;
+use pacer_runtime::data::{Data, SampleStream};
 use pacer_runtime::optim::OptimSpec;
 use pacer_runtime::protocol::{self, kind, Message, MAGIC};
 use pacer_runtime::worker::{self, DataSource, Fault, WorkerConfig};
 use pacer_runtime::{train_local, LocalLaunch, RuntimeError};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
 
-fn tiny() -> Arc<Data> {
-    Arc::new(data::load("tiny").expect("shipped dataset"))
-}
-
-fn config(d: &Data, model: &str, width: usize, b: u64, iters: u64) -> ControllerConfig {
-    let spec = ModelSpec::new(model, d.train.dim, d.train.classes, width).unwrap();
-    let mut c = ControllerConfig::new(spec).unwrap();
-    c.global_batch = b;
-    c.max_iterations = Some(iters);
-    c.eval_every = 1000;
-    c.join_timeout_s = 60.0;
-    c.worker_timeout_s = 60.0;
-    c
-}
+mod common;
+use common::{config, tiny};
 
 fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();

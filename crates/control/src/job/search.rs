@@ -950,23 +950,33 @@ mod tests {
             .time_s
     }
 
+    /// The Pollux search with the default step rule at `budget_frac`, measuring
+    /// the table's own step times.
+    fn run_with_budget(
+        table: &MeasuredTable,
+        conv: &ConvergenceModel,
+        cands: &[Candidate],
+        ms: &[MachineType],
+        budget_frac: Option<f64>,
+    ) -> OnlineResult {
+        online(
+            cands,
+            |c, _| table.step_and_sync(&c.config),
+            conv,
+            0.85,
+            ms,
+            &OnlineOptions {
+                budget_frac,
+                ..opts(ModelKind::Pollux, StepRule::default())
+            },
+        )
+        .unwrap()
+    }
+
     #[test]
     fn without_a_budget_the_search_is_unchanged() {
         let (table, conv, cands, ms) = setup();
-        let run = |budget_frac| {
-            online(
-                &cands,
-                |c, _| table.step_and_sync(&c.config),
-                &conv,
-                0.85,
-                &ms,
-                &OnlineOptions {
-                    budget_frac,
-                    ..opts(ModelKind::Pollux, StepRule::default())
-                },
-            )
-            .unwrap()
-        };
+        let run = |budget_frac| run_with_budget(&table, &conv, &cands, &ms, budget_frac);
         let r = run(None);
         // Recorded from the search before the budget existed (commit 76fad74).
         let profiled: Vec<(u32, u32, f64, usize)> = r
@@ -1015,20 +1025,7 @@ mod tests {
         // profiling steps of the first designed configuration: unbudgeted, the
         // search spends twice the job on profiling.
         let (table, conv, cands, ms) = setup();
-        let run = |budget_frac| {
-            online(
-                &cands,
-                |c, _| table.step_and_sync(&c.config),
-                &conv,
-                0.85,
-                &ms,
-                &OnlineOptions {
-                    budget_frac,
-                    ..opts(ModelKind::Pollux, StepRule::default())
-                },
-            )
-            .unwrap()
-        };
+        let run = |budget_frac| run_with_budget(&table, &conv, &cands, &ms, budget_frac);
         let free = run(None);
         let free_overhead = free.overhead_strict(job_time(&free, &table, &conv));
         assert!(free_overhead > 0.6, "{free_overhead}");
