@@ -233,6 +233,13 @@ fn retake(
     Some(cur.clone())
 }
 
+/// Bundle `x` for a job holding `cur`: its own devices again when [`retake`]
+/// allows, otherwise any free ones of `x`'s type.
+fn retake_or_take(pools: &mut TypedPools, cur: &Allocation, x: Bundle) -> Option<Allocation> {
+    let ty = DeviceTypeId(x.t as u16);
+    retake(pools, cur, ty, x.g).or_else(|| pools.take(ty, x.g))
+}
+
 /// Best bundle of a bidder alone, whatever the others do.
 fn best_bundle(b: &Bidder, free: &[u64]) -> Option<usize> {
     b.bundles
@@ -652,10 +659,7 @@ impl Policy for Themis {
             for b in order {
                 let x = left_bidders[b].bundles[o.assign[b].expect("assigned")];
                 let i = left_bidders[b].job;
-                let ty = DeviceTypeId(x.t as u16);
-                let a =
-                    retake(&mut pools, &jobs[i].current, ty, x.g).or_else(|| pools.take(ty, x.g));
-                if let Some(a) = a {
+                if let Some(a) = retake_or_take(&mut pools, &jobs[i].current, x) {
                     out[i] = a;
                     fresh[i] = true;
                 }
@@ -679,12 +683,8 @@ impl Policy for Themis {
                 .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
                 .map(|(k, _)| k);
             if let Some(k) = best_any {
-                let x = b.bundles[k];
                 // Same devices as before if they are free again: no restart.
-                let ty = DeviceTypeId(x.t as u16);
-                let a =
-                    retake(&mut pools, &jobs[i].current, ty, x.g).or_else(|| pools.take(ty, x.g));
-                if let Some(a) = a {
+                if let Some(a) = retake_or_take(&mut pools, &jobs[i].current, b.bundles[k]) {
                     out[i] = a;
                     fresh[i] = true;
                 }
