@@ -1738,12 +1738,11 @@ async fn train_loop(
         if report.grads.len() < cfg.record_grads {
             report.grads.push(acc.clone());
         }
-        // With pipelining the step is deferred to the next send (above), unless this
-        // iteration ends with an evaluation, which needs the new model.
-        let next = k + 1;
-        let eval_next =
-            next.is_multiple_of(cfg.eval_every) || cfg.max_iterations.is_some_and(|m| next >= m);
-        if cfg.pipeline && !eval_next {
+        // With pipelining the step is deferred to the next send (above). An evaluation
+        // in between steps a copy (evaluation time, not training time): applying the
+        // step here instead put a whole Adam step on every tenth iteration's critical
+        // path (+0.6 points of overhead at time scale 3, RESULTS.md).
+        if cfg.pipeline {
             deferred = true;
         } else {
             optimizer.step(&mut params, &acc);
@@ -1864,15 +1863,27 @@ async fn train_loop(
         let t_eval = Instant::now();
         let stopping = cfg.max_iterations.is_some_and(|m| k >= m) || now >= cfg.max_time_s;
         if k.is_multiple_of(cfg.eval_every) || stopping {
-            if std::mem::take(&mut deferred) {
-                optimizer.step(&mut params, &acc);
-            }
+            let stepped;
+            // The step the evaluated model needs is training work: a target reached
+            // here is reached that much later.
+            let mut step_s = 0.0;
+            let eval_params = if deferred {
+                let mut o = optimizer.clone();
+                let mut p = params.clone();
+                let t = Instant::now();
+                o.step(&mut p, &acc);
+                step_s = t.elapsed().as_secs_f64();
+                stepped = p;
+                &stepped
+            } else {
+                &params
+            };
             // A long computation: not at real-time priority.
             let realtime = cfg.realtime_io && crate::sysinfo::thread_is_realtime();
             if realtime {
                 crate::sysinfo::set_thread_realtime(0);
             }
-            let q = model.evaluate(&params, &data.train, &data.test);
+            let q = model.evaluate(eval_params, &data.train, &data.test);
             if realtime {
                 crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_CONTROLLER);
             }
@@ -1890,7 +1901,7 @@ async fn train_loop(
             if let Some(target) = cfg.target_accuracy {
                 if q.accuracy >= target && !report.reached {
                     report.reached = true;
-                    report.time_to_target_s = Some(now);
+                    report.time_to_target_s = Some(now + step_s);
                     report.iterations_to_target = Some(k);
                 }
             }

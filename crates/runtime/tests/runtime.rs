@@ -91,23 +91,43 @@ fn unequal_batches_aggregate_to_the_single_process_step() {
 
 /// Pipelining (Steps in chunks, the optimiser step deferred to the next send and
 /// applied range by range, workers computing the first layer as rows arrive) trains
-/// the same model as sending whole Steps after a whole step.
+/// the same model as sending whole Steps after a whole step, and evaluates the same
+/// models on the way (the evaluation steps a copy while the real step stays deferred).
 #[test]
 fn pipelined_iterations_train_the_same_model() {
     let d = tiny();
     let mut finals = Vec::new();
+    let mut curves = Vec::new();
     for pipeline in [false, true] {
         let mut cfg = config(&d, "mlp", 16, 32, 5);
         cfg.fixed_batches = Some(vec![5, 11, 16]);
         cfg.pipeline = pipeline;
+        cfg.eval_every = 2;
         let mut launch = LocalLaunch::new(3);
         launch.pipeline = pipeline;
         let (r, _) = train_local(d.clone(), cfg, launch, None).unwrap();
         assert_eq!(r.iterations, 5);
         finals.push(r.final_params);
+        curves.push(r.accuracy_curve);
     }
     let e = rel_err(&finals[1], &finals[0]);
     assert!(e <= 1e-5, "pipelined vs whole: relative error {e}");
+    let at = |c: &[pacer_runtime::controller::EvalPoint]| {
+        c.iter().map(|p| (p.iteration, p.loss)).collect::<Vec<_>>()
+    };
+    let (whole, piped) = (at(&curves[0]), at(&curves[1]));
+    assert_eq!(
+        whole.iter().map(|p| p.0).collect::<Vec<_>>(),
+        vec![2, 4, 5],
+        "evaluated at 2, 4 and the end"
+    );
+    assert_eq!(whole.len(), piped.len());
+    for ((k, a), (_, b)) in whole.iter().zip(&piped) {
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "iteration {k}: loss {a} (whole) vs {b} (pipelined)"
+        );
+    }
 }
 
 /// A worker that dies after sending the first blocks of its gradient (the chunked
