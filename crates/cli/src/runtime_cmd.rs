@@ -39,6 +39,10 @@ pub struct JobArgs {
     /// Global batch B (fixed; split among workers).
     #[arg(long, default_value_t = 512)]
     pub global_batch: u64,
+    /// Largest global batch the reported goodput-optimal batch may be (default: 16 × B,
+    /// at most the training set). Reported only; training keeps B.
+    #[arg(long)]
+    pub max_global_batch: Option<u64>,
     /// uniform | lbbsp | lbbsp-cpu | lbbsp-gpu | pid
     #[arg(long, default_value = "lbbsp")]
     pub controller: String,
@@ -228,6 +232,7 @@ fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<Control
         c.optimizer = c.optimizer.with_lr(lr);
     }
     c.global_batch = job.global_batch;
+    c.max_global_batch = job.max_global_batch;
     c.controller = job.controller.clone();
     c.predictor = job.predictor.clone();
     c.target_accuracy = job.target_accuracy;
@@ -385,6 +390,12 @@ fn print_report(
             "gradient noise scale: none ({} iterations observed, {} skipped)",
             r.gns_iterations, r.gns_skipped
         ),
+    }
+    if let (Some(b), Some(g)) = (r.goodput_optimal_batch, r.goodput_gain) {
+        println!(
+            "goodput-optimal global batch now {b:.0} (of {}–{}): goodput {g:.3}× that of B = {}",
+            r.global_batch, r.max_global_batch, r.global_batch
+        );
     }
     println!("final batches {:?}", r.final_batches_named);
     Ok(())

@@ -200,15 +200,8 @@ impl GoodputFn {
             return Vec::new();
         }
         let mut out = Vec::with_capacity(BATCH_CANDIDATES);
-        // Geometric grid lo·q^i, q = (hi/lo)^(1/(n−1)), by repeated multiplication.
-        let q = (hi / lo).powf(1.0 / (BATCH_CANDIDATES - 1) as f64);
-        let mut batch = lo;
-        for i in 0..BATCH_CANDIDATES {
-            if i == BATCH_CANDIDATES - 1 {
-                batch = hi;
-            }
+        for batch in geometric_grid(lo, hi) {
             let (atomic, accum) = self.split_batch(replicas, batch);
-            batch *= q;
             let a = atomic as f64;
             if a >= l.min_atomic - 1e-9 && a <= l.max_atomic + 1e-9 {
                 out.push(Candidate {
@@ -217,9 +210,6 @@ impl GoodputFn {
                     global_batch: replicas as f64 * a * (accum + 1) as f64,
                     throughput: self.perf.throughput(nodes, replicas, a, accum),
                 });
-            }
-            if lo == hi {
-                break;
             }
         }
         out
@@ -250,6 +240,67 @@ impl GoodputFn {
     pub fn optimize(&self, nodes: u32, replicas: u32) -> Option<BatchChoice> {
         self.best_candidate(&self.candidates(nodes, replicas))
     }
+}
+
+/// [`BATCH_CANDIDATES`] batches from `lo` to `hi` (both included), spaced
+/// geometrically: `lo·q^i`, `q = (hi/lo)^(1/(n−1))`, by repeated multiplication, the
+/// last one exactly `hi`; just `lo` when `lo == hi`.
+fn geometric_grid(lo: f64, hi: f64) -> impl Iterator<Item = f64> {
+    let q = (hi / lo).powf(1.0 / (BATCH_CANDIDATES - 1) as f64);
+    let n = if lo == hi { 1 } else { BATCH_CANDIDATES };
+    let mut batch = lo;
+    (0..n).map(move |i| {
+        let b = if i == BATCH_CANDIDATES - 1 { hi } else { batch };
+        batch *= q;
+        b
+    })
+}
+
+/// A goodput-optimal global batch for a job whose step at global batch `B` takes
+/// `step_time(B)` seconds — any model of the job's own step, e.g. the balanced
+/// data-parallel step `B / Σ v_i + overhead` a running job measures.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GlobalBatchChoice {
+    pub batch: f64,
+    /// Useful (base-batch-equivalent) samples per second at `batch`.
+    pub goodput: f64,
+    /// `goodput` over the goodput at the base batch (≥ 1: the base is a candidate).
+    pub gain: f64,
+}
+
+/// The global batch in `[base_batch, max_batch]` with the highest goodput
+/// `B / step_time(B) · efficiency(B)`, among [`BATCH_CANDIDATES`] batches spaced
+/// geometrically (Pollux's grid; the first on ties). `None` when the range is empty or
+/// not finite, or no candidate has a positive finite step time.
+pub fn best_global_batch(
+    grad: &GradParams,
+    base_batch: f64,
+    max_batch: f64,
+    step_time: impl Fn(f64) -> f64,
+) -> Option<GlobalBatchChoice> {
+    if !(base_batch.is_finite() && base_batch > 0.0 && max_batch.is_finite())
+        || max_batch < base_batch
+    {
+        return None;
+    }
+    let goodput = |b: f64| {
+        let t = step_time(b);
+        (t.is_finite() && t > 0.0).then(|| b / t * grad.efficiency(b, base_batch))
+    };
+    let at_base = goodput(base_batch)?;
+    let mut best = (base_batch, at_base);
+    for b in geometric_grid(base_batch, max_batch) {
+        if let Some(g) = goodput(b) {
+            if g > best.1 {
+                best = (b, g);
+            }
+        }
+    }
+    Some(GlobalBatchChoice {
+        batch: best.0,
+        goodput: best.1,
+        gain: best.1 / at_base,
+    })
 }
 
 /// A batch configuration and its throughput (samples/s), see [`GoodputFn::candidates`].
@@ -591,6 +642,38 @@ pub fn fit_perf_params_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn best_global_batch_trades_overhead_against_efficiency() {
+        // B_noise = 512 · var / sqr = 2048 samples at base batch 512.
+        let grad = GradParams { sqr: 1.0, var: 4.0 };
+        let (base, max, v) = (512.0, 8192.0, 100_000.0);
+        // No per-step overhead: throughput is flat in B and efficiency falls, so the
+        // base batch is best.
+        let c = best_global_batch(&grad, base, max, |b| b / v).unwrap();
+        assert_eq!((c.batch, c.gain), (base, 1.0));
+        // 20 ms per step outside compute: larger batches amortise it. The choice is
+        // the best of a fine grid within the candidate grid's resolution.
+        let t = |b: f64| b / v + 0.02;
+        let c = best_global_batch(&grad, base, max, t).unwrap();
+        let fine = (0..=4000)
+            .map(|i| base * (max / base).powf(i as f64 / 4000.0))
+            .map(|b| b / t(b) * grad.efficiency(b, base))
+            .fold(0.0f64, f64::max);
+        assert!(c.batch > base && c.batch < max, "{c:?}");
+        assert!(
+            c.goodput >= 0.999 * fine && c.goodput <= fine * (1.0 + 1e-12),
+            "{c:?} vs {fine}"
+        );
+        assert!(c.gain > 1.0);
+        // Empty or invalid ranges and step times.
+        assert!(best_global_batch(&grad, 512.0, 256.0, t).is_none());
+        assert!(best_global_batch(&grad, 0.0, 256.0, t).is_none());
+        assert!(best_global_batch(&grad, 512.0, f64::INFINITY, t).is_none());
+        assert!(best_global_batch(&grad, 512.0, 1024.0, |_| f64::NAN).is_none());
+        let one = best_global_batch(&grad, 512.0, 512.0, t).unwrap();
+        assert_eq!((one.batch, one.gain), (512.0, 1.0));
+    }
 
     fn truth() -> PerfParams {
         PerfParams {

@@ -40,7 +40,7 @@
 use crate::data::Data;
 use crate::error::RuntimeError;
 use crate::gns::{
-    accumulate_sqr, clear_sqr, sqr_norm, GnsInput, GnsTracker, LocalNorm, NoiseScalePoint,
+    accumulate_sqr, clear_sqr, sqr_norm, GnsInput, GnsTracker, LocalNorm, NoiseScalePoint, StepRate,
 };
 use crate::model::{Model, ModelSpec, Quality};
 use crate::optim::{OptimSpec, Optimizer};
@@ -99,6 +99,9 @@ pub struct ControllerConfig {
     /// The runtime's threads ask for real-time priority (`serve_blocking`,
     /// `train_local`; see `sysinfo::set_thread_realtime`); evaluation drops it.
     pub realtime_io: bool,
+    /// Largest global batch the reported goodput-optimal batch may take; `None`:
+    /// 16 × `global_batch`, at most the training set.
+    pub max_global_batch: Option<u64>,
 }
 
 impl ControllerConfig {
@@ -129,6 +132,7 @@ impl ControllerConfig {
             verbose: false,
             pipeline: true,
             realtime_io: true,
+            max_global_batch: None,
         })
     }
 }
@@ -324,6 +328,14 @@ pub struct TrainReport {
     pub gns_skipped: u64,
     /// The estimate at every evaluation (and at the end).
     pub noise_scale_curve: Vec<NoiseScalePoint>,
+    /// The global batch with the highest goodput at the end of training, between
+    /// the run's `global_batch` and `max_global_batch` (Pollux's efficiency from the
+    /// noise scale; step time `B / Σ v_i + overhead` measured over the last 50
+    /// iterations), and its goodput over the run's batch. `None` without a noise
+    /// scale. Reported, not applied: the run's batch stays what was asked.
+    pub goodput_optimal_batch: Option<f64>,
+    pub goodput_gain: Option<f64>,
+    pub max_global_batch: u64,
     /// Per worker, in id order (including those that left).
     pub worker_stats: Vec<WorkerStats>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -805,6 +817,29 @@ struct IterRecord {
     speeds: Vec<(u32, f64)>,
 }
 
+/// Iterations (the last undisturbed ones) the step rate behind the goodput-optimal
+/// batch is measured over.
+const RATE_WINDOW: usize = 50;
+
+/// `B / Σ v + overhead` over the last [`RATE_WINDOW`] undisturbed iterations.
+fn recent_rate(records: &[IterRecord]) -> Option<StepRate> {
+    let last = &records[records.len().saturating_sub(RATE_WINDOW)..];
+    if last.is_empty() {
+        return None;
+    }
+    let n = last.len() as f64;
+    let samples_per_s = last
+        .iter()
+        .map(|r| r.speeds.iter().map(|s| s.1).sum::<f64>())
+        .sum::<f64>()
+        / n;
+    let overhead_s = last.iter().map(|r| r.overhead_s).sum::<f64>() / n;
+    (samples_per_s.is_finite() && samples_per_s > 0.0).then_some(StepRate {
+        samples_per_s,
+        overhead_s,
+    })
+}
+
 /// Half-width (iterations) of the window whose median speed the oracle of
 /// [`TrainReport::ideal_iter_s`] takes as a worker's true speed.
 const ORACLE_WINDOW: usize = 10;
@@ -922,6 +957,12 @@ pub async fn serve_on_runtime(
 fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
     if cfg.global_batch == 0 {
         return Err(RuntimeError::config("--global-batch", "must be > 0"));
+    }
+    if cfg.max_global_batch.is_some_and(|m| m < cfg.global_batch) {
+        return Err(RuntimeError::config(
+            "--max-global-batch",
+            "must be at least --global-batch",
+        ));
     }
     if make_controller(
         &cfg.controller,
@@ -1128,6 +1169,9 @@ async fn train_loop(
         gns_iterations: 0,
         gns_skipped: 0,
         noise_scale_curve: Vec::new(),
+        goodput_optimal_batch: None,
+        goodput_gain: None,
+        max_global_batch: 0,
         worker_stats: Vec::new(),
         ledger: Vec::new(),
         grads: Vec::new(),
@@ -1183,6 +1227,10 @@ async fn train_loop(
     // The last optimiser step waits for the next send (`cfg.pipeline`).
     let mut deferred = false;
     let mut gns = GnsTracker::new(cfg.gns_smoothing, b_total, cfg.record_grads, cfg.verbose);
+    let max_batch = cfg
+        .max_global_batch
+        .unwrap_or_else(|| (16 * b_total).min(data.train.n as u64))
+        .max(b_total) as f64;
 
     loop {
         // ---- boundary: membership
@@ -1897,7 +1945,7 @@ async fn train_loop(
             if gns.waiting() {
                 gns.aggregate(sqr_norm(&acc));
             }
-            gns.record_point(k);
+            gns.record_point(k, recent_rate(&sums.records).as_ref(), max_batch);
             if let Some(target) = cfg.target_accuracy {
                 if q.accuracy >= target && !report.reached {
                     report.reached = true;
@@ -1946,8 +1994,14 @@ async fn train_loop(
     if gns.waiting() {
         gns.aggregate(sqr_norm(&acc));
     }
+    let rate = recent_rate(&sums.records);
     if gns.curve.last().is_none_or(|p| p.iteration != k) {
-        gns.record_point(k);
+        gns.record_point(k, rate.as_ref(), max_batch);
+    }
+    report.max_global_batch = max_batch as u64;
+    if let Some(c) = rate.and_then(|r| gns.best_batch(&r, max_batch)) {
+        report.goodput_optimal_batch = Some(c.batch);
+        report.goodput_gain = Some(c.gain);
     }
     report.gradient_noise_scale = gns.noise_scale();
     report.grad_sqr = gns.grad_sqr();

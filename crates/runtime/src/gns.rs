@@ -19,6 +19,7 @@
 //! non-finite norm (the estimator refuses it), are skipped and counted.
 
 use pacer_predict::gns::{Aggregation, GnsEstimator};
+use pacer_predict::goodput::{best_global_batch, GlobalBatchChoice};
 use serde::Serialize;
 
 /// EMA decay per step at `base_batch` samples (the global batch): an effective window
@@ -126,6 +127,31 @@ pub struct NoiseScalePoint {
     pub noise_scale: f64,
     pub grad_sqr: f64,
     pub trace_cov: f64,
+    /// The global batch with the highest goodput at this point
+    /// ([`pacer_predict::goodput::best_global_batch`] between the run's batch and
+    /// `max_global_batch`, step time `B / Σ v_i + overhead` measured over the last
+    /// iterations, [`StepRate`]), and its goodput over the run's batch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput_optimal_batch: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput_gain: Option<f64>,
+}
+
+/// The running job's step as a function of its global batch, from its last
+/// iterations: `B / samples_per_s + overhead_s` (workers balanced, per-sample cost
+/// independent of the local batch).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepRate {
+    /// Σ of the workers' speeds (samples/s).
+    pub samples_per_s: f64,
+    /// Iteration time outside the slowest worker's step (s).
+    pub overhead_s: f64,
+}
+
+impl StepRate {
+    pub fn step_time(&self, global_batch: f64) -> f64 {
+        global_batch / self.samples_per_s + self.overhead_s
+    }
 }
 
 /// The controller's side of the estimate: the norms of the last complete iteration
@@ -228,16 +254,27 @@ impl GnsTracker {
         self.est.trace_cov()
     }
 
-    /// Record the estimate after `iteration` iterations, if there is one.
-    pub fn record_point(&mut self, iteration: u64) {
+    /// The goodput-optimal global batch between the estimator's base batch (the
+    /// run's) and `max_batch`, for a step of `rate`; `None` without an estimate.
+    pub fn best_batch(&self, rate: &StepRate, max_batch: f64) -> Option<GlobalBatchChoice> {
+        let grad = self.est.grad_params()?;
+        best_global_batch(&grad, self.est.base_batch, max_batch, |b| rate.step_time(b))
+    }
+
+    /// Record the estimate after `iteration` iterations, if there is one, with the
+    /// goodput-optimal batch when the step's rate is known.
+    pub fn record_point(&mut self, iteration: u64, rate: Option<&StepRate>, max_batch: f64) {
         if let (Some(noise_scale), Some(grad_sqr), Some(trace_cov)) =
             (self.noise_scale(), self.grad_sqr(), self.trace_cov())
         {
+            let best = rate.and_then(|r| self.best_batch(r, max_batch));
             self.curve.push(NoiseScalePoint {
                 iteration,
                 noise_scale,
                 grad_sqr,
                 trace_cov,
+                goodput_optimal_batch: best.map(|c| c.batch),
+                goodput_gain: best.map(|c| c.gain),
             });
         }
     }

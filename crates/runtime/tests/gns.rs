@@ -98,7 +98,32 @@ fn training_reports_a_finite_positive_noise_scale() {
         let at: Vec<u64> = r.noise_scale_curve.iter().map(|p| p.iteration).collect();
         assert_eq!(at, vec![40, 80, 120], "{model}");
         assert_eq!(r.noise_scale_curve.last().unwrap().noise_scale, b);
+        // The goodput-optimal batch: at every point and at the end, between the run's
+        // batch and the default ceiling (16 × 64, at most the training set).
+        assert_eq!(
+            r.max_global_batch,
+            (16 * 64).min(d.train.n as u64),
+            "{model}"
+        );
+        let best = r.goodput_optimal_batch.expect("a goodput-optimal batch");
+        assert!(
+            (64.0..=r.max_global_batch as f64).contains(&best),
+            "{model}: {best}"
+        );
+        assert!(r.goodput_gain.is_some_and(|g| g.is_finite() && g >= 1.0));
+        for p in &r.noise_scale_curve {
+            assert!(p.goodput_optimal_batch.is_some() && p.goodput_gain.is_some());
+        }
     }
+}
+
+#[test]
+fn a_ceiling_below_the_batch_is_refused() {
+    let d = tiny();
+    let mut cfg = config(&d, "logreg", 0, 64, 5);
+    cfg.max_global_batch = Some(32);
+    let e = train_local(d.clone(), cfg, LocalLaunch::new(2), None).unwrap_err();
+    assert!(e.to_string().contains("--max-global-batch"), "{e}");
 }
 
 #[test]
@@ -109,6 +134,7 @@ fn one_worker_gives_no_estimate() {
     assert_eq!(r.gradient_noise_scale, None);
     assert_eq!((r.gns_iterations, r.gns_skipped), (0, 5));
     assert!(r.noise_scale_curve.is_empty());
+    assert_eq!(r.goodput_optimal_batch, None);
 }
 
 /// The iteration that loses a worker is not observed; the others are, before and
