@@ -192,6 +192,17 @@ impl GnsEstimator {
         self.observe_norms(local_bsz, &local_sqr, agg_sqr, aggregation)
     }
 
+    /// Whether the smoothed `|G|²` is above its floor: the unbiased estimate can go
+    /// negative when `|G|²` is small against `tr Σ / B` (`B ≪ B_noise`) and the
+    /// window holds too few steps to average the noise out; `B_noise` is then only
+    /// known to be large (the floored value, `base_batch · 10⁶`, is not a measurement).
+    pub fn resolved(&self) -> bool {
+        match (self.sqr.value(), self.trace_cov()) {
+            (Some(sqr), Some(var)) => sqr > MIN_SQR_FRACTION * var / self.base_batch,
+            _ => false,
+        }
+    }
+
     /// Smoothed `|G|²`, floored at a tiny positive value relative to the noise.
     pub fn grad_sqr(&self) -> Option<f64> {
         let sqr = self.sqr.value()?;
@@ -336,6 +347,24 @@ mod tests {
             est.observe_gradients(&bsz, &refs, aggregation).unwrap();
         }
         (est.noise_scale().unwrap(), syn.true_noise_scale())
+    }
+
+    #[test]
+    fn a_negative_grad_sqr_estimate_is_not_resolved() {
+        // Batches 10 and 30, batch-weighted: |G|² = (x_s·y_b − x_b·y_s)/(x_s − x_b)
+        // with x_s = 2/40, x_b = 1/40, y_s = 1: −0.8 for an aggregate norm of 0.1,
+        // +0.8 for 0.9.
+        let mut est = GnsEstimator::new(0.99, 40.0);
+        assert!(!est.resolved(), "no data");
+        est.observe_norms(&[10.0, 30.0], &[1.0, 1.0], 0.1, Aggregation::BatchWeighted)
+            .unwrap();
+        assert!(!est.resolved());
+        assert!(est.noise_scale().unwrap() >= 40.0 * 1e6 * 0.999, "floored");
+        let mut est = GnsEstimator::new(0.99, 40.0);
+        est.observe_norms(&[10.0, 30.0], &[1.0, 1.0], 0.9, Aggregation::BatchWeighted)
+            .unwrap();
+        assert!(est.resolved());
+        assert!(est.noise_scale().unwrap() < 1e3);
     }
 
     #[test]

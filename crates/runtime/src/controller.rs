@@ -330,9 +330,10 @@ pub struct TrainReport {
     pub noise_scale_curve: Vec<NoiseScalePoint>,
     /// The global batch with the highest goodput at the end of training, between
     /// the run's `global_batch` and `max_global_batch` (Pollux's efficiency from the
-    /// noise scale; step time `B / Σ v_i + overhead` measured over the last 50
-    /// iterations), and its goodput over the run's batch. `None` without a noise
-    /// scale. Reported, not applied: the run's batch stays what was asked.
+    /// noise scale; step time `B / Σ v_i + overhead` from the medians over the last
+    /// 10–50 undisturbed iterations), and its goodput over the run's batch. `None`
+    /// without a noise scale or those iterations. Reported, not applied: the run's
+    /// batch stays what was asked.
     pub goodput_optimal_batch: Option<f64>,
     pub goodput_gain: Option<f64>,
     pub max_global_batch: u64,
@@ -818,22 +819,33 @@ struct IterRecord {
 }
 
 /// Iterations (the last undisturbed ones) the step rate behind the goodput-optimal
-/// batch is measured over.
+/// batch is measured over, and the fewest it needs.
 const RATE_WINDOW: usize = 50;
+const RATE_MIN: usize = 10;
 
-/// `B / Σ v + overhead` over the last [`RATE_WINDOW`] undisturbed iterations.
+/// `B / Σ v + overhead` from the medians of `Σ v` and of the overhead over the last
+/// [`RATE_WINDOW`] undisturbed iterations (medians: one stalled iteration must not
+/// move the answer); `None` with fewer than [`RATE_MIN`].
 fn recent_rate(records: &[IterRecord]) -> Option<StepRate> {
     let last = &records[records.len().saturating_sub(RATE_WINDOW)..];
-    if last.is_empty() {
+    if last.len() < RATE_MIN {
         return None;
     }
-    let n = last.len() as f64;
-    let samples_per_s = last
-        .iter()
-        .map(|r| r.speeds.iter().map(|s| s.1).sum::<f64>())
-        .sum::<f64>()
-        / n;
-    let overhead_s = last.iter().map(|r| r.overhead_s).sum::<f64>() / n;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let samples_per_s = median(
+        last.iter()
+            .map(|r| r.speeds.iter().map(|s| s.1).sum::<f64>())
+            .collect(),
+    );
+    let overhead_s = median(last.iter().map(|r| r.overhead_s).collect());
     (samples_per_s.is_finite() && samples_per_s > 0.0).then_some(StepRate {
         samples_per_s,
         overhead_s,

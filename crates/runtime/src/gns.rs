@@ -255,8 +255,12 @@ impl GnsTracker {
     }
 
     /// The goodput-optimal global batch between the estimator's base batch (the
-    /// run's) and `max_batch`, for a step of `rate`; `None` without an estimate.
+    /// run's) and `max_batch`, for a step of `rate`; `None` without an estimate or
+    /// while `|G|²` is at its floor (`GnsEstimator::resolved`).
     pub fn best_batch(&self, rate: &StepRate, max_batch: f64) -> Option<GlobalBatchChoice> {
+        if !self.est.resolved() {
+            return None;
+        }
         let grad = self.est.grad_params()?;
         best_global_batch(&grad, self.est.base_batch, max_batch, |b| rate.step_time(b))
     }
