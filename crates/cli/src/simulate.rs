@@ -36,6 +36,11 @@ pub struct SimulateArgs {
     /// Scheduling round length in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub round_s: f64,
+    /// Also start a round at a job's arrival: `never` (rounds only, as Pollux's and
+    /// Gavel's simulators), `idle` (when the last allocation left devices idle) or
+    /// `always` (event-driven; the policy decides whether to preempt).
+    #[arg(long, default_value = "never")]
+    pub replan_on_arrival: pacer_sim::ArrivalReplan,
     /// Seed for synthetic workloads.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -303,6 +308,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                 jobs,
                 config: SimConfig {
                     round_s: args.round_s,
+                    replan_on_arrival: args.replan_on_arrival,
                     ..SimConfig::default()
                 },
             };

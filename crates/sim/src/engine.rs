@@ -48,6 +48,35 @@ pub struct SimConfig {
     pub max_time_s: f64,
     /// Record the per-round timeline (for plots).
     pub record_timeline: bool,
+    /// When the policy is asked besides round boundaries ([`ArrivalReplan`]).
+    pub replan_on_arrival: ArrivalReplan,
+}
+
+/// Whether a job's arrival starts a new round before the current one ends. Rounds
+/// then vary in length; `round_s` stays the longest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ArrivalReplan {
+    /// Arrivals wait for the next round boundary (Gavel's and Pollux's simulators).
+    #[default]
+    Never,
+    /// A new round starts at an arrival when the last allocation left devices idle:
+    /// the newcomer can start at once without anybody being preempted.
+    WhenIdle,
+    /// A new round starts at every arrival (an event-driven scheduler); the policy
+    /// decides whether to preempt for the newcomer.
+    Always,
+}
+
+impl std::str::FromStr for ArrivalReplan {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "never" => Ok(ArrivalReplan::Never),
+            "idle" => Ok(ArrivalReplan::WhenIdle),
+            "always" => Ok(ArrivalReplan::Always),
+            _ => Err(format!("`{s}`: expected never, idle or always")),
+        }
+    }
 }
 
 impl Default for SimConfig {
@@ -57,6 +86,7 @@ impl Default for SimConfig {
             restart_s: 30.0,
             max_time_s: 400.0 * 24.0 * 3600.0,
             record_timeline: true,
+            replan_on_arrival: ArrivalReplan::Never,
         }
     }
 }
@@ -116,7 +146,7 @@ struct JobState {
     max_profiled_replicas: u32,
     /// Σ active jobs over the rounds this job was active, and the round count.
     contention_sum: f64,
-    contention_rounds: u64,
+    contention_s: f64,
     /// Loss history and fit (LossCurve jobs).
     loss: Option<LossPredictor>,
 }
@@ -141,7 +171,7 @@ impl JobState {
             batch_version: u64::MAX,
             max_profiled_replicas: 0,
             contention_sum: 0.0,
-            contention_rounds: 0,
+            contention_s: 0.0,
             loss: None,
         }
     }
@@ -616,7 +646,28 @@ impl Simulation<'_> {
         let mut views: Vec<JobView> = Vec::new();
         let speeds = self.speed_tables();
         let uses_quality = policy.uses_quality();
+        // End of the next round: `now + round_s`, or the next arrival when it comes
+        // earlier and `replan_on_arrival` allows (exactly its arrival time, so that it
+        // is admitted).
+        let next_round = |now: f64, idle: bool, next_arrival: usize| -> f64 {
+            let replan = match cfg.replan_on_arrival {
+                ArrivalReplan::Never => false,
+                ArrivalReplan::WhenIdle => idle,
+                ArrivalReplan::Always => true,
+            };
+            if replan {
+                if let Some(&j) = order.get(next_arrival) {
+                    let t = self.jobs[j].spec.arrival_s;
+                    if t >= now && t < now + cfg.round_s {
+                        return t;
+                    }
+                }
+            }
+            now + cfg.round_s
+        };
+        let mut until = next_round(now, true, next_arrival);
         while finished < self.jobs.len() && now < cfg.max_time_s {
+            let dt = until - now;
             // 1. Progress of running jobs over [now, now + round).
             for &i in &running {
                 let st = &mut states[i];
@@ -626,23 +677,17 @@ impl Simulation<'_> {
                 let before = st.attained_gpu_s;
                 match &self.jobs[i].work {
                     Work::Profiled { app } => {
-                        self.step_profiled(&self.apps[*app], modes[i], st, now, cfg.round_s)
+                        self.step_profiled(&self.apps[*app], modes[i], st, now, dt)
                     }
                     Work::Duration { duration_s } => {
-                        self.step_duration(&self.jobs[i], *duration_s, st, now, cfg.round_s)
+                        self.step_duration(&self.jobs[i], *duration_s, st, now, dt)
                     }
                     Work::Throughput { steps, .. } => {
-                        self.step_rate(&speeds[i], *steps, st, now, cfg.round_s)
+                        self.step_rate(&speeds[i], *steps, st, now, dt)
                     }
                     Work::LossCurve { profile } => {
                         let from = st.progress;
-                        self.step_rate(
-                            &speeds[i],
-                            profile.total_iterations(),
-                            st,
-                            now,
-                            cfg.round_s,
-                        );
+                        self.step_rate(&speeds[i], profile.total_iterations(), st, now, dt);
                         if uses_quality && st.progress > from {
                             Self::observe_losses(profile, st, from);
                         }
@@ -653,13 +698,17 @@ impl Simulation<'_> {
                     finished += 1;
                 }
             }
-            now += cfg.round_s;
+            now = until;
             // 2. Admit arrivals; drop finished jobs.
             if active.is_empty() && next_arrival < order.len() {
                 // Idle cluster: jump to the round in which the next job arrives.
                 let t = self.jobs[order[next_arrival]].spec.arrival_s;
                 if t > now {
-                    now = (t / cfg.round_s).ceil() * cfg.round_s;
+                    now = if cfg.replan_on_arrival != ArrivalReplan::Never {
+                        t
+                    } else {
+                        (t / cfg.round_s).ceil() * cfg.round_s
+                    };
                 }
             }
             while next_arrival < order.len() && self.jobs[order[next_arrival]].spec.arrival_s <= now
@@ -670,14 +719,13 @@ impl Simulation<'_> {
             active.retain(|&i| states[i].completion_s.is_none());
             if active.is_empty() {
                 running.clear();
+                until = next_round(now, true, next_arrival);
                 continue;
             }
             // 3. Ask the policy.
             views.clear();
             for &i in &active {
                 let st = &mut states[i];
-                st.contention_sum += active.len() as f64;
-                st.contention_rounds += 1;
                 let job = &self.jobs[i];
                 let quality = match &job.work {
                     Work::LossCurve { profile } if uses_quality => {
@@ -774,6 +822,13 @@ impl Simulation<'_> {
                     used += st.alloc.replicas();
                 }
             }
+            // The round this allocation holds for; contention is weighted by it.
+            until = next_round(now, used < self.cluster.total_gpus(), next_arrival);
+            let dt = until - now;
+            for &i in &active {
+                states[i].contention_sum += active.len() as f64 * dt;
+                states[i].contention_s += dt;
+            }
             if cfg.record_timeline {
                 timeline.push(RoundStat {
                     time_s: now,
@@ -793,8 +848,8 @@ impl Simulation<'_> {
             .iter()
             .zip(&states)
             .map(|(job, st)| {
-                let contention = if st.contention_rounds > 0 {
-                    st.contention_sum / st.contention_rounds as f64
+                let contention = if st.contention_s > 0.0 {
+                    st.contention_sum / st.contention_s
                 } else {
                     1.0
                 };

@@ -5,7 +5,7 @@
 
 use pacer_model::ClusterSpec;
 use pacer_sim::trace::{synthetic, SyntheticSpec};
-use pacer_sim::{embedded_profiles, AppModel, SimConfig, SimJob, Simulation, Work};
+use pacer_sim::{embedded_profiles, AppModel, ArrivalReplan, SimConfig, SimJob, Simulation, Work};
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
@@ -40,14 +40,31 @@ fn workload(jobs: usize, per_hour: f64, seed: u64) -> Vec<SimJob> {
     w
 }
 
-fn check(cluster: &str, policy: &str, jobs: &[SimJob]) -> Result<(), TestCaseError> {
-    let cluster = ClusterSpec::parse(cluster, "test").unwrap();
-    let sim = Simulation {
-        cluster: &cluster,
+/// The embedded apps on `cluster`, default settings but `replan`.
+fn simulation<'a>(
+    cluster: &'a ClusterSpec,
+    jobs: &'a [SimJob],
+    replan: ArrivalReplan,
+) -> Simulation<'a> {
+    Simulation {
+        cluster,
         apps: apps(),
         jobs,
-        config: SimConfig::default(),
-    };
+        config: SimConfig {
+            replan_on_arrival: replan,
+            ..SimConfig::default()
+        },
+    }
+}
+
+fn check(
+    cluster: &str,
+    policy: &str,
+    jobs: &[SimJob],
+    replan: ArrivalReplan,
+) -> Result<(), TestCaseError> {
+    let cluster = ClusterSpec::parse(cluster, "test").unwrap();
+    let sim = simulation(&cluster, jobs, replan);
     let mut p = pacer_policy::by_name(policy).unwrap();
     let mut last = vec![0.0f64; jobs.len()];
     let mut violation: Option<String> = None;
@@ -97,11 +114,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
     #[test]
-    fn invariants_hold_for_every_policy(seed in 0u64..1000, jobs in 3usize..14, nodes in 1u32..4, per_node in 1u32..5) {
+    fn invariants_hold_for_every_policy(seed in 0u64..1000, jobs in 3usize..14, nodes in 1u32..4, per_node in 1u32..5, replan in 0usize..3) {
         let w = workload(jobs, 6.0, seed);
         let cluster = format!("{nodes}x{per_node}:t4");
+        let replan = [ArrivalReplan::Never, ArrivalReplan::WhenIdle, ArrivalReplan::Always][replan];
         for policy in pacer_policy::POLICY_NAMES {
-            check(&cluster, policy, &w)?;
+            check(&cluster, policy, &w, replan)?;
         }
     }
 }
@@ -155,4 +173,91 @@ fn duration_jobs_finish_in_their_duration_when_alone() {
     // Admitted at the first round boundary (60 s), 30 s restart, then 1000 s of work.
     let done = r.jobs[0].completion_s.unwrap();
     assert!((done - (60.0 + 30.0 + 1000.0)).abs() < 1e-6, "{done}");
+}
+
+fn duration_job(name: &str, arrival_s: f64, replicas: u32, duration_s: f64) -> SimJob {
+    SimJob {
+        spec: pacer_model::JobSpec {
+            name: name.into(),
+            arrival_s,
+            application: "x".into(),
+            requested_replicas: replicas,
+            requested_batch: 0,
+            service_gpu_s: Some(duration_s * replicas as f64),
+            device_type: None,
+        },
+        work: Work::Duration { duration_s },
+    }
+}
+
+/// Completion times under FIFO with arrivals re-planned as `replan` says.
+fn fifo_completions(jobs: &[SimJob], replan: ArrivalReplan) -> Vec<f64> {
+    let cluster = ClusterSpec::parse("1x4:t4", "t").unwrap();
+    let r = simulation(&cluster, jobs, replan)
+        .run(pacer_policy::by_name("fifo").unwrap().as_mut(), |_| {})
+        .unwrap();
+    r.jobs.iter().map(|j| j.completion_s.unwrap()).collect()
+}
+
+fn close(got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn arrivals_start_a_round_only_when_asked() {
+    // Alone on an idle cluster, arriving at 100 s (rounds at 60, 120, …).
+    let one = [duration_job("a", 100.0, 2, 1000.0)];
+    let at_round = 120.0 + 30.0 + 1000.0;
+    let at_arrival = 100.0 + 30.0 + 1000.0;
+    close(&fifo_completions(&one, ArrivalReplan::Never), &[at_round]);
+    close(
+        &fifo_completions(&one, ArrivalReplan::WhenIdle),
+        &[at_arrival],
+    );
+    close(
+        &fifo_completions(&one, ArrivalReplan::Always),
+        &[at_arrival],
+    );
+    // A second job arriving at 330 s while `a` holds 2 of the 4 devices: it starts at
+    // once with `idle` and `always`; with `never` at the round boundary (360 s).
+    let two = [
+        duration_job("a", 0.0, 2, 10_000.0),
+        duration_job("b", 330.0, 2, 1000.0),
+    ];
+    close(
+        &fifo_completions(&two, ArrivalReplan::Never)[1..],
+        &[360.0 + 1030.0],
+    );
+    close(
+        &fifo_completions(&two, ArrivalReplan::WhenIdle)[1..],
+        &[330.0 + 1030.0],
+    );
+    close(
+        &fifo_completions(&two, ArrivalReplan::Always)[1..],
+        &[330.0 + 1030.0],
+    );
+    // When `a` holds every device nothing is idle at `b`'s arrival: `b` waits for
+    // `a` (FIFO does not preempt it at the re-plan `always` makes at 330 s) and
+    // starts at the round after `a` ends — rounds counted from 330 s with `always`.
+    // `a` itself arrives on an idle cluster and starts at 0 s with `idle` and
+    // `always`, at the 60 s round with `never`.
+    let full = [
+        duration_job("a", 0.0, 4, 1000.0),
+        duration_job("b", 330.0, 4, 1000.0),
+    ];
+    close(
+        &fifo_completions(&full, ArrivalReplan::Never),
+        &[1090.0, 1140.0 + 1030.0],
+    );
+    close(
+        &fifo_completions(&full, ArrivalReplan::WhenIdle),
+        &[1030.0, 1080.0 + 1030.0],
+    );
+    close(
+        &fifo_completions(&full, ArrivalReplan::Always),
+        &[1030.0, 1050.0 + 1030.0],
+    );
 }
