@@ -401,6 +401,7 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     let mut cfg = controller_config(&a.job, &data)?;
     cfg.min_workers = a.min_workers;
     cfg.join_timeout_s = a.join_timeout_s;
+    controller::validate(&cfg, &data)?;
     if !a.job.json {
         eprintln!(
             "pacer controller: listening on {addr}, waiting for {} worker(s)",
