@@ -188,6 +188,16 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
         };
         out.push((label, jobs));
     }
+    // Rows and `--out` files are named by workload: two of one name would be
+    // indistinguishable, and the second's files would overwrite the first's.
+    for (i, (name, _)) in out.iter().enumerate() {
+        if out[..i].iter().any(|(n, _)| n == name) {
+            bail!(
+                "workload `{name}` is given twice (by --workload / --trace, or as files with the \
+                 same name in different folders); runs are named by it, so each must be unique"
+            );
+        }
+    }
     Ok(out)
 }
 
@@ -241,9 +251,14 @@ pub fn policy_names(arg: &str) -> Result<Vec<String>> {
             .map(|n| n.to_string())
             .collect());
     }
+    let mut seen: Vec<&str> = Vec::new();
     arg.split(',')
         .map(|p| {
             let p = p.trim();
+            if seen.contains(&p) {
+                bail!("--policy: `{p}` is named twice");
+            }
+            seen.push(p);
             if pacer_policy::by_name(p).is_some() {
                 Ok(p.to_string())
             } else {
@@ -257,11 +272,31 @@ pub fn policy_names(arg: &str) -> Result<Vec<String>> {
         .collect()
 }
 
+/// A round length given by `flag`: > 0, finite, and long enough for the simulated
+/// clock to advance over the whole horizon (the engine's own check, named by flag).
+pub fn check_round_s(flag: &str, round_s: f64) -> Result<()> {
+    if !(round_s > 0.0 && round_s.is_finite()) {
+        bail!("{flag}: expected a number of seconds > 0, got {round_s}");
+    }
+    SimConfig {
+        round_s,
+        ..SimConfig::default()
+    }
+    .validate()
+    .map_err(|e| match e {
+        pacer_sim::engine::SimError::BadConfig { message, .. } => {
+            anyhow::anyhow!("{flag}: {message}")
+        }
+        e => anyhow::anyhow!("{flag}: {e}"),
+    })
+}
+
 pub fn run(args: SimulateArgs) -> Result<()> {
-    if !(args.round_s > 0.0 && args.round_s.is_finite()) {
+    check_round_s("--round-s", args.round_s)?;
+    if !(args.arrivals_per_hour > 0.0 && args.arrivals_per_hour.is_finite()) {
         bail!(
-            "--round-s: expected a number of seconds > 0, got {}",
-            args.round_s
+            "--arrivals-per-hour: expected a number > 0, got {}",
+            args.arrivals_per_hour
         );
     }
     let cluster = parse_cluster(&args.cluster)?;
