@@ -112,7 +112,8 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         "cost" => Some(Objective::Cost),
         o => bail!("--objective {o}: expected accuracy, time or cost"),
     };
-    let profile = pacer_sim::load_app_dir(&args.app).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let profile = pacer_sim::load_app_dir(&args.app)
+        .with_context(|| format!("--app {}", args.app.display()))?;
     let dir = args.app.display().to_string();
     let mut rows = rows_from_placements(&profile.placements, &format!("{dir}/placements.csv"));
     rows.extend(rows_from_scalability(

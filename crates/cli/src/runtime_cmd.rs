@@ -18,7 +18,7 @@ use pacer_runtime::worker::{self, DataSource, Fault, LoadSignal, WorkerConfig};
 use pacer_runtime::{data, train_local, LocalLaunch};
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What to train and how: shared by `controller` and `train`.
@@ -432,6 +432,26 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(InterferencePlan::load)
         .transpose()?;
+    if let Some(slot) = a.interference_slot {
+        // Without a file, or past its workers, the slot silently meant "no
+        // interference".
+        let Some(p) = &plan else {
+            bail!("--interference-slot: needs --interference FILE");
+        };
+        if slot >= p.workers.len() {
+            bail!(
+                "--interference-slot {slot}: {} has {} worker(s), slots 0 to {}",
+                a.interference.as_deref().unwrap_or(Path::new("")).display(),
+                p.workers.len(),
+                p.workers.len().saturating_sub(1)
+            );
+        }
+    }
+    if let Some(spec) = &a.dataset {
+        // The data is loaded once the controller has named its dataset; a spec that
+        // cannot parse is known now.
+        data::DatasetSpec::parse(spec)?;
+    }
     cfg.emulation = Emulation {
         speed: a.speed,
         time_scale: a.time_scale,

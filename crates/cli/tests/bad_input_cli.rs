@@ -503,3 +503,55 @@ fn train_launch_flags() {
         "--worker-ips: cannot use 192.0.2.1",
     );
 }
+
+#[test]
+fn worker_flags_are_checked_before_connecting() {
+    // Port 1 refuses: before, these got "connecting to controller …: Connection
+    // refused", and with a controller the slot silently meant no interference.
+    let plan = tmp(
+        "plan.json",
+        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 2}]}]}"#,
+    );
+    let p = plan.to_str().unwrap();
+    fails_with(
+        &[
+            "worker",
+            "--connect",
+            "127.0.0.1:1",
+            "--interference",
+            p,
+            "--interference-slot",
+            "3",
+        ],
+        "--interference-slot 3",
+    );
+    fails_with(
+        &[
+            "worker",
+            "--connect",
+            "127.0.0.1:1",
+            "--interference-slot",
+            "0",
+        ],
+        "--interference-slot: needs --interference",
+    );
+    fails_with(
+        &["worker", "--connect", "127.0.0.1:1", "--dataset", "nope"],
+        "dataset `nope`",
+    );
+}
+
+#[test]
+fn app_folder_errors_say_the_os_error_once() {
+    // Was "…/placements.csv: No such file or directory (os error 2): No such file
+    // or directory (os error 2)".
+    let missing = tmp_dir("apps").join("missing");
+    let m = missing.to_str().unwrap();
+    for args in [
+        vec!["simulate", "--policy", "fifo", "--app-dir", m],
+        vec!["recommend", "--app", m, "--slo-s", "3600"],
+    ] {
+        let err = fails_with(&args, "placements.csv");
+        assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+    }
+}
