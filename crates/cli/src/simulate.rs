@@ -224,6 +224,9 @@ struct NodeGroupFile {
 /// type = "v100"
 /// ```
 pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
+    if !arg.ends_with(".toml") && Path::new(arg).is_file() {
+        bail!("--cluster {arg}: a cluster file must be TOML, named *.toml; or give COUNTxGPUS:TYPE[,...] such as `16x4:t4`");
+    }
     if !arg.ends_with(".toml") {
         return Ok(ClusterSpec::parse(arg, "--cluster")?);
     }
@@ -272,6 +275,26 @@ pub fn policy_names(arg: &str) -> Result<Vec<String>> {
         .collect()
 }
 
+/// An output folder given by `flag` that is a file (or under one) would only fail
+/// after all the runs; this fails first.
+pub fn check_out_dir(flag: &str, dir: &Path) -> Result<()> {
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        if p.exists() {
+            if !p.is_dir() {
+                bail!(
+                    "{flag} {}: {} is a file; expected a folder (created if missing)",
+                    dir.display(),
+                    p.display()
+                );
+            }
+            break;
+        }
+        d = p.parent();
+    }
+    Ok(())
+}
+
 /// A round length given by `flag`: > 0, finite, and long enough for the simulated
 /// clock to advance over the whole horizon (the engine's own check, named by flag).
 pub fn check_round_s(flag: &str, round_s: f64) -> Result<()> {
@@ -293,6 +316,9 @@ pub fn check_round_s(flag: &str, round_s: f64) -> Result<()> {
 
 pub fn run(args: SimulateArgs) -> Result<()> {
     check_round_s("--round-s", args.round_s)?;
+    if let Some(dir) = &args.out {
+        check_out_dir("--out", dir)?;
+    }
     if !(args.arrivals_per_hour > 0.0 && args.arrivals_per_hour.is_finite()) {
         bail!(
             "--arrivals-per-hour: expected a number > 0, got {}",

@@ -555,3 +555,44 @@ fn app_folder_errors_say_the_os_error_once() {
         assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
     }
 }
+
+#[test]
+fn output_folder_that_is_a_file_fails_before_the_runs() {
+    // Reported only after every simulation ("File exists").
+    let f = tmp("not-a-folder", "x");
+    let f = f.to_str().unwrap();
+    fails_with(
+        &["simulate", "--policy", "fifo", "--out", f],
+        "is a file; expected a folder",
+    );
+    let err = fails_with(
+        &[
+            "experiment",
+            "themis",
+            "--out",
+            f,
+            "--pollux",
+            "workload-1",
+            "--policies",
+            "fair",
+        ],
+        "is a file; expected a folder",
+    );
+    assert!(!err.contains("fair:"), "simulated first: {err}");
+    fails_with(
+        &["experiment", "slaq", "--out", f, "--jobs", "5"],
+        "is a file; expected a folder",
+    );
+    // A CSV given as the cluster was read as a spec: "bad node group `….csv`".
+    let csv = tmp("cluster.csv", "count,gpus,type\n2,4,t4\n");
+    fails_with(
+        &[
+            "simulate",
+            "--policy",
+            "fifo",
+            "--cluster",
+            csv.to_str().unwrap(),
+        ],
+        "a cluster file must be TOML",
+    );
+}

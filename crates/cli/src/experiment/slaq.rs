@@ -358,6 +358,7 @@ fn prediction_errors(profiles: &[Arc<QualityProfile>]) -> Vec<PredRow> {
 
 pub fn run(args: SlaqArgs) -> Result<()> {
     crate::simulate::check_round_s("--round-s", args.round_s)?;
+    crate::simulate::check_out_dir("--out", &args.out)?;
     if !(args.interarrival_s > 0.0 && args.interarrival_s.is_finite()) {
         bail!(
             "--interarrival-s: expected a number of seconds > 0, got {}",

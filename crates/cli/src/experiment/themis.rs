@@ -374,6 +374,7 @@ pub fn run(args: ThemisArgs) -> Result<()> {
     if let Some(dir) = &args.per_job {
         std::fs::create_dir_all(dir).with_context(|| format!("--per-job {}", dir.display()))?;
     }
+    crate::simulate::check_out_dir("--out", &args.out)?;
     let mut rows: Vec<Row> = Vec::new();
     let mut notes = Vec::new();
     // Gavel traces, heterogeneous cluster.
