@@ -452,6 +452,18 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
         // cannot parse is known now.
         data::DatasetSpec::parse(spec)?;
     }
+    if !(a.speed.is_finite() && a.speed > 0.0) {
+        bail!("--speed: must be a positive number, got {}", a.speed);
+    }
+    if !(a.time_scale.is_finite() && a.time_scale >= 1.0) {
+        bail!("--time-scale: must be ≥ 1, got {}", a.time_scale);
+    }
+    pacer_runtime::emulation::check_dilation(
+        a.speed,
+        a.time_scale,
+        plan.as_ref().map_or(1.0, InterferencePlan::max_slowdown),
+    )
+    .map_err(|m| anyhow!("--speed: {m}"))?;
     cfg.emulation = Emulation {
         speed: a.speed,
         time_scale: a.time_scale,
@@ -463,12 +475,6 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     };
     if a.interference_slot.is_none() {
         cfg.interference_by_id = plan;
-    }
-    if !(a.speed.is_finite() && a.speed > 0.0) {
-        bail!("--speed: must be a positive number, got {}", a.speed);
-    }
-    if !(a.time_scale.is_finite() && a.time_scale >= 1.0) {
-        bail!("--time-scale: must be ≥ 1, got {}", a.time_scale);
     }
     cfg.load_signal = load_signal(&a.load_signal)?;
     cfg.fault = a.die_at.map(Fault::DieAt);

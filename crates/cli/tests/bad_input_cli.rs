@@ -596,3 +596,26 @@ fn output_folder_that_is_a_file_fails_before_the_runs() {
         "a cluster file must be TOML",
     );
 }
+
+#[test]
+fn emulated_times_that_do_not_fit_are_refused() {
+    // The compute thread panicked converting the padding sleep to a Duration, and
+    // the run then waited for the worker.
+    train_fails(&["--workers", "2", "--time-scale", "1e300"], "--speeds:");
+    train_fails(
+        &["--workers", "2", "--speeds", "1,1e-300"],
+        "--speeds: speed 1e-300",
+    );
+    let plan = tmp(
+        "slow.json",
+        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 1e308}]}]}"#,
+    );
+    train_fails(
+        &["--workers", "1", "--interference", plan.to_str().unwrap()],
+        "field `workers[0].interference[0].slowdown`",
+    );
+    fails_with(
+        &["worker", "--connect", "127.0.0.1:1", "--speed", "1e-300"],
+        "--speed: speed 1e-300",
+    );
+}

@@ -140,6 +140,17 @@ impl LocalLaunch {
                 ));
             }
         }
+        let slowdown = self
+            .interference
+            .as_ref()
+            .map_or(1.0, InterferencePlan::max_slowdown);
+        let all_speeds = (0..self.workers)
+            .map(|i| ("--speeds", self.speeds.get(i).copied().unwrap_or(1.0)))
+            .chain(self.joins.iter().map(|&(_, s)| ("--join", s)));
+        for (flag, s) in all_speeds {
+            crate::emulation::check_dilation(s, self.time_scale, slowdown)
+                .map_err(|m| RuntimeError::config(flag, m))?;
+        }
         // Slots are the initial workers, then the joiners in join order.
         let slots = self.workers + self.joins.len();
         for (flag, slot) in self
@@ -304,6 +315,26 @@ mod tests {
         l.joins = vec![(3, 1.0)];
         l.kills = vec![(2, 4)];
         assert!(l.validate().is_ok(), "slot 2 is the joiner");
+        // The compute thread panicked converting the padding to a Duration.
+        let e = err(|l| l.speeds = vec![1.0, 1e-300]);
+        assert!(e.starts_with("--speeds:") && e.contains("1e-300"), "{e}");
+        let e = err(|l| l.time_scale = 1e300);
+        assert!(
+            e.starts_with("--speeds:") && e.contains("time scale 1e300"),
+            "{e}"
+        );
+        let e = err(|l| {
+            l.interference = Some(InterferencePlan {
+                workers: vec![vec![crate::emulation::Window {
+                    start: 1,
+                    end: 5,
+                    slowdown: 1e7,
+                    cpu_load: None,
+                    mem_load: None,
+                }]],
+            })
+        });
+        assert!(e.contains("slowdown up to 10000000.0"), "{e}");
         // 192.0.2.1 (TEST-NET-1) is never an address of this machine: the worker
         // bound to it never joined and the controller waited for the join timeout.
         let e = err(|l| l.worker_ips = vec!["192.0.2.1".parse().unwrap()]);
