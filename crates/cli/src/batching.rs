@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use pacer_workersim::{
     bench::bench, evaluate_with, format_table, load_scenario, simulate, GateConfig, SimOptions,
+    CONTROLLERS, PREDICTORS,
 };
 use std::path::PathBuf;
 
@@ -64,18 +65,57 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
-fn names(arg: &str, all: &[&str]) -> Vec<String> {
+/// `all` or a comma list of names from `known`, each once; errors name `flag`.
+fn names(flag: &str, arg: &str, all: &[&str], known: &[&str]) -> anyhow::Result<Vec<String>> {
     if arg == "all" {
-        all.iter().map(|s| s.to_string()).collect()
-    } else {
-        arg.split(',').map(|s| s.trim().to_string()).collect()
+        return Ok(all.iter().map(|s| s.to_string()).collect());
     }
+    let mut out: Vec<String> = Vec::new();
+    for n in arg.split(',').map(str::trim) {
+        if !known.contains(&n) {
+            bail!(
+                "{flag}: unknown name `{n}`; expected `all` or a comma list of {}",
+                known.join(", ")
+            );
+        }
+        if out.iter().any(|o| o == n) {
+            bail!("{flag}: `{n}` is named twice");
+        }
+        out.push(n.to_string());
+    }
+    Ok(out)
 }
+
+/// Most workers `batching bench` simulates (as many as a scenario file may have).
+const MAX_BENCH_WORKERS: usize = 1_000_000;
 
 pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
     match args.command {
         BatchingCommand::Eval(a) => eval(a),
         BatchingCommand::Bench(a) => {
+            if !(1..=MAX_BENCH_WORKERS).contains(&a.workers) {
+                bail!(
+                    "--workers: expected 1 to {MAX_BENCH_WORKERS}, got {}",
+                    a.workers
+                );
+            }
+            if a.reps == 0 {
+                bail!("--reps: expected a whole number ≥ 1, got 0");
+            }
+            if !CONTROLLERS.contains(&a.controller.as_str()) {
+                bail!(
+                    "--controller: unknown controller `{}`; expected one of {}",
+                    a.controller,
+                    CONTROLLERS.join(", ")
+                );
+            }
+            if !PREDICTORS.contains(&a.predictor.as_str()) {
+                bail!(
+                    "--predictor: unknown predictor `{}`; expected one of {}",
+                    a.predictor,
+                    PREDICTORS.join(", ")
+                );
+            }
             let r = bench(a.workers, &a.controller, &a.predictor, a.reps, a.seed)
                 .map_err(anyhow::Error::msg)?;
             if a.json {
@@ -98,11 +138,13 @@ pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
 
 fn eval(a: EvalArgs) -> anyhow::Result<()> {
     // The canonical order (lbbsp before its variants, narx last) keeps tables stable.
-    let controllers = names(&a.controller, &["uniform", "lbbsp", "pid"]);
-    let predictors = names(&a.predictor, &pacer_predict_names());
-    if controllers.is_empty() || predictors.is_empty() {
-        bail!("--controller and --predictor need at least one name");
-    }
+    let controllers = names(
+        "--controller",
+        &a.controller,
+        &["uniform", "lbbsp", "pid"],
+        &CONTROLLERS,
+    )?;
+    let predictors = names("--predictor", &a.predictor, &PREDICTORS, &PREDICTORS)?;
     let opts = SimOptions {
         gate: if a.gate == "off" {
             GateConfig::off()
@@ -138,8 +180,4 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         print!("{}", format_table(&reports));
     }
     Ok(())
-}
-
-fn pacer_predict_names() -> Vec<&'static str> {
-    pacer_workersim::PREDICTORS.to_vec()
 }

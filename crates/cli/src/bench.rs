@@ -211,6 +211,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Most jobs `bench round` builds.
+const MAX_BENCH_JOBS: usize = 10_000_000;
+
 fn round(a: RoundArgs) -> Result<()> {
     if a.jobs == 0 || a.gpus == 0 || a.gpus_per_node == 0 || !a.gpus.is_multiple_of(a.gpus_per_node)
     {
@@ -218,6 +221,13 @@ fn round(a: RoundArgs) -> Result<()> {
     }
     if !(1..=3).contains(&a.types) {
         bail!("--types: expected 1, 2 or 3");
+    }
+    // Job ids are u32 and every job holds its speed table and loss curve.
+    if a.jobs > MAX_BENCH_JOBS {
+        bail!("--jobs: at most {MAX_BENCH_JOBS}, got {}", a.jobs);
+    }
+    if a.rounds == 0 {
+        bail!("--rounds: expected a whole number ≥ 1 (the warm rounds timed), got 0");
     }
     let nodes = a.gpus / a.gpus_per_node;
     let names = ["v100", "p100", "k80"];
@@ -372,7 +382,10 @@ fn simulate(a: SimBenchArgs) -> Result<()> {
             a.workload
         );
     }
-    let repeat = a.repeat.max(1);
+    if a.repeat == 0 {
+        bail!("--repeat: expected a whole number ≥ 1, got 0");
+    }
+    let repeat = a.repeat;
     let mut reports = Vec::new();
     for (name, text) in chosen {
         let jobs = trace::load_pollux_workload(text, name, &apps, 1.0)?;

@@ -63,8 +63,8 @@ fn parse_price(s: &str) -> anyhow::Result<MachineType> {
         None => (rest, 1.0),
     };
     let usd: f64 = usd.parse().ok().with_context(err)?;
-    // NaN fails these checks too.
-    if name.is_empty() || usd.is_nan() || usd < 0.0 || speed.is_nan() || speed <= 0.0 {
+    // NaN fails these checks too; infinity gives NaN costs and times.
+    if name.is_empty() || !(usd.is_finite() && usd >= 0.0) || !(speed.is_finite() && speed > 0.0) {
         bail!(err());
     }
     Ok(MachineType {
@@ -83,6 +83,22 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         .iter()
         .map(|p| parse_price(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    for (i, m) in machines.iter().enumerate() {
+        if machines[..i].iter().any(|o| o.name == m.name) {
+            bail!(
+                "--price: machine type `{}` is priced twice; give each type once",
+                m.name
+            );
+        }
+    }
+    if let Some(e) = args.epochs {
+        if !(e.is_finite() && e > 0.0) {
+            bail!("--epochs {e}: expected a number of epochs > 0");
+        }
+    }
+    if args.max_replicas == 0 {
+        bail!("--max-replicas: expected a whole number ≥ 1, got 0");
+    }
     if machines.is_empty() {
         machines.push(MachineType {
             name: "measured".into(),
@@ -96,7 +112,8 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         "cost" => Some(Objective::Cost),
         o => bail!("--objective {o}: expected accuracy, time or cost"),
     };
-    let profile = pacer_sim::load_app_dir(&args.app).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let profile = pacer_sim::load_app_dir(&args.app)
+        .with_context(|| format!("--app {}", args.app.display()))?;
     let dir = args.app.display().to_string();
     let mut rows = rows_from_placements(&profile.placements, &format!("{dir}/placements.csv"));
     rows.extend(rows_from_scalability(

@@ -18,7 +18,7 @@ use pacer_runtime::worker::{self, DataSource, Fault, LoadSignal, WorkerConfig};
 use pacer_runtime::{data, train_local, LocalLaunch};
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What to train and how: shared by `controller` and `train`.
@@ -412,6 +412,7 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     let mut cfg = controller_config(&a.job, &data)?;
     cfg.min_workers = a.min_workers;
     cfg.join_timeout_s = a.join_timeout_s;
+    controller::validate(&cfg, &data)?;
     if !a.job.json {
         eprintln!(
             "pacer controller: listening on {addr}, waiting for {} worker(s)",
@@ -442,6 +443,38 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(InterferencePlan::load)
         .transpose()?;
+    if let Some(slot) = a.interference_slot {
+        // Without a file, or past its workers, the slot silently meant "no
+        // interference".
+        let Some(p) = &plan else {
+            bail!("--interference-slot: needs --interference FILE");
+        };
+        if slot >= p.workers.len() {
+            bail!(
+                "--interference-slot {slot}: {} has {} worker(s), slots 0 to {}",
+                a.interference.as_deref().unwrap_or(Path::new("")).display(),
+                p.workers.len(),
+                p.workers.len().saturating_sub(1)
+            );
+        }
+    }
+    if let Some(spec) = &a.dataset {
+        // The data is loaded once the controller has named its dataset; a spec that
+        // cannot parse is known now.
+        data::DatasetSpec::parse(spec)?;
+    }
+    if !(a.speed.is_finite() && a.speed > 0.0) {
+        bail!("--speed: must be a positive number, got {}", a.speed);
+    }
+    if !(a.time_scale.is_finite() && a.time_scale >= 1.0) {
+        bail!("--time-scale: must be ≥ 1, got {}", a.time_scale);
+    }
+    pacer_runtime::emulation::check_dilation(
+        a.speed,
+        a.time_scale,
+        plan.as_ref().map_or(1.0, InterferencePlan::max_slowdown),
+    )
+    .map_err(|m| anyhow!("--speed: {m}"))?;
     cfg.emulation = Emulation {
         speed: a.speed,
         time_scale: a.time_scale,
@@ -453,12 +486,6 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     };
     if a.interference_slot.is_none() {
         cfg.interference_by_id = plan;
-    }
-    if !(a.speed.is_finite() && a.speed > 0.0) {
-        bail!("--speed: must be a positive number, got {}", a.speed);
-    }
-    if !(a.time_scale.is_finite() && a.time_scale >= 1.0) {
-        bail!("--time-scale: must be ≥ 1, got {}", a.time_scale);
     }
     cfg.load_signal = load_signal(&a.load_signal)?;
     cfg.fault = a.die_at.map(Fault::DieAt);

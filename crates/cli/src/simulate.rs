@@ -193,6 +193,16 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
         };
         out.push((label, jobs));
     }
+    // Rows and `--out` files are named by workload: two of one name would be
+    // indistinguishable, and the second's files would overwrite the first's.
+    for (i, (name, _)) in out.iter().enumerate() {
+        if out[..i].iter().any(|(n, _)| n == name) {
+            bail!(
+                "workload `{name}` is given twice (by --workload / --trace, or as files with the \
+                 same name in different folders); runs are named by it, so each must be unique"
+            );
+        }
+    }
     Ok(out)
 }
 
@@ -219,6 +229,9 @@ struct NodeGroupFile {
 /// type = "v100"
 /// ```
 pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
+    if !arg.ends_with(".toml") && Path::new(arg).is_file() {
+        bail!("--cluster {arg}: a cluster file must be TOML, named *.toml; or give COUNTxGPUS:TYPE[,...] such as `16x4:t4`");
+    }
     if !arg.ends_with(".toml") {
         return Ok(ClusterSpec::parse(arg, "--cluster")?);
     }
@@ -246,9 +259,14 @@ pub fn policy_names(arg: &str) -> Result<Vec<String>> {
             .map(|n| n.to_string())
             .collect());
     }
+    let mut seen: Vec<&str> = Vec::new();
     arg.split(',')
         .map(|p| {
             let p = p.trim();
+            if seen.contains(&p) {
+                bail!("--policy: `{p}` is named twice");
+            }
+            seen.push(p);
             if pacer_policy::by_name(p).is_some() {
                 Ok(p.to_string())
             } else {
@@ -262,11 +280,54 @@ pub fn policy_names(arg: &str) -> Result<Vec<String>> {
         .collect()
 }
 
+/// An output folder given by `flag` that is a file (or under one) would only fail
+/// after all the runs; this fails first.
+pub fn check_out_dir(flag: &str, dir: &Path) -> Result<()> {
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        if p.exists() {
+            if !p.is_dir() {
+                bail!(
+                    "{flag} {}: {} is a file; expected a folder (created if missing)",
+                    dir.display(),
+                    p.display()
+                );
+            }
+            break;
+        }
+        d = p.parent();
+    }
+    Ok(())
+}
+
+/// A round length given by `flag`: > 0, finite, and long enough for the simulated
+/// clock to advance over the whole horizon (the engine's own check, named by flag).
+pub fn check_round_s(flag: &str, round_s: f64) -> Result<()> {
+    if !(round_s > 0.0 && round_s.is_finite()) {
+        bail!("{flag}: expected a number of seconds > 0, got {round_s}");
+    }
+    SimConfig {
+        round_s,
+        ..SimConfig::default()
+    }
+    .validate()
+    .map_err(|e| match e {
+        pacer_sim::engine::SimError::BadConfig { message, .. } => {
+            anyhow::anyhow!("{flag}: {message}")
+        }
+        e => anyhow::anyhow!("{flag}: {e}"),
+    })
+}
+
 pub fn run(args: SimulateArgs) -> Result<()> {
-    if !(args.round_s > 0.0 && args.round_s.is_finite()) {
+    check_round_s("--round-s", args.round_s)?;
+    if let Some(dir) = &args.out {
+        check_out_dir("--out", dir)?;
+    }
+    if !(args.arrivals_per_hour > 0.0 && args.arrivals_per_hour.is_finite()) {
         bail!(
-            "--round-s: expected a number of seconds > 0, got {}",
-            args.round_s
+            "--arrivals-per-hour: expected a number > 0, got {}",
+            args.arrivals_per_hour
         );
     }
     let cluster = parse_cluster(&args.cluster)?;

@@ -71,7 +71,13 @@ fn their_avgs(
         .map(|(k, v)| {
             let s = v
                 .as_f64()
-                .with_context(|| format!("{}: avgs.{k} is not a number", path.display()))?;
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .with_context(|| {
+                    format!(
+                        "{}: avgs.{k}: expected a mean JCT in seconds > 0, got {v}",
+                        path.display()
+                    )
+                })?;
             Ok((k.clone(), s / 3600.0))
         })
         .collect()
@@ -82,11 +88,20 @@ fn job_count(data: &std::path::Path, policy: &str, load: f64, workload: &str) ->
         .join("results-jobload")
         .join(format!("{policy}-{load:.1}"))
         .join("summary.json");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-    Ok(v.get("jcts")
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not valid JSON", path.display()))?;
+    v.get("jcts")
         .and_then(|j| j.get(workload))
         .and_then(|w| w.as_object())
-        .map_or(0, |o| o.len()))
+        .map(|o| o.len())
+        .with_context(|| {
+            format!(
+                "{}: no `jcts.{workload}` object (one entry per job) next to `avgs.{workload}`",
+                path.display()
+            )
+        })
 }
 
 pub fn run(args: ValidateArgs) -> Result<()> {
@@ -96,6 +111,14 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             "--data {}: no results-jobload/ folder here; this comparison needs Pollux's published results (in the pacer repo layout: ../shared/data/pollux)",
             a.data.display()
         );
+    }
+    if let Some(path) = &a.markdown {
+        if path.is_dir() {
+            bail!(
+                "--markdown {}: is a directory; expected a file path",
+                path.display()
+            );
+        }
     }
     let apps = crate::simulate::load_apps(&[])?;
     let cluster = ClusterSpec::parse("16x4:t4", "cluster")?;
@@ -114,7 +137,12 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                 let jobs = trace::load_pollux_workload(text, name, &apps, load)?;
                 if their_jobs != jobs.len() {
                     bail!(
-                        "{name}: Pollux's results cover {their_jobs} jobs, the workload has {}",
+                        "{}: jcts.{name} covers {their_jobs} jobs, the embedded workload has {}",
+                        a.data
+                            .join("results-jobload")
+                            .join(format!("{policy}-{load:.1}"))
+                            .join("summary.json")
+                            .display(),
                         jobs.len()
                     );
                 }

@@ -966,7 +966,12 @@ pub async fn serve_on_runtime(
         .map_err(|e| RuntimeError::Stopped(format!("the training loop failed: {e}")))?
 }
 
-fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
+/// Largest worker / join timeout accepted (s): about 30 years.
+const MAX_TIMEOUT_S: f64 = 1e9;
+
+/// Checks a configuration against the data before anything starts; [`serve`] does
+/// too, callers use it to fail before printing or spawning anything.
+pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
     if cfg.global_batch == 0 {
         return Err(RuntimeError::config("--global-batch", "must be > 0"));
     }
@@ -974,6 +979,17 @@ fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
         return Err(RuntimeError::config(
             "--max-global-batch",
             "must be at least --global-batch",
+        ));
+    }
+    // An iteration computes B samples: B beyond the training set once made every
+    // iteration practically endless (B = 2^64 - 1 looped in the batch split).
+    if cfg.global_batch > data.train.n as u64 {
+        return Err(RuntimeError::config(
+            "--global-batch",
+            format!(
+                "{} is more than the {} training samples of the dataset",
+                cfg.global_batch, data.train.n
+            ),
         ));
     }
     if make_controller(
@@ -1013,6 +1029,48 @@ fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
     }
     if cfg.eval_every == 0 {
         return Err(RuntimeError::config("--eval-every", "must be ≥ 1"));
+    }
+    if cfg.model.kind == 3 && cfg.model.width as usize > data.train.n {
+        return Err(RuntimeError::config(
+            "--clusters",
+            format!(
+                "{} clusters for {} training samples; at most one cluster per sample",
+                cfg.model.width, data.train.n
+            ),
+        ));
+    }
+    if cfg.min_workers == 0 {
+        return Err(RuntimeError::config("--min-workers", "must be ≥ 1"));
+    }
+    // Timeouts become `Duration`s added to `Instant`s: NaN, negative or astronomically
+    // large values would panic there, and 0 would declare every worker dead at once.
+    for (flag, v) in [
+        ("--worker-timeout-s", cfg.worker_timeout_s),
+        ("--join-timeout-s", cfg.join_timeout_s),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
+            return Err(RuntimeError::config(
+                flag,
+                format!("must be a number of seconds in (0, {MAX_TIMEOUT_S:e}], got {v}"),
+            ));
+        }
+    }
+    if cfg.max_time_s.is_nan() || cfg.max_time_s <= 0.0 {
+        return Err(RuntimeError::config(
+            "--max-time-s",
+            format!("must be a number of seconds > 0, got {}", cfg.max_time_s),
+        ));
+    }
+    if cfg.max_iterations == Some(0) {
+        return Err(RuntimeError::config("--max-iterations", "must be ≥ 1"));
+    }
+    if let OptimSpec::Sgd { momentum, .. } = cfg.optimizer {
+        if !(momentum.is_finite() && (0.0..1.0).contains(&momentum)) {
+            return Err(RuntimeError::config(
+                "--momentum",
+                format!("must be in [0, 1), got {momentum}"),
+            ));
+        }
     }
     if let Some(t) = cfg.target_accuracy {
         if !(0.0..=1.0).contains(&t) {
@@ -2103,6 +2161,40 @@ async fn train_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bad_timeouts_and_limits_are_config_errors_not_panics() {
+        let data = crate::data::load("tiny").unwrap();
+        let spec = ModelSpec::new("logreg", data.train.dim, data.train.classes, 0).unwrap();
+        let base = ControllerConfig::new(spec).unwrap();
+        assert!(validate(&base, &data).is_ok());
+        type Edit = fn(&mut ControllerConfig);
+        let cases: [(&str, Edit); 11] = [
+            ("--worker-timeout-s", |c| c.worker_timeout_s = f64::NAN),
+            ("--worker-timeout-s", |c| c.worker_timeout_s = -1.0),
+            ("--worker-timeout-s", |c| c.worker_timeout_s = 0.0),
+            ("--worker-timeout-s", |c| c.worker_timeout_s = 1e300),
+            ("--join-timeout-s", |c| c.join_timeout_s = f64::NAN),
+            ("--join-timeout-s", |c| c.join_timeout_s = -1.0),
+            ("--max-time-s", |c| c.max_time_s = f64::NAN),
+            ("--max-iterations", |c| c.max_iterations = Some(0)),
+            ("--min-workers", |c| c.min_workers = 0),
+            ("--global-batch", |c| c.global_batch = u64::MAX),
+            ("--momentum", |c| {
+                c.optimizer = OptimSpec::Sgd {
+                    lr: 0.1,
+                    momentum: f32::NAN,
+                    weight_decay: 0.0,
+                }
+            }),
+        ];
+        for (flag, edit) in cases {
+            let mut c = base.clone();
+            edit(&mut c);
+            let e = validate(&c, &data).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{flag}:")), "{flag}: {e}");
+        }
+    }
 
     fn rec(speeds: &[(u32, f64)], overhead_s: f64) -> IterRecord {
         IterRecord {

@@ -371,6 +371,11 @@ pub fn idx_bytes(shape: &[usize], data: &[u8]) -> Vec<u8> {
 
 // ---------------------------------------------------------------- LIBSVM
 
+/// Largest LIBSVM feature index accepted.
+pub const MAX_FEATURES: usize = 1 << 24;
+/// Most values (samples × features) of a LIBSVM dataset, which is stored dense.
+pub const MAX_DENSE_VALUES: usize = 1 << 30;
+
 struct Sparse {
     labels: Vec<String>,
     rows: Vec<Vec<(usize, f32)>>,
@@ -408,6 +413,11 @@ fn parse_libsvm(text: &str, path: &Path) -> Result<Sparse, RuntimeError> {
             let i: usize = i
                 .parse()
                 .map_err(|_| bad(format!("index `{i}` is not a positive integer")))?;
+            if i > MAX_FEATURES {
+                return Err(bad(format!(
+                    "index {i} exceeds the largest feature index supported, {MAX_FEATURES}"
+                )));
+            }
             if i == 0 || i <= prev {
                 return Err(bad(format!(
                     "index {i} must be ≥ 1 and greater than the previous index ({prev})"
@@ -463,6 +473,18 @@ fn load_libsvm(train: &Path, test: Option<&Path>) -> Result<(Dataset, Dataset), 
     });
     names.dedup();
     let dim = tr.max_index.max(te.as_ref().map_or(0, |t| t.max_index));
+    // Samples are stored dense: refuse what would not fit rather than abort on a
+    // failed allocation.
+    let rows = tr.rows.len() + te.as_ref().map_or(0, |t| t.rows.len());
+    if rows.saturating_mul(dim) > MAX_DENSE_VALUES {
+        return Err(RuntimeError::Data {
+            path: train.to_path_buf(),
+            message: format!(
+                "{rows} samples × {dim} features (the largest index) is more than \
+                 {MAX_DENSE_VALUES} values, the most a dataset held in memory may have"
+            ),
+        });
+    }
     let dense = |s: &Sparse, range: std::ops::Range<usize>| Dataset {
         n: range.len(),
         dim,
@@ -652,6 +674,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2") && e.contains("`x`"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn libsvm_huge_index_is_an_error_not_an_allocation_failure() {
+        let dir = std::env::temp_dir().join(format!("pacer-libsvm-huge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // One index far beyond any real dataset: once it aborted the process on a
+        // failed allocation of the dense matrix.
+        let f = dir.join("huge.svm");
+        std::fs::write(&f, "1 99999999999:0.5\n0 1:0.1\n").unwrap();
+        let e = load(&format!("libsvm:{}", f.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 1") && e.contains("99999999999") && e.contains("largest"),
+            "{e}"
+        );
+        // Indices each allowed, but too many values in total.
+        let rows: String = (0..100)
+            .map(|i| format!("{} {}:1\n", i % 2, MAX_FEATURES))
+            .collect();
+        let f = dir.join("wide.svm");
+        std::fs::write(&f, rows).unwrap();
+        let e = load(&format!("libsvm:{}", f.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("wide.svm") && e.contains("100 samples"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -36,6 +36,28 @@ use crate::error::RuntimeError;
 use serde::Deserialize;
 use std::path::Path;
 
+/// Most an emulated step may be stretched (`time_scale · slowdown / speed`): a
+/// millisecond of compute then takes 17 minutes. Beyond it the padding's sleep no
+/// longer fits a `Duration` (the compute thread panicked) or never ends.
+pub const MAX_DILATION: f64 = 1e6;
+
+/// Most worker slots an interference file may describe.
+const MAX_PLAN_WORKERS: usize = 1_000_000;
+
+/// Checks that a worker of `speed` under `time_scale` and slowdowns up to
+/// `max_slowdown` stays within [`MAX_DILATION`]; the message names the values.
+pub fn check_dilation(speed: f64, time_scale: f64, max_slowdown: f64) -> Result<(), String> {
+    let d = time_scale * max_slowdown / speed;
+    if d.is_finite() && d <= MAX_DILATION {
+        Ok(())
+    } else {
+        Err(format!(
+            "speed {speed:?} with time scale {time_scale:?} and interference slowdown up \
+             to {max_slowdown:?} stretches compute time {d:.3e}-fold, more than {MAX_DILATION:e}"
+        ))
+    }
+}
+
 /// One co-located-load window on iterations `[start, end)`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Window {
@@ -93,9 +115,9 @@ impl InterferencePlan {
                 if win.start >= win.end {
                     return Err(format!("field `{at}.end`: must be > start ({})", win.start));
                 }
-                if !(win.slowdown.is_finite() && win.slowdown >= 1.0) {
+                if !(win.slowdown.is_finite() && (1.0..=MAX_DILATION).contains(&win.slowdown)) {
                     return Err(format!(
-                        "field `{at}.slowdown`: must be ≥ 1, got {}",
+                        "field `{at}.slowdown`: must be in [1, {MAX_DILATION:e}], got {:?}",
                         win.slowdown
                     ));
                 }
@@ -107,11 +129,25 @@ impl InterferencePlan {
                     }
                 }
             }
+            if workers.len() + w.count as usize > MAX_PLAN_WORKERS {
+                return Err(format!(
+                    "field `workers[{i}].count`: more than {MAX_PLAN_WORKERS} workers in all"
+                ));
+            }
             for _ in 0..w.count {
                 workers.push(w.interference.clone());
             }
         }
         Ok(InterferencePlan { workers })
+    }
+
+    /// Largest slowdown of any window (1 when there is none).
+    pub fn max_slowdown(&self) -> f64 {
+        self.workers
+            .iter()
+            .flatten()
+            .map(|w| w.slowdown)
+            .fold(1.0, f64::max)
     }
 
     /// Windows of worker slot `slot` (slots beyond the file have none).

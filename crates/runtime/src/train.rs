@@ -124,18 +124,63 @@ impl LocalLaunch {
                 ),
             ));
         }
-        for (i, s) in self
-            .speeds
-            .iter()
-            .chain(self.joins.iter().map(|(_, s)| s))
-            .enumerate()
-        {
+        for (i, s) in self.speeds.iter().enumerate() {
             if !(s.is_finite() && *s > 0.0) {
                 return Err(RuntimeError::config(
                     "--speeds",
                     format!("entry {i} must be a positive number, got {s}"),
                 ));
             }
+        }
+        for (at, s) in &self.joins {
+            if !(s.is_finite() && *s > 0.0) {
+                return Err(RuntimeError::config(
+                    "--join",
+                    format!("{at}:{s}: the speed must be a positive number"),
+                ));
+            }
+        }
+        let slowdown = self
+            .interference
+            .as_ref()
+            .map_or(1.0, InterferencePlan::max_slowdown);
+        let all_speeds = (0..self.workers)
+            .map(|i| ("--speeds", self.speeds.get(i).copied().unwrap_or(1.0)))
+            .chain(self.joins.iter().map(|&(_, s)| ("--join", s)));
+        for (flag, s) in all_speeds {
+            crate::emulation::check_dilation(s, self.time_scale, slowdown)
+                .map_err(|m| RuntimeError::config(flag, m))?;
+        }
+        // Slots are the initial workers, then the joiners in join order.
+        let slots = self.workers + self.joins.len();
+        for (flag, slot) in self
+            .kills
+            .iter()
+            .map(|k| ("--kill", k.0))
+            .chain(self.partial_kills.iter().map(|k| ("partial kill", k.0)))
+            .chain(self.garbage.iter().map(|k| ("garbage", k.0)))
+        {
+            if slot >= slots {
+                return Err(RuntimeError::config(
+                    flag,
+                    format!(
+                        "slot {slot} does not exist: slots are 0 to {} ({} workers + {} joins)",
+                        slots - 1,
+                        self.workers,
+                        self.joins.len()
+                    ),
+                ));
+            }
+        }
+        // A source address this machine does not have would only show as a worker
+        // that never joins (the controller waiting for the join timeout).
+        for ip in &self.worker_ips {
+            std::net::TcpListener::bind(SocketAddr::new(*ip, 0)).map_err(|e| {
+                RuntimeError::Config {
+                    field: "--worker-ips".into(),
+                    message: format!("cannot use {ip} as a source address here: {e}"),
+                }
+            })?;
         }
         if !(self.time_scale.is_finite() && self.time_scale >= 1.0) {
             return Err(RuntimeError::config(
@@ -168,6 +213,7 @@ pub fn train_local(
 ) -> Result<(TrainReport, Vec<Result<WorkerSummary, RuntimeError>>), RuntimeError> {
     launch.validate()?;
     cfg.min_workers = launch.workers;
+    crate::controller::validate(&cfg, &data)?;
     // Two runtime threads: one for the training loop, one for the connections'
     // reads and decodes, which then overlap the wait for the slowest worker.
     let realtime = cfg.realtime_io;
@@ -244,4 +290,57 @@ pub fn train_local(
         );
     }
     Ok((report?, outcomes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(edit: impl FnOnce(&mut LocalLaunch)) -> String {
+        let mut l = LocalLaunch::new(2);
+        edit(&mut l);
+        l.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn launch_errors_name_the_flag_at_fault() {
+        assert!(LocalLaunch::new(2).validate().is_ok());
+        // A joiner's speed is a --join problem, not a --speeds one.
+        let e = err(|l| l.joins = vec![(5, 0.0)]);
+        assert!(e.starts_with("--join:") && e.contains("5:0"), "{e}");
+        // A kill of a slot that never exists was silently ignored.
+        let e = err(|l| l.kills = vec![(5, 1)]);
+        assert!(e.starts_with("--kill:") && e.contains("slot 5"), "{e}");
+        let mut l = LocalLaunch::new(2);
+        l.joins = vec![(3, 1.0)];
+        l.kills = vec![(2, 4)];
+        assert!(l.validate().is_ok(), "slot 2 is the joiner");
+        // The compute thread panicked converting the padding to a Duration.
+        let e = err(|l| l.speeds = vec![1.0, 1e-300]);
+        assert!(e.starts_with("--speeds:") && e.contains("1e-300"), "{e}");
+        let e = err(|l| l.time_scale = 1e300);
+        assert!(
+            e.starts_with("--speeds:") && e.contains("time scale 1e300"),
+            "{e}"
+        );
+        let e = err(|l| {
+            l.interference = Some(InterferencePlan {
+                workers: vec![vec![crate::emulation::Window {
+                    start: 1,
+                    end: 5,
+                    slowdown: 1e7,
+                    cpu_load: None,
+                    mem_load: None,
+                }]],
+            })
+        });
+        assert!(e.contains("slowdown up to 10000000.0"), "{e}");
+        // 192.0.2.1 (TEST-NET-1) is never an address of this machine: the worker
+        // bound to it never joined and the controller waited for the join timeout.
+        let e = err(|l| l.worker_ips = vec!["192.0.2.1".parse().unwrap()]);
+        assert!(
+            e.starts_with("--worker-ips:") && e.contains("192.0.2.1"),
+            "{e}"
+        );
+    }
 }

@@ -218,6 +218,24 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
     if let Some(tx) = cfg.on_ready.take() {
         let _ = tx.send(());
     }
+    if job
+        .model
+        .n_params()
+        .is_some_and(|n| n > crate::model::MAX_PARAMS)
+    {
+        return Err(RuntimeError::Protocol(ProtocolError::Invalid {
+            peer: peer.clone(),
+            frame: "Welcome",
+            field: "model",
+            message: format!(
+                "a model of more than {} parameters (dim {}, classes {}, width {})",
+                crate::model::MAX_PARAMS,
+                job.model.dim,
+                job.model.classes,
+                job.model.width
+            ),
+        }));
+    }
     let model = job.model.build().ok_or_else(|| {
         RuntimeError::Protocol(ProtocolError::Invalid {
             peer: peer.clone(),

@@ -138,7 +138,9 @@ pub fn embedded_profiles() -> Vec<AppProfile> {
 /// Errors reading an application folder.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    #[error("{path}: {source}")]
+    /// The OS error is the `source` (`anyhow`'s `{:#}` appends it; repeating it in
+    /// the message printed it twice).
+    #[error("{path}")]
     Io {
         path: String,
         source: std::io::Error,

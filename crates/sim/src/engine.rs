@@ -270,9 +270,56 @@ impl RoundInfo<'_> {
     }
 }
 
+/// Most rounds a simulation may take to reach `max_time_s`: a shorter round could
+/// not advance the clock (`now + round_s == now`) and the run would never end.
+pub const MAX_ROUNDS: f64 = 1e12;
+
+impl SimConfig {
+    /// Checks the settings [`Simulation::run`] relies on.
+    pub fn validate(&self) -> Result<(), SimError> {
+        let bad =
+            |field: &'static str, message: String| Err(SimError::BadConfig { field, message });
+        if !(self.max_time_s > 0.0 && self.max_time_s.is_finite()) {
+            return bad(
+                "max_time_s",
+                format!(
+                    "expected a finite number of seconds > 0, got {}",
+                    self.max_time_s
+                ),
+            );
+        }
+        let min_round = self.max_time_s / MAX_ROUNDS;
+        if !(self.round_s.is_finite() && self.round_s >= min_round) {
+            return bad(
+                "round_s",
+                format!(
+                    "expected a finite number of seconds ≥ {min_round:e} (at most {MAX_ROUNDS:e} \
+                     rounds in the {} s horizon), got {:?}",
+                    self.max_time_s, self.round_s
+                ),
+            );
+        }
+        if !(self.restart_s >= 0.0 && self.restart_s.is_finite()) {
+            return bad(
+                "restart_s",
+                format!(
+                    "expected a finite number of seconds ≥ 0, got {}",
+                    self.restart_s
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Errors during a simulation.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    #[error("simulation setting `{field}`: {message}")]
+    BadConfig {
+        field: &'static str,
+        message: String,
+    },
     #[error("policy `{policy}` returned an invalid allocation at t={time_s}s: {reason}")]
     BadAllocation {
         policy: String,
@@ -619,6 +666,7 @@ impl Simulation<'_> {
     ) -> Result<SimResult, SimError> {
         let wall = Instant::now();
         let cfg = &self.config;
+        cfg.validate()?;
         let adaptive = policy.adaptive_batch();
         let modes: Vec<BatchMode> = self
             .jobs

@@ -158,8 +158,15 @@ pub fn parse_timestamp(s: &str) -> Option<f64> {
     let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
     let mut t = time.split(':').map(|x| x.parse::<f64>().ok());
     let (h, mi, se) = (t.next()??, t.next()??, t.next()??);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let month_days = match mo {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
     if !(1..=12).contains(&mo)
-        || !(1..=31).contains(&da)
+        || !(1..=month_days).contains(&da)
         || !(0.0..24.0).contains(&h)
         || !(0.0..60.0).contains(&mi)
         || !(0.0..61.0).contains(&se)
@@ -538,6 +545,13 @@ mod tests {
             "{e}"
         );
         assert_eq!(parse_timestamp("1970-01-02 00:00:01"), Some(86_401.0));
+        // Days the month does not have were silently moved into the next month.
+        assert_eq!(parse_timestamp("2017-02-31 12:00:00"), None);
+        assert_eq!(parse_timestamp("2017-04-31 12:00:00"), None);
+        assert_eq!(parse_timestamp("2017-02-29 12:00:00"), None);
+        assert!(parse_timestamp("2016-02-29 12:00:00").is_some());
+        assert!(parse_timestamp("2000-02-29 12:00:00").is_some());
+        assert_eq!(parse_timestamp("1900-02-29 12:00:00"), None);
     }
 
     #[test]

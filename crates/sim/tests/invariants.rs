@@ -261,3 +261,27 @@ fn arrivals_start_a_round_only_when_asked() {
         &[1030.0, 1050.0 + 1030.0],
     );
 }
+
+#[test]
+fn rounds_too_short_to_advance_the_clock_are_an_error_not_a_hang() {
+    // A round of 1e-300 s: `now + round_s == now` once a job has arrived, so the
+    // loop never ended. Zero, NaN and infinity are refused the same way.
+    let cluster = ClusterSpec::parse("1x4:t4", "t").unwrap();
+    let jobs = workload(2, 10.0, 1);
+    for round_s in [1e-300, 0.0, f64::NAN, f64::INFINITY, -60.0] {
+        let sim = Simulation {
+            cluster: &cluster,
+            apps: apps(),
+            jobs: &jobs,
+            config: SimConfig {
+                round_s,
+                ..SimConfig::default()
+            },
+        };
+        let e = sim
+            .run(pacer_policy::by_name("fifo").unwrap().as_mut(), |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("round_s"), "{round_s}: {e}");
+    }
+}

@@ -131,6 +131,12 @@ fn load_profiles(args: &SlaqArgs) -> Result<Vec<Arc<QualityProfile>>> {
                 &p.display().to_string(),
             )?));
         }
+        if out.is_empty() {
+            bail!(
+                "--profiles {}: no profiles here; expected *.csv files as written by --record",
+                dir.display()
+            );
+        }
         return Ok(out);
     }
     let v = embedded_quality_profiles();
@@ -353,8 +359,16 @@ fn prediction_errors(profiles: &[Arc<QualityProfile>]) -> Vec<PredRow> {
 }
 
 pub fn run(args: SlaqArgs) -> Result<()> {
-    if !(args.round_s > 0.0 && args.interarrival_s > 0.0) || args.jobs == 0 {
-        bail!("--round-s and --interarrival-s must be > 0 and --jobs ≥ 1");
+    crate::simulate::check_round_s("--round-s", args.round_s)?;
+    crate::simulate::check_out_dir("--out", &args.out)?;
+    if !(args.interarrival_s > 0.0 && args.interarrival_s.is_finite()) {
+        bail!(
+            "--interarrival-s: expected a number of seconds > 0, got {}",
+            args.interarrival_s
+        );
+    }
+    if args.jobs == 0 {
+        bail!("--jobs: expected a whole number ≥ 1, got 0");
     }
     let profiles = load_profiles(&args)?;
     let cluster = ClusterSpec::parse(&args.cluster, "--cluster")?;

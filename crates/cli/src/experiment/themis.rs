@@ -350,20 +350,69 @@ fn mean_row(group: &str, policy: &str, runs: &[Run]) -> Row {
 }
 
 pub fn run(args: ThemisArgs) -> Result<()> {
+    // Every flag is checked before the first simulation, so that a mistake in one
+    // does not show only after minutes of runs (or after part of the output).
     let policies: Vec<String> = args
         .policies
         .split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
-    for p in &policies {
+    if policies.is_empty() {
+        bail!("--policies: expected at least one policy name");
+    }
+    for (i, p) in policies.iter().enumerate() {
         if pacer_policy::by_name(p).is_none() {
             bail!(
                 "--policies: unknown policy `{p}`; expected any of {} or themis-fX",
                 pacer_policy::POLICY_NAMES.join(", ")
             );
         }
+        if policies[..i].contains(p) {
+            bail!("--policies: `{p}` is named twice");
+        }
     }
+    if args.max_jobs == 0 {
+        bail!("--max-jobs: expected a whole number ≥ 1, got 0");
+    }
+    crate::simulate::check_round_s("--gavel-round-s", args.gavel_round_s)?;
+    if !(args.lease_s > 0.0 && args.lease_s.is_finite()) {
+        bail!(
+            "--lease-s: expected a number of seconds > 0, got {}",
+            args.lease_s
+        );
+    }
+    if !(args.long_rounds >= 0.0 && args.long_rounds.is_finite()) {
+        bail!(
+            "--long-rounds: expected a number ≥ 0, got {}",
+            args.long_rounds
+        );
+    }
+    let gavel_cluster = ClusterSpec::parse(&args.gavel_cluster, "--gavel-cluster")?;
+    let pollux_names: Vec<&str> = match args.pollux.as_str() {
+        "none" => Vec::new(),
+        "all" => EMBEDDED_WORKLOADS.iter().map(|w| w.0).collect(),
+        list => {
+            let names: Vec<&str> = list.split(',').map(str::trim).collect();
+            for (i, n) in names.iter().enumerate() {
+                if !EMBEDDED_WORKLOADS.iter().any(|w| w.0 == *n) {
+                    bail!(
+                        "--pollux {}: unknown workload `{n}`; expected all, none or names among \
+                         workload-1 … workload-8",
+                        args.pollux
+                    );
+                }
+                if names[..i].contains(n) {
+                    bail!("--pollux {}: `{n}` is named twice", args.pollux);
+                }
+            }
+            names
+        }
+    };
+    if let Some(dir) = &args.per_job {
+        std::fs::create_dir_all(dir).with_context(|| format!("--per-job {}", dir.display()))?;
+    }
+    crate::simulate::check_out_dir("--out", &args.out)?;
     let mut rows: Vec<Row> = Vec::new();
     let mut notes = Vec::new();
     // Gavel traces, heterogeneous cluster.
@@ -373,7 +422,7 @@ pub fn run(args: ThemisArgs) -> Result<()> {
             .with_context(|| format!("reading {}", tput_path.display()))?;
         let tput =
             pacer_sim::trace::load_gavel_throughputs(&text, &tput_path.display().to_string())?;
-        let cluster = ClusterSpec::parse(&args.gavel_cluster, "--gavel-cluster")?;
+        let cluster = gavel_cluster;
         let names: Vec<String> = if args.traces.trim() == "all" {
             let dir = args.gavel.join("msr-seed0");
             let mut v: Vec<String> = std::fs::read_dir(&dir)
@@ -424,19 +473,13 @@ pub fn run(args: ThemisArgs) -> Result<()> {
         notes.push(msg);
     }
     // Pollux workloads, 64 T4s.
-    if args.pollux != "none" {
+    if !pollux_names.is_empty() {
         let apps: Vec<AppModel> = embedded_profiles().into_iter().map(AppModel::new).collect();
         let cluster = ClusterSpec::parse("16x4:t4", "cluster")?;
         let chosen: Vec<&(&str, &str)> = EMBEDDED_WORKLOADS
             .iter()
-            .filter(|(n, _)| args.pollux == "all" || args.pollux.split(',').any(|x| x.trim() == *n))
+            .filter(|(n, _)| pollux_names.contains(n))
             .collect();
-        if chosen.is_empty() {
-            bail!(
-                "--pollux {}: expected all, none or workload-1 … workload-8",
-                args.pollux
-            );
-        }
         let loads: Vec<Vec<SimJob>> = chosen
             .iter()
             .map(|(n, text)| pacer_sim::trace::load_pollux_workload(text, n, &apps, 1.0))
@@ -453,7 +496,7 @@ pub fn run(args: ThemisArgs) -> Result<()> {
         }
     }
     if rows.is_empty() {
-        bail!("nothing ran: no Gavel data and --pollux none");
+        bail!("nothing ran: no Gavel data (or an empty --traces) and --pollux none");
     }
     write(&args, &policies, &rows, &notes)
 }

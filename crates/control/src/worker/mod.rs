@@ -49,14 +49,33 @@ pub struct BatchBounds {
     pub max: u64,
 }
 
+/// Largest global batch: 2^53, the last integer every `f64` share computation
+/// represents exactly.
+pub const MAX_GLOBAL_BATCH: u64 = 1 << 53;
+
 /// Why a batching problem has no solution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchError {
     NoWorkers,
     ZeroGlobalBatch,
-    EmptyRange { worker: usize, min: u64, max: u64 },
-    CapsTooSmall { sum_max: u64, global_batch: u64 },
-    MinimaTooLarge { sum_min: u64, global_batch: u64 },
+    /// Above [`MAX_GLOBAL_BATCH`]: the controllers' floating-point shares would no
+    /// longer be exact, and apportionment could not reach the total.
+    GlobalBatchTooLarge {
+        global_batch: u64,
+    },
+    EmptyRange {
+        worker: usize,
+        min: u64,
+        max: u64,
+    },
+    CapsTooSmall {
+        sum_max: u64,
+        global_batch: u64,
+    },
+    MinimaTooLarge {
+        sum_min: u64,
+        global_batch: u64,
+    },
 }
 
 impl fmt::Display for BatchError {
@@ -64,6 +83,10 @@ impl fmt::Display for BatchError {
         match self {
             BatchError::NoWorkers => write!(f, "workers: at least one worker is needed"),
             BatchError::ZeroGlobalBatch => write!(f, "global_batch: must be > 0"),
+            BatchError::GlobalBatchTooLarge { global_batch } => write!(
+                f,
+                "global_batch: {global_batch} exceeds the largest global batch, {MAX_GLOBAL_BATCH} (2^53)"
+            ),
             BatchError::EmptyRange { worker, min, max } => write!(
                 f,
                 "workers[{worker}]: min_batch {min} exceeds max batch / memory cap {max}"
@@ -109,6 +132,9 @@ impl BatchProblem {
         }
         if global_batch == 0 {
             return Err(BatchError::ZeroGlobalBatch);
+        }
+        if global_batch > MAX_GLOBAL_BATCH {
+            return Err(BatchError::GlobalBatchTooLarge { global_batch });
         }
         for (worker, b) in bounds.iter().enumerate() {
             if b.min > b.max {
@@ -523,6 +549,16 @@ mod tests {
             BatchProblem::new(10, vec![], false),
             Err(BatchError::NoWorkers)
         );
+        // u64::MAX once made `uniform` loop for ~2^63 steps (the f64 shares lost the
+        // units that apportionment then added one at a time).
+        let huge = u64::MAX;
+        assert_eq!(
+            BatchProblem::new(huge, vec![b(1, huge / 2); 3], false),
+            Err(BatchError::GlobalBatchTooLarge { global_batch: huge })
+        );
+        let top = MAX_GLOBAL_BATCH;
+        let p = BatchProblem::new(top, vec![b(1, top); 3], false).unwrap();
+        assert_eq!(p.uniform().iter().sum::<u64>(), top);
     }
 
     /// What one run of [`noisy_run`] saw.

@@ -110,6 +110,10 @@ pub trait Pipelined: Send + Sync {
     fn backward_block(&self, x: &[f32], b: usize, j: usize, state: &[f32], grad: &mut [f32]);
 }
 
+/// Most parameters a model may have (2^28 `f32`s, 1 GiB per copy; the controller
+/// and every worker hold several copies).
+pub const MAX_PARAMS: u64 = 1 << 28;
+
 /// A model choice with its shape, as sent in the handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelSpec {
@@ -130,18 +134,60 @@ impl ModelSpec {
                 format!("unknown model `{name}`; known: {}", MODELS.join(", ")),
             )
         })? as u8;
+        let width_flag = if kind == 2 { "--hidden" } else { "--clusters" };
         if (kind == 2 || kind == 3) && width == 0 {
-            return Err(RuntimeError::config(
-                if kind == 2 { "--hidden" } else { "--clusters" },
-                "must be > 0",
-            ));
+            return Err(RuntimeError::config(width_flag, "must be > 0"));
         }
-        Ok(ModelSpec {
+        let narrow = |v: usize, what: &str| {
+            u32::try_from(v).map_err(|_| {
+                RuntimeError::config(what, format!("{v} exceeds the largest size, {}", u32::MAX))
+            })
+        };
+        let spec = ModelSpec {
             kind,
-            dim: dim as u32,
-            classes: classes as u32,
-            width: width as u32,
-        })
+            dim: narrow(dim, "dataset features")?,
+            classes: narrow(classes, "dataset classes")?,
+            width: if kind == 2 || kind == 3 {
+                narrow(width, width_flag)?
+            } else {
+                // Ignored by these models; kept as given (it is part of the handshake).
+                width as u32
+            },
+        };
+        match spec.n_params() {
+            Some(n) if n <= MAX_PARAMS => Ok(spec),
+            _ => Err(RuntimeError::config(
+                if kind == 2 || kind == 3 {
+                    width_flag
+                } else {
+                    "model"
+                },
+                format!(
+                    "{name} with width {width} on {dim} features and {classes} classes: more \
+                     than {MAX_PARAMS} parameters, the most a model may have"
+                ),
+            )),
+        }
+    }
+
+    /// Number of parameters the model will have (`None` if it does not fit in a
+    /// `u64`, or the kind is unknown). Computed without building the model, so a
+    /// spec from the command line or from a peer can be checked before anything
+    /// is allocated.
+    pub fn n_params(&self) -> Option<u64> {
+        let (d, c, w) = (self.dim as u64, self.classes as u64, self.width as u64);
+        match self.kind {
+            // Weights and biases: d·c + c.
+            0 | 1 => d.checked_mul(c)?.checked_add(c),
+            // d·w + w + w·c + c.
+            2 => d
+                .checked_mul(w)?
+                .checked_add(w)?
+                .checked_add(w.checked_mul(c)?)?
+                .checked_add(c),
+            3 => w.checked_mul(d),
+            _ => None,
+        }
     }
 
     pub fn name(&self) -> &'static str {
@@ -269,6 +315,37 @@ pub(crate) fn eval_chunks(
 pub(crate) mod tests {
     use super::*;
     use crate::data::SplitMix64;
+
+    #[test]
+    fn oversized_models_are_refused_before_allocating() {
+        // 64 features, 10 classes: a hidden layer of 10^8 units is 7.4·10^9 parameters.
+        let e = ModelSpec::new("mlp", 64, 10, 100_000_000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--hidden:") && e.contains("parameters"),
+            "{e}"
+        );
+        // Wider than the handshake's u32.
+        let e = ModelSpec::new("kmeans", 64, 10, 1 << 33)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--clusters:"), "{e}");
+        let e = ModelSpec::new("logreg", 1 << 24, 1 << 8, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("model:"), "{e}");
+        let ok = ModelSpec::new("mlp", 784, 10, 128).unwrap();
+        assert_eq!(ok.n_params(), Some(ok.build().unwrap().n_params() as u64));
+        for name in MODELS {
+            let s = ModelSpec::new(name, 5, 3, 4).unwrap();
+            assert_eq!(
+                s.n_params(),
+                Some(s.build().unwrap().n_params() as u64),
+                "{name}"
+            );
+        }
+    }
 
     /// Central-difference check of `loss_grad` on a few coordinates.
     pub fn check_gradient(m: &dyn Model, d: &Dataset, seed: u64) {

@@ -1,0 +1,621 @@
+//! Bad input to every subcommand, through the real binary: one clear error that
+//! names the flag or file at fault, exit code ≠ 0, no panic, no hang, nothing run
+//! or written before the error. Each case here once panicked, hung, aborted on a
+//! failed allocation, ran on nonsense or named the wrong place.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs pacer; kills it after 60 s (a hang is a failure, not a stuck test run).
+fn pacer(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pacer"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pacer runs");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill().ok();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "pacer {args:?} hung; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("pacer-bad-input-{}", std::process::id()))
+        .join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn tmp(name: &str, text: &str) -> PathBuf {
+    let p = tmp_dir("files").join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Fails unless `args` exit ≠ 0 with exactly one `error` line containing `needle`.
+fn fails_with(args: &[&str], needle: &str) -> String {
+    let out = pacer(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "pacer {args:?}: expected failure; stderr: {err}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "pacer {args:?}: exit code (101 = panic, none = signal/abort); stderr: {err}"
+    );
+    assert!(!err.contains("panicked"), "pacer {args:?}: panic: {err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "pacer {args:?}: one error line: {err}");
+    assert!(
+        errors[0].contains(needle),
+        "pacer {args:?}: error should contain `{needle}`: {err}"
+    );
+    err
+}
+
+// ------------------------------------------------------------------- simulate
+
+#[test]
+fn simulate_round_too_short_to_advance_the_clock() {
+    // Hung: `now + 1e-300 == now`.
+    fails_with(
+        &["simulate", "--policy", "fifo", "--round-s", "1e-300"],
+        "--round-s",
+    );
+}
+
+#[test]
+fn simulate_arrival_rate_must_be_positive() {
+    // Ran with every job "arriving" at NaN / never, printing NaN rows.
+    for v in ["0", "NaN", "inf"] {
+        fails_with(
+            &[
+                "simulate",
+                "--policy",
+                "fifo",
+                "--trace",
+                "synthetic:5",
+                "--arrivals-per-hour",
+                v,
+            ],
+            "--arrivals-per-hour",
+        );
+    }
+}
+
+#[test]
+fn simulate_names_each_policy_and_workload_once() {
+    fails_with(
+        &["simulate", "--policy", "fifo,fifo"],
+        "`fifo` is named twice",
+    );
+    // Two runs named `workload-1`: with --out the second's files replaced the first's.
+    fails_with(
+        &[
+            "simulate",
+            "--policy",
+            "fifo",
+            "--workload",
+            "embedded:workload-1",
+            "--workload",
+            "embedded:workload-1",
+        ],
+        "workload `workload-1` is given twice",
+    );
+}
+
+// ------------------------------------------------------------------- batching
+
+#[test]
+fn batching_eval_global_batch_beyond_2_pow_53() {
+    // Hung in the uniform split (2^63 one-unit steps); with other minima it ran and
+    // reported nonsense times.
+    let s = tmp(
+        "huge_batch.json",
+        r#"{"global_batch": 18446744073709551615, "iterations": 5, "seed": 1,
+            "workers": [{"samples_per_s": 100, "count": 3}]}"#,
+    );
+    fails_with(
+        &[
+            "batching",
+            "eval",
+            "--scenario",
+            s.to_str().unwrap(),
+            "--controller",
+            "uniform",
+            "--predictor",
+            "last",
+        ],
+        "field `global_batch`",
+    );
+}
+
+#[test]
+fn batching_eval_names_the_flag_not_the_scenario() {
+    let s = tmp(
+        "ok.json",
+        r#"{"global_batch": 64, "iterations": 5, "seed": 1,
+            "workers": [{"samples_per_s": 100, "count": 2}]}"#,
+    );
+    let s = s.to_str().unwrap();
+    // Was "ok.json: unknown controller ``", blaming the file.
+    fails_with(
+        &["batching", "eval", "--scenario", s, "--controller", ""],
+        "--controller: unknown name ``",
+    );
+    fails_with(
+        &[
+            "batching",
+            "eval",
+            "--scenario",
+            s,
+            "--predictor",
+            "ewma,ewma",
+        ],
+        "--predictor: `ewma` is named twice",
+    );
+}
+
+#[test]
+fn batching_bench_workers_and_reps() {
+    // Panicked ("capacity overflow") or aborted on a failed allocation.
+    fails_with(
+        &["batching", "bench", "--workers", "18446744073709551615"],
+        "--workers",
+    );
+    // Printed NaN µs.
+    fails_with(&["batching", "bench", "--reps", "0"], "--reps");
+    // Was "unknown controller `foo`" without the flag or the known names.
+    fails_with(
+        &["batching", "bench", "--controller", "foo"],
+        "--controller: unknown controller `foo`; expected one of uniform",
+    );
+}
+
+// ------------------------------------------------------------------- bench
+
+#[test]
+fn bench_round_and_simulate_counts() {
+    // Panicked ("capacity overflow").
+    fails_with(
+        &[
+            "bench",
+            "round",
+            "--jobs",
+            "18446744073709551615",
+            "--gpus",
+            "16",
+        ],
+        "--jobs",
+    );
+    // Printed NaN for the warm round.
+    fails_with(
+        &[
+            "bench", "round", "--jobs", "10", "--gpus", "16", "--rounds", "0",
+        ],
+        "--rounds",
+    );
+    // Silently ran once.
+    fails_with(&["bench", "simulate", "--repeat", "0"], "--repeat");
+}
+
+// ------------------------------------------------------------------- experiment
+
+#[test]
+fn slaq_empty_profiles_folder() {
+    // Panicked: "cannot sample empty range".
+    let dir = tmp_dir("no-profiles");
+    let out = tmp_dir("slaq-out").join("out");
+    fails_with(
+        &[
+            "experiment",
+            "slaq",
+            "--out",
+            out.to_str().unwrap(),
+            "--jobs",
+            "5",
+            "--profiles",
+            dir.to_str().unwrap(),
+        ],
+        "no profiles here",
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn slaq_infinite_times() {
+    // Simulated, wrote results.md, then hung drawing a plot with infinite axes.
+    let out = tmp_dir("slaq-inf").join("out");
+    for (flag, v) in [("--interarrival-s", "inf"), ("--round-s", "inf")] {
+        fails_with(
+            &[
+                "experiment",
+                "slaq",
+                "--out",
+                out.to_str().unwrap(),
+                "--jobs",
+                "5",
+                flag,
+                v,
+            ],
+            flag,
+        );
+    }
+    assert!(!out.exists(), "nothing written");
+}
+
+/// A Gavel data folder with one job type measured on the three device types.
+fn tiny_gavel() -> PathBuf {
+    let dir = tmp_dir("gavel");
+    let entry = r#"{"('ResNet-18 (batch size 16)', 1)": {"null": 10.0}}"#;
+    std::fs::write(
+        dir.join("simulation_throughputs.json"),
+        format!(r#"{{"v100": {entry}, "p100": {entry}, "k80": {entry}}}"#),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("msr-seed0")).unwrap();
+    std::fs::write(
+        dir.join("msr-seed0").join("t.trace"),
+        "ResNet-18 (batch size 16)\tcmd\t1\t1\t3600\t0\t1\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn themis_checks_every_flag_before_simulating() {
+    let gavel = tiny_gavel();
+    let out = tmp_dir("themis").join("out");
+    let base = [
+        "experiment",
+        "themis",
+        "--out",
+        out.to_str().unwrap(),
+        "--gavel",
+        gavel.to_str().unwrap(),
+        "--traces",
+        "t",
+        "--policies",
+        "fair",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    // Was reported only after the Gavel runs (their progress lines printed first);
+    // in a list, an unknown name was silently dropped.
+    for pollux in ["nope", "workload-1,nope"] {
+        let err = fails_with(&with(&["--pollux", pollux]), "unknown workload `nope`");
+        assert!(!err.contains("fair:"), "simulated before the error: {err}");
+    }
+    // Hung (0) or ran with NaN rounds / leases.
+    fails_with(
+        &with(&["--pollux", "none", "--gavel-round-s", "0"]),
+        "--gavel-round-s",
+    );
+    fails_with(
+        &with(&["--pollux", "none", "--lease-s", "NaN"]),
+        "--lease-s",
+    );
+    fails_with(
+        &with(&["--pollux", "none", "--long-rounds", "NaN"]),
+        "--long-rounds",
+    );
+    // Was "t.trace: no jobs".
+    fails_with(
+        &with(&["--pollux", "none", "--max-jobs", "0"]),
+        "--max-jobs",
+    );
+    assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn themis_policy_list() {
+    let out = tmp_dir("themis-p").join("out");
+    let o = out.to_str().unwrap();
+    // Was "nothing ran: no Gavel data and --pollux none".
+    fails_with(
+        &["experiment", "themis", "--out", o, "--policies", ""],
+        "--policies: expected at least one",
+    );
+    fails_with(
+        &[
+            "experiment",
+            "themis",
+            "--out",
+            o,
+            "--policies",
+            "fair,fair",
+        ],
+        "`fair` is named twice",
+    );
+}
+
+// ------------------------------------------------------------------- recommend
+
+#[test]
+fn recommend_flags_are_checked() {
+    let app = tmp_dir("no-app");
+    let app = app.to_str().unwrap();
+    let base = ["recommend", "--app", app, "--slo-s", "3600"];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    // Ran with 0, negative or NaN epochs (negative predicted times).
+    for e in ["0", "NaN", "inf", "-3"] {
+        let flag = format!("--epochs={e}");
+        let args: Vec<&str> = base.iter().copied().chain([flag.as_str()]).collect();
+        fails_with(&args, "--epochs");
+    }
+    // Printed NaN costs and times.
+    fails_with(&with(&["--price", "t4=1:inf"]), "--price t4=1:inf");
+    fails_with(&with(&["--price", "t4=inf"]), "--price t4=inf");
+    // Which of the two prices held was unspecified.
+    fails_with(
+        &with(&["--price", "t4=1", "--price", "t4=2"]),
+        "`t4` is priced twice",
+    );
+    fails_with(&with(&["--max-replicas", "0"]), "--max-replicas");
+}
+
+// ------------------------------------------------------------------- validate
+
+#[test]
+fn validate_names_the_results_file() {
+    let data = tmp_dir("pollux-data");
+    let dir = data.join("results-jobload").join("tiresias-1.0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let summary = dir.join("summary.json");
+    let d = data.to_str().unwrap();
+    // A zero mean gave an infinite difference.
+    std::fs::write(&summary, r#"{"avgs": {"workload-1": 0}}"#).unwrap();
+    fails_with(
+        &["validate", "pollux", "--data", d],
+        "summary.json: avgs.workload-1",
+    );
+    // Was "workload-1: Pollux's results cover 0 jobs", naming no file.
+    std::fs::write(&summary, r#"{"avgs": {"workload-1": 3600}}"#).unwrap();
+    fails_with(
+        &["validate", "pollux", "--data", d],
+        "summary.json: no `jcts.workload-1` object",
+    );
+}
+
+// ------------------------------------------------------------------- runtime
+
+const TINY: [&str; 4] = ["--dataset", "tiny", "--no-progress", "--normal-priority"];
+
+fn train(extra: &[&str]) -> Vec<String> {
+    ["train"]
+        .iter()
+        .chain(TINY.iter())
+        .chain(extra.iter())
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn train_fails(extra: &[&str], needle: &str) {
+    let args = train(extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails_with(&args, needle);
+}
+
+#[test]
+fn train_timeouts_and_limits() {
+    // NaN, negative and huge timeouts panicked in Duration::from_secs_f64; 0 hung
+    // (every worker declared dead, then a wait for joins).
+    for v in ["NaN", "-1", "1e300", "0"] {
+        train_fails(&[&format!("--worker-timeout-s={v}")], "--worker-timeout-s");
+    }
+    // Trained 0 iterations and printed an efficiency of 0.
+    train_fails(&["--max-time-s=-1"], "--max-time-s");
+    train_fails(&["--max-time-s", "NaN"], "--max-time-s");
+    train_fails(&["--max-iterations", "0"], "--max-iterations");
+    // Accepted and used.
+    train_fails(&["--optimizer", "sgd", "--momentum", "NaN"], "--momentum");
+}
+
+#[test]
+fn controller_join_timeout() {
+    // Panicked in Duration::from_secs_f64 after printing "listening".
+    for v in ["NaN", "-1"] {
+        let t = format!("--join-timeout-s={v}");
+        let err = fails_with(
+            &[
+                "controller",
+                "--listen",
+                "127.0.0.1:0",
+                "--dataset",
+                "tiny",
+                "--normal-priority",
+                &t,
+            ],
+            "--join-timeout-s",
+        );
+        assert!(!err.contains("listening"), "{err}");
+    }
+    // "only 0 of the 0 workers needed joined".
+    fails_with(
+        &[
+            "controller",
+            "--listen",
+            "127.0.0.1:0",
+            "--dataset",
+            "tiny",
+            "--min-workers",
+            "0",
+        ],
+        "--min-workers",
+    );
+}
+
+#[test]
+fn train_model_and_batch_sizes() {
+    // Aborted: "memory allocation of 30000000040 bytes failed".
+    train_fails(&["--hidden", "100000000"], "--hidden");
+    // Ran for minutes (a million centroids for 2,000 samples).
+    train_fails(
+        &["--model", "kmeans", "--clusters", "1000000"],
+        "--clusters",
+    );
+    // Hung splitting 2^64 - 1 samples.
+    train_fails(
+        &["--global-batch", "18446744073709551615"],
+        "--global-batch",
+    );
+}
+
+#[test]
+fn train_libsvm_huge_index() {
+    // Aborted: a dense matrix of 10^11 features.
+    let f = tmp("huge.svm", "1 99999999999:0.5\n0 1:0.1\n");
+    let spec = format!("libsvm:{}", f.display());
+    let args: Vec<String> = ["train", "--dataset", &spec, "--model", "logreg"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails_with(&args, "line 1: index 99999999999");
+}
+
+#[test]
+fn train_launch_flags() {
+    // Silently ignored: slot 5 never exists with 2 workers.
+    train_fails(&["--workers", "2", "--kill", "5@1"], "--kill: slot 5");
+    // Was reported as "--speeds: entry 0".
+    train_fails(&["--workers", "2", "--join", "1:0"], "--join: 1:0");
+    // Hung until the join timeout: the worker could not bind, the controller waited.
+    train_fails(
+        &["--workers", "2", "--worker-ips", "192.0.2.1"],
+        "--worker-ips: cannot use 192.0.2.1",
+    );
+}
+
+#[test]
+fn worker_flags_are_checked_before_connecting() {
+    // Port 1 refuses: before, these got "connecting to controller …: Connection
+    // refused", and with a controller the slot silently meant no interference.
+    let plan = tmp(
+        "plan.json",
+        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 2}]}]}"#,
+    );
+    let p = plan.to_str().unwrap();
+    fails_with(
+        &[
+            "worker",
+            "--connect",
+            "127.0.0.1:1",
+            "--interference",
+            p,
+            "--interference-slot",
+            "3",
+        ],
+        "--interference-slot 3",
+    );
+    fails_with(
+        &[
+            "worker",
+            "--connect",
+            "127.0.0.1:1",
+            "--interference-slot",
+            "0",
+        ],
+        "--interference-slot: needs --interference",
+    );
+    fails_with(
+        &["worker", "--connect", "127.0.0.1:1", "--dataset", "nope"],
+        "dataset `nope`",
+    );
+}
+
+#[test]
+fn app_folder_errors_say_the_os_error_once() {
+    // Was "…/placements.csv: No such file or directory (os error 2): No such file
+    // or directory (os error 2)".
+    let missing = tmp_dir("apps").join("missing");
+    let m = missing.to_str().unwrap();
+    for args in [
+        vec!["simulate", "--policy", "fifo", "--app-dir", m],
+        vec!["recommend", "--app", m, "--slo-s", "3600"],
+    ] {
+        let err = fails_with(&args, "placements.csv");
+        assert_eq!(err.matches("(os error 2)").count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn output_folder_that_is_a_file_fails_before_the_runs() {
+    // Reported only after every simulation ("File exists").
+    let f = tmp("not-a-folder", "x");
+    let f = f.to_str().unwrap();
+    fails_with(
+        &["simulate", "--policy", "fifo", "--out", f],
+        "is a file; expected a folder",
+    );
+    let err = fails_with(
+        &[
+            "experiment",
+            "themis",
+            "--out",
+            f,
+            "--pollux",
+            "workload-1",
+            "--policies",
+            "fair",
+        ],
+        "is a file; expected a folder",
+    );
+    assert!(!err.contains("fair:"), "simulated first: {err}");
+    fails_with(
+        &["experiment", "slaq", "--out", f, "--jobs", "5"],
+        "is a file; expected a folder",
+    );
+    // A CSV given as the cluster was read as a spec: "bad node group `….csv`".
+    let csv = tmp("cluster.csv", "count,gpus,type\n2,4,t4\n");
+    fails_with(
+        &[
+            "simulate",
+            "--policy",
+            "fifo",
+            "--cluster",
+            csv.to_str().unwrap(),
+        ],
+        "a cluster file must be TOML",
+    );
+}
+
+#[test]
+fn emulated_times_that_do_not_fit_are_refused() {
+    // The compute thread panicked converting the padding sleep to a Duration, and
+    // the run then waited for the worker.
+    train_fails(&["--workers", "2", "--time-scale", "1e300"], "--speeds:");
+    train_fails(
+        &["--workers", "2", "--speeds", "1,1e-300"],
+        "--speeds: speed 1e-300",
+    );
+    let plan = tmp(
+        "slow.json",
+        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 1e308}]}]}"#,
+    );
+    train_fails(
+        &["--workers", "1", "--interference", plan.to_str().unwrap()],
+        "field `workers[0].interference[0].slowdown`",
+    );
+    fails_with(
+        &["worker", "--connect", "127.0.0.1:1", "--speed", "1e-300"],
+        "--speed: speed 1e-300",
+    );
+}
