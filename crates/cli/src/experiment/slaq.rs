@@ -601,7 +601,7 @@ worker, which for these profiles is the least efficient size (1 → 2 workers sp
 up 1.4–2.9×), so more jobs stay active and the makespan grows. The allocation (minimum share, \
 then a max-heap on marginal predicted gain, re-planned every epoch) follows the paper; \
 no constant was tuned to move this number. Nor does the load move it to the target: over \
-the sweep's loads the mean time to 90% changes by +23% to -11% (best -11.4% at one arrival \
+the sweep's loads the mean time to 90% changes by +23% to -11% (best -11.5% at one arrival \
 every 0.01 s, where the quality gain has shrunk to -6.5%; the heavier the load beyond the \
 headline one, the smaller the quality gain).
 ";
