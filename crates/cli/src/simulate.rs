@@ -90,12 +90,23 @@ fn read(path: &str) -> Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))
 }
 
+/// The simulator's settings for `args`.
+fn sim_config(args: &SimulateArgs) -> SimConfig {
+    SimConfig {
+        round_s: args.round_s,
+        replan_on_arrival: args.replan_on_arrival,
+        ..SimConfig::default()
+    }
+}
+
 /// Resolves workload and trace flags to named job lists.
 pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, Vec<SimJob>)>> {
     if !(args.load > 0.0 && args.load.is_finite()) {
         bail!("--load: expected a number > 0, got {}", args.load);
     }
     let mut out = Vec::new();
+    // The flag each workload came from, for errors found after loading.
+    let mut sources: Vec<String> = Vec::new();
     let mut specs = args.workload.clone();
     if specs.is_empty() && args.trace.is_empty() {
         specs.push("embedded:workload-1".into());
@@ -118,6 +129,7 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 );
             }
             for (n, text) in chosen {
+                sources.push(format!("--workload embedded:{n}"));
                 out.push((
                     n.to_string(),
                     trace::load_pollux_workload(
@@ -134,6 +146,7 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 .and_then(|s| s.to_str())
                 .unwrap_or(w)
                 .to_string();
+            sources.push(format!("--workload {w}"));
             out.push((
                 name,
                 trace::load_pollux_workload(&read(w)?, w, apps, args.load)?,
@@ -191,7 +204,16 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
         } else {
             name
         };
+        sources.push(format!("--trace {t}"));
         out.push((label, jobs));
+    }
+    // A job that arrives after the simulator's time limit, or could not finish by it
+    // even started at once, was silently left unfinished (a `0/1` row of NaNs).
+    let config = sim_config(args);
+    for ((_, jobs), source) in out.iter().zip(&sources) {
+        config
+            .check_jobs(jobs)
+            .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
     }
     // Rows and `--out` files are named by workload: two of one name would be
     // indistinguishable, and the second's files would overwrite the first's.
@@ -367,11 +389,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                 cluster: &cluster,
                 apps: &apps,
                 jobs,
-                config: SimConfig {
-                    round_s: args.round_s,
-                    replan_on_arrival: args.replan_on_arrival,
-                    ..SimConfig::default()
-                },
+                config: sim_config(&args),
             };
             bar.set_message(format!("{wname} / {p}"));
             let mut last_tick = std::time::Instant::now();
@@ -385,6 +403,18 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                     bar.set_message(format!("{wname} / {p}: t = {:.1} h", now / 3600.0));
                 }
             })?;
+            if res.summary.finished < res.summary.jobs {
+                bar.suspend(|| {
+                    eprintln!(
+                        "warning: workload `{wname}` under `{p}`: {} of {} job(s) still \
+                         unfinished at the simulator's time limit of {} days; the JCT, \
+                         queueing, makespan and ρ columns cover the finished jobs only",
+                        res.summary.jobs - res.summary.finished,
+                        res.summary.jobs,
+                        SimConfig::default().max_time_s / 86_400.0
+                    )
+                });
+            }
             let mut res = res;
             // Parameterised names (themis-f0.5) stay distinguishable in the output.
             res.summary.policy = p.clone();

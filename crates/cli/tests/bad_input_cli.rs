@@ -619,3 +619,47 @@ fn emulated_times_that_do_not_fit_are_refused() {
         "--speed: speed 1e-300",
     );
 }
+
+#[test]
+fn simulate_jobs_beyond_the_time_limit_are_refused() {
+    // Left unfinished in silence: `0/1` (or `1/2`) and NaN columns, exit 0.
+    let year_9999 = tmp(
+        "late.csv",
+        "timestamp,duration,num_gpus\n2017-10-09 07:01:55,66,1\n9999-10-09 07:01:55,66,1\n",
+    );
+    let long = tmp(
+        "long.csv",
+        "timestamp,duration,num_gpus\n2017-10-09 07:01:55,1e300,1\n",
+    );
+    let pollux = tmp(
+        "late-pollux.csv",
+        "name,time,application,num_replicas,batch_size\nearly,0,cifar10,1,128\nlate,1e300,cifar10,1,128\n",
+    );
+    for (flag, spec, needle) in [
+        (
+            "--trace",
+            format!("philly:{}", year_9999.display()),
+            "job `philly-1`: arrives at t = 2.5",
+        ),
+        (
+            "--trace",
+            format!("philly:{}", long.display()),
+            "job `philly-0`: runs for 1.0",
+        ),
+        (
+            "--workload",
+            pollux.display().to_string(),
+            "job `late`: arrives at t = 1.0",
+        ),
+    ] {
+        let err = fails_with(&["simulate", "--policy", "fifo", flag, &spec], needle);
+        assert!(
+            err.contains(&format!("{flag} {spec}")),
+            "names the flag: {err}"
+        );
+        assert!(
+            err.contains("time limit (max_time_s) of 34560000 s (400 days)"),
+            "{err}"
+        );
+    }
+}

@@ -310,6 +310,57 @@ impl SimConfig {
         }
         Ok(())
     }
+
+    /// Checks that every job can finish within `max_time_s` under some policy: it
+    /// arrives before the limit and, for jobs whose fastest run is known (duration and
+    /// throughput jobs, on their requested devices), finishes by it when started at
+    /// once. Such a job was silently left unfinished, its row `0/1` with NaN columns.
+    /// (Profiled jobs adapt their batch and size, so their fastest run is not bounded
+    /// here; one still unfinished at the limit is reported by `finished < jobs`.)
+    pub fn check_jobs(&self, jobs: &[SimJob]) -> Result<(), SimError> {
+        let limit = self.max_time_s;
+        let t = |s: f64| format!("{s:.6e} s ({:.4e} days)", s / 86_400.0);
+        let lim = format!(
+            "the simulator's time limit (max_time_s) of {} s ({} days)",
+            limit,
+            limit / 86_400.0
+        );
+        for job in jobs {
+            let beyond = |message: String| {
+                Err(SimError::BeyondHorizon {
+                    job: job.spec.name.clone(),
+                    message,
+                })
+            };
+            let arrival = job.spec.arrival_s;
+            if !(arrival.is_finite() && arrival < limit) {
+                return beyond(format!(
+                    "arrives at t = {}, at or after {lim}; it could never run",
+                    t(arrival)
+                ));
+            }
+            let fastest = match &job.work {
+                Work::Duration { duration_s } => Some(*duration_s),
+                Work::Throughput { steps, rates } => {
+                    let best = rates.iter().map(|r| r.consolidated).fold(0.0, f64::max);
+                    (best > 0.0).then(|| steps / best)
+                }
+                Work::Profiled { .. } | Work::LossCurve { .. } => None,
+            };
+            if let Some(d) = fastest {
+                if arrival + d > limit || d.is_nan() {
+                    return beyond(format!(
+                        "runs for {} even on its {} requested device(s); arriving at t = {}, \
+                         it would end after {lim} and could never finish",
+                        t(d),
+                        job.spec.requested_replicas.max(1),
+                        t(arrival)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Errors during a simulation.
@@ -320,6 +371,9 @@ pub enum SimError {
         field: &'static str,
         message: String,
     },
+    /// A job that could not finish within `max_time_s` whatever the policy did.
+    #[error("job `{job}`: {message}")]
+    BeyondHorizon { job: String, message: String },
     #[error("policy `{policy}` returned an invalid allocation at t={time_s}s: {reason}")]
     BadAllocation {
         policy: String,
@@ -667,6 +721,7 @@ impl Simulation<'_> {
         let wall = Instant::now();
         let cfg = &self.config;
         cfg.validate()?;
+        cfg.check_jobs(self.jobs)?;
         let adaptive = policy.adaptive_batch();
         let modes: Vec<BatchMode> = self
             .jobs
