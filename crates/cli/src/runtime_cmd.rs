@@ -413,13 +413,19 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     cfg.min_workers = a.min_workers;
     cfg.join_timeout_s = a.join_timeout_s;
     controller::validate(&cfg, &data)?;
+    // Bound here so that the address printed is the one workers must connect to:
+    // with port 0 the OS picks the port.
+    let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
+    let bound = listener
+        .local_addr()
+        .with_context(|| format!("--listen {addr}: reading the bound address"))?;
     if !a.job.json {
         eprintln!(
-            "pacer controller: listening on {addr}, waiting for {} worker(s)",
+            "pacer controller: listening on {bound}, waiting for {} worker(s)",
             a.min_workers
         );
     }
-    let report = controller::serve_blocking(addr, data, cfg, progress_bar(&a.job))?;
+    let report = controller::serve_blocking_on(listener, data, cfg, progress_bar(&a.job))?;
     print_report(&report, a.job.json, Vec::new(), 1.0, None)
 }
 

@@ -663,3 +663,37 @@ fn simulate_jobs_beyond_the_time_limit_are_refused() {
         );
     }
 }
+
+#[test]
+fn controller_prints_the_port_the_os_chose() {
+    use std::io::{BufRead, BufReader};
+    // Printed "listening on 127.0.0.1:0": no worker could find it.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pacer"))
+        .args([
+            "controller",
+            "--listen",
+            "127.0.0.1:0",
+            "--dataset",
+            "tiny",
+            "--normal-priority",
+            "--no-progress",
+            "--join-timeout-s",
+            "30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pacer runs");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines.next().expect("a line").expect("utf-8");
+    let addr = line
+        .strip_prefix("pacer controller: listening on ")
+        .and_then(|r| r.split(',').next())
+        .unwrap_or_else(|| panic!("{line}"));
+    let addr: std::net::SocketAddr = addr.parse().unwrap_or_else(|_| panic!("{line}"));
+    assert_ne!(addr.port(), 0, "{line}");
+    let connected = std::net::TcpStream::connect(addr);
+    child.kill().ok();
+    child.wait().ok();
+    connected.unwrap_or_else(|e| panic!("{line}: cannot connect: {e}"));
+}

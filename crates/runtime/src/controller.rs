@@ -931,6 +931,22 @@ pub fn serve_blocking(
     cfg: ControllerConfig,
     progress: Option<ProgressFn>,
 ) -> Result<TrainReport, RuntimeError> {
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| RuntimeError::io(format!("--listen {addr}"), e))?;
+    serve_blocking_on(listener, data, cfg, progress)
+}
+
+/// [`serve_blocking`] on a listener the caller bound, e.g. to print the port the OS
+/// chose for port 0 (`listener.local_addr()`) before serving.
+pub fn serve_blocking_on(
+    listener: std::net::TcpListener,
+    data: Arc<Data>,
+    cfg: ControllerConfig,
+    progress: Option<ProgressFn>,
+) -> Result<TrainReport, RuntimeError> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| RuntimeError::io("setting up the listening socket", e))?;
     let realtime = cfg.realtime_io;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .on_thread_start(move || {
@@ -943,9 +959,8 @@ pub fn serve_blocking(
         .build()
         .map_err(|e| RuntimeError::io("starting the controller's runtime", e))?;
     rt.block_on(async move {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| RuntimeError::io(format!("--listen {addr}"), e))?;
+        let listener = TcpListener::from_std(listener)
+            .map_err(|e| RuntimeError::io("setting up the listening socket", e))?;
         serve_on_runtime(listener, data, cfg, progress).await
     })
 }
