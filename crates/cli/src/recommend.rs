@@ -74,9 +74,32 @@ fn parse_price(s: &str) -> anyhow::Result<MachineType> {
     })
 }
 
+/// `x` readably: plain in [1e-3, 1e12), else in scientific notation (Rust's plain
+/// form of 1e-300 or 1e300 has 300 digits).
+fn num(x: f64) -> String {
+    if x == 0.0 || (1e-3..1e12).contains(&x.abs()) {
+        format!("{x}")
+    } else {
+        format!("{x:e}")
+    }
+}
+
+/// `x` with `decimals` decimals when that is readable, else as [`num`] does.
+fn fixed(x: f64, decimals: usize) -> String {
+    if x == 0.0 || (1e-3..1e12).contains(&x.abs()) {
+        format!("{x:.decimals$}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
 pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
-    if args.slo_s.is_nan() || args.slo_s <= 0.0 {
-        bail!("--slo-s {}: expected seconds > 0", args.slo_s);
+    // An infinite budget admitted every configuration, NaN none.
+    if !(args.slo_s.is_finite() && args.slo_s > 0.0) {
+        bail!(
+            "--slo-s {}: expected a finite number of seconds > 0",
+            num(args.slo_s)
+        );
     }
     let mut machines = args
         .prices
@@ -93,7 +116,10 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
     }
     if let Some(e) = args.epochs {
         if !(e.is_finite() && e > 0.0) {
-            bail!("--epochs {e}: expected a number of epochs > 0");
+            bail!(
+                "--epochs {}: expected a finite number of epochs > 0",
+                num(e)
+            );
         }
     }
     if args.max_replicas == 0 {
@@ -239,7 +265,10 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         } else {
             format!("a {:.1}% safety margin", margin * 100.0)
         };
-        eprintln!("no configuration meets --slo-s {} (with {m})", args.slo_s);
+        eprintln!(
+            "no configuration meets --slo-s {} (with {m})",
+            num(args.slo_s)
+        );
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -250,12 +279,12 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
                 continue;
             }
             println!(
-                "{key:<10} batch {:>6} replicas {:>3} on {} nodes ({}): predicted {:.0} s, metric {:.4}, cost ${:.2}; measured {} s",
+                "{key:<10} batch {:>6} replicas {:>3} on {} nodes ({}): predicted {} s, metric {}, cost ${}; measured {} s",
                 v["batch"], v["replicas"], v["nodes"], v["machine"].as_str().unwrap_or(""),
-                v["predicted_time_s"].as_f64().unwrap_or(f64::NAN),
-                v["predicted_metric"].as_f64().unwrap_or(f64::NAN),
-                v["predicted_cost"].as_f64().unwrap_or(f64::NAN),
-                v["measured_time_s"].as_f64().map(|t| format!("{t:.0}")).unwrap_or("-".into()),
+                fixed(v["predicted_time_s"].as_f64().unwrap_or(f64::NAN), 0),
+                fixed(v["predicted_metric"].as_f64().unwrap_or(f64::NAN), 4),
+                fixed(v["predicted_cost"].as_f64().unwrap_or(f64::NAN), 2),
+                v["measured_time_s"].as_f64().map(|t| fixed(t, 0)).unwrap_or("-".into()),
             );
         }
     }

@@ -620,6 +620,13 @@ fn emulated_times_that_do_not_fit_are_refused() {
     );
 }
 
+// ------------------------------------------------------------------- audit 2
+
+/// Repository data the tests may use (not `../shared`).
+fn repo_data(rel: &str) -> String {
+    format!("{}/../sim/data/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
 #[test]
 fn simulate_jobs_beyond_the_time_limit_are_refused() {
     // Left unfinished in silence: `0/1` (or `1/2`) and NaN columns, exit 0.
@@ -696,4 +703,47 @@ fn controller_prints_the_port_the_os_chose() {
     child.kill().ok();
     child.wait().ok();
     connected.unwrap_or_else(|e| panic!("{line}: cannot connect: {e}"));
+}
+
+/// No number printed with dozens of digits (Rust's plain form of 1e-300).
+fn assert_readable(text: &str) {
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c.is_ascii_digit() { run + 1 } else { 0 };
+        assert!(run < 25, "a number with {run}+ digits: {text}");
+    }
+}
+
+#[test]
+fn recommend_slo_and_numbers() {
+    let app = repo_data("pollux/cifar10");
+    // Accepted, as if there were no time budget.
+    for v in ["inf", "-inf", "NaN", "0"] {
+        let flag = format!("--slo-s={v}");
+        let err = fails_with(&["recommend", "--app", &app, &flag], "--slo-s");
+        assert!(err.contains("finite number of seconds > 0"), "{err}");
+    }
+    // Printed "no configuration meets --slo-s 0.000…0001" (300 digits).
+    let out = pacer(&["recommend", "--app", &app, "--slo-s", "1e-300"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--slo-s 1e-300"), "{err}");
+    assert_readable(&err);
+    // Predicted times of 10^200 s printed in full.
+    let out = pacer(&[
+        "recommend",
+        "--app",
+        &app,
+        "--slo-s",
+        "1e300",
+        "--epochs",
+        "1e200",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("predicted "), "{text}");
+    assert_readable(&text);
 }
