@@ -5,8 +5,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use pacer_model::profile::{parse_placements, parse_scalability};
 use pacer_predict::itertime::{
-    evaluate, rows_from_placements, rows_from_scalability, split_extrapolate, split_random,
-    ModelKind, StepRow,
+    evaluate, fit, rows_from_placements, rows_from_scalability, split_extrapolate, split_random,
+    ItertimeError, ModelKind, StepRow,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -48,11 +48,13 @@ struct FitReport {
     params: serde_json::Value,
 }
 
-fn load(args: &FitArgs) -> anyhow::Result<Vec<StepRow>> {
+/// The rows of both files, and how many come from `--placements` (the first ones).
+fn load(args: &FitArgs) -> anyhow::Result<(Vec<StepRow>, usize)> {
     let origin = args.placements.display().to_string();
     let text = std::fs::read_to_string(&args.placements)
         .with_context(|| format!("{origin}: cannot read"))?;
     let mut rows = rows_from_placements(&parse_placements(&text, &origin)?, &origin);
+    let n_placements = rows.len();
     if let Some(s) = &args.scalability {
         let origin = s.display().to_string();
         let text = std::fs::read_to_string(s).with_context(|| format!("{origin}: cannot read"))?;
@@ -61,14 +63,88 @@ fn load(args: &FitArgs) -> anyhow::Result<Vec<StepRow>> {
             &origin,
         ));
     }
-    Ok(rows)
+    Ok((rows, n_placements))
+}
+
+/// A fit to both files failed: blames the file at fault. When the placements alone
+/// fit, the scalability row that model predicts worst (an outlier there made the
+/// joint fit fail); otherwise the placements file.
+fn diagnose(
+    args: &FitArgs,
+    kind: ModelKind,
+    rows: &[StepRow],
+    n_placements: usize,
+    err: ItertimeError,
+) -> anyhow::Error {
+    let placements = args.placements.display();
+    let Some(scal) = &args.scalability else {
+        return anyhow::anyhow!("fitting {} to {placements}: {err}", kind.name());
+    };
+    let (own, extra) = rows.split_at(n_placements);
+    match fit(kind, own) {
+        Err(e) => anyhow::anyhow!("fitting {} to {placements}: {e}", kind.name()),
+        Ok(model) => {
+            let off = |r: &StepRow| {
+                let p = model.step_time(&r.config);
+                if p > 0.0 {
+                    (p / r.step_time_s).ln().abs()
+                } else {
+                    f64::INFINITY
+                }
+            };
+            match extra.iter().max_by(|a, b| off(a).total_cmp(&off(b))) {
+                Some(r) => anyhow::anyhow!(
+                    "{}: step time {} s with {} replica(s) on {} node(s) at local batch {} is \
+                     {}× the {} s the {} model fitted to {placements} predicts; fitting it to \
+                     both files failed: {err}",
+                    r.source,
+                    readable(r.step_time_s),
+                    r.config.replicas,
+                    r.config.nodes,
+                    if (1e-3..1e6).contains(&r.config.local_bsz) {
+                        r.config.local_bsz.to_string()
+                    } else {
+                        format!("{:e}", r.config.local_bsz)
+                    },
+                    readable(
+                        (r.step_time_s / model.step_time(&r.config))
+                            .max(model.step_time(&r.config) / r.step_time_s)
+                    ),
+                    readable(model.step_time(&r.config)),
+                    kind.name()
+                ),
+                None => anyhow::anyhow!(
+                    "fitting {} to {placements} and {}: {err}",
+                    kind.name(),
+                    scal.display()
+                ),
+            }
+        }
+    }
+}
+
+/// Plain for ordinary magnitudes, scientific otherwise.
+fn readable(x: f64) -> String {
+    if (1e-3..1e6).contains(&x.abs()) {
+        format!("{:.4}", x)
+    } else {
+        format!("{x:.4e}")
+    }
+}
+
+/// The files the rows come from, for messages.
+fn files(args: &FitArgs) -> String {
+    match &args.scalability {
+        Some(s) => format!("{} and {}", args.placements.display(), s.display()),
+        None => args.placements.display().to_string(),
+    }
 }
 
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
     if !(0.0..1.0).contains(&args.holdout) {
         bail!("--holdout {}: expected a fraction in [0, 1)", args.holdout);
     }
-    let rows = load(&args)?;
+    let (rows, n_placements) = load(&args)?;
     let kinds: Vec<ModelKind> = match &args.model {
         None => ModelKind::ALL.to_vec(),
         Some(m) => vec![ModelKind::from_name(m).with_context(|| {
@@ -83,7 +159,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     if split.train.is_empty() || split.test.is_empty() {
         bail!(
             "{}: {} rows cannot be split into training and test rows with --holdout {}",
-            args.placements.display(),
+            files(&args),
             rows.len(),
             args.holdout
         );
@@ -91,7 +167,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let mut reports = Vec::new();
     for kind in kinds {
         let (model, stats) = evaluate(kind, &rows, &split)
-            .with_context(|| format!("{}: fitting {}", args.placements.display(), kind.name()))?;
+            .map_err(|e| diagnose(&args, kind, &rows, n_placements, e))?;
         reports.push(FitReport {
             model: kind.name(),
             split: args.split.clone(),

@@ -747,3 +747,55 @@ fn recommend_slo_and_numbers() {
     assert!(text.contains("predicted "), "{text}");
     assert_readable(&text);
 }
+
+#[test]
+fn fit_names_the_scalability_row_at_fault() {
+    // Was "…/placements.csv: fitting ernest: … did not converge" for an outlier in
+    // the scalability file.
+    let placements = repo_data("pollux/cifar10/placements.csv");
+    let scal = tmp(
+        "scalability.csv",
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n\
+         1,1,32,0.043,0.0005\n1,1,64,0.07,0.0005\n1,1,32,1e300,0.0005\n",
+    );
+    let s = scal.to_str().unwrap();
+    let err = fails_with(
+        &[
+            "fit",
+            "--placements",
+            &placements,
+            "--scalability",
+            s,
+            "--model",
+            "ernest",
+            "--split",
+            "extrapolate",
+        ],
+        &format!(
+            "{s}:4: step time 1.0000e300 s with 1 replica(s) on 1 node(s) at local batch 32 is"
+        ),
+    );
+    assert!(
+        err.contains(&format!("the ernest model fitted to {placements} predicts")),
+        "{err}"
+    );
+    // A bad placements row is blamed on the placements file.
+    let text = std::fs::read_to_string(&placements).unwrap() + "1,32,1e300,0.0005\n";
+    let bad = tmp("placements.csv", &text);
+    let b = bad.to_str().unwrap();
+    let good = repo_data("pollux/cifar10/scalability.csv");
+    fails_with(
+        &[
+            "fit",
+            "--placements",
+            b,
+            "--scalability",
+            &good,
+            "--model",
+            "ernest",
+            "--split",
+            "extrapolate",
+        ],
+        &format!("fitting ernest to {b}: "),
+    );
+}
