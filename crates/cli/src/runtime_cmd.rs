@@ -397,7 +397,12 @@ fn print_report(
             r.global_batch, r.max_global_batch, r.global_batch
         );
     }
-    println!("final batches {:?}", r.final_batches_named);
+    let batches: Vec<String> = r
+        .final_batches_named
+        .iter()
+        .map(|(w, b)| format!("{w}: {b}"))
+        .collect();
+    println!("final batches {}", batches.join(", "));
     Ok(())
 }
 

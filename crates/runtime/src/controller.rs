@@ -1472,7 +1472,8 @@ async fn train_loop(
                 return Err(RuntimeError::config(
                     "fixed_batches",
                     format!(
-                        "{f:?} must have one entry per worker ({n}) summing to the global batch {b_total}"
+                        "{} must have one entry per worker ({n}) summing to the global batch {b_total}",
+                        f.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
                     ),
                 ));
             }

@@ -198,7 +198,12 @@ pub fn parse_idx_u8(
     let body = &bytes[4 + 4 * dims..];
     if body.len() != total {
         return Err(bad(format!(
-            "IDX header says {shape:?} = {total} bytes of data, file has {}",
+            "IDX header says {} = {total} bytes of data, file has {}",
+            shape
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(" × "),
             body.len()
         )));
     }

@@ -108,7 +108,7 @@ pub enum ProtocolError {
         expected: &'static str,
         got: u8,
     },
-    #[error("{peer}: bad magic {got:?}, expected {MAGIC:?} (\"PACR\"): not a pacer peer")]
+    #[error("{peer}: bad magic \"{}\", expected \"{}\": not a pacer peer", got.escape_ascii(), MAGIC.escape_ascii())]
     BadMagic { peer: String, got: [u8; 4] },
     #[error("{peer}: speaks protocol version {got}, this build speaks version {VERSION}; upgrade the older side")]
     Version { peer: String, got: u16 },
@@ -1202,7 +1202,8 @@ mod tests {
         let mut b = vec![kind::HELLO];
         b.extend_from_slice(b"GET ");
         let e = Message::decode(&b, "x").unwrap_err().to_string();
-        assert!(e.contains("bad magic"), "{e}");
+        // The bytes as text, not a Debug array of numbers.
+        assert!(e.contains(r#"bad magic "GET ", expected "PACR""#), "{e}");
     }
 
     #[tokio::test]
