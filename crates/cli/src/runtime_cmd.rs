@@ -537,9 +537,7 @@ fn parse_join(s: &str) -> anyhow::Result<(u64, f64)> {
 
 /// `pacer train`.
 pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
-    let data = Arc::new(data::load(&a.job.dataset)?);
-    let mut cfg = controller_config(&a.job, &data)?;
-    cfg.pipeline = !a.no_pipeline;
+    // The launch is checked before the data is loaded or anything is started.
     let mut launch = LocalLaunch::new(a.workers);
     launch.pipeline = !a.no_pipeline;
     launch.realtime_io = !a.job.normal_priority;
@@ -566,6 +564,18 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(n) = a.compute_slots {
         launch.compute_slots = n;
     }
+    launch.validate().map_err(|e| match (&e, &a.interference) {
+        // Name the file, not only the flag.
+        (pacer_runtime::RuntimeError::Config { field, message }, Some(f))
+            if field == "--interference" =>
+        {
+            anyhow!("--interference {}: {message}", f.display())
+        }
+        _ => e.into(),
+    })?;
+    let data = Arc::new(data::load(&a.job.dataset)?);
+    let mut cfg = controller_config(&a.job, &data)?;
+    cfg.pipeline = !a.no_pipeline;
     let (report, outcomes) = train_local(data, cfg, launch, progress_bar(&a.job))?;
     for (i, o) in outcomes.iter().enumerate() {
         if let Err(e) = o {

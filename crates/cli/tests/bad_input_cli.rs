@@ -799,3 +799,15 @@ fn fit_names_the_scalability_row_at_fault() {
         &format!("fitting ernest to {b}: "),
     );
 }
+
+#[test]
+fn train_worker_count_is_bounded_before_starting() {
+    // Aborted ("failed to set up alternative stack guard page") thousands of
+    // threads in.
+    train_fails(&["--workers", "100000"], "--workers: 100000 local workers");
+    train_fails(&["--workers", "1025"], "more than the 1024");
+    let joins: Vec<String> = (0..2).map(|_| "--join=1".to_string()).collect();
+    let mut args = vec!["--workers", "1023"];
+    args.extend(joins.iter().map(String::as_str));
+    train_fails(&args, "--join: 1023 workers + 2 joins");
+}

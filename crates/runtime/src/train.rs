@@ -13,6 +13,17 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+/// Most local workers (initial ones plus joiners) one process starts. Each is two OS
+/// threads (compute and socket) with their stacks, a loopback connection (a
+/// descriptor at each end) and its own copy of the model and gradient buffers:
+/// `--workers 100000` ran out of memory for thread stacks thousands of threads in
+/// and aborted. Emulating speeds honestly also needs the workers' CPU demand to fit
+/// the machine's cores (`time_scale ≥ Σ speeds / cores`, see `emulation`): 1,024
+/// workers already need a time scale in the hundreds on a many-core machine, so
+/// more would only measure the scheduler. Larger runs belong on several machines
+/// (`pacer controller` + `pacer worker`).
+pub const MAX_LOCAL_WORKERS: usize = 1024;
+
 /// How the local workers are set up.
 #[derive(Debug, Clone)]
 pub struct LocalLaunch {
@@ -110,9 +121,33 @@ impl LocalLaunch {
         w
     }
 
-    fn validate(&self) -> Result<(), RuntimeError> {
+    /// Checks the launch before anything starts ([`train_local`] does too; callers
+    /// use it to fail before loading data).
+    pub fn validate(&self) -> Result<(), RuntimeError> {
         if self.workers == 0 {
             return Err(RuntimeError::config("--workers", "must be ≥ 1"));
+        }
+        if self.workers > MAX_LOCAL_WORKERS {
+            return Err(RuntimeError::config(
+                "--workers",
+                format!(
+                    "{} local workers is more than the {MAX_LOCAL_WORKERS} one process runs \
+                     (two threads and a connection each); run more with `pacer controller` \
+                     and `pacer worker` on several machines",
+                    self.workers
+                ),
+            ));
+        }
+        if self.workers + self.joins.len() > MAX_LOCAL_WORKERS {
+            return Err(RuntimeError::config(
+                "--join",
+                format!(
+                    "{} workers + {} joins is more than the {MAX_LOCAL_WORKERS} local workers \
+                     one process runs",
+                    self.workers,
+                    self.joins.len()
+                ),
+            ));
         }
         if self.speeds.len() > self.workers {
             return Err(RuntimeError::config(
