@@ -811,3 +811,36 @@ fn train_worker_count_is_bounded_before_starting() {
     args.extend(joins.iter().map(String::as_str));
     train_fails(&args, "--join: 1023 workers + 2 joins");
 }
+
+#[test]
+fn train_interference_file_must_cover_every_worker() {
+    // Worker 1 silently ran without interference.
+    let plan = tmp(
+        "one-worker.json",
+        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 2}]}]}"#,
+    );
+    let p = plan.to_str().unwrap();
+    train_fails(
+        &["--workers", "2", "--interference", p],
+        &format!("--interference {p}: describes 1 worker(s), fewer than the 2 of --workers"),
+    );
+    // More entries than workers stay allowed (a full scenario file, joiners).
+    let out = pacer(&[
+        "train",
+        "--dataset",
+        "tiny",
+        "--no-progress",
+        "--normal-priority",
+        "--workers",
+        "1",
+        "--max-iterations",
+        "3",
+        "--interference",
+        p,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -31,6 +31,8 @@ pub struct LocalLaunch {
     /// Relative speed of each initial worker (missing entries are 1).
     pub speeds: Vec<f64>,
     pub time_scale: f64,
+    /// Interference windows by slot; must describe at least the initial workers
+    /// (joiners past its end get none).
     pub interference: Option<InterferencePlan>,
     pub load_signal: LoadSignal,
     /// (worker slot, iteration): that worker dies on receiving that iteration's Step.
@@ -185,6 +187,20 @@ impl LocalLaunch {
         for (flag, s) in all_speeds {
             crate::emulation::check_dilation(s, self.time_scale, slowdown)
                 .map_err(|m| RuntimeError::config(flag, m))?;
+        }
+        // Slots past the file's end silently had no interference.
+        if let Some(p) = &self.interference {
+            if p.workers.len() < self.workers {
+                return Err(RuntimeError::config(
+                    "--interference",
+                    format!(
+                        "describes {} worker(s), fewer than the {} of --workers; give each \
+                         worker an entry (`{{}}` for one without interference)",
+                        p.workers.len(),
+                        self.workers
+                    ),
+                ));
+            }
         }
         // Slots are the initial workers, then the joiners in join order.
         let slots = self.workers + self.joins.len();
