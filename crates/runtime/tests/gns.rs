@@ -229,8 +229,11 @@ fn the_estimate_of_a_real_run_is_near_brute_force() {
         let iters = 300;
         let mut cfg = config(&d, model, width, 64, iters);
         cfg.eval_every = 100;
-        let mut launch = LocalLaunch::new(3);
-        launch.speeds = vec![1.0, 0.5, 0.25];
+        // Unequal but fixed local batches: with batches chosen from measured speeds the
+        // split, hence the estimate, depended on timing (the MLP's read 315-482 against
+        // a brute force of 327 over six runs, so a 1.5x bound failed now and then).
+        cfg.fixed_batches = Some(vec![36, 18, 10]);
+        let launch = LocalLaunch::new(3);
         let (r, _) = train_local(d.clone(), cfg.clone(), launch, None).unwrap();
 
         let m = cfg.model.build().unwrap();
