@@ -44,6 +44,23 @@ fn tmp(name: &str, text: &str) -> PathBuf {
     p
 }
 
+/// An interference file describing a single worker (slowdown 2 on iterations 1–4).
+fn one_worker_plan(name: &str) -> PathBuf {
+    tmp(
+        name,
+        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 2}]}]}"#,
+    )
+}
+
+/// Fails unless the command succeeded, showing its stderr.
+fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Fails unless `args` exit ≠ 0 with exactly one `error` line containing `needle`.
 fn fails_with(args: &[&str], needle: &str) -> String {
     let out = pacer(args);
@@ -508,10 +525,7 @@ fn train_launch_flags() {
 fn worker_flags_are_checked_before_connecting() {
     // Port 1 refuses: before, these got "connecting to controller …: Connection
     // refused", and with a controller the slot silently meant no interference.
-    let plan = tmp(
-        "plan.json",
-        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 2}]}]}"#,
-    );
+    let plan = one_worker_plan("plan.json");
     let p = plan.to_str().unwrap();
     fails_with(
         &[
@@ -738,11 +752,7 @@ fn recommend_slo_and_numbers() {
         "--epochs",
         "1e200",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("predicted "), "{text}");
     assert_readable(&text);
@@ -815,10 +825,7 @@ fn train_worker_count_is_bounded_before_starting() {
 #[test]
 fn train_interference_file_must_cover_every_worker() {
     // Worker 1 silently ran without interference.
-    let plan = tmp(
-        "one-worker.json",
-        r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 2}]}]}"#,
-    );
+    let plan = one_worker_plan("one-worker.json");
     let p = plan.to_str().unwrap();
     train_fails(
         &["--workers", "2", "--interference", p],
@@ -838,9 +845,5 @@ fn train_interference_file_must_cover_every_worker() {
         "--interference",
         p,
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
 }
