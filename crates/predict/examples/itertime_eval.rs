@@ -1,14 +1,14 @@
 //! Held-out step-time error of every model on every application of the Pollux traces.
 //!
 //! ```text
-//! cargo run --release -p pacer-predict --example itertime_eval -- [TRACES_DIR] [--seed N]
+//! cargo run --release -p pacer-predict --example itertime_eval -- [TRACES_DIR] [--seed N] [--breakdown]
 //! ```
 //! TRACES_DIR defaults to `../shared/data/pollux/traces` (relative to the workspace).
 
 use pacer_model::profile::{parse_placements, parse_scalability};
 use pacer_predict::itertime::{
-    evaluate, noise_floor, rows_from_placements, rows_from_scalability, split_extrapolate,
-    split_random, ModelKind, StepRow,
+    error_stats, evaluate, noise_floor, repeat_floor, rows_from_placements, rows_from_scalability,
+    split_extrapolate, split_random, ErrorStats, ModelKind, StepModel, StepRow,
 };
 use std::path::{Path, PathBuf};
 
@@ -32,13 +32,27 @@ fn load(dir: &Path) -> Result<Vec<StepRow>, String> {
     Ok(rows)
 }
 
+/// Mean |ln(predicted / measured)| in percent.
+fn mean_abs_log_pct(m: &StepModel, rows: &[StepRow]) -> f64 {
+    let n = rows.len().max(1) as f64;
+    100.0
+        * rows
+            .iter()
+            .map(|r| (m.step_time(&r.config) / r.step_time_s).ln().abs())
+            .sum::<f64>()
+        / n
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut dir = PathBuf::from("../shared/data/pollux/traces");
     let mut seed = 0u64;
+    let mut breakdown = false;
     while let Some(a) = args.next() {
         if a == "--seed" {
             seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N");
+        } else if a == "--breakdown" {
+            breakdown = true;
         } else {
             dir = PathBuf::from(a);
         }
@@ -57,6 +71,7 @@ fn main() {
         .collect();
     apps.sort();
     let mut noise = Vec::new();
+    let mut repeats = Vec::new();
     println!(
         "{:<12} {:<7} {:>6} {:>6} | {:>7} {:>7} | {:>6} {:>6} {:>8} {:>7} {:>7}",
         "app",
@@ -89,9 +104,15 @@ fn main() {
             .map(|&i| rows[i].config.replicas)
             .min()
             .unwrap_or(0);
+        let mut fitted: Vec<(ModelKind, Option<StepModel>, Option<StepModel>)> = Vec::new();
         for kind in ModelKind::ALL {
             let a = evaluate(kind, &rows, &rnd);
             let b = evaluate(kind, &rows, &ext);
+            fitted.push((
+                kind,
+                a.as_ref().ok().map(|r| r.0.clone()),
+                b.as_ref().ok().map(|r| r.0.clone()),
+            ));
             let fmt = |r: &Result<_, _>| match r {
                 Ok((_, s)) => {
                     let s: &pacer_predict::itertime::ErrorStats = s;
@@ -120,6 +141,161 @@ fn main() {
                 }
             }
         }
+        // The model's error on the held-out rows that have order-permuted repeats.
+        let on = |m: &Option<StepModel>, test: &[usize], members: &[usize]| {
+            let pick: Vec<StepRow> = test
+                .iter()
+                .filter(|i| members.binary_search(i).is_ok())
+                .map(|&i| rows[i].clone())
+                .collect();
+            m.as_ref()
+                .map(|m| (error_stats(m, &pick), mean_abs_log_pct(m, &pick)))
+        };
+        let model = |k: ModelKind, rnd: bool| {
+            fitted
+                .iter()
+                .find(|f| f.0 == k)
+                .and_then(|f| if rnd { f.1.clone() } else { f.2.clone() })
+        };
+        if breakdown {
+            // Extrapolation error by table and replica count, for the model fitted on
+            // the training rows and (to tell form error from extrapolation error) on
+            // every row.
+            for (fit_on, k) in [
+                ("train", ModelKind::Pollux),
+                ("train", ModelKind::Pacer),
+                ("all", ModelKind::Pollux),
+                ("all", ModelKind::Pacer),
+            ] {
+                let m = if fit_on == "all" {
+                    pacer_predict::itertime::fit(k, &rows).ok()
+                } else {
+                    model(k, false)
+                };
+                let Some(m) = m else { continue };
+                for (label, lo, hi, scal) in [
+                    ("all", 0, u32::MAX, None),
+                    ("placements", 0, 16, Some(false)),
+                    ("scal r<=16", 0, 16, Some(true)),
+                    ("scal 17-32", 17, 32, Some(true)),
+                    ("scal 33-64", 33, 64, Some(true)),
+                ] {
+                    let pick: Vec<StepRow> = ext
+                        .test
+                        .iter()
+                        .map(|&i| rows[i].clone())
+                        .filter(|r| {
+                            scal.is_none_or(|s| r.source.contains("scalability.csv") == s)
+                                && (lo..=hi).contains(&r.config.replicas)
+                        })
+                        .collect();
+                    if pick.is_empty() {
+                        continue;
+                    }
+                    let bias = pick
+                        .iter()
+                        .map(|r| (m.step_time(&r.config) / r.step_time_s).ln())
+                        .sum::<f64>()
+                        / pick.len() as f64;
+                    let s = error_stats(&m, &pick);
+                    println!(
+                        "  {:<12} x test rows, fit on {:<5} {:<7} {:<11} n={:>4} med {:>6.2} p90 {:>6.2} mean ln(pred/meas) {:>+6.2}%",
+                        name,
+                        fit_on,
+                        k.name(),
+                        label,
+                        s.rows,
+                        s.median_abs_pct_error,
+                        s.p90_abs_pct_error,
+                        100.0 * bias
+                    );
+                }
+            }
+        }
+        let all = repeat_floor(&rows, 0);
+        let x = repeat_floor(&rows, min_r);
+        let rnd_err = all
+            .as_ref()
+            .and_then(|f| on(&model(ModelKind::PacerTable, true), &rnd.test, &f.members));
+        let x_err = x.as_ref().map(|f| {
+            (
+                on(&model(ModelKind::Pollux, false), &ext.test, &f.members),
+                on(&model(ModelKind::Pacer, false), &ext.test, &f.members),
+            )
+        });
+        repeats.push((name, min_r, all, rnd_err, x, x_err));
+    }
+    println!();
+    println!("repeats: placements that differ only in node order (1344, 1434, 1443) are");
+    println!("repeated measurements for any model that, like all here, ignores node order");
+    println!("(see itertime::repeat_floor): floor_* = |noise| of one row if Gaussian, within_* =");
+    println!("the same after removing each placement's offset. Next to them the models'");
+    println!("held-out error on the same rows (rnd: pacer+table; x: pollux | pacer), and on x");
+    println!("the hard bound on any order-blind model's mean |ln error| vs the models' own.");
+    println!(
+        "{:<12} {:>5} {:>9} {:>9} {:>9} {:>9} | {:>5} {:>7} {:>7} | {:>5} {:>5} {:>9} {:>9} {:>6} | {:>13} | {:>13} | {:>13}",
+        "app",
+        "rows",
+        "floor_med",
+        "floor_p90",
+        "within_med",
+        "within_p90",
+        "rnd_n",
+        "rnd_med",
+        "rnd_p90",
+        "x_r>=",
+        "x_n",
+        "floor_med",
+        "floor_p90",
+        "bound",
+        "pollux med/p90",
+        "pacer med/p90",
+        "mean|ln| px/pc"
+    );
+    let mp = |e: &Option<(ErrorStats, f64)>| match e {
+        Some((s, _)) => format!(
+            "{:>6.2}/{:<6.2}",
+            s.median_abs_pct_error, s.p90_abs_pct_error
+        ),
+        None => format!("{:>13}", "-"),
+    };
+    for (name, min_r, all, rnd_err, x, x_err) in &repeats {
+        let Some(all) = all else {
+            println!("{name:<12} no order-permuted repeats");
+            continue;
+        };
+        let (rn, rm, rp) = match rnd_err {
+            Some((s, _)) => (s.rows, s.median_abs_pct_error, s.p90_abs_pct_error),
+            None => (0, f64::NAN, f64::NAN),
+        };
+        let xs = match (x, x_err) {
+            (Some(f), Some((px, pc))) => format!(
+                "{:>5} {:>5} {:>9.2} {:>9.2} {:>6.2} | {} | {} | {:>6.2}/{:<6.2}",
+                min_r,
+                px.as_ref().map_or(0, |e| e.0.rows),
+                f.median_abs_pct,
+                f.p90_abs_pct,
+                f.mean_abs_log_bound_pct,
+                mp(px),
+                mp(pc),
+                px.as_ref().map_or(f64::NAN, |e| e.1),
+                pc.as_ref().map_or(f64::NAN, |e| e.1),
+            ),
+            _ => format!("{min_r:>5} no repeats at these replica counts"),
+        };
+        println!(
+            "{:<12} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2} | {:>5} {:>7.2} {:>7.2} | {}",
+            name,
+            all.members.len(),
+            all.median_abs_pct,
+            all.p90_abs_pct,
+            all.within_median_abs_pct,
+            all.within_p90_abs_pct,
+            rn,
+            rm,
+            rp,
+            xs
+        );
     }
     println!();
     println!("noise floor (no model: each row vs its placement's neighbours in ln batch,");

@@ -1049,6 +1049,148 @@ pub fn noise_floor(rows: &[StepRow]) -> Option<NoiseFloor> {
     })
 }
 
+/// Measurement noise from the repeats the Pollux traces do contain.
+///
+/// `placements.csv` measures some placements that differ only in the order of
+/// their nodes — `1344`, `1434` and `1443` all put 1, 3, 4 and 4 replicas on four
+/// nodes — at the same local batches. Every model here (and Ernest's and Pollux's)
+/// sees a placement only through its multiset of per-node counts, so for them these
+/// are repeated measurements of one configuration, taken in separate runs:
+/// - `mean_abs_log_bound_pct` is a hard bound, with no assumption on the noise:
+///   one prediction `p` for the `k` values `x` of a class at one batch has
+///   `Σ|x − p| ≥ Σ|x − median|`, so any order-blind predictor's mean |ln error| over
+///   these rows is at least this;
+/// - `median_abs_pct` / `p90_abs_pct` are from `e = (x − m)·√(k/(k−1))` (`m` the
+///   class mean at that batch), which has the spread of one row's noise when the
+///   row's placement was never measured (its whole run is new). For Gaussian noise
+///   they are the median and p90 of |noise|; with heavy tails (an occasional slow
+///   run) a pair spreads one outlier over both rows and they overstate the median,
+///   so they are an estimate of the noise level, not a bound;
+/// - `within_*` first removes each placement's mean offset from its class over its
+///   batches (the part of the noise one run shares). When a model beats it on held-out
+///   rows of placements it has other rows of, the remaining noise is correlated
+///   along a placement's batches, which interpolating neighbours exploits.
+///
+/// Only placements whose group id decodes to its per-node counts (one decimal digit
+/// per node, as in the Pollux format) and with at least `min_replicas` replicas
+/// enter. `None` when no class has two placements at a common batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RepeatFloor {
+    /// Classes (multisets of per-node counts) with at least two placements.
+    pub classes: usize,
+    /// Indices (into the input) of the rows that entered.
+    pub members: Vec<usize>,
+    pub median_abs_pct: f64,
+    pub p90_abs_pct: f64,
+    pub within_median_abs_pct: f64,
+    pub within_p90_abs_pct: f64,
+    pub mean_abs_log_bound_pct: f64,
+}
+
+/// Per-node replica counts of a placement group id, sorted, if it decodes
+/// consistently with the row's configuration.
+fn placement_multiset(c: &StepConfig) -> Option<Vec<u32>> {
+    if c.group == 0 || c.group >= 1 << 40 {
+        return None;
+    }
+    let mut g = c.group;
+    let mut counts = Vec::new();
+    while g > 0 {
+        counts.push((g % 10) as u32);
+        g /= 10;
+    }
+    counts.sort_unstable();
+    let ok = counts.iter().all(|&d| d > 0)
+        && counts.len() as u32 == c.nodes
+        && counts.iter().sum::<u32>() == c.replicas
+        && counts.last().copied() == Some(c.max_per_node);
+    ok.then_some(counts)
+}
+
+/// See [`RepeatFloor`].
+pub fn repeat_floor(rows: &[StepRow], min_replicas: u32) -> Option<RepeatFloor> {
+    use std::collections::BTreeMap;
+    // class → batch key → [(group, row index, ln t)]
+    type Cell = Vec<(u64, usize, f64)>;
+    let mut classes: BTreeMap<Vec<u32>, BTreeMap<i64, Cell>> = BTreeMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        let c = &r.config;
+        if c.replicas < min_replicas
+            || !(r.step_time_s > 0.0 && r.step_time_s.is_finite())
+            || !(c.local_bsz > 0.0 && c.local_bsz.is_finite())
+        {
+            continue;
+        }
+        let Some(key) = placement_multiset(c) else {
+            continue;
+        };
+        let b = (c.local_bsz.ln() * 1000.0).round() as i64;
+        classes.entry(key).or_default().entry(b).or_default().push((
+            c.group,
+            i,
+            r.step_time_s.ln(),
+        ));
+    }
+    let mut members = Vec::new();
+    let mut dev = Vec::new();
+    let mut hard = Vec::new();
+    let mut n_classes = 0;
+    // (group) → [(deviation from the class mean, scale)] for the within estimate.
+    let mut by_placement: BTreeMap<u64, Vec<(f64, f64)>> = BTreeMap::new();
+    for cells in classes.values() {
+        let mut used = false;
+        for cell in cells.values() {
+            let mut groups: Vec<u64> = cell.iter().map(|t| t.0).collect();
+            groups.sort_unstable();
+            groups.dedup();
+            let k = cell.len();
+            // One row per placement and batch; otherwise the cell is ambiguous.
+            if groups.len() < 2 || groups.len() != k {
+                continue;
+            }
+            used = true;
+            let m = cell.iter().map(|t| t.2).sum::<f64>() / k as f64;
+            let scale = (k as f64 / (k as f64 - 1.0)).sqrt();
+            let mut xs: Vec<f64> = cell.iter().map(|t| t.2).collect();
+            xs.sort_by(|a, b| a.total_cmp(b));
+            let med = quantile(&xs, 0.5);
+            for &(g, i, x) in cell {
+                members.push(i);
+                dev.push(((x - m) * scale).abs());
+                hard.push((x - med).abs());
+                by_placement.entry(g).or_default().push((x - m, scale));
+            }
+        }
+        n_classes += usize::from(used);
+    }
+    if dev.is_empty() {
+        return None;
+    }
+    let mut within = Vec::new();
+    for v in by_placement.values() {
+        let n = v.len();
+        if n < 2 {
+            continue;
+        }
+        let o = v.iter().map(|t| t.0).sum::<f64>() / n as f64;
+        let k = (n as f64 / (n as f64 - 1.0)).sqrt();
+        within.extend(v.iter().map(|&(d, s)| ((d - o) * s * k).abs()));
+    }
+    dev.sort_by(|a, b| a.total_cmp(b));
+    within.sort_by(|a, b| a.total_cmp(b));
+    members.sort_unstable();
+    let pct = |x: f64| 100.0 * x.exp_m1();
+    Some(RepeatFloor {
+        classes: n_classes,
+        members,
+        median_abs_pct: pct(quantile(&dev, 0.5)),
+        p90_abs_pct: pct(quantile(&dev, 0.9)),
+        within_median_abs_pct: pct(quantile(&within, 0.5)),
+        within_p90_abs_pct: pct(quantile(&within, 0.9)),
+        mean_abs_log_bound_pct: 100.0 * hard.iter().sum::<f64>() / hard.len() as f64,
+    })
+}
+
 /// A train/test split of rows (indices into the input).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Split {
@@ -1281,6 +1423,92 @@ mod tests {
         // The shared wiggle inflates the raw estimate, not the centred one.
         assert!(f.sigma_raw_pct > 1.5 * f.sigma_pct, "{f:?}");
         assert!(f.median_abs_pct < f.p90_abs_pct);
+    }
+
+    #[test]
+    fn repeat_floor_measures_noise_from_node_order_repeats() {
+        // 4-node placements with 1..=4 replicas per node, each multiset in ascending
+        // and descending node order (pairs, as in the traces), on one true curve with
+        // Gaussian log noise σ = 4%.
+        let sigma = 0.04;
+        let mut rng = SplitMix64(11);
+        let mut gauss = || {
+            let u1 = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            let u2 = ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+            (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        };
+        let mut rows = Vec::new();
+        let mut true_abs = Vec::new();
+        for code in 0..256u32 {
+            let p: Vec<u32> = (0..4).map(|i| (code >> (2 * i)) % 4 + 1).collect();
+            let up = p.windows(2).all(|w| w[0] <= w[1]);
+            let down = p.windows(2).all(|w| w[0] >= w[1]);
+            if !(up || down) {
+                continue;
+            }
+            for b in [8.0, 11.0, 16.0, 23.0, 32.0, 45.0, 64.0, 91.0] {
+                let e = sigma * gauss();
+                let c = StepConfig {
+                    nodes: 4,
+                    replicas: p.iter().sum(),
+                    max_per_node: *p.iter().max().unwrap(),
+                    local_bsz: b,
+                    group: placement_group(&p),
+                };
+                rows.push(StepRow {
+                    config: c,
+                    step_time_s: (0.1 + 0.01 * b) * e.exp(),
+                    sync_time_s: 0.0,
+                    source: String::new(),
+                });
+                true_abs.push((rows.len() - 1, e.abs()));
+            }
+        }
+        // A row whose group does not decode to its configuration stays out.
+        rows.push(StepRow {
+            config: StepConfig {
+                nodes: 3,
+                ..rows[0].config
+            },
+            ..rows[0].clone()
+        });
+        let f = repeat_floor(&rows, 0).unwrap();
+        // 1111, 2222, 3333, 4444 have no partner; the odd row is excluded.
+        assert_eq!(f.members.len(), 8 * 2 * (35 - 4), "{}", f.members.len());
+        assert_eq!(f.classes, 35 - 4);
+        let expect_med = 100.0 * (0.6745 * sigma).exp_m1();
+        let expect_p90 = 100.0 * (1.6449 * sigma).exp_m1();
+        assert!((f.median_abs_pct / expect_med - 1.0).abs() < 0.12, "{f:?}");
+        assert!((f.p90_abs_pct / expect_p90 - 1.0).abs() < 0.12, "{f:?}");
+        assert!(
+            (f.within_median_abs_pct / expect_med - 1.0).abs() < 0.15,
+            "{f:?}"
+        );
+        // The hard bound is below the error of the true curve itself.
+        let truth_mean = 100.0
+            * f.members
+                .iter()
+                .map(|&i| true_abs.iter().find(|t| t.0 == i).unwrap().1)
+                .sum::<f64>()
+            / f.members.len() as f64;
+        assert!(
+            f.mean_abs_log_bound_pct <= truth_mean,
+            "{f:?} vs {truth_mean}"
+        );
+        assert!(
+            f.mean_abs_log_bound_pct > 0.5 * truth_mean,
+            "{f:?} vs {truth_mean}"
+        );
+        // The replica filter, and no repeats at all.
+        let big = repeat_floor(&rows, 15).unwrap();
+        assert!(big.members.iter().all(|&i| rows[i].config.replicas >= 15));
+        assert!(big.members.len() < f.members.len());
+        let singles: Vec<StepRow> = rows
+            .iter()
+            .filter(|r| [1111, 2222].contains(&r.config.group))
+            .cloned()
+            .collect();
+        assert_eq!(repeat_floor(&singles, 0), None);
     }
 
     #[test]
