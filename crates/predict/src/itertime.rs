@@ -24,8 +24,11 @@
 //!   Fitted by Levenberg–Marquardt on log-time residuals with an analytic Jacobian.
 //! - [`ModelKind::PacerTable`]: the pacer model times the log-residual of measured
 //!   rows of the same placement, interpolated along ln(batch) — the parametric
-//!   model generalises, the table keeps what is specific to one placement. For a
-//!   placement never measured it is the pacer model.
+//!   model generalises, the table keeps what is specific to one placement. Where
+//!   the placement has no row at the batch but the same placement in another node
+//!   order has, that row (shifted by the two placements' mean offset) is blended in
+//!   at a weight chosen by leave-one-out. For a placement never measured it is the
+//!   pacer model.
 //!
 //! [`evaluate`] fits on a training split and reports absolute percentage errors on
 //! the test split; [`split_random`] and [`split_extrapolate`] make the two splits
@@ -374,7 +377,39 @@ pub struct PacerTable {
     pub base: PacerParams,
     /// Per group: `(ln local_bsz, ln(measured / base))`, sorted by batch.
     pub residuals: std::collections::BTreeMap<u64, Vec<(f64, f64)>>,
+    /// Weight of the node-order siblings' estimate in [`PacerTable::residual`],
+    /// chosen by leave-one-out on the rows the table was built from.
+    #[serde(default)]
+    pub sibling_weight: f64,
 }
+
+/// Batches closer than this in ln(batch) are the same batch (2%).
+fn same_batch_tol() -> f64 {
+    0.02f64.ln_1p()
+}
+
+/// Linear in ln(batch) between the neighbouring points, the nearest one outside
+/// them, 0 if none.
+fn interpolate_residual(v: &[(f64, f64)], x: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    match v.iter().position(|p| p.0 >= x) {
+        None => v[v.len() - 1].1,
+        Some(0) => v[0].1,
+        Some(j) => {
+            let (a, b) = (v[j - 1], v[j]);
+            if b.0 - a.0 < 1e-12 {
+                (a.1 + b.1) / 2.0
+            } else {
+                a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
+            }
+        }
+    }
+}
+
+/// Candidate sibling weights tried by leave-one-out.
+const SIBLING_WEIGHTS: [f64; 5] = [0.0, 0.25, 0.5, 0.75, 1.0];
 
 impl PacerTable {
     fn new(base: PacerParams, rows: &[StepRow]) -> Self {
@@ -392,27 +427,94 @@ impl PacerTable {
         for v in residuals.values_mut() {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        PacerTable { base, residuals }
+        let mut table = PacerTable {
+            base,
+            residuals,
+            sibling_weight: 0.0,
+        };
+        table.sibling_weight = table.choose_sibling_weight();
+        table
+    }
+
+    /// Leave-one-out over every row that has node-order siblings at its batch: the
+    /// weight with the least mean |error| of its own residual.
+    fn choose_sibling_weight(&self) -> f64 {
+        let mut cases: Vec<(f64, f64, f64)> = Vec::new(); // (truth, own, siblings)
+        for (&g, v) in &self.residuals {
+            for i in 0..v.len() {
+                let mut rest = v.clone();
+                let (x, y) = rest.remove(i);
+                if let Some(sib) = self.sibling_estimate(g, &rest, x) {
+                    cases.push((y, interpolate_residual(&rest, x), sib));
+                }
+            }
+        }
+        if cases.is_empty() {
+            return 0.0;
+        }
+        let loss = |w: f64| {
+            cases
+                .iter()
+                .map(|&(y, own, sib)| (y - ((1.0 - w) * own + w * sib)).abs())
+                .sum::<f64>()
+        };
+        SIBLING_WEIGHTS
+            .iter()
+            .copied()
+            .min_by(|a, b| loss(*a).total_cmp(&loss(*b)))
+            .unwrap_or(0.0)
+    }
+
+    /// Mean over the placements that differ from `group` only in node order and were
+    /// measured at `x` of their residual there, each shifted by its mean offset from
+    /// `own` (the placement's own points) at the batches both measured.
+    fn sibling_estimate(&self, group: u64, own: &[(f64, f64)], x: f64) -> Option<f64> {
+        let key = group_multiset(group)?;
+        let tol = same_batch_tol();
+        let mut sum = 0.0;
+        let mut n = 0usize;
+        for (&g, sv) in &self.residuals {
+            if g == group || group_multiset(g).as_ref() != Some(&key) {
+                continue;
+            }
+            let Some(at) = sv.iter().find(|p| (p.0 - x).abs() <= tol) else {
+                continue;
+            };
+            let diffs: Vec<f64> = sv
+                .iter()
+                .filter(|p| (p.0 - x).abs() > tol)
+                .filter_map(|p| {
+                    own.iter()
+                        .find(|q| (q.0 - p.0).abs() <= tol)
+                        .map(|q| p.1 - q.1)
+                })
+                .collect();
+            if diffs.is_empty() {
+                continue;
+            }
+            sum += at.1 - diffs.iter().sum::<f64>() / diffs.len() as f64;
+            n += 1;
+        }
+        (n > 0).then(|| sum / n as f64)
     }
 
     /// Log-residual at `c`: linear in ln(batch) between the neighbouring measured
-    /// batches of the same placement, the nearest one outside them, 0 if none.
+    /// batches of the same placement (the nearest one outside them, 0 if none),
+    /// blended with the node-order siblings' estimate at `c`'s batch when the
+    /// placement has no row there and a sibling has ([`PacerTable::sibling_weight`]).
     pub fn residual(&self, c: &StepConfig) -> f64 {
         let Some(v) = self.residuals.get(&c.group) else {
             return 0.0;
         };
         let x = c.local_bsz.ln();
-        match v.iter().position(|p| p.0 >= x) {
-            None => v[v.len() - 1].1,
-            Some(0) => v[0].1,
-            Some(j) => {
-                let (a, b) = (v[j - 1], v[j]);
-                if b.0 - a.0 < 1e-12 {
-                    (a.1 + b.1) / 2.0
-                } else {
-                    a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
-                }
-            }
+        let own = interpolate_residual(v, x);
+        let w = self.sibling_weight;
+        if w == 0.0 || v.iter().any(|p| (p.0 - x).abs() <= same_batch_tol()) {
+            return own;
+        }
+        match self.sibling_estimate(c.group, v, x) {
+            Some(sib) => (1.0 - w) * own + w * sib,
+            None => own,
         }
     }
 
@@ -1087,21 +1189,31 @@ pub struct RepeatFloor {
     pub mean_abs_log_bound_pct: f64,
 }
 
-/// Per-node replica counts of a placement group id, sorted, if it decodes
-/// consistently with the row's configuration.
-fn placement_multiset(c: &StepConfig) -> Option<Vec<u32>> {
-    if c.group == 0 || c.group >= 1 << 40 {
+/// Per-node replica counts of a placement group id (one decimal digit per node),
+/// sorted; `None` for scalability or unknown groups.
+fn group_multiset(group: u64) -> Option<Vec<u32>> {
+    if group == 0 || group >= 1 << 40 {
         return None;
     }
-    let mut g = c.group;
+    let mut g = group;
     let mut counts = Vec::new();
     while g > 0 {
-        counts.push((g % 10) as u32);
+        let d = (g % 10) as u32;
+        if d == 0 {
+            return None;
+        }
+        counts.push(d);
         g /= 10;
     }
     counts.sort_unstable();
-    let ok = counts.iter().all(|&d| d > 0)
-        && counts.len() as u32 == c.nodes
+    Some(counts)
+}
+
+/// Per-node replica counts of a placement group id, sorted, if it decodes
+/// consistently with the row's configuration.
+fn placement_multiset(c: &StepConfig) -> Option<Vec<u32>> {
+    let counts = group_multiset(c.group)?;
+    let ok = counts.len() as u32 == c.nodes
         && counts.iter().sum::<u32>() == c.replicas
         && counts.last().copied() == Some(c.max_per_node);
     ok.then_some(counts)
@@ -1509,6 +1621,68 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(repeat_floor(&singles, 0), None);
+    }
+
+    /// Rows of the three node orders of {1, 3, 4, 4} at 8 batches, with log-residual
+    /// `res(placement index, batch index)` over the `truth()` model.
+    fn sibling_rows(res: impl Fn(usize, usize) -> f64) -> Vec<StepRow> {
+        let p = truth();
+        let mut rows = Vec::new();
+        for (i, place) in [[1, 3, 4, 4], [4, 1, 3, 4], [4, 4, 1, 3]]
+            .iter()
+            .enumerate()
+        {
+            for (j, b) in [8.0, 11.0, 16.0, 23.0, 32.0, 45.0, 64.0, 91.0]
+                .iter()
+                .enumerate()
+            {
+                let c = StepConfig {
+                    nodes: 4,
+                    replicas: 12,
+                    max_per_node: 4,
+                    local_bsz: *b,
+                    group: placement_group(place),
+                };
+                rows.push(StepRow {
+                    config: c,
+                    step_time_s: p.step_time(&c) * res(i, j).exp(),
+                    sync_time_s: 0.0,
+                    source: format!("t:{i}:{j}"),
+                });
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn table_borrows_node_order_siblings_only_when_leave_one_out_says_so() {
+        // A batch-to-batch wiggle shared by the node orders, on top of a per-placement
+        // offset: a held-out row is found in its siblings, not its own neighbours.
+        let offset = [0.03, -0.02, 0.05];
+        let wiggle = |j: usize| if j.is_multiple_of(2) { 0.06 } else { -0.04 };
+        let mut rows = sibling_rows(|i, j| offset[i] + wiggle(j));
+        let held = rows.remove(3); // placement 0, batch 23
+        let t = PacerTable::new(truth(), &rows);
+        assert_eq!(t.sibling_weight, 1.0);
+        let want = offset[0] + wiggle(3);
+        assert!(
+            (t.residual(&held.config) - want).abs() < 1e-9,
+            "{}",
+            t.residual(&held.config)
+        );
+        let own_only = PacerTable {
+            sibling_weight: 0.0,
+            ..t.clone()
+        };
+        assert!((own_only.residual(&held.config) - want).abs() > 0.05);
+        // Residuals linear in ln(batch) with a slope of each placement's own: its
+        // neighbours know, its siblings mislead, and the weight stays 0.
+        let slope = [0.04, -0.03, 0.01];
+        let mut rows = sibling_rows(|i, j| slope[i] * j as f64);
+        let held = rows.remove(3);
+        let t = PacerTable::new(truth(), &rows);
+        assert_eq!(t.sibling_weight, 0.0);
+        assert!((t.residual(&held.config) - slope[0] * 3.0).abs() < 0.01);
     }
 
     #[test]
