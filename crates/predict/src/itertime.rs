@@ -381,6 +381,10 @@ pub struct PacerTable {
     /// chosen by leave-one-out on the rows the table was built from.
     #[serde(default)]
     pub sibling_weight: f64,
+    /// Weight of the other placements' residual shape beyond a placement's measured
+    /// batches, chosen by leave-one-out.
+    #[serde(default)]
+    pub edge_weight: f64,
 }
 
 /// Batches closer than this in ln(batch) are the same batch (2%).
@@ -408,8 +412,18 @@ fn interpolate_residual(v: &[(f64, f64)], x: f64) -> f64 {
     }
 }
 
-/// Candidate sibling weights tried by leave-one-out.
-const SIBLING_WEIGHTS: [f64; 5] = [0.0, 0.25, 0.5, 0.75, 1.0];
+/// Candidate weights tried by leave-one-out.
+const TABLE_WEIGHTS: [f64; 5] = [0.0, 0.25, 0.5, 0.75, 1.0];
+
+/// The candidate weight with the least leave-one-out loss (the smallest on ties, so
+/// 0 when there are no cases).
+fn best_weight(loss: impl Fn(f64) -> f64) -> f64 {
+    TABLE_WEIGHTS
+        .iter()
+        .copied()
+        .min_by(|a, b| loss(*a).total_cmp(&loss(*b)))
+        .unwrap_or(0.0)
+}
 
 impl PacerTable {
     fn new(base: PacerParams, rows: &[StepRow]) -> Self {
@@ -431,9 +445,80 @@ impl PacerTable {
             base,
             residuals,
             sibling_weight: 0.0,
+            edge_weight: 0.0,
         };
+        table.edge_weight = table.choose_edge_weight();
         table.sibling_weight = table.choose_sibling_weight();
         table
+    }
+
+    /// Median over the other placements of the same table measured at both `from`
+    /// and `to` of their residual's change between the two batches (at least 3).
+    fn shape_estimate(&self, group: u64, from: f64, to: f64) -> Option<f64> {
+        let tol = same_batch_tol();
+        let mut d: Vec<f64> = self
+            .residuals
+            .iter()
+            // Other placements of the same table (one measuring campaign).
+            .filter(|(g, _)| **g != group && (**g >> 40) == (group >> 40))
+            .filter_map(|(_, v)| {
+                let a = v.iter().find(|p| (p.0 - from).abs() <= tol)?;
+                let b = v.iter().find(|p| (p.0 - to).abs() <= tol)?;
+                Some(b.1 - a.1)
+            })
+            .collect();
+        if d.len() < 3 {
+            return None;
+        }
+        d.sort_by(|a, b| a.total_cmp(b));
+        Some(quantile(&d, 0.5))
+    }
+
+    /// The placement's own residual at `x`: interpolated inside its measured
+    /// batches; beyond them the nearest one plus `edge_weight` × the shape the other
+    /// placements show between the two batches.
+    fn own_residual(&self, group: u64, v: &[(f64, f64)], x: f64, edge_weight: f64) -> f64 {
+        let own = interpolate_residual(v, x);
+        if edge_weight == 0.0 || v.is_empty() {
+            return own;
+        }
+        let tol = same_batch_tol();
+        let nearest = if x < v[0].0 - tol {
+            v[0].0
+        } else if x > v[v.len() - 1].0 + tol {
+            v[v.len() - 1].0
+        } else {
+            return own;
+        };
+        own + edge_weight * self.shape_estimate(group, nearest, x).unwrap_or(0.0)
+    }
+
+    /// Leave-one-out over the first and last row of every placement.
+    fn choose_edge_weight(&self) -> f64 {
+        let mut cases: Vec<(f64, f64, f64)> = Vec::new(); // (truth, own, shape)
+        for (&g, v) in &self.residuals {
+            if v.len() < 3 {
+                continue;
+            }
+            for i in [0, v.len() - 1] {
+                let mut rest = v.clone();
+                let (x, y) = rest.remove(i);
+                let nearest = if i == 0 {
+                    rest[0].0
+                } else {
+                    rest[rest.len() - 1].0
+                };
+                if let Some(sh) = self.shape_estimate(g, nearest, x) {
+                    cases.push((y, interpolate_residual(&rest, x), sh));
+                }
+            }
+        }
+        best_weight(|w| {
+            cases
+                .iter()
+                .map(|&(y, own, sh)| (y - (own + w * sh)).abs())
+                .sum::<f64>()
+        })
     }
 
     /// Leave-one-out over every row that has node-order siblings at its batch: the
@@ -445,24 +530,16 @@ impl PacerTable {
                 let mut rest = v.clone();
                 let (x, y) = rest.remove(i);
                 if let Some(sib) = self.sibling_estimate(g, &rest, x) {
-                    cases.push((y, interpolate_residual(&rest, x), sib));
+                    cases.push((y, self.own_residual(g, &rest, x, self.edge_weight), sib));
                 }
             }
         }
-        if cases.is_empty() {
-            return 0.0;
-        }
-        let loss = |w: f64| {
+        best_weight(|w| {
             cases
                 .iter()
                 .map(|&(y, own, sib)| (y - ((1.0 - w) * own + w * sib)).abs())
                 .sum::<f64>()
-        };
-        SIBLING_WEIGHTS
-            .iter()
-            .copied()
-            .min_by(|a, b| loss(*a).total_cmp(&loss(*b)))
-            .unwrap_or(0.0)
+        })
     }
 
     /// Mean over the placements that differ from `group` only in node order and were
@@ -507,7 +584,7 @@ impl PacerTable {
             return 0.0;
         };
         let x = c.local_bsz.ln();
-        let own = interpolate_residual(v, x);
+        let own = self.own_residual(c.group, v, x, self.edge_weight);
         let w = self.sibling_weight;
         if w == 0.0 || v.iter().any(|p| (p.0 - x).abs() <= same_batch_tol()) {
             return own;
@@ -1683,6 +1760,57 @@ mod tests {
         let t = PacerTable::new(truth(), &rows);
         assert_eq!(t.sibling_weight, 0.0);
         assert!((t.residual(&held.config) - slope[0] * 3.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn table_extends_a_placement_by_the_shape_the_others_share_when_it_pays() {
+        // Ten placements whose residuals share a knee at the largest batches the model
+        // does not have, each with its own offset; one placement lacks its last batch.
+        let batches = [8.0, 11.0, 16.0, 23.0, 32.0, 45.0, 64.0, 91.0];
+        let knee = |j: usize| if j >= 6 { 0.08 * (j - 5) as f64 } else { 0.0 };
+        let rows_for = |res: &dyn Fn(usize, usize) -> f64| {
+            let p = truth();
+            let mut rows = Vec::new();
+            for g in 1..=10u64 {
+                for (j, b) in batches.iter().enumerate() {
+                    let c = StepConfig {
+                        nodes: 1,
+                        replicas: 1,
+                        max_per_node: 1,
+                        local_bsz: *b,
+                        group: g,
+                    };
+                    rows.push(StepRow {
+                        config: c,
+                        step_time_s: p.step_time(&c) * res(g as usize, j).exp(),
+                        sync_time_s: 0.0,
+                        source: String::new(),
+                    });
+                }
+            }
+            rows
+        };
+        let mut rows = rows_for(&|g, j| 0.01 * g as f64 + knee(j));
+        let held = rows.remove(7); // group 1 at batch 91
+        let t = PacerTable::new(truth(), &rows);
+        assert_eq!(t.edge_weight, 1.0);
+        let want = 0.01 + knee(7);
+        assert!((t.residual(&held.config) - want).abs() < 1e-9);
+        let flat = PacerTable {
+            edge_weight: 0.0,
+            ..t.clone()
+        };
+        assert!((flat.residual(&held.config) - want).abs() > 0.07);
+        // Fewer than three other placements measured both batches: no shape, the
+        // nearest measured residual as before.
+        let mut rows: Vec<StepRow> = rows_for(&|g, j| 0.01 * g as f64 + knee(j))
+            .into_iter()
+            .filter(|r| r.config.group <= 3)
+            .collect();
+        let held = rows.remove(7);
+        let t = PacerTable::new(truth(), &rows);
+        assert_eq!(t.edge_weight, 0.0);
+        assert!((t.residual(&held.config) - (0.01 + knee(6))).abs() < 1e-9);
     }
 
     #[test]
