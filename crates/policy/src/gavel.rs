@@ -74,8 +74,6 @@ pub struct Gavel {
     pub resolve_every: u32,
     state: HashMap<JobId, JobState>,
     rounds_since_solve: u32,
-    /// Wall time of the last LP solve(s), for benchmarks (ms).
-    pub last_solve_ms: f64,
     /// LPs solved in the last re-solve (bisection steps for FTF).
     pub last_lp_count: u32,
     /// Gavel's round (s): placements change at most this often (see module docs).
@@ -97,7 +95,6 @@ impl Gavel {
             resolve_every: 10,
             state: HashMap::new(),
             rounds_since_solve: 0,
-            last_solve_ms: 0.0,
             last_lp_count: 0,
             round_s: DEFAULT_ROUND_S,
             next_round_s: f64::NEG_INFINITY,
@@ -389,7 +386,6 @@ impl Policy for Gavel {
         self.rounds_since_solve += 1;
         if changed || self.rounds_since_solve >= self.resolve_every {
             self.rounds_since_solve = 0;
-            let t0 = std::time::Instant::now();
             let inp = LpInput::new(view);
             let x = match self.objective {
                 Objective::MaxMin => {
@@ -407,7 +403,6 @@ impl Policy for Gavel {
                     x
                 }
             };
-            self.last_solve_ms = t0.elapsed().as_secs_f64() * 1e3;
             for (j, xi) in jobs.iter().zip(x) {
                 let st = self.state.entry(j.id).or_insert_with(|| JobState {
                     x: Vec::new(),

@@ -21,8 +21,8 @@
 //!    placed largest first on the nodes with the most free devices.
 //!
 //! This is `O(jobs · max_replicas)` speedup evaluations per round, all memoised
-//! per job until its model changes. Choices recorded as [unverified] in
-//! ALGORITHMS.md terms: the fair-share normaliser and restart discount follow the
+//! per job until its model changes. Choices the papers leave open (docs/algorithms.md
+//! §3c): the fair-share normaliser and restart discount follow the
 //! Pollux artifact; the greedy search is ours.
 
 use crate::place::FreePool;

@@ -1,4 +1,4 @@
-//! SLAQ: quality-driven scheduling (Zhang et al., SoCC'17; ALGORITHMS.md §3a).
+//! SLAQ: quality-driven scheduling (Zhang et al., SoCC'17; docs/algorithms.md §3a).
 //!
 //! Each job reports its loss; the job's driver fits its loss curve
 //! ([`pacer_predict::loss_curve`], weighted NLS, decay 0.95) and hands the policy a

@@ -1,5 +1,5 @@
 //! Themis: finish-time fairness by auctions over leased devices (Mahajan et al.,
-//! NSDI'20; ALGORITHMS.md §3b).
+//! NSDI'20; docs/algorithms.md §3b).
 //!
 //! - ρ. For job j, `ρ_j(G) = (t_elapsed + t_remaining(G)) / T_independent`, with
 //!   `t_remaining(G) = work_left / speed(G)` from the job's performance model

@@ -1,4 +1,4 @@
-//! Online gradient noise scale from a running data-parallel job (ALGORITHMS.md §2b).
+//! Online gradient noise scale from a running data-parallel job (docs/algorithms.md §2b).
 //!
 //! McCandlish et al. 2018 ("An empirical model of large-batch training", app. A):
 //! a gradient averaged over `b` samples has `E|g_b|² = |G|² + tr(Σ)/b`, where `G` is

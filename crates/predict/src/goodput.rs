@@ -1,4 +1,4 @@
-//! Iteration time, statistical efficiency and goodput (ALGORITHMS.md §2a, §2b).
+//! Iteration time, statistical efficiency and goodput (docs/algorithms.md §2a, §2b).
 //!
 //! - [`PerfParams`]: the Pollux step-time model. Compute time of one atomic
 //!   (micro-)batch is `T_c = α_c + β_c·b`; network time is `T_n = α + β·max(r−2, 0)`

@@ -1,5 +1,5 @@
 //! Iteration-time (step-time) models fitted to measured rows, and their held-out
-//! evaluation (ALGORITHMS.md §2a).
+//! evaluation (docs/algorithms.md §2a).
 //!
 //! Three model families, all predicting the time of one optimiser step from
 //! `(nodes, replicas, max replicas per node, local batch)`:

@@ -1,4 +1,4 @@
-//! Online loss-curve prediction, as SLAQ does it (ALGORITHMS.md §3a).
+//! Online loss-curve prediction, as SLAQ does it (docs/algorithms.md §3a).
 //!
 //! A training job reports its loss `L_k` after iteration `k`. To know what one
 //! more worker is worth, the scheduler needs `L` a few hundred iterations ahead.

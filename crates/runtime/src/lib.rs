@@ -1,6 +1,6 @@
 //! # pacer-runtime
 //!
-//! pacer's real driver (DESIGN.md): a controller service and worker processes that
+//! pacer's real driver (ARCHITECTURE.md): a controller service and worker processes that
 //! run synchronous data-parallel training of real models on real data over TCP, with
 //! per-worker batch sizes chosen by the same controllers (`pacer_control::worker`) and
 //! speed predictors (`pacer_predict::speed`) that the scenario simulator

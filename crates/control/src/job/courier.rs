@@ -1,5 +1,5 @@
 //! Courier: the global batch (and placement) with the best predicted metric after
-//! N epochs whose predicted training time meets an SLO (ALGORITHMS.md §2c).
+//! N epochs whose predicted training time meets an SLO (docs/algorithms.md §2c).
 //!
 //! Predicted time is `N·epoch_samples / batch × step_time`; a candidate is feasible
 //! when `predicted_time × (1 + margin) ≤ SLO`. The margin depends on how the

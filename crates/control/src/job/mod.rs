@@ -1,5 +1,5 @@
 //! Job level: which global batch, how many replicas on which placement, and which
-//! machine type (ALGORITHMS.md §2c, §2d).
+//! machine type (docs/algorithms.md §2c, §2d).
 //!
 //! - [`courier`]: the batch (and placement) with the best predicted final metric
 //!   whose predicted time to train N epochs meets an SLO, with the runner-up.

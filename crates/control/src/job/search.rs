@@ -1,5 +1,5 @@
 //! Configuration search (Scavenger, Hemingway): placement × global batch × machine
-//! type, scored by time and cost to reach a target metric (ALGORITHMS.md §2d).
+//! type, scored by time and cost to reach a target metric (docs/algorithms.md §2d).
 //!
 //! `time = samples_to_target(batch) / batch × step_time / speed(machine)` and
 //! `cost = time × replicas × price(machine)`. Offline every candidate is predicted;

@@ -19,7 +19,7 @@ const SHIFT_MIN_GAP: f64 = 0.02;
 /// that settled long ago can still react to new interference within a few windows.
 const MAX_WINDOW_FACTOR: u32 = 8;
 
-/// LB-BSP (ALGORITHMS.md §1a): load-balanced BSP driven by predicted speeds.
+/// LB-BSP (docs/algorithms.md §1a): load-balanced BSP driven by predicted speeds.
 ///
 /// The shift variant follows the paper (slowest → fastest with headroom, halve `δ`
 /// and widen `W` on a direction flip) with two additions, both there because speeds

@@ -1,5 +1,5 @@
 //! Worker level: per-worker local batches that remove stragglers while the global
-//! batch `B` stays fixed (ALGORITHMS.md §1a, §1c).
+//! batch `B` stays fixed (docs/algorithms.md §1a, §1c).
 //!
 //! In synchronous data parallelism every iteration waits for the slowest worker, so
 //! the goal is equal compute times: worker `i` gets `b_i` samples with `Σ b_i = B`,

@@ -41,7 +41,7 @@ impl Default for PidConfig {
     }
 }
 
-/// Dynamic batching by proportional control (Tyagi & Sharma, ALGORITHMS.md §1c),
+/// Dynamic batching by proportional control (Tyagi & Sharma, docs/algorithms.md §1c),
 /// extended with a leaky integral term and anti-windup.
 ///
 /// Error of worker `i`: `e_i = (x*_i − b_i)/b_i`, where `x*` is the batch that would

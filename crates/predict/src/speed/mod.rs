@@ -1,4 +1,4 @@
-//! One-step-ahead prediction of a worker's speed (samples/s), ALGORITHMS.md §1b.
+//! One-step-ahead prediction of a worker's speed (samples/s), docs/algorithms.md §1b.
 //!
 //! Worker-level batching re-sizes batches at iteration boundaries, so it needs each
 //! worker's speed for the *coming* iteration before that iteration starts. Every
