@@ -6,7 +6,7 @@
 //! The simulator and the real runtime both drive policies through this trait; a
 //! policy never knows whether time is simulated.
 //!
-//! Policies (one file each; adding one is a new file plus a line in [`by_name`]):
+//! Policies (one file each; adding one is a new file plus a line in [`POLICIES`]):
 //! - [`fifo`]: first come, first served, gang-scheduled, non-preemptive;
 //! - [`fair`]: work-conserving max-min fair share, re-planned every round;
 //! - [`tiresias`]: discretised two-queue least-attained-service (Tiresias 2D-LAS);
@@ -270,6 +270,46 @@ pub struct ClusterView<'a> {
 }
 
 /// A cluster scheduling policy.
+///
+/// A minimal one — smallest request first, each job on the first node with room — and a
+/// round on a two-node cluster:
+/// ```
+/// use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
+/// use pacer_policy::{free_per_node, ClusterView, JobView, Policy};
+///
+/// struct SmallestFirst;
+///
+/// impl Policy for SmallestFirst {
+///     fn name(&self) -> &'static str {
+///         "smallest-first"
+///     }
+///     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+///         let mut free = free_per_node(view.cluster, &[]);
+///         let mut order: Vec<usize> = (0..view.jobs.len()).collect();
+///         order.sort_by_key(|&j| (view.jobs[j].requested_replicas, view.jobs[j].id));
+///         let mut out = vec![Allocation::empty(); view.jobs.len()];
+///         for j in order {
+///             let want = view.jobs[j].requested_replicas;
+///             if let Some(n) = free.iter().position(|&f| f >= want) {
+///                 free[n] -= want;
+///                 out[j] = Allocation::from_pairs([(NodeId(n as u32), want)]);
+///             }
+///         }
+///         out
+///     }
+/// }
+///
+/// let cluster = ClusterSpec::parse("2x4:t4", "example").unwrap();
+/// let jobs = [
+///     JobView::basic(JobId(0), 0.0, 4),
+///     JobView::basic(JobId(1), 0.0, 2),
+///     JobView::basic(JobId(2), 0.0, 4),
+/// ];
+/// let view = ClusterView { now_s: 0.0, cluster: &cluster, jobs: &jobs };
+/// let allocs = SmallestFirst.allocate(&view);
+/// assert_eq!(allocs.iter().map(|a| a.replicas()).collect::<Vec<_>>(), [4, 2, 0]);
+/// pacer_policy::check_capacity(&cluster, &allocs).unwrap();
+/// ```
 pub trait Policy: Send {
     /// Registry name (`fifo`, `fair`, `tiresias`, `pollux`).
     fn name(&self) -> &'static str;
@@ -291,30 +331,82 @@ pub trait Policy: Send {
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation>;
 }
 
-/// Names accepted by [`by_name`].
-pub const POLICY_NAMES: &[&str] = &[
-    "fifo",
-    "fair",
-    "tiresias",
-    "pollux",
-    "gavel-maxmin",
-    "gavel-ftf",
-    "themis",
-    "slaq",
+/// One registered policy: its name on the command line, what it does in one line, and how
+/// to build it with its defaults.
+#[derive(Clone, Copy)]
+pub struct PolicyEntry {
+    /// Registry name (`pacer simulate --policy NAME`).
+    pub name: &'static str,
+    /// One line for `--help` and listings.
+    pub summary: &'static str,
+    /// Builds the policy with its default settings.
+    pub build: fn() -> Box<dyn Policy>,
+}
+
+/// Every policy, in the order listings show them. Adding a policy is a new file plus one
+/// line here.
+pub const POLICIES: [PolicyEntry; 8] = [
+    PolicyEntry {
+        name: "fifo",
+        summary: "first come, first served, gang-scheduled, non-preemptive",
+        build: || Box::new(fifo::Fifo),
+    },
+    PolicyEntry {
+        name: "fair",
+        summary: "work-conserving max-min fair share, re-planned every round",
+        build: || Box::new(fair::FairShare),
+    },
+    PolicyEntry {
+        name: "tiresias",
+        summary: "two-queue discretised least-attained-service (Tiresias 2D-LAS)",
+        build: || Box::new(tiresias::Tiresias::default()),
+    },
+    PolicyEntry {
+        name: "pollux",
+        summary: "goodput speedups, generalised mean p = -1, batch chosen for goodput",
+        build: || Box::new(pollux::Pollux::default()),
+    },
+    PolicyEntry {
+        name: "gavel-maxmin",
+        summary: "Gavel's max-min fair LP over effective throughput per device type",
+        build: || Box::new(gavel::Gavel::max_min()),
+    },
+    PolicyEntry {
+        name: "gavel-ftf",
+        summary: "Gavel's finish-time-fair LP over effective throughput per device type",
+        build: || Box::new(gavel::Gavel::finish_time_fair()),
+    },
+    PolicyEntry {
+        name: "themis",
+        summary: "finish-time-fair partial-allocation auctions over leases (themis-fF sets f)",
+        build: || Box::new(themis::Themis::default()),
+    },
+    PolicyEntry {
+        name: "slaq",
+        summary: "devices to the jobs whose predicted normalised loss falls most",
+        build: || Box::new(slaq::Slaq::default()),
+    },
 ];
 
-/// Builds a policy by registry name.
+const fn names<const N: usize>(entries: &[PolicyEntry; N]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = entries[i].name;
+        i += 1;
+    }
+    out
+}
+
+/// Names accepted by [`by_name`] (besides the `themis-fF` knob forms), from [`POLICIES`].
+pub const POLICY_NAMES: &[&str] = &names(&POLICIES);
+
+/// Builds a policy by registry name ([`POLICIES`]), or Themis with its fairness knob from
+/// `themis-fF` (e.g. `themis-f0.5`).
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
-    match name {
-        "fifo" => Some(Box::new(fifo::Fifo)),
-        "fair" => Some(Box::new(fair::FairShare)),
-        "tiresias" => Some(Box::new(tiresias::Tiresias::default())),
-        "pollux" => Some(Box::new(pollux::Pollux::default())),
-        "gavel-maxmin" => Some(Box::new(gavel::Gavel::max_min())),
-        "gavel-ftf" => Some(Box::new(gavel::Gavel::finish_time_fair())),
-        "themis" => Some(Box::new(themis::Themis::default())),
-        "slaq" => Some(Box::new(slaq::Slaq::default())),
-        _ => {
+    match POLICIES.iter().find(|e| e.name == name) {
+        Some(e) => Some((e.build)()),
+        None => {
             themis::parse_knob(name).map(|f| Box::new(themis::Themis::with_f(f)) as Box<dyn Policy>)
         }
     }

@@ -200,6 +200,34 @@ pub struct Observation<'a> {
 }
 
 /// A worker-level batch controller.
+///
+/// A minimal one — batches in proportion to the predicted speeds, within each worker's
+/// bounds, summing exactly to the global batch:
+/// ```
+/// use pacer_control::worker::{apportion, BatchBounds, BatchController, BatchProblem, Observation};
+///
+/// struct Proportional {
+///     problem: BatchProblem,
+/// }
+///
+/// impl BatchController for Proportional {
+///     fn name(&self) -> &'static str {
+///         "proportional"
+///     }
+///     fn decide(&mut self, obs: &Observation<'_>, batches: &mut [u64]) {
+///         let b = self.problem.global_batch();
+///         apportion(obs.predicted_speed, b, self.problem.bounds(), batches);
+///     }
+/// }
+///
+/// let bounds = vec![BatchBounds { min: 1, max: 512 }; 3];
+/// let mut c = Proportional { problem: BatchProblem::new(512, bounds, false).unwrap() };
+/// let mut batches = [171, 171, 170];
+/// let obs = Observation { compute_s: &[1.0, 1.0, 2.0], predicted_speed: &[200.0, 200.0, 100.0] };
+/// c.decide(&obs, &mut batches);
+/// assert_eq!(batches.iter().sum::<u64>(), 512);
+/// assert!(batches[0] > batches[2]);
+/// ```
 pub trait BatchController: Send {
     /// Registry name.
     fn name(&self) -> &'static str;

@@ -40,6 +40,40 @@ pub struct Exogenous {
 }
 
 /// An online one-step-ahead speed predictor for one worker.
+///
+/// A minimal one — the mean of the last three observed speeds:
+/// ```
+/// use pacer_predict::speed::{Exogenous, SpeedPredictor};
+///
+/// #[derive(Default)]
+/// struct MeanOfThree {
+///     last: Vec<f64>,
+/// }
+///
+/// impl SpeedPredictor for MeanOfThree {
+///     fn name(&self) -> &'static str {
+///         "mean3"
+///     }
+///     fn observe(&mut self, samples_per_s: f64, _exo: &Exogenous) {
+///         if samples_per_s.is_finite() && samples_per_s > 0.0 {
+///             self.last.push(samples_per_s);
+///             if self.last.len() > 3 {
+///                 self.last.remove(0);
+///             }
+///         }
+///     }
+///     fn predict_next(&self, _exo: &Exogenous) -> Option<f64> {
+///         (!self.last.is_empty()).then(|| self.last.iter().sum::<f64>() / self.last.len() as f64)
+///     }
+/// }
+///
+/// let mut p = MeanOfThree::default();
+/// assert_eq!(p.predict_next(&Exogenous::default()), None);
+/// for v in [100.0, 110.0, 120.0, 130.0] {
+///     p.observe(v, &Exogenous::default());
+/// }
+/// assert_eq!(p.predict_next(&Exogenous::default()), Some(120.0));
+/// ```
 pub trait SpeedPredictor: Send {
     /// Registry name (`last`, `ewma`, `ets`, `narx`).
     fn name(&self) -> &'static str;
