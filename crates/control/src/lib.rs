@@ -5,10 +5,14 @@
 //!
 //! - [`worker`]: per-worker local batches under a fixed global batch (uniform BSP,
 //!   LB-BSP, P/PI dynamic batching) behind the [`worker::BatchController`] trait.
+//! - [`session`]: the job session — one job's membership, speed predictions, per-worker
+//!   batches and observations, the one place these decisions are made; every driver
+//!   (workersim, the runtime, the PyTorch binding) runs it.
 //! - [`job`]: Courier (best-metric batch under a time SLO) and configuration search
 //!   (time-/cost-optimal and Pareto placement × batch × machine, offline and online).
 //!
 //! Architecture invariant: no I/O, no clocks, no knowledge of which driver calls it.
 
 pub mod job;
+pub mod session;
 pub mod worker;

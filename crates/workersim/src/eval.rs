@@ -3,7 +3,8 @@
 
 use crate::model::{conditions, Workers};
 use crate::scenario::Scenario;
-use pacer_control::worker::{make_controller_with, GateConfig, Observation, CONTROLLERS};
+use pacer_control::session::{IterationObservation, JobSession, SessionConfig, WorkerKey};
+use pacer_control::worker::{make_controller_with, GateConfig, CONTROLLERS};
 use pacer_predict::speed::{make_predictors, Exogenous, SpeedPredictor, PREDICTORS};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
@@ -100,19 +101,46 @@ pub fn simulate_custom(
     sc: &Scenario,
     controller: &str,
     opts: &SimOptions,
-    mut preds: Vec<Box<dyn SpeedPredictor>>,
+    preds: Vec<Box<dyn SpeedPredictor>>,
 ) -> Result<RunStats, EvalError> {
     let problem = sc
         .problem()
         .map_err(|e| EvalError::Infeasible(e.to_string()))?;
-    let mut ctrl = make_controller_with(controller, &problem, opts.gate)
-        .ok_or_else(|| EvalError::UnknownController(controller.to_string()))?;
+    if !CONTROLLERS.contains(&controller) {
+        return Err(EvalError::UnknownController(controller.to_string()));
+    }
     let n = problem.n_workers();
     if preds.len() != n {
         return Err(EvalError::Infeasible(format!(
             "{} predictors for {n} workers",
             preds.len()
         )));
+    }
+    // The scenario's workers are the job session's members 0..n, each with its own
+    // predictor (built by the caller) and its scenario bounds.
+    let label = preds.first().map_or("", |p| p.name()).to_string();
+    let preds = std::sync::Mutex::new(preds.into_iter().map(Some).collect::<Vec<_>>());
+    let cfg = SessionConfig {
+        global_batch: problem.global_batch(),
+        controller: controller.to_string(),
+        predictor: label,
+        seed: sc.seed,
+        gate: opts.gate,
+        gpu_like: problem.gpu_like(),
+    };
+    let mut session = JobSession::with_predictors(
+        cfg,
+        Box::new(move |w: WorkerKey| {
+            preds.lock().expect("predictor list")[w.0 as usize]
+                .take()
+                .expect("each scenario worker joins once")
+        }),
+    )
+    .map_err(|e| EvalError::Infeasible(e.to_string()))?;
+    for (i, b) in problem.bounds().iter().enumerate() {
+        session
+            .join(WorkerKey(i as u64), Some(*b))
+            .map_err(|e| EvalError::Infeasible(e.to_string()))?;
     }
     let specs: Vec<_> = sc.expanded().collect();
     let workers = Workers::new(sc);
@@ -127,8 +155,7 @@ pub fn simulate_custom(
     let mut mult = vec![1.0; n];
     let mut exo = vec![Exogenous::default(); n];
     let mut jitter = vec![1.0; n];
-    let mut compute_s = vec![0.0; n];
-    let mut speed = vec![0.0; n];
+    let mut observed = Vec::with_capacity(n);
     let mut predicted = vec![0.0; n];
     let mut oracle = vec![0u64; n];
     let mut oracle_mult: Vec<f64> = Vec::new();
@@ -158,18 +185,16 @@ pub fn simulate_custom(
             exo[i] = e;
             let z: f64 = jitter_rng.sample(StandardNormal);
             jitter[i] = (sigma[i] * z).exp();
+            session
+                .set_next_signals(WorkerKey(i as u64), e)
+                .expect("a member");
         }
+        let decision = session
+            .decide()
+            .map_err(|e| EvalError::Infeasible(e.to_string()))?;
         if k > 0 {
-            for i in 0..n {
-                predicted[i] = preds[i].predict_next(&exo[i]).unwrap_or(speed[i]);
-            }
-            ctrl.decide(
-                &Observation {
-                    compute_s: &compute_s,
-                    predicted_speed: &predicted,
-                },
-                &mut batches,
-            );
+            predicted.copy_from_slice(decision.predicted_speed);
+            batches.copy_from_slice(decision.batches);
             if batches != prev {
                 stats.batch_changes += 1;
                 for i in 0..n {
@@ -184,19 +209,29 @@ pub fn simulate_custom(
                 }
                 prev.clone_from(&batches);
             }
+        } else {
+            debug_assert_eq!(decision.batches, batches.as_slice(), "plain BSP start");
         }
         let mut slowest = 0.0f64;
+        observed.clear();
         for i in 0..n {
             let t = workers.step[i].seconds(batches[i] as f64) * mult[i] * jitter[i];
-            compute_s[i] = t;
-            speed[i] = batches[i] as f64 / t;
+            let speed = batches[i] as f64 / t;
             slowest = slowest.max(t);
             if k > 0 {
-                ape_sum += (predicted[i] - speed[i]).abs() / speed[i];
+                ape_sum += (predicted[i] - speed).abs() / speed;
                 ape_n += 1;
             }
-            preds[i].observe(speed[i], &exo[i]);
+            observed.push(IterationObservation {
+                worker: WorkerKey(i as u64),
+                samples: batches[i],
+                compute_s: t,
+                signals: exo[i],
+            });
         }
+        session
+            .observe(&observed)
+            .map_err(|e| EvalError::Infeasible(e.to_string()))?;
         total += slowest + sc.sync_s;
 
         // The oracle only needs re-solving when the true speeds changed.

@@ -106,29 +106,53 @@ pub fn make_predictor(name: &str, seed: u64, worker: u64) -> Option<Box<dyn Spee
     })
 }
 
-/// Build the predictors of a job's `workers` workers (worker `i` seeded as by
-/// [`make_predictor`]). For `narx` they share one [`LoadPool`]: workers of one job
-/// react alike to co-located load, so each worker's bursts teach all of them.
+/// Builds the predictors of one job's workers, by registry name, as workers come and go.
+/// Worker `w`'s predictor is seeded as by [`make_predictor`]; `narx` predictors share one
+/// [`LoadPool`]: workers of one job react alike to co-located load, so each worker's
+/// bursts teach all of them (a worker that joins later joins the same pool).
+pub struct PredictorFactory {
+    name: &'static str,
+    seed: u64,
+    pool: Option<(NarxConfig, LoadPool)>,
+}
+
+impl PredictorFactory {
+    /// `None` for a name not in [`PREDICTORS`].
+    pub fn new(name: &str, seed: u64) -> Option<Self> {
+        let name = *PREDICTORS.iter().find(|p| **p == name)?;
+        let pool = (name == "narx").then(|| {
+            let cfg = NarxConfig::default();
+            (cfg, LoadPool::new(&cfg, seed))
+        });
+        Some(PredictorFactory { name, seed, pool })
+    }
+
+    /// The registry name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The predictor of worker `worker`.
+    pub fn make(&self, worker: u64) -> Box<dyn SpeedPredictor> {
+        match &self.pool {
+            Some((cfg, pool)) => Box::new(Narx::pooled(
+                *cfg,
+                worker_seed(self.seed, worker),
+                pool.clone(),
+            )),
+            None => make_predictor(self.name, self.seed, worker).expect("registered name"),
+        }
+    }
+}
+
+/// Build the predictors of a job's `workers` workers 0..workers ([`PredictorFactory`]).
 pub fn make_predictors(
     name: &str,
     seed: u64,
     workers: usize,
 ) -> Option<Vec<Box<dyn SpeedPredictor>>> {
-    if name == "narx" {
-        let cfg = NarxConfig::default();
-        let pool = LoadPool::new(&cfg, seed);
-        return Some(
-            (0..workers)
-                .map(|i| {
-                    Box::new(Narx::pooled(cfg, worker_seed(seed, i as u64), pool.clone()))
-                        as Box<dyn SpeedPredictor>
-                })
-                .collect(),
-        );
-    }
-    (0..workers)
-        .map(|i| make_predictor(name, seed, i as u64))
-        .collect()
+    let f = PredictorFactory::new(name, seed)?;
+    Some((0..workers).map(|i| f.make(i as u64)).collect())
 }
 
 fn usable(v: f64) -> bool {
