@@ -66,6 +66,7 @@ pub const LAYERS: &[(&str, u8)] = &[
     ("pacer-cli", 4),
     // Dev-only crates: nothing may depend on them.
     ("pacer-fuzz", 9),
+    ("pacer-lab", 9),
     ("pacer-tidy", 9),
 ];
 

@@ -390,8 +390,8 @@ fn sane(cfg: NarxConfig) -> NarxConfig {
 /// f64, plus ≈ 220 f64 per job.
 ///
 /// Measured (speed MAPE, 8 workers × 2000 iterations, `uniform` controller; the
-/// floor set by 3 % jitter is ≈ 0.024; `cargo run --release -p pacer-workersim
-/// --example narx_ablation -- scenarios/worker/*.json`):
+/// floor set by 3 % jitter is ≈ 0.024; `cargo run --release -p pacer-lab --
+/// narx-ablation scenarios/worker/*.json`):
 ///
 /// | scenario              | ewma   | ets    | NARX before | NARX   | unpooled | raw exo | no ln basis |
 /// |-----------------------|--------|--------|-------------|--------|----------|---------|-------------|

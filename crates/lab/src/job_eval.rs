@@ -1,10 +1,5 @@
-//! Courier and configuration search on every application of the Pollux traces,
-//! checked against the measured tables.
-//!
-//! ```text
-//! cargo run --release -p pacer-control --example job_eval -- [TRACES_DIR] [--seed N]
-//! ```
-//! TRACES_DIR defaults to `../shared/data/pollux/traces`.
+//! Courier and configuration search on every application of the Pollux traces, checked
+//! against the measured tables (`pacer-lab job-eval`; docs/job-models.md).
 
 use pacer_control::job::courier::{self, measure, Margins};
 use pacer_control::job::search::{self, Objective, OnlineOptions, StepRule};
@@ -48,29 +43,34 @@ fn load(dir: &Path) -> Result<(Vec<StepRow>, ConvergenceModel), String> {
     Ok((rows, conv))
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut dir = PathBuf::from("../shared/data/pollux/traces");
-    let mut seed = 0u64;
-    let mut verbose = false;
-    while let Some(a) = args.next() {
-        if a == "--verbose" {
-            verbose = true;
-        } else if a == "--seed" {
-            seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N");
-        } else {
-            dir = PathBuf::from(a);
-        }
-    }
-    if !dir.is_dir() {
-        eprintln!(
-            "{}: not found — the Pollux traces live in ../shared/data, which a plain clone lacks",
-            dir.display()
-        );
-        std::process::exit(2);
-    }
+/// `pacer-lab job-eval`
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder with one sub-folder per application (placements.csv, scalability.csv,
+    /// validation-*.csv).
+    #[arg(default_value = "crates/sim/data/pollux")]
+    pub traces: PathBuf,
+    /// Seed of the random 30 % split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print every decision.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let Args {
+        traces: dir,
+        seed,
+        verbose,
+    } = args;
+    anyhow::ensure!(
+        dir.is_dir(),
+        "{}: not a folder of application traces (each with placements.csv)",
+        dir.display()
+    );
     let mut apps: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("placements.csv").is_file())
         .collect();
@@ -356,4 +356,5 @@ fn main() {
             100.0 * viol as f64 / cases.max(1) as f64
         );
     }
+    Ok(())
 }

@@ -1,9 +1,5 @@
-//! Held-out step-time error of every model on every application of the Pollux traces.
-//!
-//! ```text
-//! cargo run --release -p pacer-predict --example itertime_eval -- [TRACES_DIR] [--seed N] [--breakdown]
-//! ```
-//! TRACES_DIR defaults to `../shared/data/pollux/traces` (relative to the workspace).
+//! Held-out step-time error of every model on every application of the Pollux traces
+//! (`pacer-lab itertime-eval`; docs/job-models.md).
 
 use pacer_model::profile::{parse_placements, parse_scalability};
 use pacer_predict::itertime::{
@@ -43,29 +39,33 @@ fn mean_abs_log_pct(m: &StepModel, rows: &[StepRow]) -> f64 {
         / n
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut dir = PathBuf::from("../shared/data/pollux/traces");
-    let mut seed = 0u64;
-    let mut breakdown = false;
-    while let Some(a) = args.next() {
-        if a == "--seed" {
-            seed = args.next().and_then(|s| s.parse().ok()).expect("--seed N");
-        } else if a == "--breakdown" {
-            breakdown = true;
-        } else {
-            dir = PathBuf::from(a);
-        }
-    }
-    if !dir.is_dir() {
-        eprintln!(
-            "{}: not found — the Pollux traces live in ../shared/data, which a plain clone lacks",
-            dir.display()
-        );
-        std::process::exit(2);
-    }
+/// `pacer-lab itertime-eval`
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder with one sub-folder per application (placements.csv, scalability.csv).
+    #[arg(default_value = "crates/sim/data/pollux")]
+    pub traces: PathBuf,
+    /// Seed of the random 30 % split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also print the extrapolation error by table and replica count.
+    #[arg(long)]
+    pub breakdown: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let Args {
+        traces: dir,
+        seed,
+        breakdown,
+    } = args;
+    anyhow::ensure!(
+        dir.is_dir(),
+        "{}: not a folder of application traces (each with placements.csv)",
+        dir.display()
+    );
     let mut apps: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("read traces dir")
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("placements.csv").is_file())
         .collect();
@@ -313,4 +313,5 @@ fn main() {
             None => println!("{name:<12} too few rows on a common batch grid"),
         }
     }
+    Ok(())
 }

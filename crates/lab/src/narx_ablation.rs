@@ -1,7 +1,6 @@
 //! Speed-prediction error (MAPE) of NARX variants next to the baselines, on scenario
-//! files — the numbers behind the NARX design notes in `pacer_predict::speed::Narx`.
-//!
-//! `cargo run --release -p pacer-workersim --example narx_ablation -- scenarios/worker/interference*.json`
+//! files — the numbers behind the NARX design notes in `pacer_predict::speed::Narx`
+//! (`pacer-lab narx-ablation scenarios/worker/interference*.json`).
 //!
 //! Variants: `narx` as shipped (load response pooled over the job's workers, filtered
 //! monitor signals, processor-sharing basis); `unpooled` (each worker learns its own
@@ -30,9 +29,16 @@ fn narx(cfg: NarxConfig, seed: u64, n: usize, pooled: bool) -> Vec<Box<dyn Speed
         .collect()
 }
 
-fn main() -> anyhow::Result<()> {
-    let files: Vec<String> = std::env::args().skip(1).collect();
-    anyhow::ensure!(!files.is_empty(), "usage: narx_ablation SCENARIO.json…");
+/// `pacer-lab narx-ablation`
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Scenario files (`pacer batching eval` format).
+    #[arg(required = true)]
+    pub scenarios: Vec<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let files = args.scenarios;
     let variants = [
         "last", "ewma", "ets", "narx", "unpooled", "raw-exo", "no-ln",
     ];

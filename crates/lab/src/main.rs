@@ -1,0 +1,45 @@
+//! # pacer-lab
+//!
+//! The research behind pacer's published numbers, kept out of the product: evaluation
+//! harnesses over measured traces and ablations of design choices. Every number in
+//! `docs/` and `experiments/` that does not come from the `pacer` binary comes from one
+//! command here (`pacer-lab --help`).
+//!
+//! Architecture invariant: nothing depends on this crate; it uses only the public APIs
+//! of the product crates.
+
+use clap::{Parser, Subcommand};
+
+mod itertime_eval;
+mod job_eval;
+mod narx_ablation;
+
+#[derive(Parser)]
+#[command(
+    name = "pacer-lab",
+    version,
+    about = "pacer's evaluation harnesses and ablations"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Held-out step-time error of every model on every application (docs/job-models.md).
+    ItertimeEval(itertime_eval::Args),
+    /// Courier and configuration search checked against the measured tables
+    /// (docs/job-models.md).
+    JobEval(job_eval::Args),
+    /// Speed-prediction error of NARX variants next to the baselines on scenario files.
+    NarxAblation(narx_ablation::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::ItertimeEval(a) => itertime_eval::run(a),
+        Command::JobEval(a) => job_eval::run(a),
+        Command::NarxAblation(a) => narx_ablation::run(a),
+    }
+}
