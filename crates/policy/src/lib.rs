@@ -269,6 +269,17 @@ impl JobView {
         }
     }
 
+    /// Whether the job can run on device type `ty`: its speed table has a curve
+    /// for it (no table: any type). Drivers only place a job on types it has
+    /// measurements for; placement helpers ([`place::FreePool`]) honour this.
+    pub fn can_use(&self, ty: DeviceTypeId) -> bool {
+        self.speed.as_ref().is_none_or(|s| {
+            s.per_type
+                .get(ty.0 as usize)
+                .is_some_and(|c| !c.points.is_empty())
+        })
+    }
+
     /// Most devices of type `ty` that still speed the job up.
     pub fn max_useful(&self, ty: DeviceTypeId) -> u32 {
         match &self.speed {
