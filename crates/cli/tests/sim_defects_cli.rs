@@ -102,17 +102,17 @@ fn requests_beyond_the_cluster_are_refused_at_once() {
 /// type was accepted.
 #[test]
 fn pollux_apps_run_only_on_the_types_they_were_measured_on() {
-    for (cluster, types) in [
-        ("8x4:v100,8x4:k80", "v100, k80"),
-        ("4x4:unknowngpu", "unknowngpu"),
-        ("4x4:t4,4x4:v100", "v100"),
+    for (cluster, types, them) in [
+        ("8x4:v100,8x4:k80", "types v100, k80", "them"),
+        ("4x4:unknowngpu", "type unknowngpu", "it"),
+        ("4x4:t4,4x4:v100", "type v100", "it"),
     ] {
         let out = pacer_within(60, &["simulate", "--cluster", cluster, "--policy", "fifo"]);
         assert_clean_error(
             &out,
             &format!(
-                "--workload embedded:workload-1 on --cluster {cluster}: device type {types} in \
-                 the cluster: no job of the workload has measurements for it; the workload's \
+                "--workload embedded:workload-1 on --cluster {cluster}: device {types} in the \
+                 cluster: no job of the workload has measurements for {them}; the workload's \
                  jobs were measured on t4"
             ),
         );

@@ -29,8 +29,10 @@ use pacer_model::{ClusterSpec, DeviceTypeId};
 pub enum WorkloadError {
     /// Device types of the cluster no job has measurements for.
     #[error(
-        "device type {types} in the cluster: no job of the workload has measurements for it; \
-         the workload's jobs were measured on {known} (use a cluster of those types)"
+        "device type{s} {types} in the cluster: no job of the workload has measurements for \
+         {them}; the workload's jobs were measured on {known} (use a cluster of those types)",
+        s = if types.contains(',') { "s" } else { "" },
+        them = if types.contains(',') { "them" } else { "it" }
     )]
     UnmeasuredType { types: String, known: String },
     /// A job with no measurements for any type of the cluster.
@@ -401,8 +403,8 @@ mod tests {
         let e = check_workload(&cluster("8x4:v100,8x4:k80"), &a, &jobs).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "device type v100, k80 in the cluster: no job of the workload has measurements for \
-             it; the workload's jobs were measured on t4 (use a cluster of those types)"
+            "device types v100, k80 in the cluster: no job of the workload has measurements for \
+             them; the workload's jobs were measured on t4 (use a cluster of those types)"
         );
         let e = check_workload(&cluster("4x4:unknowngpu"), &a, &jobs).unwrap_err();
         assert!(e.to_string().starts_with("device type unknowngpu"), "{e}");
