@@ -159,9 +159,8 @@ fn bench_speed(rng: &mut impl Rng, types: u32, r: u32) -> pacer_policy::SpeedTab
     let base = rng.random_range(0.5..2.0);
     let factors = [1.0, rng.random_range(0.3..0.9), rng.random_range(0.1..0.4)];
     let alpha = rng.random_range(0.6..0.95);
-    let top = (2 * r).max(2);
-    let mut sizes: Vec<u32> = (0..).map(|k| 1u32 << k).take_while(|&d| d < top).collect();
-    sizes.push(top);
+    let top = r.saturating_mul(2).max(2);
+    let sizes = pacer_policy::SpeedCurve::doubling_sizes(top);
     pacer_policy::SpeedTable {
         per_type: (0..types as usize)
             .map(|t| pacer_policy::SpeedCurve {

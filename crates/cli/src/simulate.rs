@@ -104,6 +104,8 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
     if !(args.load > 0.0 && args.load.is_finite()) {
         bail!("--load: expected a number > 0, got {}", args.load);
     }
+    // Synthetic jobs are drawn for this cluster; loaded ones are checked against it.
+    let cluster = parse_cluster(&args.cluster)?;
     let mut out = Vec::new();
     // The flag each workload came from, for errors found after loading.
     let mut sources: Vec<String> = Vec::new();
@@ -188,6 +190,7 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                     jobs: n,
                     arrivals_per_hour: args.arrivals_per_hour,
                     seed: args.seed,
+                    max_replicas: Some(cluster.total_gpus()),
                 };
                 trace::synthetic(&spec, apps)
             }
@@ -195,7 +198,7 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 let n: usize = arg.parse().ok().filter(|n| *n > 0).with_context(|| {
                     format!("--trace {t}: expected synthetic-philly:JOBS with JOBS a whole number ≥ 1")
                 })?;
-                trace::synthetic_philly(&SyntheticSpec { jobs: n, arrivals_per_hour: args.arrivals_per_hour, seed: args.seed })
+                trace::synthetic_philly(&SyntheticSpec { jobs: n, arrivals_per_hour: args.arrivals_per_hour, seed: args.seed, max_replicas: Some(cluster.total_gpus()) })
             }
             _ => bail!("--trace {t}: unknown kind `{kind}`; expected pollux, philly, gavel, synthetic or synthetic-philly"),
         };
@@ -210,10 +213,14 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
     // A job that arrives after the simulator's time limit, or could not finish by it
     // even started at once, was silently left unfinished (a `0/1` row of NaNs).
     let config = sim_config(args);
+    // Device types the jobs have no measurements for, and requests larger than the
+    // cluster, are refused before any run (`pacer_sim::admit`).
     for ((_, jobs), source) in out.iter().zip(&sources) {
         config
             .check_jobs(jobs)
             .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
+        pacer_sim::admit::check_workload(&cluster, apps, jobs)
+            .map_err(|e| anyhow::anyhow!("{source} on --cluster {}: {e}", cluster.describe()))?;
     }
     // Rows and `--out` files are named by workload: two of one name would be
     // indistinguishable, and the second's files would overwrite the first's.

@@ -159,11 +159,17 @@ fn unknown_policy_and_bad_cluster_and_trace_kind() {
 #[test]
 fn cluster_toml_file() {
     let c = tmp("c.toml", "[[nodes]]\ncount = 1\ngpus = 4\ntype = \"V100\"\n\n[[nodes]]\ncount = 1\ngpus = 2\ntype = \"k80\"\n");
-    let w = tmp("small3.csv", SMALL);
+    // Duration-only jobs: they run on any device type (the Pollux applications were
+    // measured on T4 only and are refused on V100/K80).
+    let w = tmp(
+        "toml-philly.csv",
+        "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,1,66.0,a\n\
+         2017-10-09 07:03:00,600,4,2400,a\n",
+    );
     let out = pacer(&[
         "simulate",
-        "--workload",
-        w.to_str().unwrap(),
+        "--trace",
+        &format!("philly:{}", w.display()),
         "--cluster",
         c.to_str().unwrap(),
         "--policy",

@@ -60,18 +60,35 @@ pub struct ValidationCurve {
     pub rows: Vec<ValidationRow>,
 }
 
+/// The device type the Pollux artifact's tables were measured on (AWS g4dn.12xlarge,
+/// 4 × T4 per node). Its layout has no device-type field, so a profile read from it
+/// is ground truth for this type only.
+pub const POLLUX_DEVICE_TYPE: &str = "t4";
+
 /// Everything measured about one application.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppProfile {
     pub name: String,
+    /// Device types (lower case, sorted, at least one) that `placements` and
+    /// `scalability` are ground truth for; a simulator may place the application
+    /// only on these. One type today ([`POLLUX_DEVICE_TYPE`]); per-type tables
+    /// (issue #18) extend this set together with the tables it names.
+    #[serde(default = "default_device_types")]
+    pub device_types: std::collections::BTreeSet<String>,
     pub placements: Vec<PlacementRow>,
     pub scalability: Vec<ScalabilityRow>,
     /// Sorted by `global_batch`, at least one.
     pub validation: Vec<ValidationCurve>,
 }
 
+fn default_device_types() -> std::collections::BTreeSet<String> {
+    std::iter::once(POLLUX_DEVICE_TYPE.to_string()).collect()
+}
+
 impl AppProfile {
     /// Assembles a profile and checks it is usable (non-empty tables, sorted curves).
+    /// The tables are taken as measured on [`POLLUX_DEVICE_TYPE`], as the Pollux
+    /// layout's are.
     pub fn new(
         name: &str,
         placements: Vec<PlacementRow>,
@@ -95,10 +112,16 @@ impl AppProfile {
         }
         Ok(AppProfile {
             name: name.to_string(),
+            device_types: default_device_types(),
             placements,
             scalability,
             validation,
         })
+    }
+
+    /// Whether the tables are ground truth for device type `ty` (any case).
+    pub fn measured_on(&self, ty: &str) -> bool {
+        self.device_types.iter().any(|t| t.eq_ignore_ascii_case(ty))
     }
 
     /// Smallest and largest local batch measured.

@@ -78,7 +78,7 @@ pub fn place_shares(view: &ClusterView, shares: &[u32]) -> Vec<Allocation> {
     }
     todo.sort_by(|&a, &b| shares[b].cmp(&shares[a]).then(a.cmp(&b)));
     for i in todo {
-        if let Some(a) = pool.take_most_free(shares[i]) {
+        if let Some(a) = pool.take_most_free_for(&view.jobs[i], shares[i]) {
             out[i] = a;
         }
     }

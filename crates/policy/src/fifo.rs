@@ -34,7 +34,7 @@ impl Policy for Fifo {
         let cap = view.cluster.total_gpus();
         for i in order {
             let want = view.jobs[i].requested_replicas.clamp(1, cap);
-            match pool.take_most_free(want) {
+            match pool.take_most_free_for(&view.jobs[i], want) {
                 Some(a) => out[i] = a,
                 None => break,
             }

@@ -90,6 +90,26 @@ impl SpeedCurve {
     pub fn max_useful(&self) -> u32 {
         self.points.last().map_or(0, |p| p.0)
     }
+
+    /// The device counts a curve up to `top` is sampled at: 1, 2, 4, … below
+    /// `top`, then `top` itself (at most 33 sizes for any `u32`). Doubling stops
+    /// before it would overflow: `1u32 << k` wrapped past 2^31, so a request above
+    /// 2^31 never ended the sequence and the table grew without bound.
+    ///
+    /// ```
+    /// use pacer_policy::SpeedCurve;
+    /// assert_eq!(SpeedCurve::doubling_sizes(6), vec![1, 2, 4, 6]);
+    /// assert_eq!(SpeedCurve::doubling_sizes(1), vec![1]);
+    /// assert_eq!(SpeedCurve::doubling_sizes(u32::MAX).len(), 33);
+    /// ```
+    pub fn doubling_sizes(top: u32) -> Vec<u32> {
+        let top = top.max(1);
+        let mut sizes: Vec<u32> = std::iter::successors(Some(1u32), |&d| d.checked_mul(2))
+            .take_while(|&d| d < top)
+            .collect();
+        sizes.push(top);
+        sizes
+    }
 }
 
 /// How fast a job runs on each device type of the cluster (index = [`DeviceTypeId`]).
@@ -247,6 +267,17 @@ impl JobView {
                 alloc.replicas().min(req) as f64 / req as f64
             }
         }
+    }
+
+    /// Whether the job can run on device type `ty`: its speed table has a curve
+    /// for it (no table: any type). Drivers only place a job on types it has
+    /// measurements for; placement helpers ([`place::FreePool`]) honour this.
+    pub fn can_use(&self, ty: DeviceTypeId) -> bool {
+        self.speed.as_ref().is_none_or(|s| {
+            s.per_type
+                .get(ty.0 as usize)
+                .is_some_and(|c| !c.points.is_empty())
+        })
     }
 
     /// Most devices of type `ty` that still speed the job up.

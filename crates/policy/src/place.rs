@@ -1,9 +1,49 @@
 //! Placement helpers shared by the policies: a pool of free devices that hands
 //! out devices from the node with the most free ones first (consolidating a job
 //! on as few nodes as possible), in O(log nodes) per node touched.
+//!
+//! A job runs only on the device types it has measurements for
+//! ([`JobView::can_use`]); the `*_for` methods of [`FreePool`] take devices of
+//! those types only (drivers reject an allocation on any other type).
 
+use crate::JobView;
 use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, NodeId};
 use std::collections::BTreeSet;
+
+/// Nodes bucketed by free count: `buckets[k]` = nodes with exactly k free devices.
+#[derive(Debug, Clone, Default)]
+struct Buckets {
+    buckets: Vec<BTreeSet<u32>>,
+    total: u64,
+}
+
+impl Buckets {
+    fn from_free<'a>(max: usize, free: impl Iterator<Item = (usize, &'a u32)>) -> Self {
+        let mut b = Buckets {
+            buckets: vec![BTreeSet::new(); max + 1],
+            total: 0,
+        };
+        for (i, &f) in free {
+            b.buckets[f as usize].insert(i as u32);
+            b.total += f as u64;
+        }
+        b
+    }
+
+    fn mv(&mut self, node: u32, old: u32, new: u32) {
+        self.buckets[old as usize].remove(&node);
+        if new as usize >= self.buckets.len() {
+            self.buckets.resize(new as usize + 1, BTreeSet::new());
+        }
+        self.buckets[new as usize].insert(node);
+        self.total = self.total + new as u64 - old as u64;
+    }
+
+    /// Lowest-index node with exactly `k` free devices.
+    fn first(&self, k: usize) -> Option<u32> {
+        self.buckets.get(k)?.first().copied()
+    }
+}
 
 /// Free devices per node, bucketed by free count.
 #[derive(Debug, Clone)]
@@ -12,15 +52,36 @@ pub struct FreePool {
     /// `buckets[k]` = nodes with exactly k free devices.
     buckets: Vec<BTreeSet<u32>>,
     total: u64,
+    /// Device type of each node and the same buckets per type, kept only when the
+    /// pool spans several types (a single-type pool needs neither).
+    node_type: Vec<u16>,
+    typed: Vec<Buckets>,
 }
 
 impl FreePool {
     /// All devices of `cluster` free.
     pub fn new(cluster: &ClusterSpec) -> Self {
         let free: Vec<u32> = cluster.nodes.iter().map(|n| n.gpus).collect();
-        Self::from_free(free)
+        let mut pool = Self::from_free(free);
+        if cluster.device_types.len() > 1 {
+            let max = pool.buckets.len() - 1;
+            pool.node_type = cluster.nodes.iter().map(|n| n.device_type.0).collect();
+            pool.typed = (0..cluster.device_types.len())
+                .map(|t| {
+                    Buckets::from_free(
+                        max,
+                        pool.free
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| pool.node_type[*i] as usize == t),
+                    )
+                })
+                .collect();
+        }
+        pool
     }
 
+    /// A pool of one device type with `free` devices per node.
     pub fn from_free(free: Vec<u32>) -> Self {
         let max = free.iter().copied().max().unwrap_or(0) as usize;
         let mut buckets = vec![BTreeSet::new(); max + 1];
@@ -32,7 +93,75 @@ impl FreePool {
             free,
             buckets,
             total,
+            node_type: Vec::new(),
+            typed: Vec::new(),
         }
+    }
+
+    /// The device types `job` can run on, when that excludes some type of the pool
+    /// (`None`: every device of the pool will do).
+    fn restriction(&self, job: &JobView) -> Option<Vec<bool>> {
+        let usable: Vec<bool> = (0..self.typed.len())
+            .map(|t| job.can_use(DeviceTypeId(t as u16)))
+            .collect();
+        usable.contains(&false).then_some(usable)
+    }
+
+    /// Free devices of the types `job` can run on.
+    pub fn total_free_for(&self, job: &JobView) -> u64 {
+        match self.restriction(job) {
+            None => self.total,
+            Some(u) => self
+                .typed
+                .iter()
+                .zip(&u)
+                .filter(|(_, &ok)| ok)
+                .map(|(b, _)| b.total)
+                .sum(),
+        }
+    }
+
+    /// Lowest-index node, among the types marked in `usable`, with exactly `k` free.
+    fn first_of(&self, usable: &[bool], k: usize) -> Option<u32> {
+        self.typed
+            .iter()
+            .zip(usable)
+            .filter(|(_, &ok)| ok)
+            .filter_map(|(b, _)| b.first(k))
+            .min()
+    }
+
+    /// [`FreePool::take_most_free`] on the device types `job` can run on only.
+    pub fn take_most_free_for(&mut self, job: &JobView, count: u32) -> Option<Allocation> {
+        let Some(usable) = self.restriction(job) else {
+            return self.take_most_free(count);
+        };
+        if (count as u64) > self.total_free_for(job) {
+            return None;
+        }
+        let mut left = count;
+        let mut pairs = Vec::new();
+        while left > 0 {
+            let (k, node) = (1..self.buckets.len())
+                .rev()
+                .find_map(|k| Some((k, self.first_of(&usable, k)?)))?;
+            let take = left.min(k as u32);
+            self.set(node, k as u32 - take);
+            pairs.push((NodeId(node), take));
+            left -= take;
+        }
+        Some(Allocation::from_pairs(pairs))
+    }
+
+    /// [`FreePool::take_best_fit_one_node`] on the device types `job` can run on only.
+    pub fn take_best_fit_one_node_for(&mut self, job: &JobView, count: u32) -> Option<Allocation> {
+        let Some(usable) = self.restriction(job) else {
+            return self.take_best_fit_one_node(count);
+        };
+        let (k, node) = (count as usize..self.buckets.len())
+            .find_map(|k| Some((k, self.first_of(&usable, k)?)))?;
+        self.set(node, k as u32 - count);
+        Some(Allocation::from_pairs([(NodeId(node), count)]))
     }
 
     pub fn total_free(&self) -> u64 {
@@ -53,6 +182,9 @@ impl FreePool {
 
     fn set(&mut self, node: u32, new: u32) {
         let old = self.free[node as usize];
+        if let Some(&t) = self.node_type.get(node as usize) {
+            self.typed[t as usize].mv(node, old, new);
+        }
         self.buckets[old as usize].remove(&node);
         if new as usize >= self.buckets.len() {
             self.buckets.resize(new as usize + 1, BTreeSet::new());
@@ -279,5 +411,45 @@ mod tests {
         assert!(!p.take_exact(&a));
         let one = p.take_best_fit_one_node(2).unwrap();
         assert_eq!(one.replicas(), 2);
+    }
+
+    /// A job placed by a type-blind pool landed on device types it has no
+    /// measurements for (and ran there at another type's speed).
+    #[test]
+    fn jobs_get_devices_of_their_types_only() {
+        use crate::{SpeedCurve, SpeedTable};
+        use pacer_model::JobId;
+        use std::sync::Arc;
+        // Nodes 0-1: v100 (4 each), nodes 2-4: k80 (2 each).
+        let c = ClusterSpec::parse("2x4:v100,3x2:k80", "t").unwrap();
+        let mut k80_only = crate::JobView::basic(JobId(0), 0.0, 4);
+        k80_only.speed = Some(Arc::new(SpeedTable {
+            per_type: vec![SpeedCurve::default(), SpeedCurve::single(4, 1.0, 1.0)],
+        }));
+        let any = crate::JobView::basic(JobId(1), 0.0, 4);
+        let types = |a: &Allocation| -> Vec<u16> {
+            a.slots()
+                .iter()
+                .map(|s| c.nodes[s.0 .0 as usize].device_type.0)
+                .collect()
+        };
+        let mut p = FreePool::new(&c);
+        assert_eq!(p.total_free_for(&k80_only), 6);
+        assert_eq!(p.total_free_for(&any), 14);
+        let a = p.take_most_free_for(&k80_only, 3).unwrap();
+        assert_eq!((a.replicas(), types(&a)), (3, vec![1, 1]));
+        assert!(p.take_most_free_for(&k80_only, 4).is_none());
+        assert_eq!(p.total_free(), 11, "a refused take takes nothing");
+        let b = p.take_best_fit_one_node_for(&k80_only, 1).unwrap();
+        assert_eq!(types(&b), vec![1]);
+        assert!(p.take_best_fit_one_node_for(&k80_only, 3).is_none());
+        // A job that can use every type still gets the node with the most free.
+        let d = p.take_most_free_for(&any, 4).unwrap();
+        assert_eq!(d.placement(), vec![4]);
+        assert_eq!(types(&d), vec![0]);
+        p.give_back(&a);
+        assert_eq!(p.total_free_for(&k80_only), 5);
+        let e = p.take_most_free_for(&k80_only, 4).unwrap();
+        assert_eq!((e.placement(), types(&e)), (vec![2, 2], vec![1, 1]));
     }
 }

@@ -262,11 +262,11 @@ impl Policy for Pollux {
         for i in todo {
             let r = replicas[i];
             let a = if r <= per_node {
-                pool.take_best_fit_one_node(r)
+                pool.take_best_fit_one_node_for(&jobs[i], r)
             } else {
                 None
             };
-            if let Some(a) = a.or_else(|| pool.take_most_free(r)) {
+            if let Some(a) = a.or_else(|| pool.take_most_free_for(&jobs[i], r)) {
                 out[i] = a;
             }
         }

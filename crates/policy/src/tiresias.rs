@@ -108,9 +108,11 @@ impl Policy for Tiresias {
         for &i in &order {
             if run[i] && out[i].is_empty() {
                 let want = view.jobs[i].requested_replicas.clamp(1, cap);
-                out[i] = pool
-                    .take_most_free(want)
-                    .expect("budgeted devices are free");
+                // Budgeted devices are free, but maybe not of the job's device types.
+                match pool.take_most_free_for(&view.jobs[i], want) {
+                    Some(a) => out[i] = a,
+                    None => run[i] = false,
+                }
             }
         }
         for (i, j) in view.jobs.iter().enumerate() {

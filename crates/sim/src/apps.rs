@@ -20,6 +20,11 @@
 //!   validated batch sizes around it;
 //! - progress (base-batch-equivalent steps) at each epoch boundary, and the epoch a
 //!   job completes at (the application's `max_epochs`, as configured by Pollux).
+//!
+//! The tables are ground truth on the device types their profile lists
+//! ([`AppProfile::device_types`]; `t4` for every Pollux folder): the simulator places
+//! a job only on those ([`crate::admit`]) rather than relabel T4 numbers as another
+//! type's.
 
 use pacer_model::profile::{self, AppProfile};
 use pacer_model::ParseError;
@@ -270,6 +275,9 @@ pub struct AppModel {
     pub profile: AppProfile,
     /// Exact placements (canonical rotation) → curve.
     exact: std::collections::HashMap<Vec<u32>, Curve>,
+    /// Most nodes of an exact placement: a longer placement is not looked up
+    /// (canonicalising costs O(nodes²), which a huge spread placement made slow).
+    max_exact_nodes: usize,
     levels: Vec<Level>,
     /// Epochs to train (job completes after the last one).
     pub max_epochs: usize,
@@ -347,6 +355,7 @@ impl AppModel {
                 }),
             }
         }
+        let max_exact_nodes = exact_pts.keys().map(Vec::len).max().unwrap_or(0);
         let exact = exact_pts
             .into_iter()
             .map(|(k, v)| (k, Curve::from_points(v)))
@@ -365,6 +374,7 @@ impl AppModel {
             max_batch: profile.max_batch() as f64,
             profile,
             exact,
+            max_exact_nodes,
             levels,
             max_epochs,
             min_local_bsz,
@@ -379,12 +389,14 @@ impl AppModel {
 
     /// `(step_time_s, sync_time_s)` of one optimiser step without accumulation.
     pub fn step_time(&self, placement: &[u32], atomic_bsz: f64) -> (f64, f64) {
-        let canon = canonical_placement(placement);
-        if let Some(c) = self.exact.get(&canon) {
-            return c.at(atomic_bsz);
+        let used = placement.iter().filter(|&&x| x > 0).count();
+        if used <= self.max_exact_nodes {
+            if let Some(c) = self.exact.get(&canonical_placement(placement)) {
+                return c.at(atomic_bsz);
+            }
         }
-        let nodes = (canon.len() as u32).min(self.levels.last().map(|l| l.nodes).unwrap_or(1));
-        let replicas: u32 = canon.iter().sum();
+        let nodes = (used as u32).min(self.levels.last().map(|l| l.nodes).unwrap_or(1));
+        let replicas: u32 = placement.iter().sum();
         self.interpolate(nodes, replicas, atomic_bsz)
     }
 

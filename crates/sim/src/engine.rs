@@ -374,6 +374,9 @@ pub enum SimError {
     /// A job that could not finish within `max_time_s` whatever the policy did.
     #[error("job `{job}`: {message}")]
     BeyondHorizon { job: String, message: String },
+    /// A workload that cannot run on the cluster (device types, sizes).
+    #[error(transparent)]
+    Workload(#[from] crate::admit::WorkloadError),
     #[error("policy `{policy}` returned an invalid allocation at t={time_s}s: {reason}")]
     BadAllocation {
         policy: String,
@@ -608,22 +611,25 @@ impl Simulation<'_> {
     }
 
     /// Speed table of every job (work units per second by device type and count).
+    /// A type the job has no measurements for ([`crate::admit::usable_types`]) gets
+    /// an empty curve: the job cannot run there. Curves stop at the devices the
+    /// cluster has of the job's types, so no table outgrows the cluster.
     pub fn speed_tables(&self) -> Vec<Arc<SpeedTable>> {
         let types = self.cluster.device_types.len().max(1);
         self.jobs
             .iter()
             .map(|job| {
-                let req = job.spec.requested_replicas.max(1);
-                let t = match &job.work {
+                let usable = crate::admit::usable_types(self.cluster, self.apps, job);
+                let cap = crate::admit::capacity(self.cluster, &usable).min(u32::MAX as u64);
+                let req = job.spec.requested_replicas.max(1).min(cap.max(1) as u32);
+                let mut t = match &job.work {
                     Work::Duration { duration_s } => {
                         SpeedTable::uniform(types, SpeedCurve::single(req, 1.0 / duration_s, 1.0))
                     }
                     Work::Profiled { app } => {
                         let app = &self.apps[*app];
                         let b = job.spec.requested_batch;
-                        let mut sizes: Vec<u32> =
-                            (0..).map(|k| 1u32 << k).take_while(|&r| r < req).collect();
-                        sizes.push(req);
+                        let sizes = SpeedCurve::doubling_sizes(req);
                         let points = sizes
                             .iter()
                             .map(|&r| (r, 1.0 / self.dedicated_time(app, b, r)))
@@ -674,6 +680,11 @@ impl Simulation<'_> {
                         },
                     ),
                 };
+                for (curve, ok) in t.per_type.iter_mut().zip(&usable) {
+                    if !ok {
+                        *curve = SpeedCurve::default();
+                    }
+                }
                 Arc::new(t)
             })
             .collect()
@@ -722,6 +733,7 @@ impl Simulation<'_> {
         let cfg = &self.config;
         cfg.validate()?;
         cfg.check_jobs(self.jobs)?;
+        crate::admit::check_workload(self.cluster, self.apps, self.jobs)?;
         let adaptive = policy.adaptive_batch();
         let modes: Vec<BatchMode> = self
             .jobs
@@ -748,6 +760,14 @@ impl Simulation<'_> {
         let mut finished = 0usize;
         let mut views: Vec<JobView> = Vec::new();
         let speeds = self.speed_tables();
+        // Devices of the types each job can run on (adaptive jobs explore up to it).
+        let caps: Vec<u32> = speeds
+            .iter()
+            .map(|sp| {
+                let usable: Vec<bool> = sp.per_type.iter().map(|c| !c.points.is_empty()).collect();
+                crate::admit::capacity(self.cluster, &usable).min(u32::MAX as u64) as u32
+            })
+            .collect();
         let uses_quality = policy.uses_quality();
         // End of the next round: `now + round_s`, or the next arrival when it comes
         // earlier and `replan_on_arrival` allows (exactly its arrival time, so that it
@@ -855,7 +875,7 @@ impl Simulation<'_> {
                         let by_batch = (app.max_batch / app.min_local_bsz) as u32;
                         let explore = (2 * st.max_profiled_replicas).max(1);
                         (
-                            explore.min(64).min(by_batch).max(1),
+                            explore.min(64).min(by_batch).min(caps[i]).max(1),
                             self.goodput_fn(app, st),
                         )
                     }
@@ -903,6 +923,31 @@ impl Simulation<'_> {
                 time_s: now,
                 reason,
             })?;
+            // A job runs only on device types it has measurements for: elsewhere the
+            // simulator would have no ground truth and would relabel another type's.
+            for (k, &i) in active.iter().enumerate() {
+                let unmeasured = allocs[k].slots().iter().find_map(|&(node, _)| {
+                    let ty = self.cluster.nodes[node.0 as usize].device_type;
+                    speeds[i]
+                        .per_type
+                        .get(ty.0 as usize)
+                        .is_none_or(|c| c.points.is_empty())
+                        .then_some((node, ty))
+                });
+                if let Some((node, ty)) = unmeasured {
+                    return Err(SimError::BadAllocation {
+                        policy: policy.name().into(),
+                        time_s: now,
+                        reason: format!(
+                            "job `{}` placed on node {} of device type {}, which it has no \
+                             measurements for",
+                            self.jobs[i].spec.name,
+                            node.0,
+                            self.cluster.device_types[ty.0 as usize]
+                        ),
+                    });
+                }
+            }
             // 4. Apply.
             running.clear();
             let mut used = 0u32;

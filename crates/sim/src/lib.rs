@@ -5,6 +5,8 @@
 //! job trains, and calls the same `pacer-policy` and `pacer-predict` code a real
 //! cluster would.
 //!
+//! - [`admit`]: whether a workload can run on a cluster (device types it was
+//!   measured on, requests within the cluster's size), checked before a run;
 //! - [`apps`]: the measured application profiles (six Pollux applications
 //!   embedded) and the ground-truth performance model interpolated from them;
 //! - [`trace`]: workload loaders (Pollux workloads, Philly, Gavel traces, synthetic);
@@ -16,6 +18,7 @@
 //! Architecture invariant: the engine never reads a wall clock except to report
 //! its own run time (`wall_ms`); simulated time comes only from the round loop.
 
+pub mod admit;
 pub mod apps;
 pub mod engine;
 pub mod hetero;

@@ -328,7 +328,8 @@ pub fn load_gavel_trace(
                 requested_replicas: scale,
                 requested_batch: 0,
                 service_gpu_s: Some(steps / rate * scale as f64),
-                device_type: None,
+                // Its duration is `device`'s throughput: ground truth on that type only.
+                device_type: Some(device.to_string()),
             },
             work: Work::Duration {
                 duration_s: steps / rate,
@@ -348,6 +349,16 @@ pub struct SyntheticSpec {
     /// Mean arrivals per hour (Poisson process).
     pub arrivals_per_hour: f64,
     pub seed: u64,
+    /// Largest job drawn (the cluster's size): a drawn size above it is lowered to
+    /// it, as a generated job asks for what the cluster it is generated for has.
+    /// `None`: Philly's sizes as drawn (up to 16).
+    pub max_replicas: Option<u32>,
+}
+
+impl SyntheticSpec {
+    fn size(&self, drawn: u32) -> u32 {
+        self.max_replicas.map_or(drawn, |m| drawn.min(m.max(1)))
+    }
 }
 
 /// Job-size mix of the Philly trace (Pollux's digest, 82,247 jobs): share of jobs
@@ -417,7 +428,7 @@ pub fn synthetic_philly(spec: &SyntheticSpec) -> Vec<SimJob> {
         .map(|k| {
             t += gap.sample(&mut rng);
             let class = philly_size_class(&mut rng);
-            let gpus = PHILLY_SIZE_SHARES[class].0;
+            let gpus = spec.size(PHILLY_SIZE_SHARES[class].0);
             let duration = philly_duration(class, &mut rng).max(1.0);
             SimJob {
                 spec: JobSpec {
@@ -439,7 +450,7 @@ pub fn synthetic_philly(spec: &SyntheticSpec) -> Vec<SimJob> {
 
 /// Seeded synthetic workload over the measured applications: Poisson arrivals,
 /// application uniform, requested devices from the Philly trace's job-size mix
-/// ([`PHILLY_SIZE_SHARES`]), and a requested batch among the application's
+/// ([`PHILLY_SIZE_SHARES`], at most [`SyntheticSpec::max_replicas`]), and a requested batch among the application's
 /// validated sizes that fits those devices. How long a job runs follows from its
 /// application's measured convergence, not from Philly's durations.
 pub fn synthetic(spec: &SyntheticSpec, apps: &[AppModel]) -> Vec<SimJob> {
@@ -451,7 +462,7 @@ pub fn synthetic(spec: &SyntheticSpec, apps: &[AppModel]) -> Vec<SimJob> {
         t += gap.sample(&mut rng);
         let app_i = rng.random_range(0..apps.len());
         let app = &apps[app_i];
-        let replicas = PHILLY_SIZE_SHARES[philly_size_class(&mut rng)].0;
+        let replicas = spec.size(PHILLY_SIZE_SHARES[philly_size_class(&mut rng)].0);
         let fits: Vec<u32> = app
             .profile
             .validation
@@ -592,6 +603,7 @@ mod tests {
             jobs: 50,
             arrivals_per_hour: 20.0,
             seed: 3,
+            max_replicas: None,
         };
         let x = synthetic(&s, &a);
         let y = synthetic(&s, &a);
@@ -628,5 +640,25 @@ mod tests {
             "median single-GPU duration {median}"
         );
         assert_ne!(x[0].spec.arrival_s, z[0].spec.arrival_s);
+        // Sizes capped at the cluster's; arrivals unchanged.
+        let capped = SyntheticSpec {
+            jobs: 300,
+            max_replicas: Some(2),
+            ..s.clone()
+        };
+        let free = SyntheticSpec {
+            max_replicas: None,
+            ..capped.clone()
+        };
+        for (a, b) in [
+            (synthetic(&capped, &a), synthetic(&free, &a)),
+            (synthetic_philly(&capped), synthetic_philly(&free)),
+        ] {
+            assert!(b.iter().any(|j| j.spec.requested_replicas > 2));
+            for (x, y) in a.iter().zip(&b) {
+                assert_eq!(x.spec.requested_replicas, y.spec.requested_replicas.min(2));
+                assert_eq!(x.spec.arrival_s, y.spec.arrival_s);
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ fn apps() -> &'static [AppModel] {
 }
 
 /// Short jobs only (bert, cifar10, ncf, yolov3 are minutes to hours) keep tests fast.
-fn workload(jobs: usize, per_hour: f64, seed: u64) -> Vec<SimJob> {
+fn workload(jobs: usize, per_hour: f64, seed: u64, max_replicas: u32) -> Vec<SimJob> {
     let short: Vec<usize> = apps()
         .iter()
         .enumerate()
@@ -27,6 +27,8 @@ fn workload(jobs: usize, per_hour: f64, seed: u64) -> Vec<SimJob> {
             jobs,
             arrivals_per_hour: per_hour,
             seed,
+            // A job larger than the cluster is refused (`pacer_sim::admit`).
+            max_replicas: Some(max_replicas),
         },
         apps(),
     );
@@ -115,7 +117,7 @@ proptest! {
 
     #[test]
     fn invariants_hold_for_every_policy(seed in 0u64..1000, jobs in 3usize..14, nodes in 1u32..4, per_node in 1u32..5, replan in 0usize..3) {
-        let w = workload(jobs, 6.0, seed);
+        let w = workload(jobs, 6.0, seed, nodes * per_node);
         let cluster = format!("{nodes}x{per_node}:t4");
         let replan = [ArrivalReplan::Never, ArrivalReplan::WhenIdle, ArrivalReplan::Always][replan];
         for policy in pacer_policy::POLICY_NAMES {
@@ -127,7 +129,7 @@ proptest! {
 #[test]
 fn same_seed_same_result() {
     let run = |seed| {
-        let w = workload(12, 10.0, seed);
+        let w = workload(12, 10.0, seed, 8);
         let cluster = ClusterSpec::parse("2x4:t4", "t").unwrap();
         let sim = Simulation {
             cluster: &cluster,
@@ -267,7 +269,7 @@ fn rounds_too_short_to_advance_the_clock_are_an_error_not_a_hang() {
     // A round of 1e-300 s: `now + round_s == now` once a job has arrived, so the
     // loop never ended. Zero, NaN and infinity are refused the same way.
     let cluster = ClusterSpec::parse("1x4:t4", "t").unwrap();
-    let jobs = workload(2, 10.0, 1);
+    let jobs = workload(2, 10.0, 1, 4);
     for round_s in [1e-300, 0.0, f64::NAN, f64::INFINITY, -60.0] {
         let sim = Simulation {
             cluster: &cluster,
