@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod error;
 pub mod job;
 pub mod profile;
+pub mod rng;
 
 pub use alloc::Allocation;
 pub use cluster::{ClusterSpec, DeviceTypeId, NodeId, NodeSpec};

@@ -279,19 +279,16 @@ pub fn make_controller_with(
 /// Deterministic random numbers for the unit tests (no RNG dependency).
 #[cfg(test)]
 pub(crate) mod testutil {
+    use pacer_model::rng::SplitMix64;
+
     /// Standard normals by Box–Muller on splitmix64.
-    pub(crate) struct Normals(u64);
+    pub(crate) struct Normals(SplitMix64);
     impl Normals {
         pub(crate) fn new(seed: u64) -> Self {
-            Normals(seed)
+            Normals(SplitMix64::new(seed))
         }
         fn uniform(&mut self) -> f64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+            self.0.next_f64()
         }
         pub(crate) fn next(&mut self) -> f64 {
             let (u, v) = (self.uniform(), self.uniform());

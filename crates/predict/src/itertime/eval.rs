@@ -51,23 +51,8 @@ impl Split {
     }
 }
 
-/// SplitMix64: a tiny deterministic generator so a seed means the same split everywhere.
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
+/// The seeded generator of the splits: a seed means the same split everywhere.
+pub use pacer_model::rng::SplitMix64;
 
 /// A random `test_fraction` of the rows is held out (Fisher–Yates with `seed`).
 pub fn split_random(n: usize, test_fraction: f64, seed: u64) -> Split {
