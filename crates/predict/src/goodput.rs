@@ -13,8 +13,8 @@
 //!   batch) → (compute time, step time)` by Levenberg–Marquardt on log-time residuals
 //!   with analytic Jacobians.
 
-use levenberg_marquardt::{LeastSquaresProblem, LevenbergMarquardt};
-use nalgebra::{DMatrix, DVector, Dyn, Owned};
+use crate::lm::{Bound, Bounded, Residuals};
+use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 
 /// Parameters of the Pollux step-time model (seconds).
@@ -344,17 +344,22 @@ const GAMMA_MAX: f64 = 10.0;
 const REG_GAMMA: f64 = 1e-3;
 const REG_RETRO: f64 = 1e-2;
 
-/// Free/fixed parameter layout of one fit. Positive parameters are written
-/// `p = LOWER + exp(u)`, γ as `1 + 9·sigmoid(v)`, so LM works unconstrained.
-struct PerfProblem<'a> {
+/// The Pollux step-time model's residuals over observations, in the 7 parameters of
+/// [`PerfParams`] order. Positive parameters are fitted as `p = LOWER + exp(u)`, γ as
+/// `1 + 9·σ(v)` ([`BOUNDS`]), so LM works unconstrained.
+struct PerfModel<'a> {
     obs: &'a [PerfObservation],
-    /// Current values of the 7 parameters in [`PerfParams`] order.
-    values: [f64; 7],
-    /// Indices (0..7) that are optimised; the others stay at `values`.
-    free: Vec<usize>,
-    /// Unconstrained coordinates of the free parameters.
-    x: DVector<f64>,
 }
+
+const BOUNDS: [Bound; 7] = [
+    Bound::Above(LOWER),
+    Bound::Above(LOWER),
+    Bound::Above(LOWER),
+    Bound::Above(LOWER),
+    Bound::Above(LOWER),
+    Bound::Above(LOWER),
+    Bound::Between(1.0, GAMMA_MAX),
+];
 
 fn to_params(v: &[f64; 7]) -> PerfParams {
     PerfParams {
@@ -368,43 +373,16 @@ fn to_params(v: &[f64; 7]) -> PerfParams {
     }
 }
 
-fn sigmoid(v: f64) -> f64 {
-    1.0 / (1.0 + (-v).exp())
-}
-
-impl PerfProblem<'_> {
-    fn decode(&mut self) {
-        for (k, &i) in self.free.iter().enumerate() {
-            let u = self.x[k].clamp(-60.0, 60.0);
-            self.values[i] = if i == 6 {
-                1.0 + (GAMMA_MAX - 1.0) * sigmoid(u)
-            } else {
-                LOWER + u.exp()
-            };
-        }
-    }
-
-    /// d value / d x for free parameter `i`.
-    fn dvalue(&self, i: usize) -> f64 {
-        if i == 6 {
-            let s = (self.values[6] - 1.0) / (GAMMA_MAX - 1.0);
-            (GAMMA_MAX - 1.0) * s * (1.0 - s)
-        } else {
-            self.values[i] - LOWER
-        }
-    }
-
+impl Residuals for PerfModel<'_> {
     fn n_residuals(&self) -> usize {
         2 * self.obs.len() + 3
     }
 
-    /// Residuals and, when asked, the full 7-column Jacobian in parameter space.
-    fn eval(&self, jac: Option<&mut DMatrix<f64>>) -> DVector<f64> {
-        let p = &self.values;
+    /// Residuals and the full 7-column Jacobian in parameter space.
+    fn eval(&self, p: &[f64], jp: &mut DMatrix<f64>) -> DVector<f64> {
         let m = self.obs.len() as f64;
         let w = 1.0 / m.sqrt();
         let mut r = DVector::zeros(self.n_residuals());
-        let mut jp = DMatrix::zeros(self.n_residuals(), 7);
         let gamma = p[6];
         for (i, o) in self.obs.iter().enumerate() {
             let tc = p[0] + p[1] * o.atomic_bsz;
@@ -456,41 +434,7 @@ impl PerfProblem<'_> {
         r[k + 2] = sr * p[5] / p[4];
         jp[(k + 2, 5)] = sr / p[4];
         jp[(k + 2, 4)] = -sr * p[5] / (p[4] * p[4]);
-        if let Some(j) = jac {
-            for (c, &i) in self.free.iter().enumerate() {
-                let dv = self.dvalue(i);
-                for row in 0..self.n_residuals() {
-                    j[(row, c)] = jp[(row, i)] * dv;
-                }
-            }
-        }
         r
-    }
-}
-
-impl LeastSquaresProblem<f64, Dyn, Dyn> for PerfProblem<'_> {
-    type ResidualStorage = Owned<f64, Dyn>;
-    type JacobianStorage = Owned<f64, Dyn, Dyn>;
-    type ParameterStorage = Owned<f64, Dyn>;
-
-    fn set_params(&mut self, x: &DVector<f64>) {
-        self.x.copy_from(x);
-        self.decode();
-    }
-
-    fn params(&self) -> DVector<f64> {
-        self.x.clone()
-    }
-
-    fn residuals(&self) -> Option<DVector<f64>> {
-        let r = self.eval(None);
-        r.iter().all(|v| v.is_finite()).then_some(r)
-    }
-
-    fn jacobian(&self) -> Option<DMatrix<f64>> {
-        let mut j = DMatrix::zeros(self.n_residuals(), self.free.len());
-        self.eval(Some(&mut j));
-        j.iter().all(|v| v.is_finite()).then_some(j)
     }
 }
 
@@ -601,19 +545,12 @@ pub fn fit_perf_params_from(
                 }
             }),
         );
-        let mut problem = PerfProblem {
-            obs,
-            values: start,
-            free: free.clone(),
-            x,
-        };
-        problem.decode();
-        let objective = if problem.free.is_empty() {
-            problem.eval(None).norm_squared() / 2.0
+        let model = PerfModel { obs };
+        let mut problem = Bounded::new(&model, &BOUNDS, start.to_vec(), free.clone(), x);
+        let objective = if free.is_empty() {
+            problem.objective()
         } else {
-            let (solved, report) = LevenbergMarquardt::new()
-                .with_patience(100)
-                .minimize(problem);
+            let (solved, report) = problem.minimize();
             problem = solved;
             if !report.objective_function.is_finite() {
                 last_failure = format!("{:?}", report.termination);
@@ -622,7 +559,9 @@ pub fn fit_perf_params_from(
             report.objective_function
         };
         if best.is_none_or(|(b, _)| objective < b) {
-            best = Some((objective, problem.values));
+            let mut v = [0.0; 7];
+            v.copy_from_slice(&problem.values);
+            best = Some((objective, v));
         }
         if free.is_empty() || !free.contains(&6) {
             break;
@@ -804,6 +743,7 @@ mod tests {
 #[cfg(test)]
 mod jac_tests {
     use super::*;
+    use levenberg_marquardt::LeastSquaresProblem;
 
     #[test]
     fn analytic_jacobian_matches_finite_differences() {
@@ -832,12 +772,8 @@ mod jac_tests {
         })
         .collect();
         let x = DVector::from_vec(vec![-3.0, -6.0, -2.0, -5.0, -4.0, -6.5, 0.3]);
-        let mut prob = PerfProblem {
-            obs: &obs,
-            values: [0.0; 7],
-            free: (0..7).collect(),
-            x: x.clone(),
-        };
+        let model = PerfModel { obs: &obs };
+        let mut prob = Bounded::new(&model, &BOUNDS, vec![0.0; 7], (0..7).collect(), x.clone());
         prob.set_params(&x);
         let j = prob.jacobian().unwrap();
         let r0 = prob.residuals().unwrap();

@@ -22,5 +22,6 @@ pub mod convergence;
 pub mod gns;
 pub mod goodput;
 pub mod itertime;
+mod lm;
 pub mod loss_curve;
 pub mod speed;

@@ -54,8 +54,8 @@ use pacer::*;
 pub use table::PacerTable;
 
 use crate::goodput::{fit_perf_params, FitError, PerfObservation, PerfParams};
-use levenberg_marquardt::{LeastSquaresProblem, LevenbergMarquardt};
-use nalgebra::{DMatrix, DVector, Dyn, Owned};
+use crate::lm::{Bound, Bounded, Residuals};
+use nalgebra::{DMatrix, DVector};
 use pacer_model::{PlacementRow, ScalabilityRow};
 use serde::{Deserialize, Serialize};
 

@@ -164,31 +164,29 @@ impl PacerParams {
 pub(super) const COMPUTE_WEIGHT: f64 = 0.5;
 pub(super) const REG_GAMMA: f64 = 1e-3;
 
-pub(super) struct PacerProblem<'a> {
+/// The pacer model's residuals over measured rows, in the parameter layout of
+/// [`PacerParams::from_vec`]: knot times, then the tail (γ at `knots + GAM`).
+pub(super) struct PacerModel<'a> {
     pub(super) rows: &'a [StepRow],
     pub(super) knots: Vec<f64>,
-    pub(super) values: Vec<f64>,
-    pub(super) free: Vec<usize>,
-    pub(super) x: DVector<f64>,
 }
 
-impl PacerProblem<'_> {
-    fn gamma_index(&self) -> usize {
-        self.knots.len() + GAM
+impl PacerModel<'_> {
+    /// Every parameter positive except γ in `[1, GAMMA_MAX]`.
+    pub(super) fn bounds(&self, np: usize) -> Vec<Bound> {
+        let g = self.knots.len() + GAM;
+        (0..np)
+            .map(|i| {
+                if i == g {
+                    Bound::Between(1.0, GAMMA_MAX)
+                } else {
+                    Bound::Above(LOWER)
+                }
+            })
+            .collect()
     }
 
-    fn decode(&mut self) {
-        let g = self.gamma_index();
-        for (k, &i) in self.free.iter().enumerate() {
-            let u = self.x[k].clamp(-60.0, 60.0);
-            self.values[i] = if i == g {
-                1.0 + (GAMMA_MAX - 1.0) / (1.0 + (-u).exp())
-            } else {
-                LOWER + u.exp()
-            };
-        }
-    }
-
+    /// Unconstrained coordinates of the free parameters at `values`.
     pub(super) fn encode(values: &[f64], free: &[usize], g: usize) -> DVector<f64> {
         DVector::from_iterator(
             free.len(),
@@ -202,31 +200,19 @@ impl PacerProblem<'_> {
             }),
         )
     }
+}
 
-    fn dvalue(&self, i: usize) -> f64 {
-        let g = self.gamma_index();
-        if i == g {
-            let s = (self.values[g] - 1.0) / (GAMMA_MAX - 1.0);
-            (GAMMA_MAX - 1.0) * s * (1.0 - s)
-        } else {
-            self.values[i] - LOWER
-        }
-    }
-
+impl Residuals for PacerModel<'_> {
     fn n_residuals(&self) -> usize {
         2 * self.rows.len() + 1
     }
 
-    /// Residuals (log-time errors) and, when asked, their analytic Jacobian with
-    /// respect to the free unconstrained coordinates.
-    fn eval(&self, jac: Option<&mut DMatrix<f64>>) -> DVector<f64> {
-        let p = &self.values;
+    /// Residuals (log-time errors) and their analytic Jacobian in parameter space.
+    fn eval(&self, p: &[f64], jp: &mut DMatrix<f64>) -> DVector<f64> {
         let nk = self.knots.len();
-        let np = p.len();
         let w = 1.0 / (self.rows.len() as f64).sqrt();
         let nr = self.n_residuals();
         let mut r = DVector::zeros(nr);
-        let mut jp = DMatrix::zeros(nr, np);
         let gamma = p[nk + GAM];
         for (i, row) in self.rows.iter().enumerate() {
             let c = &row.config;
@@ -281,41 +267,7 @@ impl PacerProblem<'_> {
         let sg = REG_GAMMA.sqrt();
         r[k] = sg * (gamma - 1.0);
         jp[(k, nk + GAM)] = sg;
-        if let Some(j) = jac {
-            for (c, &i) in self.free.iter().enumerate() {
-                let dv = self.dvalue(i);
-                for row in 0..nr {
-                    j[(row, c)] = jp[(row, i)] * dv;
-                }
-            }
-        }
         r
-    }
-}
-
-impl LeastSquaresProblem<f64, Dyn, Dyn> for PacerProblem<'_> {
-    type ResidualStorage = Owned<f64, Dyn>;
-    type JacobianStorage = Owned<f64, Dyn, Dyn>;
-    type ParameterStorage = Owned<f64, Dyn>;
-
-    fn set_params(&mut self, x: &DVector<f64>) {
-        self.x.copy_from(x);
-        self.decode();
-    }
-
-    fn params(&self) -> DVector<f64> {
-        self.x.clone()
-    }
-
-    fn residuals(&self) -> Option<DVector<f64>> {
-        let r = self.eval(None);
-        r.iter().all(|v| v.is_finite()).then_some(r)
-    }
-
-    fn jacobian(&self) -> Option<DMatrix<f64>> {
-        let mut j = DMatrix::zeros(self.n_residuals(), self.free.len());
-        self.eval(Some(&mut j));
-        j.iter().all(|v| v.is_finite()).then_some(j)
     }
 }
 
@@ -416,22 +368,18 @@ pub(super) fn fit_pacer(rows: &[StepRow]) -> Result<PacerParams, ItertimeError> 
         });
     }
     let g = nk + GAM;
+    let model = PacerModel {
+        rows,
+        knots: knots.clone(),
+    };
+    let bounds = model.bounds(np);
     let mut best: Option<(f64, Vec<f64>)> = None;
     let mut last_failure = String::new();
     for gamma0 in [1.5, 3.0, 6.0] {
         let mut start = values.clone();
         start[g] = gamma0;
-        let mut problem = PacerProblem {
-            rows,
-            knots: knots.clone(),
-            x: PacerProblem::encode(&start, &free, g),
-            values: start,
-            free: free.clone(),
-        };
-        problem.decode();
-        let (solved, report) = LevenbergMarquardt::new()
-            .with_patience(100)
-            .minimize(problem);
+        let x = PacerModel::encode(&start, &free, g);
+        let (solved, report) = Bounded::new(&model, &bounds, start, free.clone(), x).minimize();
         if !report.objective_function.is_finite() {
             last_failure = format!("{:?}", report.termination);
             continue;

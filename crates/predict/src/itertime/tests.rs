@@ -1,4 +1,5 @@
 use super::*;
+use levenberg_marquardt::LeastSquaresProblem;
 
 fn truth() -> PacerParams {
     PacerParams {
@@ -387,14 +388,13 @@ fn pacer_jacobian_matches_finite_differences() {
     values.extend(t.tail());
     let np = values.len();
     let free: Vec<usize> = (0..np).collect();
-    let x = PacerProblem::encode(&values, &free, 3 + GAM);
-    let mut prob = PacerProblem {
+    let x = PacerModel::encode(&values, &free, 3 + GAM);
+    let model = PacerModel {
         rows: &rows,
         knots: t.knot_bsz.clone(),
-        values,
-        free,
-        x: x.clone(),
     };
+    let bounds = model.bounds(np);
+    let mut prob = Bounded::new(&model, &bounds, values, free, x.clone());
     prob.set_params(&x);
     let j = prob.jacobian().unwrap();
     let r0 = prob.residuals().unwrap();
