@@ -119,19 +119,18 @@ pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
             let r = bench(a.workers, &a.controller, &a.predictor, a.reps, a.seed)
                 .map_err(anyhow::Error::msg)?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&r)?))
             } else {
-                println!(
-                    "{} workers, {} + {}: predict+decide {:.1} µs, observe {:.1} µs (mean of {} reps)",
+                crate::out::print(&format!(
+                    "{} workers, {} + {}: predict+decide {:.1} µs, observe {:.1} µs (mean of {} reps)\n",
                     r.workers,
                     r.predictor,
                     r.controller,
                     r.predict_and_decide_us,
                     r.observe_us,
                     r.reps
-                );
+                ))
             }
-            Ok(())
         }
     }
 }
@@ -170,14 +169,12 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if a.json {
-        if reports.len() == 1 {
-            println!("{}", serde_json::to_string_pretty(&reports[0])?);
-        } else {
-            println!("{}", serde_json::to_string_pretty(&reports)?);
-        }
+    let text = if !a.json {
+        format_table(&reports)
+    } else if reports.len() == 1 {
+        format!("{}\n", serde_json::to_string_pretty(&reports[0])?)
     } else {
-        print!("{}", format_table(&reports));
-    }
-    Ok(())
+        format!("{}\n", serde_json::to_string_pretty(&reports)?)
+    };
+    crate::out::print(&text)
 }

@@ -5,6 +5,7 @@ mod batching;
 mod bench;
 mod experiment;
 mod fit;
+mod out;
 mod recommend;
 mod report;
 mod runtime_cmd;
@@ -74,6 +75,8 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of stdout stopped reading (`| head -1`): what it wanted it got.
+        Err(e) if out::is_stdout_closed(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

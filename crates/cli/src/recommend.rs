@@ -11,6 +11,7 @@ use pacer_predict::itertime::{
     error_stats, fit, rows_from_placements, rows_from_scalability, split_random, ModelKind,
 };
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -270,23 +271,25 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
             num(args.slo_s)
         );
     }
+    let mut text = String::new();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        writeln!(text, "{}", serde_json::to_string_pretty(&out)?)?;
     } else {
         for key in ["choice", "runner_up", "oracle"] {
             let v = &out[key];
             if v.is_null() {
                 continue;
             }
-            println!(
+            writeln!(
+                text,
                 "{key:<10} batch {:>6} replicas {:>3} on {} nodes ({}): predicted {} s, metric {}, cost ${}; measured {} s",
                 v["batch"], v["replicas"], v["nodes"], v["machine"].as_str().unwrap_or(""),
                 fixed(v["predicted_time_s"].as_f64().unwrap_or(f64::NAN), 0),
                 fixed(v["predicted_metric"].as_f64().unwrap_or(f64::NAN), 4),
                 fixed(v["predicted_cost"].as_f64().unwrap_or(f64::NAN), 2),
                 v["measured_time_s"].as_f64().map(|t| fixed(t, 0)).unwrap_or("-".into()),
-            );
+            )?;
         }
     }
-    Ok(())
+    crate::out::print(&text)
 }

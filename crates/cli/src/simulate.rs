@@ -11,6 +11,7 @@ use pacer_sim::{
     embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation, Work,
 };
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -356,6 +357,16 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let policies = policy_names(&args.policy)?;
     let apps = load_apps(&args.app_dir)?;
     let loads = workloads(&args, &apps)?;
+    if let Some(dir) = &args.out {
+        let mut names = vec!["allocation.svg".to_string()];
+        for (w, _) in &loads {
+            for p in &policies {
+                names.push(format!("{w}-{p}-jobs.csv"));
+                names.push(format!("{w}-{p}-timeline.csv"));
+            }
+        }
+        crate::out::check_targets("--out", dir, &names)?;
+    }
     let any_loss_curve = loads.iter().any(|(_, jobs)| {
         jobs.iter()
             .any(|j| matches!(j.work, Work::LossCurve { .. }))
@@ -431,32 +442,36 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         crate::report::write_outputs(dir, &results, cluster.total_gpus())?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
     } else {
-        print_table(&rows, &cluster, loads.len());
+        let mut text = format_table(&rows, &cluster, loads.len())?;
         if let Some(dir) = &args.out {
-            println!(
+            writeln!(
+                text,
                 "\nper-job CSVs, timelines and allocation plot written to {}",
                 dir.display()
-            );
+            )?;
         }
+        crate::out::print(&text)
     }
-    Ok(())
 }
 
-fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
-    println!(
+fn format_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) -> Result<String> {
+    let mut text = String::new();
+    writeln!(
+        text,
         "cluster {} ({} devices); JCT in hours; ρ = finish-time fairness (JCT / time alone on a 1/N share)",
         cluster.describe(),
         cluster.total_gpus()
-    );
+    )?;
     let pw = rows
         .iter()
         .map(|r| r.summary.policy.chars().count())
         .max()
         .unwrap_or(0)
         .max(6);
-    println!(
+    writeln!(
+        text,
         "{:<14} {:<pw$} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}",
         "workload",
         "policy",
@@ -471,7 +486,7 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
         "avg_ρ",
         "restarts",
         "wall_ms"
-    );
+    )?;
     let h = |s: f64| s / 3600.0;
     for r in rows {
         let s = &r.summary;
@@ -480,7 +495,8 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
         } else {
             format!("{}/{}", s.finished, s.jobs)
         };
-        println!(
+        writeln!(
+            text,
             "{:<14} {:<pw$} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>9.2} {:>8.3} {:>6.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1}",
             r.workload,
             s.policy,
@@ -495,10 +511,10 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
             s.avg_ftf_rho,
             s.avg_restarts,
             s.wall_ms
-        );
+        )?;
     }
     if n_workloads > 1 {
-        println!("\nmean over {n_workloads} workloads:");
+        writeln!(text, "\nmean over {n_workloads} workloads:")?;
         let mut names: Vec<&str> = rows.iter().map(|r| r.summary.policy.as_str()).collect();
         names.dedup();
         names.sort();
@@ -507,7 +523,8 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
             let sel: Vec<&Row> = rows.iter().filter(|r| r.summary.policy == p).collect();
             let m =
                 |f: &dyn Fn(&Row) -> f64| sel.iter().map(|r| f(r)).sum::<f64>() / sel.len() as f64;
-            println!(
+            writeln!(
+            text,
                 "{:<9} avg_jct {:.3} h   p99_jct {:.3} h   makespan {:.2} h   max_ρ {:.2}   avg_ρ {:.2}   util {:.2}   wall {:.1} ms",
                 p,
                 m(&|r| h(r.summary.avg_jct_s)),
@@ -517,7 +534,8 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
                 m(&|r| r.summary.avg_ftf_rho),
                 m(&|r| r.summary.utilization),
                 m(&|r| r.summary.wall_ms)
-            );
+            )?;
         }
     }
+    Ok(text)
 }

@@ -4,6 +4,8 @@
 
 #[path = "../../cli/src/batching.rs"]
 mod batching;
+#[path = "../../cli/src/out.rs"]
+mod out;
 
 use clap::Parser;
 

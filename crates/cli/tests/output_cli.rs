@@ -1,0 +1,304 @@
+//! Output a person can read and errors that don't lie (issue #19), through the real
+//! binary: stdout write errors, files written whole or not at all with their path
+//! in every error, experiment outputs outside the source tree, integer limits,
+//! non-finite numbers, infeasible recommendations, and the `simulate` table.
+//!
+//! `PACER_TEST_BIN=/path/to/pacer` runs these against another build (e.g. the
+//! release binary from before a fix, to see a test fail).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn bin() -> PathBuf {
+    std::env::var_os("PACER_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pacer")))
+}
+
+fn pacer(args: &[&str]) -> Output {
+    pacer_in(&repo(), args)
+}
+
+/// Runs in `dir` (the repository root by default, as the README's examples do).
+fn pacer_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("pacer runs")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn repo_path(p: &str) -> String {
+    repo().join(p).to_str().unwrap().to_string()
+}
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join(format!("pacer-output-test-{}", std::process::id()))
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn assert_ok(out: &Output) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "expected success; stderr: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+}
+
+/// Exit ≠ 0, one `error:` line containing `needle`, no panic. Returns stderr.
+fn fails_with(out: &Output, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "expected failure; stderr: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    assert!(
+        err.contains(needle),
+        "stderr should contain `{needle}`: {err}"
+    );
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error")).count(),
+        1,
+        "one error line: {err}"
+    );
+    err
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+// ------------------------------------------------------------------ 1. stdout
+
+/// The offline commands, each with arguments that succeed.
+fn offline_commands() -> Vec<Vec<String>> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let app = repo_path("crates/sim/data/pollux/cifar10");
+    let scenario = repo_path("scenarios/worker/static_6_6_4_32.json");
+    vec![
+        s(&["simulate", "--policy", "fifo"]),
+        s(&["simulate", "--policy", "fifo", "--json"]),
+        s(&["batching", "eval", "--scenario", &scenario]),
+        s(&["batching", "bench", "--workers", "10", "--reps", "2"]),
+        s(&[
+            "fit",
+            "--placements",
+            &format!("{app}/placements.csv"),
+            "--model",
+            "pollux",
+        ]),
+        s(&["recommend", "--app", &app, "--slo-s", "36000"]),
+        s(&["recommend", "--app", &app, "--slo-s", "36000", "--json"]),
+    ]
+}
+
+#[test]
+fn stdout_that_cannot_be_written_is_an_error_not_a_panic() {
+    // Was: "thread 'main' panicked … failed printing to stdout: No space left on
+    // device", exit 101.
+    for args in offline_commands() {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let out = Command::new(bin())
+            .args(&args)
+            .current_dir(repo())
+            .stdout(full)
+            .output()
+            .unwrap();
+        let err = fails_with(&out, "cannot write to standard output");
+        assert!(err.contains("No space left"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_reader_that_stops_early_ends_the_command_quietly() {
+    // `pacer simulate --json | true`: the reader is gone before the first write.
+    // Documented behaviour: the process ends quietly (SIGPIPE on Unix, as `cat`
+    // or `seq` do; exit 0 where there is no SIGPIPE), with nothing on stderr.
+    let mut child = Command::new(bin())
+        .args(["simulate", "--policy", "fifo,fair", "--json"])
+        .current_dir(repo())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.is_empty(), "stderr: {err}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            out.status.success() || out.status.signal() == Some(libc_sigpipe()),
+            "{:?}",
+            out.status
+        );
+    }
+}
+
+#[cfg(unix)]
+fn libc_sigpipe() -> i32 {
+    13
+}
+
+// ------------------------------------------------------------- 2. files written
+
+#[test]
+fn simulate_out_fails_before_writing_when_a_target_is_a_folder() {
+    // Was: the CSVs written, then "error: plot: backend error: Drawing backend
+    // error: Is a directory (os error 21)" — no path, and a half-written --out.
+    let dir = tmp_dir("sim-out");
+    std::fs::create_dir(dir.join("allocation.svg")).unwrap();
+    let d = dir.to_str().unwrap();
+    let out = pacer(&["simulate", "--policy", "fifo", "--out", d]);
+    let err = fails_with(&out, &dir.join("allocation.svg").display().to_string());
+    assert!(err.contains("it is a folder"), "{err}");
+    assert_eq!(
+        files_in(&dir),
+        vec!["allocation.svg"],
+        "nothing else written"
+    );
+    // A CSV target that is a folder, likewise.
+    let dir = tmp_dir("sim-out-csv");
+    std::fs::create_dir(dir.join("workload-1-fifo-timeline.csv")).unwrap();
+    let out = pacer(&[
+        "simulate",
+        "--policy",
+        "fifo",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    fails_with(&out, "workload-1-fifo-timeline.csv: it is a folder");
+    assert_eq!(files_in(&dir), vec!["workload-1-fifo-timeline.csv"]);
+}
+
+#[test]
+fn simulate_out_writes_whole_files_and_no_temporaries() {
+    let dir = tmp_dir("sim-out-ok");
+    let out = pacer(&[
+        "simulate",
+        "--policy",
+        "fifo",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        files_in(&dir),
+        vec![
+            "allocation.svg",
+            "workload-1-fifo-jobs.csv",
+            "workload-1-fifo-timeline.csv"
+        ]
+    );
+    let svg = std::fs::read_to_string(dir.join("allocation.svg")).unwrap();
+    assert!(svg.trim_end().ends_with("</svg>"), "complete SVG");
+    let jobs = std::fs::read_to_string(dir.join("workload-1-fifo-jobs.csv")).unwrap();
+    assert_eq!(jobs.lines().count(), 161, "header + 160 jobs");
+}
+
+#[test]
+fn simulate_out_under_a_file_names_the_file() {
+    let dir = tmp_dir("sim-out-file");
+    let file = dir.join("plain");
+    std::fs::write(&file, "x").unwrap();
+    let target = file.join("sub");
+    let out = pacer(&[
+        "simulate",
+        "--policy",
+        "fifo",
+        "--out",
+        target.to_str().unwrap(),
+    ]);
+    fails_with(&out, &format!("{} is a file", file.display()));
+}
+
+#[test]
+fn experiment_outputs_fail_first_and_leave_old_results_alone() {
+    // Was: 20 s of simulation, then results.md written over, then
+    // "error: Is a directory (os error 21)" with no path.
+    for (what, file) in [("slaq", "quality.svg"), ("themis", "themis.svg")] {
+        let dir = tmp_dir(&format!("exp-{what}"));
+        std::fs::write(dir.join("results.md"), "old results\n").unwrap();
+        std::fs::create_dir(dir.join(file)).unwrap();
+        let out = pacer(&["experiment", what, "--out", dir.to_str().unwrap()]);
+        fails_with(
+            &out,
+            &format!("{}: it is a folder", dir.join(file).display()),
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("results.md")).unwrap(),
+            "old results\n"
+        );
+        let mut want = vec![file.to_string(), "results.md".into()];
+        want.sort();
+        assert_eq!(files_in(&dir), want);
+    }
+}
+
+#[test]
+fn validate_markdown_under_a_file_names_the_path() {
+    let dir = tmp_dir("validate-md");
+    std::fs::write(dir.join("plain"), "x").unwrap();
+    let target = dir.join("plain").join("out.md");
+    let out = pacer(&["validate", "pollux", "--markdown", target.to_str().unwrap()]);
+    fails_with(&out, &target.display().to_string());
+}
+
+// ------------------------------------------------- 3. experiments' default --out
+
+#[test]
+fn experiment_defaults_write_outside_the_committed_results() {
+    // Was: `pacer experiment slaq` (as the README shows it) overwrote the
+    // committed experiments/slaq/. Run from a scratch folder holding a copy of
+    // the committed layout: the default must not touch experiments/.
+    let dir = tmp_dir("exp-default");
+    std::fs::create_dir_all(dir.join("experiments/slaq")).unwrap();
+    std::fs::write(dir.join("experiments/slaq/results.md"), "committed\n").unwrap();
+    let out = Command::new(bin())
+        .args(["experiment", "slaq", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("[default: pacer-out/experiment-slaq]"),
+        "{help}"
+    );
+    let out = Command::new(bin())
+        .args(["experiment", "themis", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("[default: pacer-out/experiment-themis]"),
+        "{help}"
+    );
+    let out = pacer_in(&dir, &["experiment", "slaq", "--jobs", "20"]);
+    assert_ok(&out);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("experiments/slaq/results.md")).unwrap(),
+        "committed\n"
+    );
+    assert_eq!(
+        files_in(&dir.join("pacer-out/experiment-slaq")),
+        vec!["quality.svg", "results.json", "results.md"]
+    );
+    let md = std::fs::read_to_string(dir.join("pacer-out/experiment-slaq/results.md")).unwrap();
+    assert!(
+        md.contains("Regenerate: `pacer experiment slaq --out pacer-out/experiment-slaq"),
+        "{md}"
+    );
+}
