@@ -182,8 +182,8 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 )?
             }
             "synthetic" => {
-                let n: usize = arg.parse().ok().filter(|n| *n > 0).with_context(|| {
-                    format!("--trace {t}: expected synthetic:JOBS with JOBS a whole number ≥ 1")
+                let n: usize = pacer_model::error::parse_whole(arg, 1).map_err(|e| {
+                    anyhow::anyhow!("--trace {t}: expected synthetic:JOBS with JOBS a whole number ≥ 1: {e}")
                 })?;
                 let spec = SyntheticSpec {
                     jobs: n,
@@ -193,8 +193,8 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 trace::synthetic(&spec, apps)
             }
             "synthetic-philly" => {
-                let n: usize = arg.parse().ok().filter(|n| *n > 0).with_context(|| {
-                    format!("--trace {t}: expected synthetic-philly:JOBS with JOBS a whole number ≥ 1")
+                let n: usize = pacer_model::error::parse_whole(arg, 1).map_err(|e| {
+                    anyhow::anyhow!("--trace {t}: expected synthetic-philly:JOBS with JOBS a whole number ≥ 1: {e}")
                 })?;
                 trace::synthetic_philly(&SyntheticSpec { jobs: n, arrivals_per_hour: args.arrivals_per_hour, seed: args.seed })
             }

@@ -302,3 +302,75 @@ fn experiment_defaults_write_outside_the_committed_results() {
         "{md}"
     );
 }
+
+// ------------------------------------------------------- 4. whole-number limits
+
+fn tmp_file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn whole_numbers_too_large_are_not_called_not_whole() {
+    // Was "COUNT is not a whole number" / "`…` is not a whole number ≥ 1" for
+    // values that are whole but beyond the type.
+    let err = fails_with(
+        &pacer(&["simulate", "--cluster", "99999999999x4:t4"]),
+        "COUNT `99999999999` is too large (at most 4294967295)",
+    );
+    assert!(!err.contains("not a whole number"), "{err}");
+    fails_with(
+        &pacer(&["simulate", "--cluster", "4x4.5:t4"]),
+        "GPUS `4.5` is not a whole number",
+    );
+    let dir = tmp_dir("whole");
+    let head = "name,time,application,num_replicas,batch_size\n";
+    for (value, needle) in [
+        (
+            "99999999999",
+            "column `num_replicas`: `99999999999` is too large (at most 4294967295)",
+        ),
+        ("0", "column `num_replicas`: `0` must be ≥ 1"),
+        ("-2", "column `num_replicas`: `-2` must be ≥ 1"),
+        ("two", "column `num_replicas`: `two` is not a whole number"),
+    ] {
+        let w = tmp_file(&dir, "w.csv", &format!("{head}a,0,cifar10,{value},256\n"));
+        fails_with(
+            &pacer(&["simulate", "--workload", &w]),
+            &format!("{w}:2: {needle}"),
+        );
+    }
+    fails_with(
+        &pacer(&["simulate", "--trace", "synthetic:99999999999999999999999"]),
+        "is too large (at most 18446744073709551615)",
+    );
+    // Step-time tables (pacer-model's profile parser).
+    let s = tmp_file(
+        &dir,
+        "scalability.csv",
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n1,5000000000,32,0.04,0.0005\n",
+    );
+    let p = repo_path("crates/sim/data/pollux/cifar10/placements.csv");
+    fails_with(
+        &pacer(&["fit", "--placements", &p, "--scalability", &s]),
+        &format!("{s}:2: column `num_replicas`: `5000000000` is too large (at most 4294967295)"),
+    );
+    // Gavel traces' scale factor.
+    let t = tmp_file(
+        &dir,
+        "g.trace",
+        "ResNet-18 (batch size 16)\tcmd\t-n\t1\t100\t0\t9999999999\n",
+    );
+    let tp = repo_path("data/gavel/simulation_throughputs.json");
+    fails_with(
+        &pacer(&[
+            "simulate",
+            "--trace",
+            &format!("gavel:{t}"),
+            "--gavel-throughputs",
+            &tp,
+        ]),
+        &format!("{t}:1: column `scale_factor`: `9999999999` is too large (at most 4294967295)"),
+    );
+}
