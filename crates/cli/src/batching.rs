@@ -169,6 +169,30 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
             }
         }
     }
+    // A table of `inf` and `NaN` says nothing; the scenario's limits should keep
+    // every number finite, and if one is not, that is an error, not a row.
+    for r in &reports {
+        for (field, v) in [
+            ("mean_iter_s", r.mean_iter_s),
+            ("ideal_iter_s", r.ideal_iter_s),
+            ("efficiency", r.efficiency),
+            ("uniform_iter_s", r.uniform_iter_s),
+            ("uniform_efficiency", r.uniform_efficiency),
+            ("speedup_vs_uniform", r.speedup_vs_uniform),
+            ("speed_mape", r.speed_mape),
+        ] {
+            if !v.is_finite() {
+                bail!(
+                    "scenario `{}`, controller {} with predictor {}: {field} came out as {v}; \
+                     refusing to print non-finite results (check the scenario's speeds, \
+                     curves and slowdowns)",
+                    r.scenario,
+                    r.controller,
+                    r.predictor
+                );
+            }
+        }
+    }
     let text = if !a.json {
         format_table(&reports)
     } else if reports.len() == 1 {

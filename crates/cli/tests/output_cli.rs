@@ -374,3 +374,128 @@ fn whole_numbers_too_large_are_not_called_not_whole() {
         &format!("{t}:1: column `scale_factor`: `9999999999` is too large (at most 4294967295)"),
     );
 }
+
+// ------------------------------------------------------ 5. finite numbers only
+
+#[test]
+fn batching_scenarios_with_extreme_speeds_are_refused_by_field() {
+    // Was: rows of `inf` / `NaN` with exit 0.
+    let dir = tmp_dir("scenario");
+    let cases = [
+        (
+            r#"{"samples_per_s": 1e-308}"#,
+            "field `workers[0].samples_per_s`: must be in [1e-6, 1e12] samples/s, got 1e-308",
+        ),
+        (
+            r#"{"samples_per_s": 1e300}"#,
+            "field `workers[0].samples_per_s`: must be in [1e-6, 1e12] samples/s",
+        ),
+        (
+            r#"{"curve": [[1, 1e-300], [2, 1e300]]}"#,
+            "field `workers[0].curve[0][1]`: seconds must be in [1e-9, 1e6] s",
+        ),
+        (
+            r#"{"samples_per_s": 10, "interference": [{"start": 0, "end": 5, "slowdown": 1e300}]}"#,
+            "field `workers[0].interference[0].slowdown`: must be in [1e0, 1e6]",
+        ),
+        (
+            r#"{"samples_per_s": 10, "drift": {"start": 0, "end": 5, "slowdown": 1e-300}}"#,
+            "field `workers[0].drift.slowdown`: must be in [1e-6, 1e6]",
+        ),
+    ];
+    for (worker, needle) in cases {
+        let f = tmp_file(
+            &dir,
+            "s.json",
+            &format!(
+                r#"{{"global_batch": 64, "iterations": 20, "seed": 1, "workers": [{worker}, {{"samples_per_s": 100}}]}}"#
+            ),
+        );
+        let out = pacer(&["batching", "eval", "--scenario", &f, "--controller", "all"]);
+        fails_with(&out, &format!("{f}: {needle}"));
+        assert!(out.stdout.is_empty(), "no rows printed");
+    }
+    let f = tmp_file(
+        &dir,
+        "s.json",
+        r#"{"global_batch": 64, "iterations": 20, "seed": 1, "sync_s": 1e308, "workers": [{"samples_per_s": 100}]}"#,
+    );
+    fails_with(
+        &pacer(&["batching", "eval", "--scenario", &f]),
+        "field `sync_s`: must be in [0e0, 1e6] s, got 1e308",
+    );
+    // The extremes of the ranges still give finite rows.
+    let f = tmp_file(
+        &dir,
+        "s.json",
+        r#"{"global_batch": 9007199254740992, "iterations": 20, "seed": 1, "sync_s": 1e6,
+            "workers": [{"samples_per_s": 1e-6, "interference": [{"start": 0, "end": 20, "slowdown": 1e6}],
+                         "drift": {"start": 0, "end": 2, "slowdown": 1e6}, "noise": 2},
+                        {"samples_per_s": 1e12}]}"#,
+    );
+    let out = pacer(&[
+        "batching",
+        "eval",
+        "--scenario",
+        &f,
+        "--controller",
+        "all",
+        "--predictor",
+        "all",
+    ]);
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("inf") && !text.contains("NaN"), "{text}");
+}
+
+#[test]
+fn recommend_without_an_answer_fails() {
+    let app = repo_path("crates/sim/data/pollux/cifar10");
+    // Was: "no configuration meets …" on stderr, nothing on stdout, exit 0.
+    for objective in ["accuracy", "time"] {
+        let out = pacer(&[
+            "recommend",
+            "--app",
+            &app,
+            "--slo-s",
+            "10",
+            "--objective",
+            objective,
+        ]);
+        fails_with(&out, "no configuration meets --slo-s 10");
+        assert!(out.stdout.is_empty());
+    }
+    // Was: "cost $0.00" for every configuration.
+    let out = pacer(&[
+        "recommend",
+        "--app",
+        &app,
+        "--slo-s",
+        "36000",
+        "--objective",
+        "cost",
+    ]);
+    fails_with(
+        &out,
+        "--objective cost: no prices given; add --price TYPE=USD_PER_GPU_H",
+    );
+    // Without prices, other objectives print no made-up cost.
+    let out = pacer(&["recommend", "--app", &app, "--slo-s", "36000"]);
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("$0.00"), "{text}");
+    assert!(text.contains("cost - (no --price)"), "{text}");
+    let out = pacer(&[
+        "recommend",
+        "--app",
+        &app,
+        "--slo-s",
+        "36000",
+        "--objective",
+        "cost",
+        "--price",
+        "t4=0.53",
+    ]);
+    assert_ok(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cost $0.41"));
+}
