@@ -28,6 +28,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Simulate a shared cluster under scheduling policies on measured performance data.
+    #[command(after_long_help = simulate::COLUMNS_HELP)]
     Simulate(simulate::SimulateArgs),
     /// Worker-level adaptive batching: evaluate controllers × predictors on scenarios.
     Batching(batching::BatchingArgs),
@@ -52,8 +53,8 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Offline commands print and exit like other Unix tools: a reader that stops early
-    // (`pacer simulate | head`) ends the process quietly instead of a panic in
-    // `println!`. The runtime commands keep Rust's default (SIGPIPE ignored), since
+    // (`pacer simulate | head`) ends the process quietly by SIGPIPE (they write
+    // through `out::print`, which turns any other stdout error into an error). The runtime commands keep Rust's default (SIGPIPE ignored), since
     // for them a peer closing its socket is an error to handle, not a reason to die.
     if !matches!(
         cli.command,

@@ -499,3 +499,95 @@ fn recommend_without_an_answer_fails() {
     assert_ok(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("cost $0.41"));
 }
+
+// ------------------------------------------------------- 6. the simulate table
+
+#[test]
+fn simulate_help_defines_every_column_and_lists_every_policy() {
+    let out = pacer(&["simulate", "--help"]);
+    assert_ok(&out);
+    let help = String::from_utf8_lossy(&out.stdout);
+    // Every registered policy (pacer_policy::POLICY_NAMES), each with a line.
+    for p in [
+        "fifo",
+        "fair",
+        "tiresias",
+        "pollux",
+        "gavel-maxmin",
+        "gavel-ftf",
+        "themis",
+        "slaq",
+    ] {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{p} "))),
+            "--help lists no `{p}`: {help}"
+        );
+    }
+    // Every column of the table has a definition line.
+    let table =
+        String::from_utf8_lossy(&pacer(&["simulate", "--policy", "fifo"]).stdout).to_string();
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("workload "))
+        .expect("header");
+    for col in header.split_whitespace().skip(2) {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{col} "))),
+            "column `{col}` is not defined in --help: {help}"
+        );
+    }
+}
+
+#[test]
+fn simulate_marks_policies_that_cannot_act_and_says_why_once() {
+    // Was: a stderr note for SLAQ only, identical gavel rows unexplained.
+    let out = pacer(&["simulate"]);
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.is_empty(), "{err}");
+    let row = |p: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(p))
+            .unwrap_or_else(|| panic!("no row `{p}`: {text}"))
+            .to_string()
+    };
+    // Rows without wall_ms (the last column).
+    let numbers = |l: String| {
+        let f: Vec<String> = l.split_whitespace().skip(2).map(String::from).collect();
+        f[..f.len() - 1].to_vec()
+    };
+    assert_eq!(numbers(row("slaq*")), numbers(row("fair")));
+    assert_eq!(numbers(row("gavel-ftf*")), numbers(row("gavel-maxmin")));
+    for (p, why) in [
+        ("slaq", "these jobs carry none"),
+        ("gavel-ftf", "one speed on every device type"),
+    ] {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("* {p}:")))
+            .collect();
+        assert_eq!(lines.len(), 1, "one footnote for {p}: {text}");
+        assert!(lines[0].contains(why), "{text}");
+    }
+    assert_eq!(
+        text.matches('*').count(),
+        4,
+        "two rows, two footnotes: {text}"
+    );
+    // Two device types but jobs with one speed on both: still the same rows.
+    let out = pacer(&[
+        "simulate",
+        "--policy",
+        "gavel-maxmin,gavel-ftf",
+        "--cluster",
+        "8x4:t4,8x4:v100",
+        "--trace",
+        "synthetic-philly:40",
+    ]);
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("gavel-ftf*"), "{text}");
+}
