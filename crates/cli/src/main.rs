@@ -1,11 +1,13 @@
 //! The `pacer` binary: every user-facing command. Only this crate knows about
 //! command lines, JSON output and files written for people.
 
+#[macro_use]
+mod out;
+
 mod batching;
 mod bench;
 mod experiment;
 mod fit;
-mod out;
 mod recommend;
 mod report;
 mod runtime_cmd;

@@ -136,3 +136,13 @@ pub fn check_file(flag: &str, path: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// `println!` for the output paths (same width, so swapping one for the other
+/// leaves the formatting of the call alone): formats one line, writes it with [`print`] and
+/// returns from the enclosing function (`?`) if stdout cannot be written.
+#[allow(unused_macros)]
+macro_rules! putline {
+    ($($arg:tt)*) => {
+        $crate::out::print(&format!("{}\n", format_args!($($arg)*)))?
+    };
+}

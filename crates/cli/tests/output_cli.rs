@@ -98,6 +98,19 @@ fn offline_commands() -> Vec<Vec<String>> {
         ]),
         s(&["recommend", "--app", &app, "--slo-s", "36000"]),
         s(&["recommend", "--app", &app, "--slo-s", "36000", "--json"]),
+        s(&[
+            "bench", "round", "--jobs", "10", "--gpus", "16", "--policy", "fifo",
+        ]),
+        s(&["bench", "simulate", "--policy", "fifo", "--repeat", "1"]),
+        s(&[
+            "train",
+            "--dataset",
+            "tiny",
+            "--workers",
+            "2",
+            "--max-iterations",
+            "20",
+        ]),
     ]
 }
 
