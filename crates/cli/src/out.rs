@@ -40,7 +40,6 @@ pub fn print(text: &str) -> Result<()> {
 }
 
 /// Whether `e` is (caused by) [`StdoutClosed`].
-#[allow(dead_code)] // used by the binary's `main`, not by the examples that include this file
 pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<StdoutClosed>())
 }
@@ -93,7 +92,6 @@ pub fn write_bytes(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
 /// a file, so that a run does not fail after writing some of its files (or after
 /// minutes of simulation). Catches targets that are folders; the rest (a full
 /// disk, permissions) [`write_file`] reports with the path.
-#[allow(dead_code)] // used by the binary, not by the examples that include this file
 pub fn check_targets<S: AsRef<str>>(flag: &str, dir: &Path, names: &[S]) -> Result<()> {
     for n in names {
         let p = dir.join(n.as_ref());
@@ -110,7 +108,6 @@ pub fn check_targets<S: AsRef<str>>(flag: &str, dir: &Path, names: &[S]) -> Resu
 
 /// Before any work: `path` (given by `flag`) can be written as a file: it is not
 /// a folder, and its parent is an existing folder (not a file).
-#[allow(dead_code)] // used by the binary, not by the examples that include this file
 pub fn check_file(flag: &str, path: &Path) -> Result<()> {
     if path.is_dir() {
         return Err(anyhow!(
@@ -140,7 +137,6 @@ pub fn check_file(flag: &str, path: &Path) -> Result<()> {
 /// `println!` for the output paths (same width, so swapping one for the other
 /// leaves the formatting of the call alone): formats one line, writes it with [`print`] and
 /// returns from the enclosing function (`?`) if stdout cannot be written.
-#[allow(unused_macros)]
 macro_rules! putline {
     ($($arg:tt)*) => {
         $crate::out::print(&format!("{}\n", format_args!($($arg)*)))?

@@ -4,7 +4,9 @@
 
 #[path = "../../cli/src/batching.rs"]
 mod batching;
+// `batching.rs` prints through it; the rest of it serves other commands.
 #[path = "../../cli/src/out.rs"]
+#[allow(dead_code, unused_macros)]
 mod out;
 
 use clap::Parser;
