@@ -604,3 +604,31 @@ fn simulate_marks_policies_that_cannot_act_and_says_why_once() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("gavel-ftf*"), "{text}");
 }
+
+#[cfg(unix)]
+#[test]
+fn a_write_that_fails_midway_leaves_no_partial_file() {
+    // A file-size limit of 1 KiB (SIGXFSZ ignored, so write() fails with EFBIG)
+    // makes the 160-job CSV fail part-way. Was: a 1 KiB truncated CSV left in
+    // --out. Now: the error names the file, and neither it nor a temporary is left.
+    let dir = tmp_dir("sim-out-efbig");
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 1; exec '{}' simulate --policy fifo --out '{}'",
+        bin().display(),
+        dir.display()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &script])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let err = fails_with(
+        &out,
+        &format!(
+            "cannot write {}",
+            dir.join("workload-1-fifo-jobs.csv").display()
+        ),
+    );
+    assert!(err.contains("File too large"), "{err}");
+    assert_eq!(files_in(&dir), Vec::<String>::new(), "nothing half-written");
+}
