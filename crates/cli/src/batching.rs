@@ -119,19 +119,18 @@ pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
             let r = bench(a.workers, &a.controller, &a.predictor, a.reps, a.seed)
                 .map_err(anyhow::Error::msg)?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&r)?))
             } else {
-                println!(
-                    "{} workers, {} + {}: predict+decide {:.1} µs, observe {:.1} µs (mean of {} reps)",
+                crate::out::print(&format!(
+                    "{} workers, {} + {}: predict+decide {:.1} µs, observe {:.1} µs (mean of {} reps)\n",
                     r.workers,
                     r.predictor,
                     r.controller,
                     r.predict_and_decide_us,
                     r.observe_us,
                     r.reps
-                );
+                ))
             }
-            Ok(())
         }
     }
 }
@@ -170,14 +169,36 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if a.json {
-        if reports.len() == 1 {
-            println!("{}", serde_json::to_string_pretty(&reports[0])?);
-        } else {
-            println!("{}", serde_json::to_string_pretty(&reports)?);
+    // A table of `inf` and `NaN` says nothing; the scenario's limits should keep
+    // every number finite, and if one is not, that is an error, not a row.
+    for r in &reports {
+        for (field, v) in [
+            ("mean_iter_s", r.mean_iter_s),
+            ("ideal_iter_s", r.ideal_iter_s),
+            ("efficiency", r.efficiency),
+            ("uniform_iter_s", r.uniform_iter_s),
+            ("uniform_efficiency", r.uniform_efficiency),
+            ("speedup_vs_uniform", r.speedup_vs_uniform),
+            ("speed_mape", r.speed_mape),
+        ] {
+            if !v.is_finite() {
+                bail!(
+                    "scenario `{}`, controller {} with predictor {}: {field} came out as {v}; \
+                     refusing to print non-finite results (check the scenario's speeds, \
+                     curves and slowdowns)",
+                    r.scenario,
+                    r.controller,
+                    r.predictor
+                );
+            }
         }
-    } else {
-        print!("{}", format_table(&reports));
     }
-    Ok(())
+    let text = if !a.json {
+        format_table(&reports)
+    } else if reports.len() == 1 {
+        format!("{}\n", serde_json::to_string_pretty(&reports[0])?)
+    } else {
+        format!("{}\n", serde_json::to_string_pretty(&reports)?)
+    };
+    crate::out::print(&text)
 }

@@ -342,25 +342,35 @@ fn round(a: RoundArgs) -> Result<()> {
         None
     };
     if a.json {
-        println!(
+        putline!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({"rounds": reports, "gavel_lp": lp}))?
         );
     } else {
         if let Some(l) = &lp {
-            println!(
+            putline!(
                 "gavel LP, {} jobs × {} device types: max-min {:.1} ms (1 LP); finish-time fairness {:.1} ms ({} LPs of bisection, max ρ bound {:.3})",
                 l.jobs, l.device_types, l.max_min_ms, l.ftf_ms, l.ftf_lps, l.ftf_max_rho
             );
         }
-        println!(
+        putline!(
             "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}",
-            "policy", "jobs", "gpus", "round_ms", "warm_round_ms", "allocated"
+            "policy",
+            "jobs",
+            "gpus",
+            "round_ms",
+            "warm_round_ms",
+            "allocated"
         );
         for r in &reports {
-            println!(
+            putline!(
                 "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}",
-                r.policy, r.jobs, r.gpus, r.round_ms, r.warm_round_ms, r.allocated_gpus
+                r.policy,
+                r.jobs,
+                r.gpus,
+                r.round_ms,
+                r.warm_round_ms,
+                r.allocated_gpus
             );
         }
     }
@@ -414,14 +424,18 @@ fn simulate(a: SimBenchArgs) -> Result<()> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        putline!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
-        println!(
+        putline!(
             "{:<12} {:<9} {:>5} {:>10} {:>10}",
-            "workload", "policy", "jobs", "wall_ms", "avg_jct_h"
+            "workload",
+            "policy",
+            "jobs",
+            "wall_ms",
+            "avg_jct_h"
         );
         for r in &reports {
-            println!(
+            putline!(
                 "{:<12} {:<9} {:>5} {:>10.1} {:>10.3}",
                 r.workload,
                 r.policy,
@@ -436,7 +450,7 @@ fn simulate(a: SimBenchArgs) -> Result<()> {
                 .filter(|r| r.policy == *p)
                 .map(|r| r.wall_ms)
                 .collect();
-            println!(
+            putline!(
                 "{p}: mean wall {:.1} ms, max {:.1} ms",
                 sel.iter().sum::<f64>() / sel.len() as f64,
                 sel.iter().copied().fold(0.0, f64::max)

@@ -1,7 +1,8 @@
 //! `pacer experiment`: commands that regenerate the numbers of the research
 //! reproductions from scratch, each writing a Markdown table (`results.md`), the
 //! raw numbers (`results.json`) and a plot (`*.svg`) under `--out DIR`
-//! (default `experiments/<name>/`).
+//! (default `pacer-out/experiment-<name>/`; the committed results in
+//! `experiments/<name>/` are regenerated only with `--out experiments/<name>`).
 //!
 //! - `pacer experiment slaq`: SLAQ vs work-conserving fair share on 160 jobs
 //!   with Poisson arrivals replaying recorded loss curves (quality over time,
@@ -10,7 +11,7 @@
 //!   re-records the profiles by training real models single-process on MNIST.
 //! - `pacer experiment themis`: Themis (f ∈ {0, 0.5, 0.8}) vs fair share,
 //!   Tiresias and the Gavel LPs on Gavel's heterogeneous traces
-//!   (`../shared/data/gavel`) and on the Pollux workloads: max and mean ρ, average
+//!   (bundled as `data/gavel`) and on the Pollux workloads: max and mean ρ, average
 //!   JCT, utilisation.
 
 // Explicit paths so that `examples/experiment.rs` can include this file too.

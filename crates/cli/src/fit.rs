@@ -9,6 +9,7 @@ use pacer_predict::itertime::{
     ItertimeError, ModelKind, StepRow,
 };
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -183,19 +184,22 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
             },
         });
     }
+    let mut text = String::new();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        writeln!(text, "{}", serde_json::to_string_pretty(&reports)?)?;
     } else {
-        println!(
+        writeln!(
+            text,
             "{:<12} {:>10} {:>9} {:>20} {:>17}",
             "model", "rows_train", "rows_test", "median_abs_pct_error", "p90_abs_pct_error"
-        );
+        )?;
         for r in &reports {
-            println!(
+            writeln!(
+                text,
                 "{:<12} {:>10} {:>9} {:>20.2} {:>17.2}",
                 r.model, r.rows_train, r.rows_test, r.median_abs_pct_error, r.p90_abs_pct_error
-            );
+            )?;
         }
     }
-    Ok(())
+    crate::out::print(&text)
 }

@@ -1,6 +1,9 @@
 //! The `pacer` binary: every user-facing command. Only this crate knows about
 //! command lines, JSON output and files written for people.
 
+#[macro_use]
+mod out;
+
 mod batching;
 mod bench;
 mod experiment;
@@ -27,6 +30,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Simulate a shared cluster under scheduling policies on measured performance data.
+    #[command(after_long_help = simulate::COLUMNS_HELP)]
     Simulate(simulate::SimulateArgs),
     /// Worker-level adaptive batching: evaluate controllers × predictors on scenarios.
     Batching(batching::BatchingArgs),
@@ -51,8 +55,8 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Offline commands print and exit like other Unix tools: a reader that stops early
-    // (`pacer simulate | head`) ends the process quietly instead of a panic in
-    // `println!`. The runtime commands keep Rust's default (SIGPIPE ignored), since
+    // (`pacer simulate | head`) ends the process quietly by SIGPIPE (they write
+    // through `out::print`, which turns any other stdout error into an error). The runtime commands keep Rust's default (SIGPIPE ignored), since
     // for them a peer closing its socket is an error to handle, not a reason to die.
     if !matches!(
         cli.command,
@@ -74,6 +78,8 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of stdout stopped reading (`| head -1`): what it wanted it got.
+        Err(e) if out::is_stdout_closed(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

@@ -11,6 +11,7 @@ use pacer_predict::itertime::{
     error_stats, fit, rows_from_placements, rows_from_scalability, split_random, ModelKind,
 };
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -124,6 +125,13 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
     }
     if args.max_replicas == 0 {
         bail!("--max-replicas: expected a whole number ≥ 1, got 0");
+    }
+    let priced = !machines.is_empty();
+    if !priced && args.objective == "cost" {
+        bail!(
+            "--objective cost: no prices given; add --price TYPE=USD_PER_GPU_H for each \
+             machine type to consider (e.g. --price t4=0.53), or choose --objective time"
+        );
     }
     if machines.is_empty() {
         machines.push(MachineType {
@@ -265,28 +273,40 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         } else {
             format!("a {:.1}% safety margin", margin * 100.0)
         };
-        eprintln!(
-            "no configuration meets --slo-s {} (with {m})",
-            num(args.slo_s)
+        // An answer of nothing is not a success: scripts must see it.
+        bail!(
+            "no configuration meets --slo-s {} (with {m}); raise --slo-s{}",
+            num(args.slo_s),
+            if objective.is_none() {
+                " or lower --epochs"
+            } else {
+                ", or add faster machine types with --price"
+            }
         );
     }
+    let mut text = String::new();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        writeln!(text, "{}", serde_json::to_string_pretty(&out)?)?;
     } else {
         for key in ["choice", "runner_up", "oracle"] {
             let v = &out[key];
             if v.is_null() {
                 continue;
             }
-            println!(
-                "{key:<10} batch {:>6} replicas {:>3} on {} nodes ({}): predicted {} s, metric {}, cost ${}; measured {} s",
+            writeln!(
+                text,
+                "{key:<10} batch {:>6} replicas {:>3} on {} nodes ({}): predicted {} s, metric {}, cost {}; measured {} s",
                 v["batch"], v["replicas"], v["nodes"], v["machine"].as_str().unwrap_or(""),
                 fixed(v["predicted_time_s"].as_f64().unwrap_or(f64::NAN), 0),
                 fixed(v["predicted_metric"].as_f64().unwrap_or(f64::NAN), 4),
-                fixed(v["predicted_cost"].as_f64().unwrap_or(f64::NAN), 2),
+                if priced {
+                    format!("${}", fixed(v["predicted_cost"].as_f64().unwrap_or(f64::NAN), 2))
+                } else {
+                    "- (no --price)".to_string()
+                },
                 v["measured_time_s"].as_f64().map(|t| fixed(t, 0)).unwrap_or("-".into()),
-            );
+            )?;
         }
     }
-    Ok(())
+    crate::out::print(&text)
 }

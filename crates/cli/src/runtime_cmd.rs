@@ -311,10 +311,10 @@ fn print_report(
             time_scale,
             interference,
         };
-        println!("{}", serde_json::to_string_pretty(&o)?);
+        putline!("{}", serde_json::to_string_pretty(&o)?);
         return Ok(());
     }
-    println!(
+    putline!(
         "{} on {} · {} workers · B = {} · {} ({}) + {}",
         r.model,
         r.dataset,
@@ -325,16 +325,16 @@ fn print_report(
         r.predictor
     );
     match (r.reached, r.time_to_target_s, r.target_accuracy) {
-        (true, Some(t), Some(a)) => println!(
+        (true, Some(t), Some(a)) => putline!(
             "reached {:.2}% in {:.2} s ({} iterations)",
             a * 100.0,
             t,
             r.iterations_to_target.unwrap_or(0)
         ),
-        (false, _, Some(a)) => println!("did not reach {:.2}%", a * 100.0),
+        (false, _, Some(a)) => putline!("did not reach {:.2}%", a * 100.0),
         _ => {}
     }
-    println!(
+    putline!(
         "final accuracy {:.2}% (best {:.2}%), {} iterations, {:.2} epochs, {:.2} s training",
         r.final_accuracy * 100.0,
         r.best_accuracy * 100.0,
@@ -342,7 +342,7 @@ fn print_report(
         r.epochs,
         r.train_time_s
     );
-    println!(
+    putline!(
         "iteration {:.2} ms vs ideal {:.2} ms: efficiency {:.3} (oracle knowing the jitter too {:.3}, and without overhead {:.3}); overhead {:.1}% (speed MAPE {:.1}%, overruns {:.1}%)",
         r.mean_iter_s * 1e3,
         r.ideal_iter_s * 1e3,
@@ -354,26 +354,29 @@ fn print_report(
         r.overrun_frac * 100.0
     );
     let o = &r.overhead;
-    println!(
+    putline!(
         "per iteration (ms): {:.3} = control {:.3} + encode params {:.3} + wait {:.3} + aggregate {:.3} + optimiser {:.3} + other {:.3}",
         o.iter_ms, o.control_ms, o.encode_params_ms, o.wait_ms, o.aggregate_ms, o.optimizer_ms, o.other_ms
     );
-    println!(
+    putline!(
         "  wait = last worker's step {:.3} (slowest step {:.3}) + before {:.3} (decode {:.3}) + after {:.3} (encode {:.3}) + controller decode {:.3} + network {:.3} (downlink {:.3}, uplink {:.3})",
         o.last_step_ms, o.compute_ms, o.worker_pre_ms, o.worker_decode_ms, o.worker_post_ms, o.worker_encode_ms, o.ctrl_decode_ms, o.network_ms, o.downlink_ms, o.uplink_ms
     );
     if r.joins + r.leaves > 0 {
-        println!(
+        putline!(
             "membership: {} joined, {} left, {} tasks retried, {} stale results ignored",
-            r.joins, r.leaves, r.retried_tasks, r.stale_results
+            r.joins,
+            r.leaves,
+            r.retried_tasks,
+            r.stale_results
         );
     }
     for x in &r.rejected {
-        println!("refused {x}");
+        putline!("refused {x}");
     }
-    println!("workers (means per step):");
+    putline!("workers (means per step):");
     for w in &r.worker_stats {
-        println!(
+        putline!(
             "  {:>2} {:<12} {:<21} {:>5} steps  batch {:>6.1}  cpu {:>7.2} ms  step {:>7.2} ms  {:>8.0} samples/s  load {:.2} (max {:.2})  /proc busy {:.2} mem {:.2} load1 {:.2}  overruns {}  sent {:.2} down {:.2} up {:.2} ms",
             w.id, w.name, w.addr, w.steps, w.mean_batch, w.mean_cpu_ms, w.mean_step_ms,
             w.mean_samples_per_s, w.mean_cpu_load, w.max_cpu_load, w.mean_proc_cpu_busy,
@@ -382,19 +385,21 @@ fn print_report(
         );
     }
     match (r.gradient_noise_scale, r.grad_sqr, r.trace_cov) {
-        (Some(b), Some(g), Some(t)) => println!(
+        (Some(b), Some(g), Some(t)) => putline!(
             "gradient noise scale {b:.1} samples (|G|² {g:.4e}, tr Σ {t:.4e}; {} iterations observed, {} skipped)",
             r.gns_iterations, r.gns_skipped
         ),
-        _ => println!(
+        _ => putline!(
             "gradient noise scale: none ({} iterations observed, {} skipped)",
             r.gns_iterations, r.gns_skipped
         ),
     }
     if let (Some(b), Some(g)) = (r.goodput_optimal_batch, r.goodput_gain) {
-        println!(
+        putline!(
             "goodput-optimal global batch now {b:.0} (of {}–{}): goodput {g:.3}× that of B = {}",
-            r.global_batch, r.max_global_batch, r.global_batch
+            r.global_batch,
+            r.max_global_batch,
+            r.global_batch
         );
     }
     let batches: Vec<String> = r
@@ -402,7 +407,7 @@ fn print_report(
         .iter()
         .map(|(w, b)| format!("{w}: {b}"))
         .collect();
-    println!("final batches {}", batches.join(", "));
+    putline!("final batches {}", batches.join(", "));
     Ok(())
 }
 

@@ -11,6 +11,7 @@ use pacer_sim::{
     embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation, Work,
 };
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -30,8 +31,8 @@ pub struct SimulateArgs {
     /// or a TOML file with `[[nodes]]` tables of `count`, `gpus`, `type`.
     #[arg(long, default_value = "16x4:t4")]
     pub cluster: String,
-    /// Policies to compare, comma separated (fifo, fair, tiresias, pollux) or `all`.
-    #[arg(long, default_value = "all")]
+    /// Policies to compare, comma separated, or `all` (the list is in `--help`).
+    #[arg(long, default_value = "all", long_help = policy_help())]
     pub policy: String,
     /// Scheduling round length in seconds.
     #[arg(long, default_value_t = 60.0)]
@@ -66,6 +67,83 @@ pub struct SimulateArgs {
     /// Write per-job CSVs, per-round timelines and an allocation plot (SVG) here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+}
+
+/// What each policy does, for `--help`; the names come from the registry
+/// ([`pacer_policy::POLICY_NAMES`]), so a policy added there is listed even
+/// before it is described here.
+fn policy_about(name: &str) -> &'static str {
+    match name {
+        "fifo" => "first come, first served; each job gets the devices it asked for",
+        "fair" => "max-min fair share, water-filled up to each job's request",
+        "tiresias" => "Tiresias: 2-queue discretised least-attained-service",
+        "pollux" => "Pollux-style: devices and batch for the best goodput (jobs adapt their batch)",
+        "gavel-maxmin" => "Gavel's max-min fairness LP over effective throughput per device type",
+        "gavel-ftf" => "Gavel's finish-time-fairness LP (minimise the largest ρ)",
+        "themis" => {
+            "Themis: finish-time-fair auctions with leases (knob f = 0.8; `themis-fF` sets f)"
+        }
+        "slaq" => {
+            "SLAQ: devices to the jobs whose loss is predicted to fall the most (needs loss curves)"
+        }
+        _ => "see crates/policy",
+    }
+}
+
+/// `--policy`'s long help: every registered policy, one line each.
+fn policy_help() -> String {
+    let mut h = String::from(
+        "Policies to compare, comma separated, or `all` (every one below). \
+         Parameterised: `themis-fF` with a fairness knob 0 <= F <= 1 (e.g. themis-f0.5).",
+    );
+    for n in pacer_policy::POLICY_NAMES {
+        h.push_str(&format!("\n  {n:<13} {}", policy_about(n)));
+    }
+    h
+}
+
+/// The table's columns, for `pacer simulate --help` (the README has the same list).
+pub const COLUMNS_HELP: &str = "\
+Table columns (one row per workload and policy; `--json` has the same numbers in seconds):
+  jobs      jobs in the workload; F/N when only F finished by the simulator's time limit
+  avg_jct   mean job completion time (arrival to completion), hours, finished jobs
+  med_jct   median job completion time, hours
+  p99_jct   99th-percentile job completion time, hours
+  makespan  hours from the first arrival to the last completion
+  queue_h   mean hours from a job's arrival to the first time it holds devices
+  util      device-hours held by jobs / (devices x makespan), 0-1
+  max_ρ     largest finish-time fairness ρ over the jobs: ρ = JCT / the time the job would
+            take alone on a 1/N share of the cluster (N = average number of jobs active
+            while it was), at the size and batch it asked for; ρ > 1: worse than its share
+  avg_ρ     mean ρ over the jobs
+  restarts  mean times a job was restarted on a new allocation after its first start
+            (preempted, resized or moved); each restart costs 30 s without progress
+  wall_ms   wall-clock milliseconds the simulation took here (not deterministic)
+A policy that cannot act on the workload is marked `*` and the line under the table says why.";
+
+/// Why `policy` cannot act on these jobs or this cluster, when it cannot: its rows
+/// then equal another policy's, and the table marks them.
+/// `typed_speeds`: some job's speed depends on the device type (a Gavel trace's
+/// per-type throughputs on a cluster of several types); every other job runs at
+/// one speed on every type.
+fn inert_reason(policy: &str, typed_speeds: bool, any_loss_curve: bool) -> Option<String> {
+    if !any_loss_curve && pacer_policy::by_name(policy).is_some_and(|x| x.uses_quality()) {
+        return Some(format!(
+            "{policy}: driven by each job's loss curve, and these jobs carry none (only the \
+             recorded profiles of `pacer experiment slaq` do), so it falls back to equal shares: \
+             same allocations as `fair`"
+        ));
+    }
+    if policy == "gavel-ftf" && !typed_speeds {
+        return Some(
+            "gavel-ftf: every job runs at one speed on every device type here (one type, or \
+             jobs without per-type throughputs), so the max-min LP already gives each job its \
+             isolated 1/N share; that puts the largest ρ the finish-time-fair LP minimises at \
+             its floor (1), and it keeps the max-min allocation: same rows as `gavel-maxmin`"
+                .to_string(),
+        );
+    }
+    None
 }
 
 /// One (workload, policy) row of the output.
@@ -183,8 +261,8 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 )?
             }
             "synthetic" => {
-                let n: usize = arg.parse().ok().filter(|n| *n > 0).with_context(|| {
-                    format!("--trace {t}: expected synthetic:JOBS with JOBS a whole number ≥ 1")
+                let n: usize = pacer_model::error::parse_whole(arg, 1).map_err(|e| {
+                    anyhow::anyhow!("--trace {t}: expected synthetic:JOBS with JOBS a whole number ≥ 1: {e}")
                 })?;
                 let spec = SyntheticSpec {
                     jobs: n,
@@ -195,8 +273,8 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
                 trace::synthetic(&spec, apps)
             }
             "synthetic-philly" => {
-                let n: usize = arg.parse().ok().filter(|n| *n > 0).with_context(|| {
-                    format!("--trace {t}: expected synthetic-philly:JOBS with JOBS a whole number ≥ 1")
+                let n: usize = pacer_model::error::parse_whole(arg, 1).map_err(|e| {
+                    anyhow::anyhow!("--trace {t}: expected synthetic-philly:JOBS with JOBS a whole number ≥ 1: {e}")
                 })?;
                 trace::synthetic_philly(&SyntheticSpec { jobs: n, arrivals_per_hour: args.arrivals_per_hour, seed: args.seed, max_replicas: Some(cluster.total_gpus()) })
             }
@@ -363,21 +441,29 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let policies = policy_names(&args.policy)?;
     let apps = load_apps(&args.app_dir)?;
     let loads = workloads(&args, &apps)?;
+    if let Some(dir) = &args.out {
+        let mut names = vec!["allocation.svg".to_string()];
+        for (w, _) in &loads {
+            for p in &policies {
+                names.push(format!("{w}-{p}-jobs.csv"));
+                names.push(format!("{w}-{p}-timeline.csv"));
+            }
+        }
+        crate::out::check_targets("--out", dir, &names)?;
+    }
     let any_loss_curve = loads.iter().any(|(_, jobs)| {
         jobs.iter()
             .any(|j| matches!(j.work, Work::LossCurve { .. }))
     });
-    if !any_loss_curve {
-        for p in &policies {
-            if pacer_policy::by_name(p).is_some_and(|x| x.uses_quality()) {
-                eprintln!(
-                    "note: `{p}` is driven by each job's loss curve, and these jobs carry none \
-                     (only SLAQ's recorded profiles do: `pacer experiment slaq`), so it falls \
-                     back to equal shares and its rows match `fair`"
-                );
-            }
-        }
-    }
+    let typed_speeds = cluster.device_types.len() > 1
+        && loads.iter().any(|(_, jobs)| {
+            jobs.iter()
+                .any(|j| matches!(j.work, Work::Throughput { .. }))
+        });
+    let notes: Vec<(String, String)> = policies
+        .iter()
+        .filter_map(|p| inert_reason(p, typed_speeds, any_loss_curve).map(|r| (p.clone(), r)))
+        .collect();
     let runs = loads.len() * policies.len();
     let bar = ProgressBar::new(runs as u64);
     bar.set_style(
@@ -438,32 +524,48 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         crate::report::write_outputs(dir, &results, cluster.total_gpus())?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
     } else {
-        print_table(&rows, &cluster, loads.len());
+        let mut text = format_table(&rows, &cluster, loads.len(), &notes)?;
         if let Some(dir) = &args.out {
-            println!(
+            writeln!(
+                text,
                 "\nper-job CSVs, timelines and allocation plot written to {}",
                 dir.display()
-            );
+            )?;
         }
+        crate::out::print(&text)
     }
-    Ok(())
 }
 
-fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
-    println!(
+fn format_table(
+    rows: &[Row],
+    cluster: &ClusterSpec,
+    n_workloads: usize,
+    notes: &[(String, String)],
+) -> Result<String> {
+    let marked = |p: &str| {
+        if notes.iter().any(|(n, _)| n == p) {
+            format!("{p}*")
+        } else {
+            p.to_string()
+        }
+    };
+    let mut text = String::new();
+    writeln!(
+        text,
         "cluster {} ({} devices); JCT in hours; ρ = finish-time fairness (JCT / time alone on a 1/N share)",
         cluster.describe(),
         cluster.total_gpus()
-    );
+    )?;
     let pw = rows
         .iter()
-        .map(|r| r.summary.policy.chars().count())
+        .map(|r| marked(&r.summary.policy).chars().count())
         .max()
         .unwrap_or(0)
         .max(6);
-    println!(
+    writeln!(
+        text,
         "{:<14} {:<pw$} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}",
         "workload",
         "policy",
@@ -478,7 +580,7 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
         "avg_ρ",
         "restarts",
         "wall_ms"
-    );
+    )?;
     let h = |s: f64| s / 3600.0;
     for r in rows {
         let s = &r.summary;
@@ -487,10 +589,11 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
         } else {
             format!("{}/{}", s.finished, s.jobs)
         };
-        println!(
+        writeln!(
+            text,
             "{:<14} {:<pw$} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>9.2} {:>8.3} {:>6.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1}",
             r.workload,
-            s.policy,
+            marked(&s.policy),
             jobs,
             h(s.avg_jct_s),
             h(s.median_jct_s),
@@ -502,10 +605,10 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
             s.avg_ftf_rho,
             s.avg_restarts,
             s.wall_ms
-        );
+        )?;
     }
     if n_workloads > 1 {
-        println!("\nmean over {n_workloads} workloads:");
+        writeln!(text, "\nmean over {n_workloads} workloads:")?;
         let mut names: Vec<&str> = rows.iter().map(|r| r.summary.policy.as_str()).collect();
         names.dedup();
         names.sort();
@@ -514,9 +617,10 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
             let sel: Vec<&Row> = rows.iter().filter(|r| r.summary.policy == p).collect();
             let m =
                 |f: &dyn Fn(&Row) -> f64| sel.iter().map(|r| f(r)).sum::<f64>() / sel.len() as f64;
-            println!(
-                "{:<9} avg_jct {:.3} h   p99_jct {:.3} h   makespan {:.2} h   max_ρ {:.2}   avg_ρ {:.2}   util {:.2}   wall {:.1} ms",
-                p,
+            writeln!(
+            text,
+                "{:<pw$} avg_jct {:.3} h   p99_jct {:.3} h   makespan {:.2} h   max_ρ {:.2}   avg_ρ {:.2}   util {:.2}   wall {:.1} ms",
+                marked(p),
                 m(&|r| h(r.summary.avg_jct_s)),
                 m(&|r| h(r.summary.p99_jct_s)),
                 m(&|r| h(r.summary.makespan_s)),
@@ -524,7 +628,30 @@ fn print_table(rows: &[Row], cluster: &ClusterSpec, n_workloads: usize) {
                 m(&|r| r.summary.avg_ftf_rho),
                 m(&|r| r.summary.utilization),
                 m(&|r| r.summary.wall_ms)
-            );
+            )?;
         }
+    }
+    if !notes.is_empty() {
+        writeln!(text)?;
+        for (_, why) in notes {
+            writeln!(text, "* {why}")?;
+        }
+    }
+    writeln!(text, "(columns: `pacer simulate --help`)")?;
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inert_reason;
+
+    #[test]
+    fn gavel_objectives_differ_only_with_per_type_speeds() {
+        assert!(inert_reason("gavel-ftf", false, false).is_some());
+        assert!(inert_reason("gavel-ftf", true, false).is_none());
+        assert!(inert_reason("gavel-maxmin", false, false).is_none());
+        assert!(inert_reason("slaq", true, false).is_some());
+        assert!(inert_reason("slaq", true, true).is_none());
+        assert!(inert_reason("fair", false, false).is_none());
     }
 }

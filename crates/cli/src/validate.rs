@@ -4,7 +4,7 @@
 //! pacer's Tiresias and Pollux-style policies at each job load, and compares mean
 //! JCT per workload with the numbers Pollux's simulator produced
 //! (`results-jobload/<policy>-<load>/summary.json` of the Pollux artifact, read
-//! from `--data`, by default `../shared/data/pollux`).
+//! from `--data`, by default the copy bundled in the repository, `data/pollux`).
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -28,8 +28,9 @@ pub enum ValidateWhat {
 
 #[derive(Debug, Args)]
 pub struct PolluxArgs {
-    /// Folder of the Pollux artifact data (with `results-jobload/`).
-    #[arg(long, default_value = "../shared/data/pollux")]
+    /// Folder of the Pollux artifact data (with `results-jobload/`); the default is
+    /// the copy bundled in the repository (run from its root).
+    #[arg(long, default_value = "data/pollux")]
     pub data: PathBuf,
     /// Write the comparison as Markdown to this file.
     #[arg(long)]
@@ -108,17 +109,12 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     let ValidateWhat::Pollux(a) = args.what;
     if !a.data.join("results-jobload").is_dir() {
         bail!(
-            "--data {}: no results-jobload/ folder here; this comparison needs Pollux's published results (in the pacer repo layout: ../shared/data/pollux)",
+            "--data {}: no results-jobload/ folder here; this comparison needs Pollux's published results (bundled in the pacer repository as data/pollux: run from the repository's root or pass --data REPO/data/pollux)",
             a.data.display()
         );
     }
     if let Some(path) = &a.markdown {
-        if path.is_dir() {
-            bail!(
-                "--markdown {}: is a directory; expected a file path",
-                path.display()
-            );
-        }
+        crate::out::check_file("--markdown", path)?;
     }
     let apps = crate::simulate::load_apps(&[])?;
     let cluster = ClusterSpec::parse("16x4:t4", "cluster")?;
@@ -198,12 +194,11 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         }
     }
     if let Some(path) = &a.markdown {
-        std::fs::write(path, &md).with_context(|| format!("cannot write {}", path.display()))?;
+        crate::out::write_bytes(path, &md)?;
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
     } else {
-        print!("{md}");
+        crate::out::print(&md)
     }
-    Ok(())
 }

@@ -57,14 +57,10 @@ impl ClusterSpec {
             };
             let (shape, ty) = part.split_once(':').ok_or_else(|| bad("missing `:TYPE`"))?;
             let (count, gpus) = shape.split_once('x').ok_or_else(|| bad("missing `x`"))?;
-            let count: u32 = count
-                .trim()
-                .parse()
-                .map_err(|_| bad("COUNT is not a whole number"))?;
-            let gpus: u32 = gpus
-                .trim()
-                .parse()
-                .map_err(|_| bad("GPUS is not a whole number"))?;
+            let count: u32 =
+                crate::error::parse_whole(count, 0).map_err(|e| bad(&format!("COUNT {e}")))?;
+            let gpus: u32 =
+                crate::error::parse_whole(gpus, 0).map_err(|e| bad(&format!("GPUS {e}")))?;
             let ty = ty.trim().to_ascii_lowercase();
             if ty.is_empty()
                 || !ty

@@ -252,14 +252,8 @@ fn non_negative(field: &str, column: &str, origin: &str, line: usize) -> Result<
 }
 
 fn whole(field: &str, column: &str, origin: &str, line: usize) -> Result<u32, ParseError> {
-    match field.parse::<u32>() {
-        Ok(v) if v > 0 => Ok(v),
-        _ => Err(ParseError::at(
-            origin,
-            line,
-            format!("column `{column}`: `{field}` is not a whole number ≥ 1"),
-        )),
-    }
+    crate::error::parse_whole(field, 1)
+        .map_err(|e| ParseError::at(origin, line, format!("column `{column}`: {e}")))
 }
 
 /// Parses `placements.csv`.

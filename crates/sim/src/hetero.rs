@@ -67,13 +67,8 @@ pub fn load_gavel_trace_hetero(
         }
         let steps = parse_f64(f[4].trim(), "total_steps", origin, line_no)?;
         let arrival = parse_f64(f[5].trim(), "arrival_time", origin, line_no)?;
-        let scale: u32 = f[6].trim().parse().ok().filter(|v| *v > 0).ok_or_else(|| {
-            ParseError::at(
-                origin,
-                line_no,
-                "column `scale_factor`: expected a whole number ≥ 1",
-            )
-        })?;
+        let scale: u32 = pacer_model::error::parse_whole(f[6], 1)
+            .map_err(|e| ParseError::at(origin, line_no, format!("column `scale_factor`: {e}")))?;
         if steps <= 0.0 || arrival < 0.0 {
             return Err(ParseError::at(
                 origin,

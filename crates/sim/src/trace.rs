@@ -80,18 +80,8 @@ fn csv_records(text: &str, origin: &str, expected: &[&str]) -> Result<CsvRows, P
 }
 
 fn positive_u32(field: &str, column: &str, origin: &str, line: usize) -> Result<u32, ParseError> {
-    field
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|v| *v > 0)
-        .ok_or_else(|| {
-            ParseError::at(
-                origin,
-                line,
-                format!("column `{column}`: `{field}` is not a whole number ≥ 1"),
-            )
-        })
+    pacer_model::error::parse_whole(field, 1)
+        .map_err(|e| ParseError::at(origin, line, format!("column `{column}`: {e}")))
 }
 
 /// Pollux workload CSV: `name,time,application,num_replicas,batch_size`.
@@ -256,11 +246,8 @@ pub fn load_gavel_throughputs(text: &str, origin: &str) -> Result<GavelThroughpu
                 )
             })?;
             let name = name.trim().trim_matches('\'').to_string();
-            let scale: u32 = scale.trim().parse().map_err(|_| {
-                ParseError::whole(
-                    origin,
-                    format!("`{device}`: key `{key}`: scale is not a whole number"),
-                )
+            let scale: u32 = pacer_model::error::parse_whole(scale, 0).map_err(|e| {
+                ParseError::whole(origin, format!("`{device}`: key `{key}`: scale {e}"))
             })?;
             if let Some(t) = entry.get("null").and_then(|t| t.as_f64()) {
                 out.entry((name, scale))

@@ -153,11 +153,8 @@ impl Scenario {
                 format!("must be in 1..=1e8, got {}", self.iterations),
             );
         }
-        if !(self.sync_s.is_finite() && self.sync_s >= 0.0) {
-            return err(
-                "sync_s",
-                format!("must be a finite number ≥ 0, got {}", self.sync_s),
-            );
+        if let Some(m) = outside(self.sync_s, limits::SYNC_S, " s") {
+            return err("sync_s", m);
         }
         if !(self.monitor_noise.is_finite() && (0.0..=1.0).contains(&self.monitor_noise)) {
             return err(
@@ -218,6 +215,42 @@ fn positive(x: f64) -> bool {
     x.is_finite() && x > 0.0
 }
 
+/// Accepted ranges of the scenario's physical quantities. Within them every
+/// derived quantity of a run stays finite — a step time is at most
+/// 2^53 samples / 1e-6 samples/s × 1e6 (interference) × 1e6 (drift) ≈ 1e28 s,
+/// a run at most 1e8 such iterations, a speed at most 2^53 / 1e-9 s — so a
+/// scenario like `samples_per_s: 1e-308` (step times of `inf`, efficiencies of
+/// `NaN`) is refused with the field and the range instead.
+pub mod limits {
+    /// `samples_per_s` (samples per second).
+    pub const SPEED: (f64, f64) = (1e-6, 1e12);
+    /// Seconds of a `curve` point.
+    pub const CURVE_S: (f64, f64) = (1e-9, 1e6);
+    /// Batch of a `curve` point (samples).
+    pub const CURVE_BATCH: (f64, f64) = (1e-6, 9_007_199_254_740_992.0);
+    /// `sync_s` (seconds added to every iteration).
+    pub const SYNC_S: (f64, f64) = (0.0, 1e6);
+    /// `interference[].slowdown` (a factor ≥ 1).
+    pub const SLOWDOWN: (f64, f64) = (1.0, 1e6);
+    /// `drift.slowdown` (a factor; below 1 is a speed-up).
+    pub const DRIFT: (f64, f64) = (1e-6, 1e6);
+}
+
+/// `Some(message)` unless `v` is finite and in `[lo, hi]`.
+fn outside(v: f64, (lo, hi): (f64, f64), unit: &str) -> Option<String> {
+    if v.is_finite() && v >= lo && v <= hi {
+        None
+    } else {
+        // Plain where that is short, else scientific (1e-308 has 308 digits plain).
+        let got = if v == 0.0 || !v.is_finite() || (1e-3..1e12).contains(&v.abs()) {
+            format!("{v}")
+        } else {
+            format!("{v:e}")
+        };
+        Some(format!("must be in [{lo:e}, {hi:e}]{unit}, got {got}"))
+    }
+}
+
 impl WorkerSpec {
     /// Tighter of `max_batch` and `mem_cap`; `B` when neither is given.
     pub fn cap(&self, global_batch: u64) -> u64 {
@@ -248,11 +281,9 @@ impl WorkerSpec {
                     "missing: give `samples_per_s` or a `curve`".into(),
                 )
             }
-            (Some(v), _) if !positive(*v) => {
-                return err(
-                    "samples_per_s",
-                    format!("must be a positive finite speed, got {v}"),
-                )
+            (Some(v), _) if outside(*v, limits::SPEED, "").is_some() => {
+                let m = outside(*v, limits::SPEED, " samples/s").unwrap_or_default();
+                return err("samples_per_s", m);
             }
             _ => {}
         }
@@ -266,6 +297,12 @@ impl WorkerSpec {
                         &format!("curve[{j}]"),
                         format!("batch and seconds must be positive, got [{b}, {s}]"),
                     );
+                }
+                if let Some(m) = outside(b, limits::CURVE_BATCH, " samples") {
+                    return err(&format!("curve[{j}][0]"), format!("batch {m}"));
+                }
+                if let Some(m) = outside(s, limits::CURVE_S, " s") {
+                    return err(&format!("curve[{j}][1]"), format!("seconds {m}"));
                 }
                 if j > 0 && (b <= c[j - 1].0 || s < c[j - 1].1) {
                     return err(
@@ -292,8 +329,8 @@ impl WorkerSpec {
             if w.start >= iterations {
                 return Err((f("start"), format!("must be < iterations ({iterations})")));
             }
-            if !(positive(w.slowdown) && w.slowdown >= 1.0) {
-                return Err((f("slowdown"), format!("must be ≥ 1, got {}", w.slowdown)));
+            if let Some(m) = outside(w.slowdown, limits::SLOWDOWN, "") {
+                return Err((f("slowdown"), m));
             }
             for (name, v) in [("cpu_load", w.cpu_load), ("mem_load", w.mem_load)] {
                 if let Some(v) = v {
@@ -307,11 +344,8 @@ impl WorkerSpec {
             if d.start >= d.end {
                 return err("drift.end", format!("must be > start ({})", d.start));
             }
-            if !(positive(d.slowdown)) {
-                return err(
-                    "drift.slowdown",
-                    format!("must be positive, got {}", d.slowdown),
-                );
+            if let Some(m) = outside(d.slowdown, limits::DRIFT, "") {
+                return err("drift.slowdown", m);
             }
         }
         Ok(())

@@ -24,8 +24,10 @@ use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct SlaqArgs {
-    /// Output folder (results.md, results.json, quality.svg).
-    #[arg(long, default_value = "experiments/slaq")]
+    /// Output folder (results.md, results.json, quality.svg). The default is
+    /// outside the source tree's committed results; regenerate those with
+    /// `--out experiments/slaq`.
+    #[arg(long, default_value = "pacer-out/experiment-slaq")]
     pub out: PathBuf,
     /// Re-record the job-quality profiles first (trains real models on MNIST).
     #[arg(long)]
@@ -361,6 +363,11 @@ fn prediction_errors(profiles: &[Arc<QualityProfile>]) -> Vec<PredRow> {
 pub fn run(args: SlaqArgs) -> Result<()> {
     crate::simulate::check_round_s("--round-s", args.round_s)?;
     crate::simulate::check_out_dir("--out", &args.out)?;
+    crate::out::check_targets(
+        "--out",
+        &args.out,
+        &["results.md", "results.json", "quality.svg"],
+    )?;
     if !(args.interarrival_s > 0.0 && args.interarrival_s.is_finite()) {
         bail!(
             "--interarrival-s: expected a number of seconds > 0, got {}",
@@ -394,9 +401,10 @@ pub fn run(args: SlaqArgs) -> Result<()> {
     writeln!(md, "# SLAQ vs work-conserving fair share\n")?;
     writeln!(
         md,
-        "Regenerate: `pacer experiment slaq{}{}{}` (seed {}). {} jobs, Poisson arrivals every {:.2} s on \
+        "Regenerate: `pacer experiment slaq --out {}{}{}{}` (seed {}). {} jobs, Poisson arrivals every {:.2} s on \
          average, each replaying one of {} recorded profiles ({}); cluster `{}` ({} workers); \
          scheduling epoch {} s; no restart cost.\n",
+        args.out.display(),
         if args.record { " --record" } else { "" },
         if args.range_variant { " --range-variant" } else { "" },
         if args.sweep { " --sweep" } else { "" },
@@ -533,7 +541,7 @@ pub fn run(args: SlaqArgs) -> Result<()> {
         )?;
     }
     writeln!(md, "{ANALYSIS}")?;
-    std::fs::write(args.out.join("results.md"), &md)?;
+    crate::out::write_bytes(&args.out.join("results.md"), &md)?;
     #[derive(Serialize)]
     struct All<'a> {
         policies: &'a [PolicyResult],
@@ -542,8 +550,8 @@ pub fn run(args: SlaqArgs) -> Result<()> {
         time_to_90_gain: f64,
         time_to_95_gain: f64,
     }
-    std::fs::write(
-        args.out.join("results.json"),
+    crate::out::write_bytes(
+        &args.out.join("results.json"),
         serde_json::to_string_pretty(&All {
             policies: &results,
             prediction: &preds,
@@ -562,9 +570,7 @@ pub fn run(args: SlaqArgs) -> Result<()> {
             .map(|r| (r.policy.clone(), r.series.clone()))
             .collect::<Vec<_>>(),
     )?;
-    print!("{md}");
-    println!("written to {}", args.out.display());
-    Ok(())
+    crate::out::print(&format!("{md}written to {}\n", args.out.display()))
 }
 
 /// The time scale of the replay, and why the time-to-90% target (≥ 30% lower than

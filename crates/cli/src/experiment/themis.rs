@@ -3,7 +3,7 @@
 //! and max-min), on
 //! - Gavel's Philly-derived traces on a heterogeneous cluster (36 V100, 36 P100
 //!   and 36 K80 by default, Gavel's simulated cluster), jobs running at Gavel's
-//!   measured throughput per device type (`../shared/data/gavel`);
+//!   measured throughput per device type (bundled as `data/gavel`);
 //! - the eight Pollux workloads on 64 T4s (embedded).
 //!
 //! ρ is the simulator's finish-time fairness (`JCT / T_independent`, the same
@@ -21,11 +21,13 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct ThemisArgs {
-    /// Output folder (results.md, results.json, themis.svg).
-    #[arg(long, default_value = "experiments/themis")]
+    /// Output folder (results.md, results.json, themis.svg). The default is
+    /// outside the source tree's committed results; regenerate those with
+    /// `--out experiments/themis`.
+    #[arg(long, default_value = "pacer-out/experiment-themis")]
     pub out: PathBuf,
     /// Gavel's data folder (simulation_throughputs.json, msr-seed0/*.trace).
-    #[arg(long, default_value = "../shared/data/gavel")]
+    #[arg(long, default_value = "data/gavel")]
     pub gavel: PathBuf,
     /// Gavel traces to run (file stems in msr-seed0/), comma separated, or `all`.
     #[arg(long, default_value = "6c71a0,b436b2")]
@@ -175,7 +177,7 @@ fn simulate(
             }
             csv.push('\n');
         }
-        std::fs::write(&path, csv).with_context(|| format!("writing {}", path.display()))?;
+        crate::out::write_bytes(&path, csv)?;
     }
     let worst = r
         .jobs
@@ -413,6 +415,11 @@ pub fn run(args: ThemisArgs) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("--per-job {}", dir.display()))?;
     }
     crate::simulate::check_out_dir("--out", &args.out)?;
+    crate::out::check_targets(
+        "--out",
+        &args.out,
+        &["results.md", "results.json", "themis.svg"],
+    )?;
     let mut rows: Vec<Row> = Vec::new();
     let mut notes = Vec::new();
     // Gavel traces, heterogeneous cluster.
@@ -696,10 +703,11 @@ fn write(args: &ThemisArgs, policies: &[String], rows: &[Row], notes: &[String])
     writeln!(md, "# Themis vs fair share, Tiresias and Gavel\n")?;
     writeln!(
         md,
-        "Regenerate: `pacer experiment themis` (Gavel traces `{}`, first {} jobs each, cluster `{}`, \
+        "Regenerate: `pacer experiment themis --out {}` (Gavel traces `{}`, first {} jobs each, cluster `{}`, \
          {} s rounds; Pollux workloads on 16x4:t4, 60 s rounds; Themis lease max({} s, 2 rounds){}). ρ = JCT / time \
          alone on a 1/N share (same definition for every policy); max ρ and JCT are means over the \
          group's runs.\n",
+        args.out.display(),
         args.traces,
         args.max_jobs,
         args.gavel_cluster,
@@ -793,9 +801,9 @@ fn write(args: &ThemisArgs, policies: &[String], rows: &[Row], notes: &[String])
         writeln!(md)?;
     }
     writeln!(md, "{ANALYSIS}")?;
-    std::fs::write(args.out.join("results.md"), &md)?;
-    std::fs::write(
-        args.out.join("results.json"),
+    crate::out::write_bytes(&args.out.join("results.md"), &md)?;
+    crate::out::write_bytes(
+        &args.out.join("results.json"),
         serde_json::to_string_pretty(rows)?,
     )?;
     let panel = |f: &dyn Fn(&Row) -> f64| -> Vec<Vec<f64>> {
@@ -826,9 +834,7 @@ fn write(args: &ThemisArgs, policies: &[String], rows: &[Row], notes: &[String])
             ("utilisation".to_string(), panel(&|r| r.utilization)),
         ],
     )?;
-    print!("{md}");
-    println!("written to {}", args.out.display());
-    Ok(())
+    crate::out::print(&format!("{md}written to {}\n", args.out.display()))
 }
 
 #[cfg(test)]
