@@ -81,8 +81,21 @@ pub struct ControllerConfig {
     pub min_workers: usize,
     /// A task unanswered for this long marks its worker dead.
     pub worker_timeout_s: f64,
-    /// How long to wait for workers (at start, or when none is left).
+    /// How long to wait for the first `min_workers` workers.
     pub join_timeout_s: f64,
+    /// How long to wait for a worker to join once every worker is gone (the
+    /// controller says so on stderr at once, then fails if none came).
+    pub rejoin_timeout_s: f64,
+    /// A connection must send its `Hello` within this many seconds; it is also how
+    /// long any frame of a handshake may stall.
+    pub hello_timeout_s: f64,
+    /// Connections still in their handshake (accepted, not yet admitted) at most;
+    /// more are refused at once. Each holds at most [`protocol::MAX_HELLO_FRAME`]
+    /// bytes before its `Hello` and [`protocol::MAX_CONTROL_FRAME`] after it.
+    pub max_pending: usize,
+    /// Set (e.g. by a SIGINT handler, [`crate::interrupt`]) to stop: the run ends at
+    /// once, abandoning the iteration in flight, and the report says `interrupted`.
+    pub interrupt: Option<&'static std::sync::atomic::AtomicBool>,
     /// Keep the ledger of accumulated ranges (elasticity test).
     pub record_ledger: bool,
     /// Keep the aggregated gradients (and the gradient-noise estimator's inputs) of
@@ -126,6 +139,10 @@ impl ControllerConfig {
             min_workers: 1,
             worker_timeout_s: 120.0,
             join_timeout_s: 120.0,
+            rejoin_timeout_s: DEFAULT_REJOIN_TIMEOUT_S,
+            hello_timeout_s: DEFAULT_HELLO_TIMEOUT_S,
+            max_pending: DEFAULT_MAX_PENDING,
+            interrupt: None,
             record_ledger: false,
             record_grads: 0,
             gns_smoothing: crate::gns::SMOOTHING,
@@ -136,6 +153,21 @@ impl ControllerConfig {
         })
     }
 }
+
+/// Default of [`ControllerConfig::rejoin_timeout_s`].
+pub const DEFAULT_REJOIN_TIMEOUT_S: f64 = 30.0;
+/// Default of [`ControllerConfig::hello_timeout_s`].
+pub const DEFAULT_HELLO_TIMEOUT_S: f64 = 10.0;
+/// Default of [`ControllerConfig::max_pending`].
+pub const DEFAULT_MAX_PENDING: usize = 256;
+/// How long a connection may take to send `Ready` after `Welcome` (loading a dataset
+/// from a slow disk).
+const READY_TIMEOUT_S: f64 = 600.0;
+/// How often the training loop looks at [`ControllerConfig::interrupt`] while it
+/// waits for events.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
+/// Refusals kept in the report; more are counted in its last line.
+const MAX_REJECTED_LISTED: usize = 1000;
 
 /// Progress after each iteration (for a progress bar).
 #[derive(Debug, Clone)]
@@ -299,6 +331,9 @@ pub struct TrainReport {
     /// Whether the controller's training loop ran at real-time priority
     /// (`ControllerConfig::realtime_io`, granted).
     pub realtime_io: bool,
+    /// The run was stopped by [`ControllerConfig::interrupt`] (SIGINT): the numbers
+    /// are those of the iterations completed before it.
+    pub interrupted: bool,
     /// Iterations disturbed by a failure (excluded from the timing means).
     pub disrupted_iterations: u64,
     pub joins: u64,
@@ -421,6 +456,31 @@ struct Shared {
     write_chunk: usize,
     /// Gradient buffers the training loop has accumulated, for the next reads.
     grad_pool: Arc<Mutex<Vec<Vec<f32>>>>,
+    /// Connections in their handshake now, and the most allowed.
+    pending: std::sync::atomic::AtomicUsize,
+    max_pending: usize,
+    hello_timeout: Duration,
+    /// What an admitted worker's frames may be (the job's size), and how long one
+    /// may stall.
+    job_limits: protocol::Limits,
+}
+
+/// One connection in its handshake, counted in `Shared::pending` while it lives.
+struct PendingSlot(Arc<Shared>);
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn note_rejected(shared: &Shared, line: String) {
+    let mut r = shared.rejected.lock().expect("rejected list");
+    if r.len() < MAX_REJECTED_LISTED {
+        r.push(line);
+    } else if r.len() == MAX_REJECTED_LISTED {
+        r.push("(more refusals not listed)".into());
+    }
 }
 
 async fn reject(stream: &mut TcpStream, shared: &Shared, addr: SocketAddr, reason: String) {
@@ -434,36 +494,46 @@ async fn reject(stream: &mut TcpStream, shared: &Shared, addr: SocketAddr, reaso
     if shared.verbose {
         eprintln!("pacer controller: refused {addr}: {reason}");
     }
-    shared
-        .rejected
-        .lock()
-        .expect("rejected list")
-        .push(format!("{addr}: {reason}"));
+    note_rejected(shared, format!("{addr}: {reason}"));
 }
 
 /// Handshake, then forward frames as events. Every failure ends only this
 /// connection.
-async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Arc<Shared>) {
+///
+/// Until the peer is admitted it holds a `PendingSlot`; before its `Hello` nothing
+/// larger than [`protocol::MAX_HELLO_FRAME`] is allocated for it, and every wait has
+/// a timeout (`hello_timeout`, then [`READY_TIMEOUT_S`] for `Ready`).
+async fn connection(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    id: u32,
+    shared: Arc<Shared>,
+    slot: PendingSlot,
+) {
     let peer = format!("worker {addr}");
     let _ = stream.set_nodelay(true);
     crate::sysinfo::set_socket_buffers(&stream, 4 << 20);
     let mut buf = Vec::new();
-    let hello = tokio::time::timeout(
-        Duration::from_secs(10),
-        protocol::read_message(&mut stream, &mut buf, &peer, "waiting for Hello"),
+    let hello = protocol::timed(
+        Some(shared.hello_timeout),
+        &peer,
+        "waiting for Hello",
+        protocol::read_message_with(
+            &mut stream,
+            &mut buf,
+            protocol::Limits::hello(shared.hello_timeout),
+            &peer,
+            "waiting for Hello",
+        ),
     )
     .await;
     let name = match hello {
-        Err(_) => {
-            reject(&mut stream, &shared, addr, "no Hello within 10 s".into()).await;
-            return;
-        }
-        Ok(Err(e)) => {
+        Err(e) => {
             reject(&mut stream, &shared, addr, e.to_string()).await;
             return;
         }
-        Ok(Ok(Message::Hello { name, .. })) => name,
-        Ok(Ok(other)) => {
+        Ok(Message::Hello { name, .. }) => name,
+        Ok(other) => {
             let e = ProtocolError::Unexpected {
                 peer,
                 expected: "Hello",
@@ -483,16 +553,24 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
         return;
     }
     // Loading a dataset can take a while on a slow disk.
-    let ready = tokio::time::timeout(
-        Duration::from_secs(600),
-        protocol::read_message(&mut stream, &mut buf, &peer, "waiting for Ready"),
+    let ready = protocol::timed(
+        Some(Duration::from_secs_f64(READY_TIMEOUT_S)),
+        &peer,
+        "waiting for Ready",
+        protocol::read_message_with(
+            &mut stream,
+            &mut buf,
+            protocol::Limits::control(shared.hello_timeout),
+            &peer,
+            "waiting for Ready",
+        ),
     )
     .await;
     match ready {
-        Ok(Ok(Message::Ready {
+        Ok(Message::Ready {
             fingerprint,
             n_train,
-        })) => {
+        }) => {
             if fingerprint != shared.job.fingerprint || n_train != shared.job.n_train {
                 let reason = format!(
                     "wrong dataset: the job trains on `{}` ({} training samples, fingerprint {:016x}), \
@@ -503,7 +581,7 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                 return;
             }
         }
-        Ok(Ok(Message::Error { message })) => {
+        Ok(Message::Error { message }) => {
             reject(
                 &mut stream,
                 &shared,
@@ -513,7 +591,7 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
             .await;
             return;
         }
-        Ok(Ok(other)) => {
+        Ok(other) => {
             let e = ProtocolError::Unexpected {
                 peer,
                 expected: "Ready",
@@ -522,15 +600,12 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
             reject(&mut stream, &shared, addr, e.to_string()).await;
             return;
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             reject(&mut stream, &shared, addr, e.to_string()).await;
             return;
         }
-        Err(_) => {
-            reject(&mut stream, &shared, addr, "no Ready within 600 s".into()).await;
-            return;
-        }
     }
+    drop(slot);
     shared
         .admitted
         .lock()
@@ -542,7 +617,11 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     let written = Arc::new(AtomicU64::new(0));
     let written_w = written.clone();
     let write_chunk = shared.write_chunk;
+    // Dropped when the writer ends (the member was dropped, or closed): the reader
+    // then stops waiting on a peer nobody listens to any more.
+    let (writer_done, mut writer_gone) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
+        let _done = writer_done;
         let mut first_chunk = false;
         while let Some(out) = rx.recv().await {
             let r = match out {
@@ -610,14 +689,19 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     {
         return;
     }
+    let limits = shared.job_limits;
     loop {
-        let r = protocol::read_message_streaming_step(
-            &mut rd,
-            &mut buf,
-            &peer,
-            "waiting for a Gradient",
-        )
-        .await;
+        let r = tokio::select! {
+            biased;
+            r = protocol::read_message_streaming_step_with(
+                &mut rd,
+                &mut buf,
+                limits,
+                &peer,
+                "waiting for a Gradient",
+            ) => r,
+            _ = &mut writer_gone => return,
+        };
         // A gradient's values go straight from the socket into a recycled buffer
         // (no frame buffer to clear, no decode copy, no fresh pages to fault in).
         let msg = match r {
@@ -629,7 +713,19 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                     .pop()
                     .unwrap_or_default();
                 values.resize(n, 0.0);
-                match protocol::read_f32s(&mut rd, &mut values, &peer, "reading a Gradient").await {
+                let read = protocol::read_f32s_with(
+                    &mut rd,
+                    &mut values,
+                    limits.stall,
+                    &peer,
+                    "reading a Gradient",
+                );
+                let read = tokio::select! {
+                    biased;
+                    r = read => r,
+                    _ = &mut writer_gone => return,
+                };
+                match read {
                     Ok(()) => {
                         match &mut m {
                             Message::Gradient { grad, .. } => *grad = values,
@@ -724,9 +820,30 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
             Ok((stream, addr)) => {
+                if shared.pending.fetch_add(1, Ordering::Relaxed) >= shared.max_pending {
+                    shared.pending.fetch_sub(1, Ordering::Relaxed);
+                    // Refused without a task or a buffer of its own: the reason goes
+                    // out only if the socket takes it at once.
+                    let reason = format!(
+                        "too many connections in their handshake (at most {}); try again",
+                        shared.max_pending
+                    );
+                    let mut f = Vec::new();
+                    Message::Reject {
+                        reason: reason.clone(),
+                    }
+                    .encode(&mut f);
+                    let _ = stream.try_write(&f);
+                    if shared.verbose {
+                        eprintln!("pacer controller: refused {addr}: {reason}");
+                    }
+                    note_rejected(&shared, format!("{addr}: {reason}"));
+                    continue;
+                }
+                let slot = PendingSlot(shared.clone());
                 let id = next_id;
                 next_id += 1;
-                tokio::spawn(connection(stream, addr, id, shared.clone()));
+                tokio::spawn(connection(stream, addr, id, shared.clone(), slot));
             }
             Err(e) => {
                 if shared.verbose {
@@ -1054,6 +1171,12 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
             ),
         ));
     }
+    if cfg.max_pending == 0 {
+        return Err(RuntimeError::config(
+            "--max-pending",
+            "must be ≥ 1 (connections allowed in their handshake at once)",
+        ));
+    }
     if cfg.min_workers == 0 {
         return Err(RuntimeError::config("--min-workers", "must be ≥ 1"));
     }
@@ -1062,6 +1185,8 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
     for (flag, v) in [
         ("--worker-timeout-s", cfg.worker_timeout_s),
         ("--join-timeout-s", cfg.join_timeout_s),
+        ("--rejoin-timeout-s", cfg.rejoin_timeout_s),
+        ("--hello-timeout-s", cfg.hello_timeout_s),
     ] {
         if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
             return Err(RuntimeError::config(
@@ -1133,6 +1258,13 @@ pub async fn serve(
             usize::MAX
         },
         grad_pool: grad_pool.clone(),
+        pending: std::sync::atomic::AtomicUsize::new(0),
+        max_pending: cfg.max_pending,
+        hello_timeout: Duration::from_secs_f64(cfg.hello_timeout_s),
+        job_limits: protocol::Limits::for_job(
+            n_params,
+            Duration::from_secs_f64(cfg.worker_timeout_s),
+        ),
     });
     let acceptor = tokio::spawn(accept_loop(listener, shared.clone()));
     let result = train_loop(
@@ -1188,6 +1320,59 @@ fn new_member(
     }
 }
 
+fn interrupted(cfg: &ControllerConfig) -> bool {
+    cfg.interrupt.is_some_and(|f| f.load(Ordering::Relaxed))
+}
+
+/// Said at once, whatever `verbose` says: otherwise a run whose workers all died
+/// is silent until the rejoin wait ends.
+fn all_gone_notice(cfg: &ControllerConfig, k: u64) {
+    eprintln!(
+        "pacer controller: every worker is gone (iteration {k}); waiting up to {} s for one to join (--rejoin-timeout-s)",
+        cfg.rejoin_timeout_s
+    );
+}
+
+enum Wait {
+    Event(Event),
+    Closed,
+    TimedOut,
+    Interrupted,
+}
+
+/// The next event before `deadline`, looking at the interrupt flag every
+/// [`INTERRUPT_POLL`].
+async fn next_event(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    deadline: Instant,
+    cfg: &ControllerConfig,
+) -> Wait {
+    loop {
+        if interrupted(cfg) {
+            return Wait::Interrupted;
+        }
+        // An event already there wins over a deadline already past.
+        match events.try_recv() {
+            Ok(e) => return Wait::Event(e),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Wait::Closed,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Wait::TimedOut;
+        }
+        let mut step = deadline - now;
+        if cfg.interrupt.is_some() {
+            step = step.min(INTERRUPT_POLL);
+        }
+        match tokio::time::timeout(step, events.recv()).await {
+            Ok(Some(e)) => return Wait::Event(e),
+            Ok(None) => return Wait::Closed,
+            Err(_) => {}
+        }
+    }
+}
+
 fn predicted_speeds(members: &[Member]) -> Vec<f64> {
     members
         .iter()
@@ -1238,6 +1423,7 @@ async fn train_loop(
         speed_mape: 0.0,
         overrun_frac: 0.0,
         realtime_io: crate::sysinfo::thread_is_realtime(),
+        interrupted: false,
         disrupted_iterations: 0,
         joins: 0,
         leaves: 0,
@@ -1267,9 +1453,8 @@ async fn train_loop(
     // Wait for the first workers.
     let join_deadline = Instant::now() + Duration::from_secs_f64(cfg.join_timeout_s);
     while joiners.len() < cfg.min_workers.max(1) {
-        let left = join_deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, events.recv()).await {
-            Err(_) => {
+        match next_event(events, join_deadline, cfg).await {
+            Wait::TimedOut => {
                 return Err(RuntimeError::Stopped(format!(
                     "only {} of the {} workers needed joined within {} s",
                     joiners.len(),
@@ -1277,17 +1462,21 @@ async fn train_loop(
                     cfg.join_timeout_s
                 )))
             }
-            Ok(None) => return Err(RuntimeError::Stopped("event channel closed".into())),
-            Ok(Some(Event::Joined {
+            Wait::Interrupted => {
+                report.interrupted = true;
+                break;
+            }
+            Wait::Closed => return Err(RuntimeError::Stopped("event channel closed".into())),
+            Wait::Event(Event::Joined {
                 id,
                 name,
                 addr,
                 tx,
                 written,
-            })) => joiners.push(new_member(cfg, id, name, addr, tx, written)),
-            Ok(Some(Event::Lost { id, .. })) => joiners.retain(|m| m.id != id),
-            Ok(Some(Event::Gradient { .. })) => report.stale_results += 1,
-            Ok(Some(Event::GradientPart { .. })) => {}
+            }) => joiners.push(new_member(cfg, id, name, addr, tx, written)),
+            Wait::Event(Event::Lost { id, .. }) => joiners.retain(|m| m.id != id),
+            Wait::Event(Event::Gradient { .. }) => report.stale_results += 1,
+            Wait::Event(Event::GradientPart { .. }) => {}
         }
     }
     report.workers = joiners.len();
@@ -1317,7 +1506,10 @@ async fn train_loop(
         .unwrap_or_else(|| (16 * b_total).min(data.train.n as u64))
         .max(b_total) as f64;
 
-    loop {
+    'train: loop {
+        if report.interrupted {
+            break;
+        }
         // ---- boundary: membership
         while let Ok(ev) = events.try_recv() {
             match ev {
@@ -1372,26 +1564,30 @@ async fn train_loop(
             );
         }
         if active.is_empty() {
-            let deadline = Instant::now() + Duration::from_secs_f64(cfg.join_timeout_s);
+            all_gone_notice(cfg, k);
+            let deadline = Instant::now() + Duration::from_secs_f64(cfg.rejoin_timeout_s);
             let t_wait = Instant::now();
             while active.is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match tokio::time::timeout(left, events.recv()).await {
-                    Ok(Some(Event::Joined {
+                match next_event(events, deadline, cfg).await {
+                    Wait::Event(Event::Joined {
                         id,
                         name,
                         addr,
                         tx,
                         written,
-                    })) => {
+                    }) => {
                         report.joins += 1;
                         active.push(new_member(cfg, id, name, addr, tx, written));
                     }
-                    Ok(Some(_)) => {}
-                    _ => {
+                    Wait::Event(_) => {}
+                    Wait::Interrupted => {
+                        report.interrupted = true;
+                        break 'train;
+                    }
+                    Wait::TimedOut | Wait::Closed => {
                         return Err(RuntimeError::Stopped(format!(
-                            "no worker left at iteration {k} and none joined within {} s",
-                            cfg.join_timeout_s
+                            "every worker is gone (at iteration {k}) and none joined within {} s (--rejoin-timeout-s)",
+                            cfg.rejoin_timeout_s
                         )))
                     }
                 }
@@ -1403,6 +1599,10 @@ async fn train_loop(
 
         // ---- stop conditions
         let reached = report.reached && cfg.stop_at_target;
+        if interrupted(cfg) {
+            report.interrupted = true;
+            break;
+        }
         if reached || clock.now() >= cfg.max_time_s || cfg.max_iterations.is_some_and(|m| k >= m) {
             break;
         }
@@ -1605,10 +1805,18 @@ async fn train_loop(
                     .min()
                     .unwrap_or_else(Instant::now);
                 let deadline = oldest + Duration::from_secs_f64(cfg.worker_timeout_s);
-                match tokio::time::timeout_at(deadline.into(), events.recv()).await {
-                    Ok(Some(e)) => ev = Some(e),
-                    Ok(None) => return Err(RuntimeError::Stopped("event channel closed".into())),
-                    Err(_) => {
+                match next_event(events, deadline, cfg).await {
+                    Wait::Event(e) => ev = Some(e),
+                    Wait::Closed => {
+                        return Err(RuntimeError::Stopped("event channel closed".into()))
+                    }
+                    // The iteration in flight is abandoned: its partial aggregate is
+                    // never applied, the report covers the iterations completed.
+                    Wait::Interrupted => {
+                        report.interrupted = true;
+                        break 'train;
+                    }
+                    Wait::TimedOut => {
                         // Every worker whose task is overdue is treated as lost.
                         let now = Instant::now();
                         for t in pending.values() {
@@ -1783,23 +1991,27 @@ async fn train_loop(
                     aggregate_total_s += t_agg.elapsed().as_secs_f64();
                 }
                 // Capacity for the retries: survivors, else a worker that joined.
+                if active.is_empty() && joiners.is_empty() {
+                    all_gone_notice(cfg, k);
+                }
+                let rejoin_deadline =
+                    Instant::now() + Duration::from_secs_f64(cfg.rejoin_timeout_s);
                 while active.is_empty() {
                     if joiners.is_empty() {
                         let t_wait = Instant::now();
-                        match tokio::time::timeout(
-                            Duration::from_secs_f64(cfg.join_timeout_s),
-                            events.recv(),
-                        )
-                        .await
-                        {
-                            Ok(Some(Event::Joined { id, name, addr, tx, written })) => {
+                        match next_event(events, rejoin_deadline, cfg).await {
+                            Wait::Event(Event::Joined { id, name, addr, tx, written }) => {
                                 joiners.push(new_member(cfg, id, name, addr, tx, written))
                             }
-                            Ok(Some(_)) => {}
-                            _ => {
+                            Wait::Event(_) => {}
+                            Wait::Interrupted => {
+                                report.interrupted = true;
+                                break 'train;
+                            }
+                            Wait::TimedOut | Wait::Closed => {
                                 return Err(RuntimeError::Stopped(format!(
-                                    "every worker was lost in iteration {k} and none joined within {} s",
-                                    cfg.join_timeout_s
+                                    "every worker was lost in iteration {k} and none joined within {} s (--rejoin-timeout-s)",
+                                    cfg.rejoin_timeout_s
                                 )))
                             }
                         }

@@ -829,7 +829,10 @@ mod tests {
         let e = load(&format!("libsvm:{}", f.display()))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("nan.svm") && e.contains("line 2") && e.contains("finite"), "{e}");
+        assert!(
+            e.contains("nan.svm") && e.contains("line 2") && e.contains("finite"),
+            "{e}"
+        );
         // A test label the training file does not have.
         let (tr, te) = (dir.join("tr.svm"), dir.join("te.svm"));
         std::fs::write(&tr, "1 1:0.5\n2 1:0.1\n").unwrap();
@@ -837,7 +840,10 @@ mod tests {
         let e = load(&format!("libsvm:{},{}", tr.display(), te.display()))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("te.svm") && e.contains("line 3") && e.contains("`7`"), "{e}");
+        assert!(
+            e.contains("te.svm") && e.contains("line 3") && e.contains("`7`"),
+            "{e}"
+        );
         // A regression file: a distinct real label per line.
         let f = dir.join("reg.svm");
         let rows: String = (0..=MAX_LIBSVM_CLASSES)
