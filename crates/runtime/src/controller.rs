@@ -217,8 +217,14 @@ pub struct Overhead {
     pub control_ms: f64,
     /// Controller: encoding the parameters (once for all workers).
     pub encode_params_ms: f64,
-    /// Controller: from the Steps queued to the last gradient received.
+    /// Controller: from the Steps queued to the last gradient received, less its
+    /// own work meanwhile (the deferred optimiser step and parameter encoding, in
+    /// their columns), so that `iter` adds up.
     pub wait_ms: f64,
+    /// The whole interval from the Steps queued to the last gradient received
+    /// (`wait` plus the controller's work meanwhile): what the last worker's
+    /// `pre + step + post`, the controller's decode and `network` add up to.
+    pub gather_ms: f64,
     /// The last worker to answer: its step, the part before it (decoding the
     /// parameters, of which `worker_decode_ms`) and after it (signals, encoding the
     /// gradient, of which `worker_encode_ms`).
@@ -229,7 +235,10 @@ pub struct Overhead {
     pub worker_encode_ms: f64,
     /// Controller: decoding the last gradient.
     pub ctrl_decode_ms: f64,
-    /// `wait − last_step − worker_pre − worker_post − ctrl_decode`.
+    /// `gather − last_step − worker_pre − worker_post − ctrl_decode`: the time
+    /// outside the last worker's own interval (transfers both ways, wake-ups,
+    /// queuing). Each term is a duration on one clock, so it is ≥ 0 up to timer
+    /// noise, on one host or across hosts.
     pub network_ms: f64,
     /// Of the last worker: Steps queued → its Step fully read (includes the queue
     /// of writes to the other workers and its thread's wake-up), and its Gradient
@@ -268,7 +277,8 @@ pub struct WorkerStats {
     pub mean_proc_cpu_busy: f64,
     pub mean_proc_mem_used: f64,
     pub mean_loadavg1: f64,
-    /// Steps slower than their emulated target.
+    /// Steps whose real work exceeded their emulated target (see
+    /// [`TrainReport::overrun_frac`]).
     pub overruns: u64,
     /// Controller: Steps queued → the first chunk of this worker's Step written
     /// into its socket.
@@ -323,10 +333,17 @@ pub struct TrainReport {
     /// `1 − Σ max_i step_s / Σ iteration time`: time not spent in worker compute.
     pub overhead_frac: f64,
     pub overhead: Overhead,
-    /// Mean absolute percentage error of the one-step speed predictions.
+    /// Mean absolute percentage error of the one-step speed predictions (fraction):
+    /// mean over steps of `|predicted − measured| / measured`, measured speed =
+    /// local batch / step time. A step slowed k-fold by contention adds `k − 1`, so
+    /// on a loaded machine a few such steps dominate it: see `speed_ape_median`.
     pub speed_mape: f64,
-    /// Share of steps that took longer than the emulated target (slot wait + real
-    /// compute exceeded it: contention the padding could not hide).
+    /// Median of the same absolute percentage errors: the typical step.
+    pub speed_ape_median: f64,
+    /// Share of steps whose real work (wait for a compute slot and for the compute
+    /// thread to wake, plus the real compute's wall time) exceeded the emulated
+    /// target by more than 2 %: contention the padding could not hide, so the
+    /// worker ran slower than its emulated speed.
     pub overrun_frac: f64,
     /// Whether the controller's training loop ran at real-time priority
     /// (`ControllerConfig::realtime_io`, granted).
@@ -908,6 +925,7 @@ struct Sums {
     control_s: f64,
     encode_s: f64,
     wait_s: f64,
+    gather_s: f64,
     downlink_s: f64,
     uplink_s: f64,
     last_step_s: f64,
@@ -921,6 +939,8 @@ struct Sums {
     optimizer_s: f64,
     ape: f64,
     ape_n: u64,
+    /// Every absolute percentage error, for the median.
+    apes: Vec<f32>,
     steps: u64,
     overruns: u64,
     /// Per counted iteration: global batch, overhead (iteration − slowest step)
@@ -1320,6 +1340,16 @@ fn new_member(
     }
 }
 
+/// A step overran: the worker's real work — waiting for a compute slot (and for its
+/// compute thread to wake) plus the real compute — took longer than the emulated
+/// target, so the padding could not hide the contention. 2 % slack for clock reads.
+/// Not `step_s > target_s`: the padded step always ends a little after its target
+/// (the sleep's timer slack, ~50–100 µs), which on sub-millisecond steps counted
+/// every padded step as an overrun.
+fn overran(t: &StepTiming) -> bool {
+    t.target_s > 0.0 && t.queue_s + t.wall_s > t.target_s * 1.02
+}
+
 fn interrupted(cfg: &ControllerConfig) -> bool {
     cfg.interrupt.is_some_and(|f| f.load(Ordering::Relaxed))
 }
@@ -1421,6 +1451,7 @@ async fn train_loop(
         overhead_frac: 0.0,
         overhead: Overhead::default(),
         speed_mape: 0.0,
+        speed_ape_median: 0.0,
         overrun_frac: 0.0,
         realtime_io: crate::sysinfo::thread_is_realtime(),
         interrupted: false,
@@ -1678,7 +1709,14 @@ async fn train_loop(
                 ));
             }
         }
-        let predicted_now = predicted_speeds(&active);
+        // By worker id: a worker lost in the iteration shifts the positions in
+        // `active`, and comparing by position then set one worker's prediction
+        // against another's speed in the speed MAPE.
+        let predicted_now: HashMap<u32, f64> = active
+            .iter()
+            .map(|m| m.id)
+            .zip(predicted_speeds(&active))
+            .collect();
         let control_s = t_control.elapsed().as_secs_f64();
 
         // ---- send
@@ -1698,6 +1736,11 @@ async fn train_loop(
         let t_sent_unix = protocol::unix_now_s();
         let mut start = pos;
         let mut lost_now: Vec<(u32, String)> = Vec::new();
+        let mut named_batches: Vec<(String, u64)> = active
+            .iter()
+            .zip(&batches)
+            .map(|(m, &b)| (m.name.clone(), b))
+            .collect();
         for (m, &b) in active.iter_mut().zip(&batches) {
             let task = next_task;
             next_task += 1;
@@ -2106,16 +2149,18 @@ async fn train_loop(
         let mut max_step: f64 = 0.0;
         let mut sum_speed = 0.0;
         let mut iter_speeds = Vec::with_capacity(active.len());
-        for (i, m) in active.iter_mut().enumerate() {
+        for m in active.iter_mut() {
             let Some((len, timing, _, signals)) = main_results.get(&m.id) else {
                 continue;
             };
             let speed = *len as f64 / timing.step_s.max(1e-9);
             if m.speed > 0.0 {
-                if let Some(p) = predicted_now.get(i) {
+                if let Some(p) = predicted_now.get(&m.id) {
                     if *p > 0.0 && p.is_finite() {
-                        sums.ape += (p - speed).abs() / speed;
+                        let ape = (p - speed).abs() / speed;
+                        sums.ape += ape;
                         sums.ape_n += 1;
+                        sums.apes.push(ape as f32);
                     }
                 }
             }
@@ -2155,15 +2200,15 @@ async fn train_loop(
             w.mean_proc_cpu_busy += signals.proc_cpu_busy as f64;
             w.mean_proc_mem_used += signals.proc_mem_used as f64;
             w.mean_loadavg1 += signals.loadavg1 as f64;
-            if timing.step_s > timing.target_s * 1.02 && timing.target_s > 0.0 {
+            let overran = overran(timing);
+            if overran {
                 w.overruns += 1;
             }
             max_step = max_step.max(timing.step_s);
             sum_speed += speed;
             iter_speeds.push((m.id, speed));
             sums.steps += 1;
-            // 2 % slack: sleep granularity, not contention.
-            if timing.step_s > timing.target_s * 1.02 && timing.target_s > 0.0 {
+            if overran {
                 sums.overruns += 1;
             }
         }
@@ -2186,6 +2231,7 @@ async fn train_loop(
             // Without the controller's own work between the Step chunks (counted in
             // encode and optimiser).
             sums.wait_s += ((t_last - t_sent).as_secs_f64() - send_work_s).max(0.0);
+            sums.gather_s += (t_last - t_sent).as_secs_f64();
             sums.downlink_s += last_links.0;
             sums.uplink_s += last_links.1;
             sums.last_step_s += last_piece.0.step_s;
@@ -2199,11 +2245,8 @@ async fn train_loop(
             sums.optimizer_s += optimizer_s;
         }
         report.final_batches.clone_from(&batches);
-        report.final_batches_named = active
-            .iter()
-            .zip(&batches)
-            .map(|(m, &b)| (m.name.clone(), b))
-            .collect();
+        // Paired when the Steps went out: a worker lost since shifted `active`.
+        report.final_batches_named = std::mem::take(&mut named_batches);
 
         // ---- evaluate (not training time)
         let t_eval = Instant::now();
@@ -2334,6 +2377,7 @@ async fn train_loop(
         control_ms: ms(sums.control_s),
         encode_params_ms: ms(sums.encode_s),
         wait_ms: ms(sums.wait_s),
+        gather_ms: ms(sums.gather_s),
         last_step_ms: ms(sums.last_step_s),
         worker_pre_ms: ms(sums.worker_pre_s),
         worker_decode_ms: ms(sums.worker_decode_s),
@@ -2348,8 +2392,12 @@ async fn train_loop(
         optimizer_ms: ms(sums.optimizer_s),
         other_ms: 0.0,
     };
+    // From the whole interval Steps queued → last gradient in, not from `wait`: the
+    // controller's sending work (left out of `wait`, counted in encode and
+    // optimiser) runs while the workers already step, and the last worker's
+    // `pre`/`step` covered it too, so subtracting both went negative.
     o.network_ms =
-        o.wait_ms - o.last_step_ms - o.worker_pre_ms - o.worker_post_ms - o.ctrl_decode_ms;
+        o.gather_ms - o.last_step_ms - o.worker_pre_ms - o.worker_post_ms - o.ctrl_decode_ms;
     o.other_ms =
         o.iter_ms - o.control_ms - o.encode_params_ms - o.wait_ms - o.aggregate_ms - o.optimizer_ms;
     report.overhead = o;
@@ -2358,6 +2406,15 @@ async fn train_loop(
     } else {
         0.0
     };
+    if !sums.apes.is_empty() {
+        sums.apes.sort_by(f32::total_cmp);
+        let n = sums.apes.len();
+        report.speed_ape_median = f64::from(if n % 2 == 1 {
+            sums.apes[n / 2]
+        } else {
+            0.5 * (sums.apes[n / 2 - 1] + sums.apes[n / 2])
+        });
+    }
     report.overrun_frac = sums.overruns as f64 / sums.steps.max(1) as f64;
     report.worker_stats = wstats
         .into_values()
