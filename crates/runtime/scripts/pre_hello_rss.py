@@ -3,7 +3,10 @@
 largest frame (256 MiB) before any Hello and stall, while two real workers train
 (issue 19; the regression test is tests/pre_hello_memory.rs).
 
-    scripts/pre_hello_rss.py PACER_BINARY N [--cap-gb G]
+    scripts/pre_hello_rss.py PACER_BINARY N [--cap-gb G] [--len BYTES]
+
+`--len` announces another length (default 256 MiB; 4096 is the largest frame a build with
+the pre-Hello limit accepts, so those connections stay pending until the Hello timeout).
 
 The controller runs under an address-space cap (`prlimit --as`, default 4 GB) so an
 old build cannot eat the machine: past the cap its allocation fails and it dies,
@@ -35,6 +38,9 @@ def main():
     cap_gb = 4
     if "--cap-gb" in sys.argv:
         cap_gb = int(sys.argv[sys.argv.index("--cap-gb") + 1])
+    length = 256 << 20
+    if "--len" in sys.argv:
+        length = int(sys.argv[sys.argv.index("--len") + 1])
     ctl = subprocess.Popen(
         ["prlimit", f"--as={cap_gb << 30}", binary, "controller", "--listen", "127.0.0.1:0",
          "--dataset", "tiny", "--min-workers", "2", "--max-iterations", "300",
@@ -49,7 +55,7 @@ def main():
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
         try:
-            s.sendall(struct.pack("<I", 256 << 20) + b"\x01" + b"\0" * 1024)
+            s.sendall(struct.pack("<I", length) + b"\x01" + b"\0" * 1024)
         except OSError:
             pass
         conns.append(s)
@@ -82,7 +88,7 @@ def main():
     for s in conns:
         s.close()
     trained = [l for l in out.splitlines() if l.startswith("final accuracy")]
-    print(f"{binary}: {n} connections announcing 256 MiB before Hello, cap {cap_gb} GB")
+    print(f"{binary}: {n} connections announcing {length} bytes before Hello, cap {cap_gb} GB")
     print(f"  controller RSS: {start:.1f} MB before, {after_attack or 0:.1f} MB 2 s after "
           f"the connections, peak {peak:.1f} MB")
     print(f"  controller exit {ctl.returncode}; "
