@@ -176,7 +176,8 @@ fn a_worker_gives_up_on_a_silent_controller() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains(&format!("controller {addr}")) && err.contains("waiting for Welcome"),
+        err.contains(&format!("controller {addr}"))
+            && err.contains("nothing received for 500ms waiting for Welcome"),
         "{err}"
     );
 }

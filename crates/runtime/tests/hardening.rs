@@ -184,8 +184,10 @@ fn a_worker_facing_a_silent_controller_gives_up_naming_what_it_awaited() {
         .to_string();
     let _ = tx.send(());
     h.join().unwrap();
+    // The timeout's error, not the one of the fake hanging up after 30 s.
     assert!(
-        e.contains(&format!("controller {addr}")) && e.contains("waiting for Welcome"),
+        e.contains(&format!("controller {addr}"))
+            && e.contains("nothing received for 300ms waiting for Welcome"),
         "{e}"
     );
 }
