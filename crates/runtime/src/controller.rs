@@ -634,6 +634,9 @@ async fn connection(
     let written = Arc::new(AtomicU64::new(0));
     let written_w = written.clone();
     let write_chunk = shared.write_chunk;
+    // A worker that stops reading must not pin the writer (and what it queued)
+    // forever: each write has the job's stall timeout.
+    let stall = shared.job_limits.stall;
     // Dropped when the writer ends (the member was dropped, or closed): the reader
     // then stops waiting on a peer nobody listens to any more.
     let (writer_done, mut writer_gone) = tokio::sync::oneshot::channel::<()>();
@@ -642,13 +645,13 @@ async fn connection(
         let mut first_chunk = false;
         while let Some(out) = rx.recv().await {
             let r = match out {
-                Out::Frame(f) => wr.write_all(&f).await,
+                Out::Frame(f) => write_timed(&mut wr, &f, stall).await,
                 Out::Head(h) => {
                     first_chunk = true;
-                    wr.write_all(&h).await
+                    write_timed(&mut wr, &h, stall).await
                 }
                 Out::Chunk(c) => {
-                    let r = wr.write_all(&c).await;
+                    let r = write_timed(&mut wr, &c, stall).await;
                     if std::mem::take(&mut first_chunk) {
                         written_w.store(protocol::unix_now_s().to_bits(), Ordering::Relaxed);
                     }
@@ -659,13 +662,13 @@ async fn connection(
                     // turns, so every worker gets its first parameters (and starts
                     // computing) early instead of the last one waiting for the whole
                     // model to be written to all the others.
-                    let mut r = wr.write_all(&header).await;
+                    let mut r = write_timed(&mut wr, &header, stall).await;
                     let mut first = true;
                     for c in tail.chunks(write_chunk) {
                         if r.is_err() {
                             break;
                         }
-                        r = wr.write_all(c).await;
+                        r = write_timed(&mut wr, c, stall).await;
                         if first {
                             first = false;
                             written_w.store(protocol::unix_now_s().to_bits(), Ordering::Relaxed);
@@ -821,6 +824,25 @@ async fn connection(
         if shared.events.send(event).is_err() || lost {
             return;
         }
+    }
+}
+
+/// `w.write_all(bytes)`, failing with `TimedOut` after `stall` without completing.
+async fn write_timed<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    stall: Option<Duration>,
+) -> std::io::Result<()> {
+    match stall {
+        None => w.write_all(bytes).await,
+        Some(d) => tokio::time::timeout(d, w.write_all(bytes))
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the worker took nothing for {d:?} (--worker-timeout-s)"),
+                ))
+            }),
     }
 }
 
@@ -2446,6 +2468,23 @@ async fn train_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_write_to_a_peer_that_reads_nothing_times_out() {
+        // A 16-byte pipe nobody reads: the writer once waited forever, holding its
+        // queue of Steps.
+        let (mut w, _r) = tokio::io::duplex(16);
+        let e = write_timed(&mut w, &[0u8; 1024], Some(Duration::from_millis(100)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("took nothing for 100ms"), "{e}");
+        // One that reads (a pipe with room) is written at once.
+        let (mut w, _r) = tokio::io::duplex(4096);
+        write_timed(&mut w, &[0u8; 1024], Some(Duration::from_millis(100)))
+            .await
+            .unwrap();
+    }
 
     #[test]
     fn bad_timeouts_and_limits_are_config_errors_not_panics() {
