@@ -1140,6 +1140,15 @@ pub async fn serve_on_runtime(
         .map_err(|e| RuntimeError::Stopped(format!("the training loop failed: {e}")))?
 }
 
+/// `v` for an error message: `1e300`, not 301 digits.
+pub(crate) fn short_num(v: f64) -> String {
+    if v.is_finite() && v.abs() >= 1e9 {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
 /// Largest worker / join timeout accepted (s): about 30 years.
 const MAX_TIMEOUT_S: f64 = 1e9;
 
@@ -1233,7 +1242,10 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
         if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
             return Err(RuntimeError::config(
                 flag,
-                format!("must be a number of seconds in (0, {MAX_TIMEOUT_S:e}], got {v}"),
+                format!(
+                    "must be a number of seconds in (0, {MAX_TIMEOUT_S:e}], got {}",
+                    short_num(v)
+                ),
             ));
         }
     }

@@ -139,7 +139,10 @@ impl WorkerConfig {
             if !(v.is_finite() && v > 0.0 && v <= 1e9) {
                 return Err(RuntimeError::config(
                     flag,
-                    format!("must be a number of seconds in (0, 1e9], got {v}"),
+                    format!(
+                        "must be a number of seconds in (0, 1e9], got {}",
+                        crate::controller::short_num(v)
+                    ),
                 ));
             }
         }
