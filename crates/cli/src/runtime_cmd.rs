@@ -75,9 +75,14 @@ pub struct JobArgs {
     pub eval_every: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// A task unanswered this long marks its worker dead.
+    /// A task unanswered this long marks its worker dead (and a Gradient frame may
+    /// stall this long).
     #[arg(long, default_value_t = 120.0)]
     pub worker_timeout_s: f64,
+    /// Once every worker is gone, wait this long for one to join before failing
+    /// (the controller says so on stderr at once).
+    #[arg(long, default_value_t = controller::DEFAULT_REJOIN_TIMEOUT_S)]
+    pub rejoin_timeout_s: f64,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -95,8 +100,33 @@ pub struct JobArgs {
     pub normal_priority: bool,
 }
 
+/// What the text report prints, for `--help` (the README says the same).
+const REPORT_FIELDS: &str = "\
+Report (text; --json has the same numbers under the TrainReport field names):
+  iteration / ideal      mean time of an undisturbed iteration; the oracle's, which knows each
+                         worker's true speed (median over ±10 iterations) but not the jitter
+  efficiency             ideal / iteration (then: an oracle that also knows the jitter, and one
+                         with perfect balance and no overhead)
+  overhead               1 − Σ slowest step / Σ iteration: time not spent in worker compute
+  speed prediction error |predicted − measured| / measured per step (measured = batch / step
+                         time): median, and mean (MAPE; a step slowed k-fold adds k − 1)
+  overruns               share of steps whose real work (slot wait + compute wall time) exceeded
+                         the emulated target by > 2 %: contention the padding could not hide
+  per iteration          control + encode params + wait (for the last gradient, without the
+                         controller's own work meanwhile) + aggregate + optimiser + other
+  gather                 Steps sent → last gradient in = the last worker's step + before it
+                         (decode, waiting for parameters) + after it (encoding) + the
+                         controller's decode + network (the rest: transfers both ways,
+                         wake-ups; downlink and uplink from both sides' clocks)
+  workers                one line per worker, by id (local workers: id i is local-i, the i-th
+                         of --speeds): steps, mean batch, CPU and step time, samples/s, load
+                         signals, overrun count, and sent / down / up times
+An interrupted run (SIGINT) prints the same report for the iterations done, marked
+INTERRUPTED, and exits with status 130.";
+
 /// `pacer controller`.
 #[derive(Debug, Args)]
+#[command(after_long_help = REPORT_FIELDS)]
 pub struct ControllerArgs {
     /// Address to listen on, e.g. 0.0.0.0:7070.
     #[arg(long)]
@@ -104,9 +134,15 @@ pub struct ControllerArgs {
     /// Workers to wait for before the first iteration.
     #[arg(long, default_value_t = 1)]
     pub min_workers: usize,
-    /// How long to wait for workers (at start or when none is left).
+    /// How long to wait for the first --min-workers workers.
     #[arg(long, default_value_t = 600.0)]
     pub join_timeout_s: f64,
+    /// A connection must send its Hello within this many seconds.
+    #[arg(long, default_value_t = controller::DEFAULT_HELLO_TIMEOUT_S)]
+    pub hello_timeout_s: f64,
+    /// Connections in their handshake at once, at most; more are refused.
+    #[arg(long, default_value_t = controller::DEFAULT_MAX_PENDING)]
+    pub max_pending: usize,
     #[command(flatten)]
     pub job: JobArgs,
 }
@@ -147,10 +183,21 @@ pub struct WorkerArgs {
     /// --normal-priority`).
     #[arg(long)]
     pub normal_priority: bool,
+    /// Connecting and the controller's Welcome must come within this many seconds.
+    #[arg(long, default_value_t = worker::DEFAULT_WELCOME_TIMEOUT_S)]
+    pub welcome_timeout_s: f64,
+    /// Give up when the controller sends nothing (no Step, no Shutdown) for this long.
+    #[arg(long, default_value_t = worker::DEFAULT_IDLE_TIMEOUT_S)]
+    pub idle_timeout_s: f64,
+    /// Give up when a frame from the controller, or a Gradient to it, makes no
+    /// progress for this long.
+    #[arg(long, default_value_t = worker::DEFAULT_STALL_TIMEOUT_S)]
+    pub stall_timeout_s: f64,
 }
 
 /// `pacer train`.
 #[derive(Debug, Args)]
+#[command(after_long_help = REPORT_FIELDS)]
 pub struct TrainArgs {
     #[command(flatten)]
     pub job: JobArgs,
@@ -246,6 +293,7 @@ fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<Control
     c.eval_every = job.eval_every;
     c.seed = job.seed;
     c.worker_timeout_s = job.worker_timeout_s;
+    c.rejoin_timeout_s = job.rejoin_timeout_s;
     c.verbose = job.verbose;
     Ok(c)
 }
@@ -314,6 +362,12 @@ fn print_report(
         putline!("{}", serde_json::to_string_pretty(&o)?);
         return Ok(());
     }
+    if r.interrupted {
+        putline!(
+            "INTERRUPTED (SIGINT) after {} iterations: the report covers the iterations done",
+            r.iterations
+        );
+    }
     putline!(
         "{} on {} · {} workers · B = {} · {} ({}) + {}",
         r.model,
@@ -342,25 +396,25 @@ fn print_report(
         r.epochs,
         r.train_time_s
     );
-    putline!(
-        "iteration {:.2} ms vs ideal {:.2} ms: efficiency {:.3} (oracle knowing the jitter too {:.3}, and without overhead {:.3}); overhead {:.1}% (speed MAPE {:.1}%, overruns {:.1}%)",
+    putline!("iteration {:.2} ms vs ideal {:.2} ms: efficiency {:.3} (oracle knowing the jitter too {:.3}, and without overhead {:.3}); overhead {:.1}%",
         r.mean_iter_s * 1e3,
         r.ideal_iter_s * 1e3,
         r.efficiency,
         r.hindsight_efficiency,
         r.compute_efficiency,
         r.overhead_frac * 100.0,
+    );
+    putline!("speed prediction error {:.1}% median, {:.1}% mean (MAPE); overruns {:.1}% of steps (real work beyond the emulated target)",
+        r.speed_ape_median * 100.0,
         r.speed_mape * 100.0,
         r.overrun_frac * 100.0
     );
     let o = &r.overhead;
-    putline!(
-        "per iteration (ms): {:.3} = control {:.3} + encode params {:.3} + wait {:.3} + aggregate {:.3} + optimiser {:.3} + other {:.3}",
+    putline!("per iteration (ms): {:.3} = control {:.3} + encode params {:.3} + wait {:.3} + aggregate {:.3} + optimiser {:.3} + other {:.3}",
         o.iter_ms, o.control_ms, o.encode_params_ms, o.wait_ms, o.aggregate_ms, o.optimizer_ms, o.other_ms
     );
-    putline!(
-        "  wait = last worker's step {:.3} (slowest step {:.3}) + before {:.3} (decode {:.3}) + after {:.3} (encode {:.3}) + controller decode {:.3} + network {:.3} (downlink {:.3}, uplink {:.3})",
-        o.last_step_ms, o.compute_ms, o.worker_pre_ms, o.worker_decode_ms, o.worker_post_ms, o.worker_encode_ms, o.ctrl_decode_ms, o.network_ms, o.downlink_ms, o.uplink_ms
+    putline!("  gather {:.3} (Steps sent → last gradient in) = last worker's step {:.3} (slowest step {:.3}) + before {:.3} (decode {:.3}) + after {:.3} (encode {:.3}) + controller decode {:.3} + network {:.3} (downlink {:.3}, uplink {:.3})",
+        o.gather_ms, o.last_step_ms, o.compute_ms, o.worker_pre_ms, o.worker_decode_ms, o.worker_post_ms, o.worker_encode_ms, o.ctrl_decode_ms, o.network_ms, o.downlink_ms, o.uplink_ms
     );
     if r.joins + r.leaves > 0 {
         putline!(
@@ -374,10 +428,9 @@ fn print_report(
     for x in &r.rejected {
         putline!("refused {x}");
     }
-    putline!("workers (means per step):");
+    putline!("workers (id name address; means per step):");
     for w in &r.worker_stats {
-        putline!(
-            "  {:>2} {:<12} {:<21} {:>5} steps  batch {:>6.1}  cpu {:>7.2} ms  step {:>7.2} ms  {:>8.0} samples/s  load {:.2} (max {:.2})  /proc busy {:.2} mem {:.2} load1 {:.2}  overruns {}  sent {:.2} down {:.2} up {:.2} ms",
+        putline!("  {:>2} {:<12} {:<21} {:>5} steps  batch {:>6.1}  cpu {:>7.2} ms  step {:>7.2} ms  {:>8.0} samples/s  load {:.2} (max {:.2})  /proc busy {:.2} mem {:.2} load1 {:.2}  overruns {}  sent {:.2} down {:.2} up {:.2} ms",
             w.id, w.name, w.addr, w.steps, w.mean_batch, w.mean_cpu_ms, w.mean_step_ms,
             w.mean_samples_per_s, w.mean_cpu_load, w.max_cpu_load, w.mean_proc_cpu_busy,
             w.mean_proc_mem_used, w.mean_loadavg1, w.overruns, w.mean_sent_ms,
@@ -385,12 +438,10 @@ fn print_report(
         );
     }
     match (r.gradient_noise_scale, r.grad_sqr, r.trace_cov) {
-        (Some(b), Some(g), Some(t)) => putline!(
-            "gradient noise scale {b:.1} samples (|G|² {g:.4e}, tr Σ {t:.4e}; {} iterations observed, {} skipped)",
+        (Some(b), Some(g), Some(t)) => putline!("gradient noise scale {b:.1} samples (|G|² {g:.4e}, tr Σ {t:.4e}; {} iterations observed, {} skipped)",
             r.gns_iterations, r.gns_skipped
         ),
-        _ => putline!(
-            "gradient noise scale: none ({} iterations observed, {} skipped)",
+        _ => putline!("gradient noise scale: none ({} iterations observed, {} skipped)",
             r.gns_iterations, r.gns_skipped
         ),
     }
@@ -411,6 +462,27 @@ fn print_report(
     Ok(())
 }
 
+/// Exit status of a run stopped by SIGINT (128 + 2, as a shell reports it).
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// SIGINT stops the run with the report so far (see `pacer_runtime::interrupt`).
+fn catch_sigint(cfg: &mut ControllerConfig) -> anyhow::Result<()> {
+    pacer_runtime::interrupt::install_sigint_handler().context("installing the SIGINT handler")?;
+    cfg.interrupt = Some(&pacer_runtime::interrupt::SIGINT);
+    Ok(())
+}
+
+/// After the report of an interrupted run: exit 130, as if killed by SIGINT.
+fn exit_if_interrupted(r: &TrainReport) {
+    if r.interrupted {
+        eprintln!(
+            "pacer: interrupted (SIGINT) after {} iterations",
+            r.iterations
+        );
+        std::process::exit(EXIT_INTERRUPTED);
+    }
+}
+
 fn load_signal(s: &str) -> anyhow::Result<LoadSignal> {
     Ok(s.parse::<LoadSignal>()?)
 }
@@ -422,7 +494,10 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     let mut cfg = controller_config(&a.job, &data)?;
     cfg.min_workers = a.min_workers;
     cfg.join_timeout_s = a.join_timeout_s;
+    cfg.hello_timeout_s = a.hello_timeout_s;
+    cfg.max_pending = a.max_pending;
     controller::validate(&cfg, &data)?;
+    catch_sigint(&mut cfg)?;
     // Bound here so that the address printed is the one workers must connect to:
     // with port 0 the OS picks the port.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
@@ -436,7 +511,9 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
         );
     }
     let report = controller::serve_blocking_on(listener, data, cfg, progress_bar(&a.job))?;
-    print_report(&report, a.job.json, Vec::new(), 1.0, None)
+    print_report(&report, a.job.json, Vec::new(), 1.0, None)?;
+    exit_if_interrupted(&report);
+    Ok(())
 }
 
 /// `pacer worker`.
@@ -454,6 +531,10 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     );
     cfg.bind = a.bind.map(|ip| SocketAddr::new(ip, 0));
     cfg.realtime_io = !a.normal_priority;
+    cfg.welcome_timeout_s = a.welcome_timeout_s;
+    cfg.idle_timeout_s = a.idle_timeout_s;
+    cfg.stall_timeout_s = a.stall_timeout_s;
+    cfg.validate()?;
     let plan = a
         .interference
         .as_deref()
@@ -581,6 +662,7 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     let data = Arc::new(data::load(&a.job.dataset)?);
     let mut cfg = controller_config(&a.job, &data)?;
     cfg.pipeline = !a.no_pipeline;
+    catch_sigint(&mut cfg)?;
     let (report, outcomes) = train_local(data, cfg, launch, progress_bar(&a.job))?;
     for (i, o) in outcomes.iter().enumerate() {
         if let Err(e) = o {
@@ -595,5 +677,7 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         speeds,
         a.time_scale,
         a.interference.map(|p| p.display().to_string()),
-    )
+    )?;
+    exit_if_interrupted(&report);
+    Ok(())
 }

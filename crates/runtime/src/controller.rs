@@ -81,8 +81,21 @@ pub struct ControllerConfig {
     pub min_workers: usize,
     /// A task unanswered for this long marks its worker dead.
     pub worker_timeout_s: f64,
-    /// How long to wait for workers (at start, or when none is left).
+    /// How long to wait for the first `min_workers` workers.
     pub join_timeout_s: f64,
+    /// How long to wait for a worker to join once every worker is gone (the
+    /// controller says so on stderr at once, then fails if none came).
+    pub rejoin_timeout_s: f64,
+    /// A connection must send its `Hello` within this many seconds; it is also how
+    /// long any frame of a handshake may stall.
+    pub hello_timeout_s: f64,
+    /// Connections still in their handshake (accepted, not yet admitted) at most;
+    /// more are refused at once. Each holds at most [`protocol::MAX_HELLO_FRAME`]
+    /// bytes before its `Hello` and [`protocol::MAX_CONTROL_FRAME`] after it.
+    pub max_pending: usize,
+    /// Set (e.g. by a SIGINT handler, [`crate::interrupt`]) to stop: the run ends at
+    /// once, abandoning the iteration in flight, and the report says `interrupted`.
+    pub interrupt: Option<&'static std::sync::atomic::AtomicBool>,
     /// Keep the ledger of accumulated ranges (elasticity test).
     pub record_ledger: bool,
     /// Keep the aggregated gradients (and the gradient-noise estimator's inputs) of
@@ -126,6 +139,10 @@ impl ControllerConfig {
             min_workers: 1,
             worker_timeout_s: 120.0,
             join_timeout_s: 120.0,
+            rejoin_timeout_s: DEFAULT_REJOIN_TIMEOUT_S,
+            hello_timeout_s: DEFAULT_HELLO_TIMEOUT_S,
+            max_pending: DEFAULT_MAX_PENDING,
+            interrupt: None,
             record_ledger: false,
             record_grads: 0,
             gns_smoothing: crate::gns::SMOOTHING,
@@ -136,6 +153,21 @@ impl ControllerConfig {
         })
     }
 }
+
+/// Default of [`ControllerConfig::rejoin_timeout_s`].
+pub const DEFAULT_REJOIN_TIMEOUT_S: f64 = 30.0;
+/// Default of [`ControllerConfig::hello_timeout_s`].
+pub const DEFAULT_HELLO_TIMEOUT_S: f64 = 10.0;
+/// Default of [`ControllerConfig::max_pending`].
+pub const DEFAULT_MAX_PENDING: usize = 256;
+/// How long a connection may take to send `Ready` after `Welcome` (loading a dataset
+/// from a slow disk).
+const READY_TIMEOUT_S: f64 = 600.0;
+/// How often the training loop looks at [`ControllerConfig::interrupt`] while it
+/// waits for events.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
+/// Refusals kept in the report; more are counted in its last line.
+const MAX_REJECTED_LISTED: usize = 1000;
 
 /// Progress after each iteration (for a progress bar).
 #[derive(Debug, Clone)]
@@ -185,8 +217,14 @@ pub struct Overhead {
     pub control_ms: f64,
     /// Controller: encoding the parameters (once for all workers).
     pub encode_params_ms: f64,
-    /// Controller: from the Steps queued to the last gradient received.
+    /// Controller: from the Steps queued to the last gradient received, less its
+    /// own work meanwhile (the deferred optimiser step and parameter encoding, in
+    /// their columns), so that `iter` adds up.
     pub wait_ms: f64,
+    /// The whole interval from the Steps queued to the last gradient received
+    /// (`wait` plus the controller's work meanwhile): what the last worker's
+    /// `pre + step + post`, the controller's decode and `network` add up to.
+    pub gather_ms: f64,
     /// The last worker to answer: its step, the part before it (decoding the
     /// parameters, of which `worker_decode_ms`) and after it (signals, encoding the
     /// gradient, of which `worker_encode_ms`).
@@ -197,7 +235,10 @@ pub struct Overhead {
     pub worker_encode_ms: f64,
     /// Controller: decoding the last gradient.
     pub ctrl_decode_ms: f64,
-    /// `wait − last_step − worker_pre − worker_post − ctrl_decode`.
+    /// `gather − last_step − worker_pre − worker_post − ctrl_decode`: the time
+    /// outside the last worker's own interval (transfers both ways, wake-ups,
+    /// queuing). Each term is a duration on one clock, so it is ≥ 0 up to timer
+    /// noise, on one host or across hosts.
     pub network_ms: f64,
     /// Of the last worker: Steps queued → its Step fully read (includes the queue
     /// of writes to the other workers and its thread's wake-up), and its Gradient
@@ -236,7 +277,8 @@ pub struct WorkerStats {
     pub mean_proc_cpu_busy: f64,
     pub mean_proc_mem_used: f64,
     pub mean_loadavg1: f64,
-    /// Steps slower than their emulated target.
+    /// Steps whose real work exceeded their emulated target (see
+    /// [`TrainReport::overrun_frac`]).
     pub overruns: u64,
     /// Controller: Steps queued → the first chunk of this worker's Step written
     /// into its socket.
@@ -291,14 +333,24 @@ pub struct TrainReport {
     /// `1 − Σ max_i step_s / Σ iteration time`: time not spent in worker compute.
     pub overhead_frac: f64,
     pub overhead: Overhead,
-    /// Mean absolute percentage error of the one-step speed predictions.
+    /// Mean absolute percentage error of the one-step speed predictions (fraction):
+    /// mean over steps of `|predicted − measured| / measured`, measured speed =
+    /// local batch / step time. A step slowed k-fold by contention adds `k − 1`, so
+    /// on a loaded machine a few such steps dominate it: see `speed_ape_median`.
     pub speed_mape: f64,
-    /// Share of steps that took longer than the emulated target (slot wait + real
-    /// compute exceeded it: contention the padding could not hide).
+    /// Median of the same absolute percentage errors: the typical step.
+    pub speed_ape_median: f64,
+    /// Share of steps whose real work (wait for a compute slot and for the compute
+    /// thread to wake, plus the real compute's wall time) exceeded the emulated
+    /// target by more than 2 %: contention the padding could not hide, so the
+    /// worker ran slower than its emulated speed.
     pub overrun_frac: f64,
     /// Whether the controller's training loop ran at real-time priority
     /// (`ControllerConfig::realtime_io`, granted).
     pub realtime_io: bool,
+    /// The run was stopped by [`ControllerConfig::interrupt`] (SIGINT): the numbers
+    /// are those of the iterations completed before it.
+    pub interrupted: bool,
     /// Iterations disturbed by a failure (excluded from the timing means).
     pub disrupted_iterations: u64,
     pub joins: u64,
@@ -421,6 +473,31 @@ struct Shared {
     write_chunk: usize,
     /// Gradient buffers the training loop has accumulated, for the next reads.
     grad_pool: Arc<Mutex<Vec<Vec<f32>>>>,
+    /// Connections in their handshake now, and the most allowed.
+    pending: std::sync::atomic::AtomicUsize,
+    max_pending: usize,
+    hello_timeout: Duration,
+    /// What an admitted worker's frames may be (the job's size), and how long one
+    /// may stall.
+    job_limits: protocol::Limits,
+}
+
+/// One connection in its handshake, counted in `Shared::pending` while it lives.
+struct PendingSlot(Arc<Shared>);
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn note_rejected(shared: &Shared, line: String) {
+    let mut r = shared.rejected.lock().expect("rejected list");
+    if r.len() < MAX_REJECTED_LISTED {
+        r.push(line);
+    } else if r.len() == MAX_REJECTED_LISTED {
+        r.push("(more refusals not listed)".into());
+    }
 }
 
 async fn reject(stream: &mut TcpStream, shared: &Shared, addr: SocketAddr, reason: String) {
@@ -434,36 +511,46 @@ async fn reject(stream: &mut TcpStream, shared: &Shared, addr: SocketAddr, reaso
     if shared.verbose {
         eprintln!("pacer controller: refused {addr}: {reason}");
     }
-    shared
-        .rejected
-        .lock()
-        .expect("rejected list")
-        .push(format!("{addr}: {reason}"));
+    note_rejected(shared, format!("{addr}: {reason}"));
 }
 
 /// Handshake, then forward frames as events. Every failure ends only this
 /// connection.
-async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Arc<Shared>) {
+///
+/// Until the peer is admitted it holds a `PendingSlot`; before its `Hello` nothing
+/// larger than [`protocol::MAX_HELLO_FRAME`] is allocated for it, and every wait has
+/// a timeout (`hello_timeout`, then [`READY_TIMEOUT_S`] for `Ready`).
+async fn connection(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    id: u32,
+    shared: Arc<Shared>,
+    slot: PendingSlot,
+) {
     let peer = format!("worker {addr}");
     let _ = stream.set_nodelay(true);
     crate::sysinfo::set_socket_buffers(&stream, 4 << 20);
     let mut buf = Vec::new();
-    let hello = tokio::time::timeout(
-        Duration::from_secs(10),
-        protocol::read_message(&mut stream, &mut buf, &peer, "waiting for Hello"),
+    let hello = protocol::timed(
+        Some(shared.hello_timeout),
+        &peer,
+        "waiting for Hello",
+        protocol::read_message_with(
+            &mut stream,
+            &mut buf,
+            protocol::Limits::hello(shared.hello_timeout),
+            &peer,
+            "waiting for Hello",
+        ),
     )
     .await;
     let name = match hello {
-        Err(_) => {
-            reject(&mut stream, &shared, addr, "no Hello within 10 s".into()).await;
-            return;
-        }
-        Ok(Err(e)) => {
+        Err(e) => {
             reject(&mut stream, &shared, addr, e.to_string()).await;
             return;
         }
-        Ok(Ok(Message::Hello { name, .. })) => name,
-        Ok(Ok(other)) => {
+        Ok(Message::Hello { name, .. }) => name,
+        Ok(other) => {
             let e = ProtocolError::Unexpected {
                 peer,
                 expected: "Hello",
@@ -483,16 +570,24 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
         return;
     }
     // Loading a dataset can take a while on a slow disk.
-    let ready = tokio::time::timeout(
-        Duration::from_secs(600),
-        protocol::read_message(&mut stream, &mut buf, &peer, "waiting for Ready"),
+    let ready = protocol::timed(
+        Some(Duration::from_secs_f64(READY_TIMEOUT_S)),
+        &peer,
+        "waiting for Ready",
+        protocol::read_message_with(
+            &mut stream,
+            &mut buf,
+            protocol::Limits::control(shared.hello_timeout),
+            &peer,
+            "waiting for Ready",
+        ),
     )
     .await;
     match ready {
-        Ok(Ok(Message::Ready {
+        Ok(Message::Ready {
             fingerprint,
             n_train,
-        })) => {
+        }) => {
             if fingerprint != shared.job.fingerprint || n_train != shared.job.n_train {
                 let reason = format!(
                     "wrong dataset: the job trains on `{}` ({} training samples, fingerprint {:016x}), \
@@ -503,7 +598,7 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                 return;
             }
         }
-        Ok(Ok(Message::Error { message })) => {
+        Ok(Message::Error { message }) => {
             reject(
                 &mut stream,
                 &shared,
@@ -513,7 +608,7 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
             .await;
             return;
         }
-        Ok(Ok(other)) => {
+        Ok(other) => {
             let e = ProtocolError::Unexpected {
                 peer,
                 expected: "Ready",
@@ -522,15 +617,12 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
             reject(&mut stream, &shared, addr, e.to_string()).await;
             return;
         }
-        Ok(Err(e)) => {
+        Err(e) => {
             reject(&mut stream, &shared, addr, e.to_string()).await;
             return;
         }
-        Err(_) => {
-            reject(&mut stream, &shared, addr, "no Ready within 600 s".into()).await;
-            return;
-        }
     }
+    drop(slot);
     shared
         .admitted
         .lock()
@@ -542,17 +634,24 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     let written = Arc::new(AtomicU64::new(0));
     let written_w = written.clone();
     let write_chunk = shared.write_chunk;
+    // A worker that stops reading must not pin the writer (and what it queued)
+    // forever: each write has the job's stall timeout.
+    let stall = shared.job_limits.stall;
+    // Dropped when the writer ends (the member was dropped, or closed): the reader
+    // then stops waiting on a peer nobody listens to any more.
+    let (writer_done, mut writer_gone) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
+        let _done = writer_done;
         let mut first_chunk = false;
         while let Some(out) = rx.recv().await {
             let r = match out {
-                Out::Frame(f) => wr.write_all(&f).await,
+                Out::Frame(f) => write_timed(&mut wr, &f, stall).await,
                 Out::Head(h) => {
                     first_chunk = true;
-                    wr.write_all(&h).await
+                    write_timed(&mut wr, &h, stall).await
                 }
                 Out::Chunk(c) => {
-                    let r = wr.write_all(&c).await;
+                    let r = write_timed(&mut wr, &c, stall).await;
                     if std::mem::take(&mut first_chunk) {
                         written_w.store(protocol::unix_now_s().to_bits(), Ordering::Relaxed);
                     }
@@ -563,13 +662,13 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                     // turns, so every worker gets its first parameters (and starts
                     // computing) early instead of the last one waiting for the whole
                     // model to be written to all the others.
-                    let mut r = wr.write_all(&header).await;
+                    let mut r = write_timed(&mut wr, &header, stall).await;
                     let mut first = true;
                     for c in tail.chunks(write_chunk) {
                         if r.is_err() {
                             break;
                         }
-                        r = wr.write_all(c).await;
+                        r = write_timed(&mut wr, c, stall).await;
                         if first {
                             first = false;
                             written_w.store(protocol::unix_now_s().to_bits(), Ordering::Relaxed);
@@ -610,14 +709,19 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     {
         return;
     }
+    let limits = shared.job_limits;
     loop {
-        let r = protocol::read_message_streaming_step(
-            &mut rd,
-            &mut buf,
-            &peer,
-            "waiting for a Gradient",
-        )
-        .await;
+        let r = tokio::select! {
+            biased;
+            r = protocol::read_message_streaming_step_with(
+                &mut rd,
+                &mut buf,
+                limits,
+                &peer,
+                "waiting for a Gradient",
+            ) => r,
+            _ = &mut writer_gone => return,
+        };
         // A gradient's values go straight from the socket into a recycled buffer
         // (no frame buffer to clear, no decode copy, no fresh pages to fault in).
         let msg = match r {
@@ -629,7 +733,19 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
                     .pop()
                     .unwrap_or_default();
                 values.resize(n, 0.0);
-                match protocol::read_f32s(&mut rd, &mut values, &peer, "reading a Gradient").await {
+                let read = protocol::read_f32s_with(
+                    &mut rd,
+                    &mut values,
+                    limits.stall,
+                    &peer,
+                    "reading a Gradient",
+                );
+                let read = tokio::select! {
+                    biased;
+                    r = read => r,
+                    _ = &mut writer_gone => return,
+                };
+                match read {
                     Ok(()) => {
                         match &mut m {
                             Message::Gradient { grad, .. } => *grad = values,
@@ -711,6 +827,25 @@ async fn connection(mut stream: TcpStream, addr: SocketAddr, id: u32, shared: Ar
     }
 }
 
+/// `w.write_all(bytes)`, failing with `TimedOut` after `stall` without completing.
+async fn write_timed<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+    stall: Option<Duration>,
+) -> std::io::Result<()> {
+    match stall {
+        None => w.write_all(bytes).await,
+        Some(d) => tokio::time::timeout(d, w.write_all(bytes))
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the worker took nothing for {d:?} (--worker-timeout-s)"),
+                ))
+            }),
+    }
+}
+
 /// Give a gradient buffer back for the next reads.
 fn recycle(pool: &Mutex<Vec<Vec<f32>>>, values: Vec<f32>) {
     let mut pool = pool.lock().expect("gradient pool");
@@ -724,9 +859,30 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
             Ok((stream, addr)) => {
+                if shared.pending.fetch_add(1, Ordering::Relaxed) >= shared.max_pending {
+                    shared.pending.fetch_sub(1, Ordering::Relaxed);
+                    // Refused without a task or a buffer of its own: the reason goes
+                    // out only if the socket takes it at once.
+                    let reason = format!(
+                        "too many connections in their handshake (at most {}); try again",
+                        shared.max_pending
+                    );
+                    let mut f = Vec::new();
+                    Message::Reject {
+                        reason: reason.clone(),
+                    }
+                    .encode(&mut f);
+                    let _ = stream.try_write(&f);
+                    if shared.verbose {
+                        eprintln!("pacer controller: refused {addr}: {reason}");
+                    }
+                    note_rejected(&shared, format!("{addr}: {reason}"));
+                    continue;
+                }
+                let slot = PendingSlot(shared.clone());
                 let id = next_id;
                 next_id += 1;
-                tokio::spawn(connection(stream, addr, id, shared.clone()));
+                tokio::spawn(connection(stream, addr, id, shared.clone(), slot));
             }
             Err(e) => {
                 if shared.verbose {
@@ -791,6 +947,7 @@ struct Sums {
     control_s: f64,
     encode_s: f64,
     wait_s: f64,
+    gather_s: f64,
     downlink_s: f64,
     uplink_s: f64,
     last_step_s: f64,
@@ -804,6 +961,8 @@ struct Sums {
     optimizer_s: f64,
     ape: f64,
     ape_n: u64,
+    /// Every absolute percentage error, for the median.
+    apes: Vec<f32>,
     steps: u64,
     overruns: u64,
     /// Per counted iteration: global batch, overhead (iteration − slowest step)
@@ -981,6 +1140,15 @@ pub async fn serve_on_runtime(
         .map_err(|e| RuntimeError::Stopped(format!("the training loop failed: {e}")))?
 }
 
+/// `v` for an error message: `1e300`, not 301 digits.
+pub(crate) fn short_num(v: f64) -> String {
+    if v.is_finite() && v.abs() >= 1e9 {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
 /// Largest worker / join timeout accepted (s): about 30 years.
 const MAX_TIMEOUT_S: f64 = 1e9;
 
@@ -1054,6 +1222,12 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
             ),
         ));
     }
+    if cfg.max_pending == 0 {
+        return Err(RuntimeError::config(
+            "--max-pending",
+            "must be ≥ 1 (connections allowed in their handshake at once)",
+        ));
+    }
     if cfg.min_workers == 0 {
         return Err(RuntimeError::config("--min-workers", "must be ≥ 1"));
     }
@@ -1062,11 +1236,16 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
     for (flag, v) in [
         ("--worker-timeout-s", cfg.worker_timeout_s),
         ("--join-timeout-s", cfg.join_timeout_s),
+        ("--rejoin-timeout-s", cfg.rejoin_timeout_s),
+        ("--hello-timeout-s", cfg.hello_timeout_s),
     ] {
         if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
             return Err(RuntimeError::config(
                 flag,
-                format!("must be a number of seconds in (0, {MAX_TIMEOUT_S:e}], got {v}"),
+                format!(
+                    "must be a number of seconds in (0, {MAX_TIMEOUT_S:e}], got {}",
+                    short_num(v)
+                ),
             ));
         }
     }
@@ -1133,6 +1312,13 @@ pub async fn serve(
             usize::MAX
         },
         grad_pool: grad_pool.clone(),
+        pending: std::sync::atomic::AtomicUsize::new(0),
+        max_pending: cfg.max_pending,
+        hello_timeout: Duration::from_secs_f64(cfg.hello_timeout_s),
+        job_limits: protocol::Limits::for_job(
+            n_params,
+            Duration::from_secs_f64(cfg.worker_timeout_s),
+        ),
     });
     let acceptor = tokio::spawn(accept_loop(listener, shared.clone()));
     let result = train_loop(
@@ -1188,6 +1374,69 @@ fn new_member(
     }
 }
 
+/// A step overran: the worker's real work — waiting for a compute slot (and for its
+/// compute thread to wake) plus the real compute — took longer than the emulated
+/// target, so the padding could not hide the contention. 2 % slack for clock reads.
+/// Not `step_s > target_s`: the padded step always ends a little after its target
+/// (the sleep's timer slack, ~50–100 µs), which on sub-millisecond steps counted
+/// every padded step as an overrun.
+fn overran(t: &StepTiming) -> bool {
+    t.target_s > 0.0 && t.queue_s + t.wall_s > t.target_s * 1.02
+}
+
+fn interrupted(cfg: &ControllerConfig) -> bool {
+    cfg.interrupt.is_some_and(|f| f.load(Ordering::Relaxed))
+}
+
+/// Said at once, whatever `verbose` says: otherwise a run whose workers all died
+/// is silent until the rejoin wait ends.
+fn all_gone_notice(cfg: &ControllerConfig, k: u64) {
+    eprintln!(
+        "pacer controller: every worker is gone (iteration {k}); waiting up to {} s for one to join (--rejoin-timeout-s)",
+        cfg.rejoin_timeout_s
+    );
+}
+
+enum Wait {
+    Event(Event),
+    Closed,
+    TimedOut,
+    Interrupted,
+}
+
+/// The next event before `deadline`, looking at the interrupt flag every
+/// [`INTERRUPT_POLL`].
+async fn next_event(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    deadline: Instant,
+    cfg: &ControllerConfig,
+) -> Wait {
+    loop {
+        if interrupted(cfg) {
+            return Wait::Interrupted;
+        }
+        // An event already there wins over a deadline already past.
+        match events.try_recv() {
+            Ok(e) => return Wait::Event(e),
+            Err(mpsc::error::TryRecvError::Disconnected) => return Wait::Closed,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Wait::TimedOut;
+        }
+        let mut step = deadline - now;
+        if cfg.interrupt.is_some() {
+            step = step.min(INTERRUPT_POLL);
+        }
+        match tokio::time::timeout(step, events.recv()).await {
+            Ok(Some(e)) => return Wait::Event(e),
+            Ok(None) => return Wait::Closed,
+            Err(_) => {}
+        }
+    }
+}
+
 fn predicted_speeds(members: &[Member]) -> Vec<f64> {
     members
         .iter()
@@ -1236,8 +1485,10 @@ async fn train_loop(
         overhead_frac: 0.0,
         overhead: Overhead::default(),
         speed_mape: 0.0,
+        speed_ape_median: 0.0,
         overrun_frac: 0.0,
         realtime_io: crate::sysinfo::thread_is_realtime(),
+        interrupted: false,
         disrupted_iterations: 0,
         joins: 0,
         leaves: 0,
@@ -1267,9 +1518,8 @@ async fn train_loop(
     // Wait for the first workers.
     let join_deadline = Instant::now() + Duration::from_secs_f64(cfg.join_timeout_s);
     while joiners.len() < cfg.min_workers.max(1) {
-        let left = join_deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, events.recv()).await {
-            Err(_) => {
+        match next_event(events, join_deadline, cfg).await {
+            Wait::TimedOut => {
                 return Err(RuntimeError::Stopped(format!(
                     "only {} of the {} workers needed joined within {} s",
                     joiners.len(),
@@ -1277,17 +1527,21 @@ async fn train_loop(
                     cfg.join_timeout_s
                 )))
             }
-            Ok(None) => return Err(RuntimeError::Stopped("event channel closed".into())),
-            Ok(Some(Event::Joined {
+            Wait::Interrupted => {
+                report.interrupted = true;
+                break;
+            }
+            Wait::Closed => return Err(RuntimeError::Stopped("event channel closed".into())),
+            Wait::Event(Event::Joined {
                 id,
                 name,
                 addr,
                 tx,
                 written,
-            })) => joiners.push(new_member(cfg, id, name, addr, tx, written)),
-            Ok(Some(Event::Lost { id, .. })) => joiners.retain(|m| m.id != id),
-            Ok(Some(Event::Gradient { .. })) => report.stale_results += 1,
-            Ok(Some(Event::GradientPart { .. })) => {}
+            }) => joiners.push(new_member(cfg, id, name, addr, tx, written)),
+            Wait::Event(Event::Lost { id, .. }) => joiners.retain(|m| m.id != id),
+            Wait::Event(Event::Gradient { .. }) => report.stale_results += 1,
+            Wait::Event(Event::GradientPart { .. }) => {}
         }
     }
     report.workers = joiners.len();
@@ -1317,7 +1571,10 @@ async fn train_loop(
         .unwrap_or_else(|| (16 * b_total).min(data.train.n as u64))
         .max(b_total) as f64;
 
-    loop {
+    'train: loop {
+        if report.interrupted {
+            break;
+        }
         // ---- boundary: membership
         while let Ok(ev) = events.try_recv() {
             match ev {
@@ -1372,26 +1629,30 @@ async fn train_loop(
             );
         }
         if active.is_empty() {
-            let deadline = Instant::now() + Duration::from_secs_f64(cfg.join_timeout_s);
+            all_gone_notice(cfg, k);
+            let deadline = Instant::now() + Duration::from_secs_f64(cfg.rejoin_timeout_s);
             let t_wait = Instant::now();
             while active.is_empty() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match tokio::time::timeout(left, events.recv()).await {
-                    Ok(Some(Event::Joined {
+                match next_event(events, deadline, cfg).await {
+                    Wait::Event(Event::Joined {
                         id,
                         name,
                         addr,
                         tx,
                         written,
-                    })) => {
+                    }) => {
                         report.joins += 1;
                         active.push(new_member(cfg, id, name, addr, tx, written));
                     }
-                    Ok(Some(_)) => {}
-                    _ => {
+                    Wait::Event(_) => {}
+                    Wait::Interrupted => {
+                        report.interrupted = true;
+                        break 'train;
+                    }
+                    Wait::TimedOut | Wait::Closed => {
                         return Err(RuntimeError::Stopped(format!(
-                            "no worker left at iteration {k} and none joined within {} s",
-                            cfg.join_timeout_s
+                            "every worker is gone (at iteration {k}) and none joined within {} s (--rejoin-timeout-s)",
+                            cfg.rejoin_timeout_s
                         )))
                     }
                 }
@@ -1403,6 +1664,10 @@ async fn train_loop(
 
         // ---- stop conditions
         let reached = report.reached && cfg.stop_at_target;
+        if interrupted(cfg) {
+            report.interrupted = true;
+            break;
+        }
         if reached || clock.now() >= cfg.max_time_s || cfg.max_iterations.is_some_and(|m| k >= m) {
             break;
         }
@@ -1478,7 +1743,14 @@ async fn train_loop(
                 ));
             }
         }
-        let predicted_now = predicted_speeds(&active);
+        // By worker id: a worker lost in the iteration shifts the positions in
+        // `active`, and comparing by position then set one worker's prediction
+        // against another's speed in the speed MAPE.
+        let predicted_now: HashMap<u32, f64> = active
+            .iter()
+            .map(|m| m.id)
+            .zip(predicted_speeds(&active))
+            .collect();
         let control_s = t_control.elapsed().as_secs_f64();
 
         // ---- send
@@ -1498,6 +1770,11 @@ async fn train_loop(
         let t_sent_unix = protocol::unix_now_s();
         let mut start = pos;
         let mut lost_now: Vec<(u32, String)> = Vec::new();
+        let mut named_batches: Vec<(String, u64)> = active
+            .iter()
+            .zip(&batches)
+            .map(|(m, &b)| (m.name.clone(), b))
+            .collect();
         for (m, &b) in active.iter_mut().zip(&batches) {
             let task = next_task;
             next_task += 1;
@@ -1605,10 +1882,18 @@ async fn train_loop(
                     .min()
                     .unwrap_or_else(Instant::now);
                 let deadline = oldest + Duration::from_secs_f64(cfg.worker_timeout_s);
-                match tokio::time::timeout_at(deadline.into(), events.recv()).await {
-                    Ok(Some(e)) => ev = Some(e),
-                    Ok(None) => return Err(RuntimeError::Stopped("event channel closed".into())),
-                    Err(_) => {
+                match next_event(events, deadline, cfg).await {
+                    Wait::Event(e) => ev = Some(e),
+                    Wait::Closed => {
+                        return Err(RuntimeError::Stopped("event channel closed".into()))
+                    }
+                    // The iteration in flight is abandoned: its partial aggregate is
+                    // never applied, the report covers the iterations completed.
+                    Wait::Interrupted => {
+                        report.interrupted = true;
+                        break 'train;
+                    }
+                    Wait::TimedOut => {
                         // Every worker whose task is overdue is treated as lost.
                         let now = Instant::now();
                         for t in pending.values() {
@@ -1783,23 +2068,27 @@ async fn train_loop(
                     aggregate_total_s += t_agg.elapsed().as_secs_f64();
                 }
                 // Capacity for the retries: survivors, else a worker that joined.
+                if active.is_empty() && joiners.is_empty() {
+                    all_gone_notice(cfg, k);
+                }
+                let rejoin_deadline =
+                    Instant::now() + Duration::from_secs_f64(cfg.rejoin_timeout_s);
                 while active.is_empty() {
                     if joiners.is_empty() {
                         let t_wait = Instant::now();
-                        match tokio::time::timeout(
-                            Duration::from_secs_f64(cfg.join_timeout_s),
-                            events.recv(),
-                        )
-                        .await
-                        {
-                            Ok(Some(Event::Joined { id, name, addr, tx, written })) => {
+                        match next_event(events, rejoin_deadline, cfg).await {
+                            Wait::Event(Event::Joined { id, name, addr, tx, written }) => {
                                 joiners.push(new_member(cfg, id, name, addr, tx, written))
                             }
-                            Ok(Some(_)) => {}
-                            _ => {
+                            Wait::Event(_) => {}
+                            Wait::Interrupted => {
+                                report.interrupted = true;
+                                break 'train;
+                            }
+                            Wait::TimedOut | Wait::Closed => {
                                 return Err(RuntimeError::Stopped(format!(
-                                    "every worker was lost in iteration {k} and none joined within {} s",
-                                    cfg.join_timeout_s
+                                    "every worker was lost in iteration {k} and none joined within {} s (--rejoin-timeout-s)",
+                                    cfg.rejoin_timeout_s
                                 )))
                             }
                         }
@@ -1894,16 +2183,18 @@ async fn train_loop(
         let mut max_step: f64 = 0.0;
         let mut sum_speed = 0.0;
         let mut iter_speeds = Vec::with_capacity(active.len());
-        for (i, m) in active.iter_mut().enumerate() {
+        for m in active.iter_mut() {
             let Some((len, timing, _, signals)) = main_results.get(&m.id) else {
                 continue;
             };
             let speed = *len as f64 / timing.step_s.max(1e-9);
             if m.speed > 0.0 {
-                if let Some(p) = predicted_now.get(i) {
+                if let Some(p) = predicted_now.get(&m.id) {
                     if *p > 0.0 && p.is_finite() {
-                        sums.ape += (p - speed).abs() / speed;
+                        let ape = (p - speed).abs() / speed;
+                        sums.ape += ape;
                         sums.ape_n += 1;
+                        sums.apes.push(ape as f32);
                     }
                 }
             }
@@ -1943,15 +2234,15 @@ async fn train_loop(
             w.mean_proc_cpu_busy += signals.proc_cpu_busy as f64;
             w.mean_proc_mem_used += signals.proc_mem_used as f64;
             w.mean_loadavg1 += signals.loadavg1 as f64;
-            if timing.step_s > timing.target_s * 1.02 && timing.target_s > 0.0 {
+            let overran = overran(timing);
+            if overran {
                 w.overruns += 1;
             }
             max_step = max_step.max(timing.step_s);
             sum_speed += speed;
             iter_speeds.push((m.id, speed));
             sums.steps += 1;
-            // 2 % slack: sleep granularity, not contention.
-            if timing.step_s > timing.target_s * 1.02 && timing.target_s > 0.0 {
+            if overran {
                 sums.overruns += 1;
             }
         }
@@ -1974,6 +2265,7 @@ async fn train_loop(
             // Without the controller's own work between the Step chunks (counted in
             // encode and optimiser).
             sums.wait_s += ((t_last - t_sent).as_secs_f64() - send_work_s).max(0.0);
+            sums.gather_s += (t_last - t_sent).as_secs_f64();
             sums.downlink_s += last_links.0;
             sums.uplink_s += last_links.1;
             sums.last_step_s += last_piece.0.step_s;
@@ -1987,11 +2279,8 @@ async fn train_loop(
             sums.optimizer_s += optimizer_s;
         }
         report.final_batches.clone_from(&batches);
-        report.final_batches_named = active
-            .iter()
-            .zip(&batches)
-            .map(|(m, &b)| (m.name.clone(), b))
-            .collect();
+        // Paired when the Steps went out: a worker lost since shifted `active`.
+        report.final_batches_named = std::mem::take(&mut named_batches);
 
         // ---- evaluate (not training time)
         let t_eval = Instant::now();
@@ -2122,6 +2411,7 @@ async fn train_loop(
         control_ms: ms(sums.control_s),
         encode_params_ms: ms(sums.encode_s),
         wait_ms: ms(sums.wait_s),
+        gather_ms: ms(sums.gather_s),
         last_step_ms: ms(sums.last_step_s),
         worker_pre_ms: ms(sums.worker_pre_s),
         worker_decode_ms: ms(sums.worker_decode_s),
@@ -2136,8 +2426,12 @@ async fn train_loop(
         optimizer_ms: ms(sums.optimizer_s),
         other_ms: 0.0,
     };
+    // From the whole interval Steps queued → last gradient in, not from `wait`: the
+    // controller's sending work (left out of `wait`, counted in encode and
+    // optimiser) runs while the workers already step, and the last worker's
+    // `pre`/`step` covered it too, so subtracting both went negative.
     o.network_ms =
-        o.wait_ms - o.last_step_ms - o.worker_pre_ms - o.worker_post_ms - o.ctrl_decode_ms;
+        o.gather_ms - o.last_step_ms - o.worker_pre_ms - o.worker_post_ms - o.ctrl_decode_ms;
     o.other_ms =
         o.iter_ms - o.control_ms - o.encode_params_ms - o.wait_ms - o.aggregate_ms - o.optimizer_ms;
     report.overhead = o;
@@ -2146,6 +2440,15 @@ async fn train_loop(
     } else {
         0.0
     };
+    if !sums.apes.is_empty() {
+        sums.apes.sort_by(f32::total_cmp);
+        let n = sums.apes.len();
+        report.speed_ape_median = f64::from(if n % 2 == 1 {
+            sums.apes[n / 2]
+        } else {
+            0.5 * (sums.apes[n / 2 - 1] + sums.apes[n / 2])
+        });
+    }
     report.overrun_frac = sums.overruns as f64 / sums.steps.max(1) as f64;
     report.worker_stats = wstats
         .into_values()
@@ -2177,6 +2480,23 @@ async fn train_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_write_to_a_peer_that_reads_nothing_times_out() {
+        // A 16-byte pipe nobody reads: the writer once waited forever, holding its
+        // queue of Steps.
+        let (mut w, _r) = tokio::io::duplex(16);
+        let e = write_timed(&mut w, &[0u8; 1024], Some(Duration::from_millis(100)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("took nothing for 100ms"), "{e}");
+        // One that reads (a pipe with room) is written at once.
+        let (mut w, _r) = tokio::io::duplex(4096);
+        write_timed(&mut w, &[0u8; 1024], Some(Duration::from_millis(100)))
+            .await
+            .unwrap();
+    }
 
     #[test]
     fn bad_timeouts_and_limits_are_config_errors_not_panics() {

@@ -231,6 +231,15 @@ fn idx_pair(images: &Path, labels: &Path) -> Result<Dataset, RuntimeError> {
     idx_dataset(&shape, &pixels, &lshape, &labs, images, labels)
 }
 
+/// Classes of MNIST-format data (digits 0–9; the shipped `tiny` set too).
+pub const MNIST_CLASSES: usize = 10;
+/// Bytes before the first label of an IDX label file (magic + one dimension).
+const IDX1_HEADER: usize = 8;
+/// Most distinct labels a LIBSVM file may have: these are classification models, and
+/// a regression file (a real-valued label per sample) would otherwise become a model
+/// with as many classes as samples.
+pub const MAX_LIBSVM_CLASSES: usize = 1000;
+
 fn idx_dataset(
     shape: &[usize],
     pixels: &[u8],
@@ -250,11 +259,26 @@ fn idx_dataset(
             ),
         });
     }
-    let classes = labs.iter().copied().max().map_or(0, |m| m as usize + 1);
+    // The classes are MNIST's declared ten, not "the largest label + 1": one stray
+    // byte once silently built a model of up to 256 classes.
+    if let Some((i, &l)) = labs
+        .iter()
+        .enumerate()
+        .find(|(_, &l)| l as usize >= MNIST_CLASSES)
+    {
+        return Err(RuntimeError::Data {
+            path: labels.to_path_buf(),
+            message: format!(
+                "record {i} (byte {}) has label {l}; MNIST labels are 0 to {}",
+                IDX1_HEADER + i,
+                MNIST_CLASSES - 1
+            ),
+        });
+    }
     Ok(Dataset {
         n: shape[0],
         dim: shape[1] * shape[2],
-        classes,
+        classes: MNIST_CLASSES,
         // [0, 1] scaling: enough for these models, and what a person expects of MNIST.
         x: pixels.iter().map(|&p| p as f32 / 255.0).collect(),
         y: labs.iter().map(|&l| l as u32).collect(),
@@ -384,6 +408,8 @@ pub const MAX_DENSE_VALUES: usize = 1 << 30;
 struct Sparse {
     labels: Vec<String>,
     rows: Vec<Vec<(usize, f32)>>,
+    /// Line number (1-based) of each row, for errors.
+    lines: Vec<usize>,
     max_index: usize,
 }
 
@@ -391,6 +417,7 @@ fn parse_libsvm(text: &str, path: &Path) -> Result<Sparse, RuntimeError> {
     let mut s = Sparse {
         labels: Vec::new(),
         rows: Vec::new(),
+        lines: Vec::new(),
         max_index: 0,
     };
     for (ln, line) in text.lines().enumerate() {
@@ -404,10 +431,18 @@ fn parse_libsvm(text: &str, path: &Path) -> Result<Sparse, RuntimeError> {
         }
         let mut parts = line.split_whitespace();
         let label = parts.next().unwrap_or_default();
-        if label.parse::<f64>().is_err() {
-            return Err(bad(format!(
-                "label `{label}` is not a number; expected `LABEL INDEX:VALUE ...`"
-            )));
+        match label.parse::<f64>() {
+            Err(_) => {
+                return Err(bad(format!(
+                    "label `{label}` is not a number; expected `LABEL INDEX:VALUE ...`"
+                )))
+            }
+            Ok(v) if !v.is_finite() => {
+                return Err(bad(format!(
+                    "label `{label}` is not a finite number (a class label is expected)"
+                )))
+            }
+            Ok(_) => {}
         }
         let mut row = Vec::new();
         let mut prev = 0usize;
@@ -441,6 +476,7 @@ fn parse_libsvm(text: &str, path: &Path) -> Result<Sparse, RuntimeError> {
         // Canonical label text so that `1` and `1.0` are one class.
         s.labels
             .push(format!("{}", label.parse::<f64>().unwrap_or_default()));
+        s.lines.push(ln + 1);
         s.rows.push(row);
     }
     if s.rows.is_empty() {
@@ -466,10 +502,39 @@ fn load_libsvm(train: &Path, test: Option<&Path>) -> Result<(Dataset, Dataset), 
         Some(p) => Some(read(p)?),
         None => None,
     };
-    // One label map for both files, sorted numerically so class ids are stable.
-    let mut names: Vec<String> = tr.labels.clone();
-    if let Some(t) = &te {
-        names.extend(t.labels.iter().cloned());
+    // The training file declares the classes: one label map, sorted numerically so
+    // class ids are stable. A test label the training file never has would be a
+    // class the model cannot learn (once silently one more output).
+    let mut names: Vec<String> = Vec::new();
+    {
+        let mut seen = std::collections::HashSet::new();
+        for (l, line) in tr.labels.iter().zip(&tr.lines) {
+            if seen.insert(l.as_str()) && seen.len() > MAX_LIBSVM_CLASSES {
+                return Err(RuntimeError::Data {
+                    path: train.to_path_buf(),
+                    message: format!(
+                        "line {line}: label `{l}` is distinct label number {}, more than the \
+                         {MAX_LIBSVM_CLASSES} classes supported (a regression file?)",
+                        seen.len()
+                    ),
+                });
+            }
+        }
+        names.extend(seen.into_iter().map(str::to_string));
+    }
+    if let (Some(t), Some(path)) = (&te, test) {
+        for (l, line) in t.labels.iter().zip(&t.lines) {
+            if !names.contains(l) {
+                return Err(RuntimeError::Data {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "line {line}: label `{l}` does not occur in the training file {} \
+                         (its classes are the labels it holds)",
+                        train.display()
+                    ),
+                });
+            }
+        }
     }
     names.sort_by(|a, b| {
         a.parse::<f64>()
@@ -707,6 +772,91 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("wide.svm") && e.contains("100 samples"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A four-file MNIST directory of `n` 2×2 images with these train labels.
+    fn mnist_dir(tag: &str, train_labels: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("pacer-mnist-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let n = train_labels.len();
+        std::fs::write(
+            dir.join("train-images-idx3-ubyte"),
+            idx_bytes(&[n, 2, 2], &vec![7; n * 4]),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("train-labels-idx1-ubyte"),
+            idx_bytes(&[n], train_labels),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("t10k-images-idx3-ubyte"),
+            idx_bytes(&[2, 2, 2], &[0; 8]),
+        )
+        .unwrap();
+        std::fs::write(dir.join("t10k-labels-idx1-ubyte"), idx_bytes(&[2], &[0, 9])).unwrap();
+        dir
+    }
+
+    #[test]
+    fn mnist_label_out_of_range_is_named_not_a_bigger_model() {
+        let dir = mnist_dir("bad", &[0, 3, 9, 200, 1]);
+        let e = load(&format!("mnist:{}", dir.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("train-labels-idx1-ubyte")
+                && e.contains("record 3")
+                && e.contains("label 200")
+                && e.contains("0 to 9"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+        // Valid labels that happen not to reach 9 still make MNIST's ten classes.
+        let dir = mnist_dir("ok", &[0, 1, 2]);
+        let d = load(&format!("mnist:{}", dir.display())).unwrap();
+        assert_eq!((d.train.classes, d.test.classes), (10, 10));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn libsvm_labels_are_checked() {
+        let dir = std::env::temp_dir().join(format!("pacer-libsvm-labels-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("nan.svm");
+        std::fs::write(&f, "1 1:0.5\nnan 1:0.1\n").unwrap();
+        let e = load(&format!("libsvm:{}", f.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("nan.svm") && e.contains("line 2") && e.contains("finite"),
+            "{e}"
+        );
+        // A test label the training file does not have.
+        let (tr, te) = (dir.join("tr.svm"), dir.join("te.svm"));
+        std::fs::write(&tr, "1 1:0.5\n2 1:0.1\n").unwrap();
+        std::fs::write(&te, "1 1:0.5\n\n7 1:0.1\n").unwrap();
+        let e = load(&format!("libsvm:{},{}", tr.display(), te.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("te.svm") && e.contains("line 3") && e.contains("`7`"),
+            "{e}"
+        );
+        // A regression file: a distinct real label per line.
+        let f = dir.join("reg.svm");
+        let rows: String = (0..=MAX_LIBSVM_CLASSES)
+            .map(|i| format!("{}.5 1:1\n", i))
+            .collect();
+        std::fs::write(&f, rows).unwrap();
+        let e = load(&format!("libsvm:{}", f.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("reg.svm") && e.contains(&format!("line {}", MAX_LIBSVM_CLASSES + 1)),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -37,6 +37,7 @@ pub mod data;
 pub mod emulation;
 pub mod error;
 pub mod gns;
+pub mod interrupt;
 pub mod model;
 pub mod optim;
 pub mod protocol;

@@ -49,9 +49,86 @@ pub const MAGIC: [u8; 4] = *b"PACR";
 /// Protocol version spoken by this build.
 /// Version 2 added `GradientPart` and `Gradient.first` (the chunked uplink).
 pub const VERSION: u16 = 2;
-/// Largest frame accepted (a model of ~60 M parameters); a length above it is a
-/// malformed or hostile peer, refused before allocating.
+/// Largest frame any reader accepts (a model of ~60 M parameters); a length above it
+/// is a malformed or hostile peer, refused before allocating. Readers of a running
+/// job use the tighter [`Limits`] the job implies.
 pub const MAX_FRAME: u32 = 256 << 20;
+/// Largest frame before a peer's `Hello` is accepted: a `Hello` is the magic, the
+/// version and a name, so 4 KiB is a name of up to ~4,000 bytes. Nothing more is
+/// ever allocated for a peer that has not said who it is.
+pub const MAX_HELLO_FRAME: u32 = 4 << 10;
+/// Largest frame of a message that carries no model-sized vector (`Welcome`,
+/// `Reject`, `Ready`, `Shutdown`, `Error`: a few strings).
+pub const MAX_CONTROL_FRAME: u32 = 64 << 10;
+/// A frame body is read (and its buffer grown) this many bytes at a time, so a peer
+/// that announces a large frame and stalls pins only what it has actually sent.
+pub const READ_CHUNK: usize = 64 << 10;
+
+/// What a reader accepts from a peer: the largest frame, and how long a frame that
+/// has started may go without progress (each [`READ_CHUNK`] must arrive within
+/// `stall`; `None`: wait forever).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_frame: u32,
+    pub stall: Option<std::time::Duration>,
+}
+
+impl Limits {
+    /// The blanket [`MAX_FRAME`] without a stall timeout (what the plain `read_*`
+    /// functions use).
+    pub const ANY: Limits = Limits {
+        max_frame: MAX_FRAME,
+        stall: None,
+    };
+
+    /// Before the peer's `Hello` is accepted: [`MAX_HELLO_FRAME`].
+    pub fn hello(stall: std::time::Duration) -> Limits {
+        Limits {
+            max_frame: MAX_HELLO_FRAME,
+            stall: Some(stall),
+        }
+    }
+
+    /// Handshake and control messages: [`MAX_CONTROL_FRAME`].
+    pub fn control(stall: std::time::Duration) -> Limits {
+        Limits {
+            max_frame: MAX_CONTROL_FRAME,
+            stall: Some(stall),
+        }
+    }
+
+    /// What a job of `n_params` parameters can need: a `Step` carrying all the
+    /// parameters or a `Gradient` carrying the whole gradient (its header included),
+    /// or a control message, whichever is largest; never above [`MAX_FRAME`].
+    pub fn for_job(n_params: usize, stall: std::time::Duration) -> Limits {
+        let vectors = n_params
+            .saturating_mul(4)
+            .saturating_add(GRADIENT_VALUES_AT.max(STEP_PARAMS_AT));
+        let max = vectors
+            .max(MAX_CONTROL_FRAME as usize)
+            .min(MAX_FRAME as usize);
+        Limits {
+            max_frame: max as u32,
+            stall: Some(stall),
+        }
+    }
+
+    fn check(&self, len: u32, peer: &str) -> Result<usize, ProtocolError> {
+        if len > self.max_frame {
+            return Err(ProtocolError::TooLarge {
+                peer: peer.to_string(),
+                len,
+                limit: self.max_frame,
+            });
+        }
+        if len == 0 {
+            return Err(ProtocolError::Empty {
+                peer: peer.to_string(),
+            });
+        }
+        Ok(len as usize)
+    }
+}
 
 /// Frame kinds.
 pub mod kind {
@@ -84,8 +161,8 @@ fn kind_name(k: u8) -> &'static str {
 /// A peer broke the protocol.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
-    #[error("{peer}: frame of {len} bytes exceeds the limit of {MAX_FRAME} bytes (malformed length prefix?)")]
-    TooLarge { peer: String, len: u32 },
+    #[error("{peer}: frame of {len} bytes exceeds the limit of {limit} bytes (malformed length prefix, or more than this job can need)")]
+    TooLarge { peer: String, len: u32, limit: u32 },
     #[error("{peer}: empty frame (a frame holds at least its kind byte)")]
     Empty { peer: String },
     #[error("{peer}: {frame} frame: field `{field}` is truncated (frame ends at byte {at})")]
@@ -114,6 +191,12 @@ pub enum ProtocolError {
     Version { peer: String, got: u16 },
     #[error("{peer}: connection closed {when}")]
     Closed { peer: String, when: &'static str },
+    #[error("{peer}: nothing received for {after:?} {when}")]
+    Timeout {
+        peer: String,
+        when: &'static str,
+        after: std::time::Duration,
+    },
     #[error("{peer}: {context}: {message}")]
     Io {
         peer: String,
@@ -687,13 +770,46 @@ impl<'a> Reader<'a> {
 }
 
 /// Read one frame body (kind + payload). `when` says what we were waiting for, for
-/// the error if the peer hangs up.
+/// the error if the peer hangs up. [`Limits::ANY`]; see [`read_frame_with`].
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut Vec<u8>,
     peer: &str,
     when: &'static str,
 ) -> Result<(), ProtocolError> {
+    read_frame_with(r, buf, Limits::ANY, peer, when).await
+}
+
+/// Await `f`, or fail with [`ProtocolError::Timeout`] after `limit` (`None`: no limit),
+/// naming the peer and what was awaited.
+pub async fn timed<T, F>(
+    limit: Option<std::time::Duration>,
+    peer: &str,
+    when: &'static str,
+    f: F,
+) -> Result<T, ProtocolError>
+where
+    F: std::future::Future<Output = Result<T, ProtocolError>>,
+{
+    match limit {
+        None => f.await,
+        Some(d) => tokio::time::timeout(d, f).await.unwrap_or_else(|_| {
+            Err(ProtocolError::Timeout {
+                peer: peer.to_string(),
+                when,
+                after: d,
+            })
+        }),
+    }
+}
+
+/// The 4-byte length prefix of the next frame (no timeout: how long a peer may be
+/// silent between frames is the caller's business, see [`timed`]).
+async fn read_len<R: AsyncRead + Unpin>(
+    r: &mut R,
+    peer: &str,
+    when: &'static str,
+) -> Result<u32, ProtocolError> {
     let mut len = [0u8; 4];
     if let Err(e) = r.read_exact(&mut len).await {
         return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -709,35 +825,62 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             }
         });
     }
-    let len = u32::from_le_bytes(len);
-    if len > MAX_FRAME {
-        return Err(ProtocolError::TooLarge {
-            peer: peer.to_string(),
-            len,
-        });
+    Ok(u32::from_le_bytes(len))
+}
+
+/// Fill `dst` from `r`, [`READ_CHUNK`] bytes at a time, each within `stall`.
+async fn read_exact_stalled<R: AsyncRead + Unpin>(
+    r: &mut R,
+    dst: &mut [u8],
+    stall: Option<std::time::Duration>,
+    peer: &str,
+    when: &'static str,
+) -> Result<(), ProtocolError> {
+    for c in dst.chunks_mut(READ_CHUNK) {
+        timed(stall, peer, when, async {
+            r.read_exact(c)
+                .await
+                .map(|_| ())
+                .map_err(|e| io_error(e, peer, when))
+        })
+        .await?;
     }
-    if len == 0 {
-        return Err(ProtocolError::Empty {
-            peer: peer.to_string(),
-        });
-    }
-    buf.clear();
-    buf.resize(len as usize, 0);
-    r.read_exact(buf).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            ProtocolError::Closed {
-                peer: peer.to_string(),
-                when: "in the middle of a frame",
-            }
-        } else {
-            ProtocolError::Io {
-                peer: peer.to_string(),
-                context: when,
-                message: e.to_string(),
-            }
-        }
-    })?;
     Ok(())
+}
+
+/// Grow `buf` from `from` to `len` bytes as they arrive, [`READ_CHUNK`] at a time:
+/// the buffer never holds much more than what the peer has actually sent.
+async fn read_growing<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    len: usize,
+    stall: Option<std::time::Duration>,
+    peer: &str,
+    when: &'static str,
+) -> Result<(), ProtocolError> {
+    while buf.len() < len {
+        let at = buf.len();
+        let n = (len - at).min(READ_CHUNK);
+        buf.resize(at + n, 0);
+        read_exact_stalled(r, &mut buf[at..], stall, peer, when).await?;
+    }
+    Ok(())
+}
+
+/// [`read_frame`] under `limits`: a length above `limits.max_frame` is refused
+/// before anything is allocated, and the body is read incrementally, each
+/// [`READ_CHUNK`] within `limits.stall`.
+pub async fn read_frame_with<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    limits: Limits,
+    peer: &str,
+    when: &'static str,
+) -> Result<(), ProtocolError> {
+    let len = read_len(r, peer, when).await?;
+    let len = limits.check(len, peer)?;
+    buf.clear();
+    read_growing(r, buf, len, limits.stall, peer, when).await
 }
 
 fn io_error(e: std::io::Error, peer: &str, when: &'static str) -> ProtocolError {
@@ -790,36 +933,24 @@ pub async fn read_message_streaming_step<R: AsyncRead + Unpin>(
     peer: &str,
     when: &'static str,
 ) -> Result<(Message, Option<usize>), ProtocolError> {
-    let mut len = [0u8; 4];
-    if let Err(e) = r.read_exact(&mut len).await {
-        return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            ProtocolError::Closed {
-                peer: peer.to_string(),
-                when,
-            }
-        } else {
-            io_error(e, peer, when)
-        });
-    }
-    let len = u32::from_le_bytes(len);
-    if len > MAX_FRAME {
-        return Err(ProtocolError::TooLarge {
-            peer: peer.to_string(),
-            len,
-        });
-    }
-    if len == 0 {
-        return Err(ProtocolError::Empty {
-            peer: peer.to_string(),
-        });
-    }
-    let len = len as usize;
-    let mut head = len.min(PART_VALUES_AT);
+    read_message_streaming_step_with(r, buf, Limits::ANY, peer, when).await
+}
+
+/// [`read_message_streaming_step`] under `limits` (see [`read_frame_with`]); the
+/// values that follow are bounded by `limits.max_frame` too.
+pub async fn read_message_streaming_step_with<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    limits: Limits,
+    peer: &str,
+    when: &'static str,
+) -> Result<(Message, Option<usize>), ProtocolError> {
+    let len = read_len(r, peer, when).await?;
+    let len = limits.check(len, peer)?;
+    let head = len.min(PART_VALUES_AT);
     buf.clear();
     buf.resize(head, 0);
-    r.read_exact(buf)
-        .await
-        .map_err(|e| io_error(e, peer, when))?;
+    read_exact_stalled(r, buf, limits.stall, peer, when).await?;
     let (values_at, frame, field) = match buf[0] {
         kind::STEP => (STEP_PARAMS_AT, "Step", "params"),
         kind::GRADIENT => (GRADIENT_VALUES_AT, "Gradient", "grad"),
@@ -828,10 +959,7 @@ pub async fn read_message_streaming_step<R: AsyncRead + Unpin>(
     };
     if len >= values_at {
         buf.resize(values_at, 0);
-        r.read_exact(&mut buf[head..])
-            .await
-            .map_err(|e| io_error(e, peer, when))?;
-        head = values_at;
+        read_exact_stalled(r, &mut buf[head..], limits.stall, peer, when).await?;
         // A Step without parameters is read whole (below).
         if buf[0] != kind::STEP || buf[STEP_PARAMS_AT - 5] == 1 {
             let count = u32::from_le_bytes(buf[values_at - 4..].try_into().expect("4"));
@@ -852,10 +980,7 @@ pub async fn read_message_streaming_step<R: AsyncRead + Unpin>(
             return Ok((m, Some(count as usize)));
         }
     }
-    buf.resize(len, 0);
-    r.read_exact(&mut buf[head..])
-        .await
-        .map_err(|e| io_error(e, peer, when))?;
+    read_growing(r, buf, len, limits.stall, peer, when).await?;
     Ok((Message::decode(buf, peer)?, None))
 }
 
@@ -867,9 +992,25 @@ pub async fn read_f32s<R: AsyncRead + Unpin>(
     peer: &str,
     when: &'static str,
 ) -> Result<(), ProtocolError> {
-    r.read_exact(bytemuck::cast_slice_mut::<f32, u8>(out))
-        .await
-        .map_err(|e| io_error(e, peer, when))?;
+    read_f32s_with(r, out, None, peer, when).await
+}
+
+/// [`read_f32s`], each [`READ_CHUNK`] bytes within `stall`.
+pub async fn read_f32s_with<R: AsyncRead + Unpin>(
+    r: &mut R,
+    out: &mut [f32],
+    stall: Option<std::time::Duration>,
+    peer: &str,
+    when: &'static str,
+) -> Result<(), ProtocolError> {
+    read_exact_stalled(
+        r,
+        bytemuck::cast_slice_mut::<f32, u8>(out),
+        stall,
+        peer,
+        when,
+    )
+    .await?;
     if cfg!(target_endian = "big") {
         for v in out.iter_mut() {
             *v = f32::from_bits(u32::from_le(v.to_bits()));
@@ -886,6 +1027,18 @@ pub async fn read_message<R: AsyncRead + Unpin>(
     when: &'static str,
 ) -> Result<Message, ProtocolError> {
     read_frame(r, buf, peer, when).await?;
+    Message::decode(buf, peer)
+}
+
+/// [`read_message`] under `limits` (see [`read_frame_with`]).
+pub async fn read_message_with<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    limits: Limits,
+    peer: &str,
+    when: &'static str,
+) -> Result<Message, ProtocolError> {
+    read_frame_with(r, buf, limits, peer, when).await?;
     Message::decode(buf, peer)
 }
 
@@ -1204,6 +1357,114 @@ mod tests {
         let e = Message::decode(&b, "x").unwrap_err().to_string();
         // The bytes as text, not a Debug array of numbers.
         assert!(e.contains(r#"bad magic "GET ", expected "PACR""#), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_large_frame_pins_only_what_arrived() {
+        use tokio::io::AsyncWriteExt;
+        // Announces the largest frame any reader accepts, sends 1000 bytes, stalls.
+        let (mut peer, mut me) = tokio::io::duplex(1 << 16);
+        let mut f = MAX_FRAME.to_le_bytes().to_vec();
+        f.push(kind::STEP);
+        f.extend(vec![0u8; 1000]);
+        peer.write_all(&f).await.unwrap();
+        let limits = Limits {
+            max_frame: MAX_FRAME,
+            stall: Some(std::time::Duration::from_millis(100)),
+        };
+        let mut buf = Vec::new();
+        let e = read_frame_with(&mut me, &mut buf, limits, "worker x", "reading a Gradient")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ProtocolError::Timeout { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("worker x") && e.contains("100ms") && e.contains("reading a Gradient"),
+            "{e}"
+        );
+        // Once the buffer held 256 MiB here, zero-filled, for as long as the peer
+        // stalled.
+        assert!(buf.capacity() <= 2 * READ_CHUNK, "{}", buf.capacity());
+        // The streaming reader too, on a frame that is not streamed.
+        let mut f = MAX_FRAME.to_le_bytes().to_vec();
+        f.push(kind::ERROR);
+        f.extend(vec![0u8; 1000]);
+        peer.write_all(&f).await.unwrap();
+        let mut buf = Vec::new();
+        let e = read_message_streaming_step_with(&mut me, &mut buf, limits, "p", "t")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ProtocolError::Timeout { .. }), "{e}");
+        assert!(buf.capacity() <= 2 * READ_CHUNK, "{}", buf.capacity());
+    }
+
+    #[tokio::test]
+    async fn frames_are_limited_by_what_the_job_needs() {
+        let stall = std::time::Duration::from_secs(5);
+        let n = 100_000;
+        let limits = Limits::for_job(n, stall);
+        assert!(limits.max_frame < MAX_FRAME);
+        let gradient = |values: usize| {
+            let mut f = Vec::new();
+            Message::Gradient {
+                task: 1,
+                iteration: 1,
+                len: 3,
+                loss_sum: 0.0,
+                correct: 0,
+                timing: StepTiming::default(),
+                signals: Signals::default(),
+                first: 0,
+                grad: vec![0.5; values],
+            }
+            .encode(&mut f);
+            f
+        };
+        // The whole gradient of the job fits; so does a Step with all the parameters.
+        let f = gradient(n);
+        let mut buf = Vec::new();
+        let (_, count) = read_message_streaming_step_with(&mut &f[..], &mut buf, limits, "p", "t")
+            .await
+            .unwrap();
+        assert_eq!(count, Some(n));
+        let mut f = Vec::new();
+        Message::Step {
+            task: 1,
+            iteration: 1,
+            version: 1,
+            stream_start: 0,
+            len: 1,
+            params: Some(vec![1.0; n]),
+        }
+        .encode(&mut f);
+        read_message_streaming_step_with(&mut &f[..], &mut buf, limits, "p", "t")
+            .await
+            .unwrap();
+        // More than the job can need is refused from the length prefix alone.
+        let f = gradient(n + 1000);
+        let e = read_message_streaming_step_with(&mut &f[..4], &mut buf, limits, "worker y", "t")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ProtocolError::TooLarge { .. }), "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains("worker y") && e.contains(&format!("limit of {} bytes", limits.max_frame)),
+            "{e}"
+        );
+        // Before Hello: a few KiB at most.
+        let big_hello = (MAX_HELLO_FRAME + 1).to_le_bytes();
+        let e = read_frame_with(
+            &mut &big_hello[..],
+            &mut buf,
+            Limits::hello(stall),
+            "p",
+            "t",
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ProtocolError::TooLarge { limit, .. } if limit == MAX_HELLO_FRAME));
+        // A tiny model still gets room for control messages.
+        assert_eq!(Limits::for_job(10, stall).max_frame, MAX_CONTROL_FRAME);
     }
 
     #[tokio::test]

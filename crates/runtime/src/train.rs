@@ -292,14 +292,6 @@ pub fn train_local(
     let handles: Handles = Arc::new(Mutex::new(Vec::new()));
     let slots =
         (launch.compute_slots > 0).then(|| Arc::new(ComputeSlots::new(launch.compute_slots)));
-    for slot in 0..launch.workers {
-        let speed = launch.speeds.get(slot).copied().unwrap_or(1.0);
-        spawn_worker(
-            launch.worker_config(slot, speed, addr, &slots),
-            data.clone(),
-            &handles,
-        )?;
-    }
     // Joins are driven from the progress callback: it runs at iteration boundaries.
     let mut joins = launch.joins.clone();
     joins.sort_by_key(|j| j.0);
@@ -307,13 +299,14 @@ pub fn train_local(
     let hs = handles.clone();
     let d2 = data.clone();
     let launch2 = launch.clone();
+    let slots2 = slots.clone();
     let cb: ProgressFn = Box::new(move |p: &Progress| {
         while let Some(&(at, speed)) = joins.first() {
             if p.iteration < at {
                 break;
             }
             joins.remove(0);
-            let mut cfg = launch2.worker_config(next_slot, speed, addr, &slots);
+            let mut cfg = launch2.worker_config(next_slot, speed, addr, &slots2);
             next_slot += 1;
             // Wait for its handshake (the controller's connection tasks run on the
             // runtime's other thread; this time is excluded from training time), so
@@ -329,7 +322,26 @@ pub fn train_local(
             f(p);
         }
     });
-    let report = rt.block_on(controller::serve_on_runtime(listener, data, cfg, Some(cb)));
+    // The controller serves from here on (a task of the runtime), so the workers'
+    // handshakes can complete while they are started.
+    let served = rt.spawn(controller::serve(listener, data.clone(), cfg, Some(cb)));
+    // One after the other, each once its handshake is done: the controller numbers
+    // workers in connection order, so worker id i is slot i (`local-i`, speed i of
+    // `--speeds`) instead of whichever thread happened to connect first.
+    for slot in 0..launch.workers {
+        let speed = launch.speeds.get(slot).copied().unwrap_or(1.0);
+        let mut w = launch.worker_config(slot, speed, addr, &slots);
+        let (tx, rx) = std::sync::mpsc::channel();
+        w.on_ready = Some(tx);
+        spawn_worker(w, data.clone(), &handles)?;
+        // A worker that fails its handshake drops the sender: no wait then.
+        let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
+    }
+    let report = rt.block_on(served).unwrap_or_else(|e| {
+        Err(RuntimeError::Stopped(format!(
+            "the training loop failed: {e}"
+        )))
+    });
     // Workers exit on Shutdown; if the controller failed they see the socket close.
     drop(rt);
     let mut outcomes = Vec::new();

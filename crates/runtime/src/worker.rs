@@ -89,7 +89,24 @@ pub struct WorkerConfig {
     /// from the padding and sending are message moving, not compute); the compute
     /// itself stays at the normal policy. See `sysinfo::set_thread_realtime`.
     pub realtime_io: bool,
+    /// Connecting and the controller's `Welcome` must come within this many seconds.
+    pub welcome_timeout_s: f64,
+    /// How long the worker waits for the controller's next frame (a Step, or
+    /// Shutdown) before it gives up; the controller may be waiting for other workers
+    /// to join (its `--join-timeout-s`, 600 s by default) or evaluating.
+    pub idle_timeout_s: f64,
+    /// A frame that has started (or a Gradient being written) may make no progress
+    /// for at most this many seconds.
+    pub stall_timeout_s: f64,
 }
+
+/// Default of [`WorkerConfig::welcome_timeout_s`].
+pub const DEFAULT_WELCOME_TIMEOUT_S: f64 = 30.0;
+/// Default of [`WorkerConfig::idle_timeout_s`]: longer than the controller's default
+/// join timeout, so a worker outlives a controller waiting for the others.
+pub const DEFAULT_IDLE_TIMEOUT_S: f64 = 900.0;
+/// Default of [`WorkerConfig::stall_timeout_s`].
+pub const DEFAULT_STALL_TIMEOUT_S: f64 = 60.0;
 
 impl WorkerConfig {
     pub fn new(connect: SocketAddr, name: impl Into<String>) -> Self {
@@ -105,7 +122,31 @@ impl WorkerConfig {
             on_ready: None,
             pipeline: true,
             realtime_io: true,
+            welcome_timeout_s: DEFAULT_WELCOME_TIMEOUT_S,
+            idle_timeout_s: DEFAULT_IDLE_TIMEOUT_S,
+            stall_timeout_s: DEFAULT_STALL_TIMEOUT_S,
         }
+    }
+
+    /// Checks the timeouts (they become `Duration`s: NaN, negative or huge values
+    /// would panic there).
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        for (flag, v) in [
+            ("--welcome-timeout-s", self.welcome_timeout_s),
+            ("--idle-timeout-s", self.idle_timeout_s),
+            ("--stall-timeout-s", self.stall_timeout_s),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1e9) {
+                return Err(RuntimeError::config(
+                    flag,
+                    format!(
+                        "must be a number of seconds in (0, 1e9], got {}",
+                        crate::controller::short_num(v)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -154,9 +195,18 @@ async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
         sock.bind(b)
             .map_err(|e| RuntimeError::io(format!("--bind {b}"), e))?;
     }
-    let s = sock
-        .connect(cfg.connect)
+    let t = Duration::from_secs_f64(cfg.welcome_timeout_s);
+    let s = tokio::time::timeout(t, sock.connect(cfg.connect))
         .await
+        .map_err(|_| {
+            RuntimeError::io(
+                format!("connecting to controller {}", cfg.connect),
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {t:?} (--welcome-timeout-s)"),
+                ),
+            )
+        })?
         .map_err(|e| RuntimeError::io(format!("connecting to controller {}", cfg.connect), e))?;
     s.set_nodelay(true)
         .map_err(|e| RuntimeError::io("setting TCP_NODELAY", e))?;
@@ -165,7 +215,9 @@ async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
 
 /// The worker's protocol loop.
 pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary, RuntimeError> {
+    cfg.validate()?;
     let peer = format!("controller {}", cfg.connect);
+    let stall = Duration::from_secs_f64(cfg.stall_timeout_s);
     let mut stream = connect(&cfg).await?;
     let mut rbuf = Vec::new();
     let mut wbuf = Vec::new();
@@ -179,21 +231,34 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
         &peer,
     )
     .await?;
-    let (worker_id, job) =
-        match protocol::read_message(&mut stream, &mut rbuf, &peer, "waiting for Welcome").await? {
-            Message::Welcome { worker_id, job } => (worker_id, job),
-            Message::Reject { reason } => {
-                return Err(RuntimeError::Rejected { peer, reason });
+    // Nothing model-sized before the job is known: a Welcome, a Reject.
+    let welcome = protocol::timed(
+        Some(Duration::from_secs_f64(cfg.welcome_timeout_s)),
+        &peer,
+        "waiting for Welcome (--welcome-timeout-s)",
+        protocol::read_message_with(
+            &mut stream,
+            &mut rbuf,
+            protocol::Limits::control(stall),
+            &peer,
+            "waiting for Welcome",
+        ),
+    )
+    .await?;
+    let (worker_id, job) = match welcome {
+        Message::Welcome { worker_id, job } => (worker_id, job),
+        Message::Reject { reason } => {
+            return Err(RuntimeError::Rejected { peer, reason });
+        }
+        other => {
+            return Err(ProtocolError::Unexpected {
+                peer,
+                expected: "Welcome",
+                got: other.kind(),
             }
-            other => {
-                return Err(ProtocolError::Unexpected {
-                    peer,
-                    expected: "Welcome",
-                    got: other.kind(),
-                }
-                .into())
-            }
-        };
+            .into())
+        }
+    };
     if let Some(plan) = cfg.interference_by_id.take() {
         if cfg.emulation.windows.is_empty() {
             cfg.emulation.windows = plan.for_slot(worker_id as usize);
@@ -244,6 +309,22 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
             message: format!("unknown model kind {}", job.model.kind),
         })
     })?;
+    // The frames this job can need are sized by the model we built, not by what the
+    // controller announces.
+    if model.n_params() != job.n_params as usize {
+        return Err(RuntimeError::Protocol(ProtocolError::Invalid {
+            peer: peer.clone(),
+            frame: "Welcome",
+            field: "n_params",
+            message: format!(
+                "announces {} parameters, the model it describes has {}",
+                job.n_params,
+                model.n_params()
+            ),
+        }));
+    }
+    let limits = protocol::Limits::for_job(model.n_params(), stall);
+    let idle = Duration::from_secs_f64(cfg.idle_timeout_s);
     // Two threads from here on: this one does the socket (read, decode, write), a
     // compute thread does the step. A Step is timestamped the moment it is decoded,
     // and the emulated step runs from then: if the compute thread waits for a core
@@ -256,7 +337,7 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
     // The compute thread writes its Gradient itself (the worker sends nothing
     // else once training runs): handing it to this thread cost a thread wake-up on
     // the critical path of every iteration, ~0.2 ms on the loaded 2-core machine.
-    let sink = GradientSink::new(&stream, &peer)?;
+    let sink = GradientSink::new(&stream, &peer, stall)?;
     let (rd, _wr) = stream.into_split();
     let (step_tx, step_rx) = std::sync::mpsc::channel::<Incoming>();
     // Resolves when the compute thread is done (its sender is dropped).
@@ -284,7 +365,7 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
             })
             .map_err(|e| RuntimeError::io("starting the compute thread", e))?
     };
-    let reader = read_loop(rd, rbuf, peer.clone(), step_tx);
+    let reader = read_loop(rd, rbuf, peer.clone(), step_tx, limits, idle);
     // The reader ends on Shutdown (or a broken connection), and tells the compute
     // thread, which then ends too. Either way the connection is finished.
     let io: Result<(), RuntimeError> = tokio::select! {
@@ -348,10 +429,12 @@ fn f32_wire_bytes<'a>(values: &'a [f32], scratch: &'a mut Vec<u8>) -> &'a [u8] {
 struct GradientSink {
     stream: std::net::TcpStream,
     peer: String,
+    /// Longest time a write may make no progress (the controller stopped reading).
+    stall: Duration,
 }
 
 impl GradientSink {
-    fn new(stream: &TcpStream, peer: &str) -> Result<Self, RuntimeError> {
+    fn new(stream: &TcpStream, peer: &str, stall: Duration) -> Result<Self, RuntimeError> {
         use std::os::fd::{AsFd, BorrowedFd};
         let fd: BorrowedFd<'_> = stream.as_fd();
         let owned = fd
@@ -360,17 +443,28 @@ impl GradientSink {
         Ok(GradientSink {
             stream: std::net::TcpStream::from(owned),
             peer: peer.to_string(),
+            stall,
         })
     }
 
     fn write_all(&mut self, mut buf: &[u8]) -> Result<(), RuntimeError> {
         use std::io::Write;
         use std::os::fd::AsRawFd;
+        let mut progress = Instant::now();
         while !buf.is_empty() {
             match self.stream.write(buf) {
                 Ok(0) => return Err(self.error("connection closed")),
-                Ok(n) => buf = &buf[n..],
+                Ok(n) => {
+                    buf = &buf[n..];
+                    progress = Instant::now();
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if progress.elapsed() >= self.stall {
+                        return Err(self.error(&format!(
+                            "the controller took nothing for {:?} (--stall-timeout-s)",
+                            self.stall
+                        )));
+                    }
                     let mut p = libc::pollfd {
                         fd: self.stream.as_raw_fd(),
                         events: libc::POLLOUT,
@@ -406,11 +500,23 @@ async fn read_loop(
     mut rbuf: Vec<u8>,
     peer: String,
     to_compute: std::sync::mpsc::Sender<Incoming>,
+    limits: protocol::Limits,
+    idle: Duration,
 ) -> Result<(), RuntimeError> {
     loop {
-        let r =
-            protocol::read_message_streaming_step(&mut rd, &mut rbuf, &peer, "waiting for a Step")
-                .await;
+        let r = protocol::timed(
+            Some(idle),
+            &peer,
+            "waiting for a Step or Shutdown (--idle-timeout-s)",
+            protocol::read_message_streaming_step_with(
+                &mut rd,
+                &mut rbuf,
+                limits,
+                &peer,
+                "waiting for a Step",
+            ),
+        )
+        .await;
         let recv_unix_s = protocol::unix_now_s();
         let t0 = Instant::now();
         let decoded = Instant::now();
@@ -484,9 +590,10 @@ async fn read_loop(
         while left > 0 && !gone {
             let mut chunk = vec![0.0f32; left.min(PARAMS_CHUNK)];
             left -= chunk.len();
-            let msg = match protocol::read_f32s(
+            let msg = match protocol::read_f32s_with(
                 &mut rd,
                 &mut chunk,
+                limits.stall,
                 &peer,
                 "reading a Step's parameters",
             )

@@ -1,0 +1,319 @@
+//! Issue 19: every wait on the network has a timeout that names the peer and what
+//! was awaited, frames are bounded by what the job can need, the number of
+//! handshakes in flight is bounded, losing every worker is said at once and ends
+//! after `rejoin_timeout_s`, and an interrupt ends the run with the report so far.
+//! All on loopback with the shipped `tiny` set; the timeouts are short so that a
+//! regression shows as a failure (or a hang the harness reports), not as a slow pass.
+
+use pacer_runtime::controller;
+use pacer_runtime::model::ModelSpec;
+use pacer_runtime::protocol::{self, kind, JobSpec, Message};
+use pacer_runtime::worker::{self, DataSource, Fault, WorkerConfig};
+use pacer_runtime::{train_local, LocalLaunch, RuntimeError};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+mod common;
+use common::{config, tiny};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Read one frame from a blocking socket (at most 10 s).
+fn read_reply(s: &mut TcpStream) -> Message {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    Message::decode(&body, "controller").unwrap()
+}
+
+fn run_worker(addr: SocketAddr, name: &str) -> std::thread::JoinHandle<()> {
+    let w = WorkerConfig::new(addr, name);
+    let d = tiny();
+    std::thread::spawn(move || {
+        worker::run_blocking(w, DataSource::Loaded(d)).unwrap();
+    })
+}
+
+#[test]
+fn a_peer_silent_before_hello_is_refused_after_the_hello_timeout() {
+    let d = tiny();
+    let mut cfg = config(&d, "logreg", 0, 64, 5);
+    cfg.hello_timeout_s = 0.3;
+    let rt = runtime();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = rt.spawn(controller::serve(listener, d.clone(), cfg, None));
+    let mut silent = TcpStream::connect(addr).unwrap();
+    match read_reply(&mut silent) {
+        Message::Reject { reason } => assert!(
+            reason.contains("waiting for Hello") && reason.contains("300ms"),
+            "{reason}"
+        ),
+        m => panic!("{m:?}"),
+    }
+    // Announcing more than a Hello can be is refused from the length alone (it once
+    // waited for the 5,000 bytes, then timed out).
+    let mut big = TcpStream::connect(addr).unwrap();
+    big.write_all(&5000u32.to_le_bytes()).unwrap();
+    big.write_all(&[kind::HELLO]).unwrap();
+    match read_reply(&mut big) {
+        Message::Reject { reason } => assert!(
+            reason.contains("exceeds the limit of 4096 bytes"),
+            "{reason}"
+        ),
+        m => panic!("{m:?}"),
+    }
+    let w = run_worker(addr, "w0");
+    let r = rt.block_on(served).unwrap().unwrap();
+    w.join().unwrap();
+    assert_eq!(r.iterations, 5);
+    assert_eq!(r.rejected.len(), 2, "{:?}", r.rejected);
+}
+
+#[test]
+fn handshakes_beyond_max_pending_are_refused_at_once() {
+    let d = tiny();
+    let mut cfg = config(&d, "logreg", 0, 64, 5);
+    cfg.max_pending = 3;
+    cfg.hello_timeout_s = 60.0;
+    let rt = runtime();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = rt.spawn(controller::serve(listener, d.clone(), cfg, None));
+    // Three handshakes in flight (each has sent half a Hello)...
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(&100u32.to_le_bytes()).unwrap();
+        silent.push(s);
+    }
+    // ...so the fourth is refused at once, not queued behind them (bounded retries:
+    // the three are counted once the controller has accepted them).
+    let mut refused = None;
+    for _ in 0..50 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut len = [0u8; 4];
+        if s.read_exact(&mut len).is_ok() {
+            let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+            s.read_exact(&mut body).unwrap();
+            refused = Some(Message::decode(&body, "controller").unwrap());
+            break;
+        }
+    }
+    match refused {
+        Some(Message::Reject { reason }) => assert!(
+            reason.contains("too many connections in their handshake (at most 3)"),
+            "{reason}"
+        ),
+        m => panic!("no refusal: {m:?}"),
+    }
+    // Once they hang up, a worker gets in (bounded retries while the controller
+    // notices the closed connections).
+    drop(silent);
+    let mut joined = false;
+    for _ in 0..50 {
+        let w = WorkerConfig::new(addr, "w0");
+        match worker::run_blocking(w, DataSource::Loaded(d.clone())) {
+            Ok(_) => {
+                joined = true;
+                break;
+            }
+            Err(RuntimeError::Rejected { reason, .. }) if reason.contains("too many") => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(joined);
+    let r = rt.block_on(served).unwrap().unwrap();
+    assert_eq!(r.iterations, 5);
+}
+
+/// A fake controller on loopback: accepts one connection, reads the Hello and hands
+/// the socket to `then`.
+fn fake_controller(
+    then: impl FnOnce(TcpStream) + Send + 'static,
+) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut hello = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut hello).unwrap();
+        then(s);
+    });
+    (addr, h)
+}
+
+fn short_worker(addr: SocketAddr) -> WorkerConfig {
+    let mut w = WorkerConfig::new(addr, "w");
+    w.welcome_timeout_s = 0.3;
+    w.stall_timeout_s = 0.3;
+    w.idle_timeout_s = 5.0;
+    w
+}
+
+#[test]
+fn a_worker_facing_a_silent_controller_gives_up_naming_what_it_awaited() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (addr, h) = fake_controller(move |_s| {
+        // Holds the connection open, says nothing.
+        let _ = rx.recv_timeout(Duration::from_secs(30));
+    });
+    let e = worker::run_blocking(short_worker(addr), DataSource::Loaded(tiny()))
+        .unwrap_err()
+        .to_string();
+    let _ = tx.send(());
+    h.join().unwrap();
+    // The timeout's error, not the one of the fake hanging up after 30 s.
+    assert!(
+        e.contains(&format!("controller {addr}"))
+            && e.contains("nothing received for 300ms waiting for Welcome"),
+        "{e}"
+    );
+}
+
+/// A Welcome for logreg on `tiny` (the worker holds the data itself).
+fn welcome(s: &mut TcpStream) -> usize {
+    let d = tiny();
+    let model = ModelSpec::new("logreg", d.train.dim, d.train.classes, 0).unwrap();
+    let n_params = model.build().unwrap().n_params();
+    let mut f = Vec::new();
+    Message::Welcome {
+        worker_id: 0,
+        job: JobSpec {
+            dataset: "tiny".into(),
+            fingerprint: d.fingerprint,
+            n_train: d.train.n as u64,
+            model,
+            stream_seed: 1,
+            n_params: n_params as u32,
+        },
+    }
+    .encode(&mut f);
+    s.write_all(&f).unwrap();
+    // Ready.
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    n_params
+}
+
+#[test]
+fn a_worker_refuses_a_step_larger_than_its_job() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (addr, h) = fake_controller(move |mut s| {
+        welcome(&mut s);
+        // A Step header announcing the largest frame any reader accepts.
+        let mut f = protocol::MAX_FRAME.to_le_bytes().to_vec();
+        f.push(kind::STEP);
+        f.extend_from_slice(&[0u8; 40]);
+        let _ = s.write_all(&f);
+        let _ = rx.recv_timeout(Duration::from_secs(30));
+    });
+    let e = worker::run_blocking(short_worker(addr), DataSource::Loaded(tiny()))
+        .unwrap_err()
+        .to_string();
+    let _ = tx.send(());
+    h.join().unwrap();
+    assert!(
+        e.contains(&format!("controller {addr}")) && e.contains("exceeds the limit of 65536 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_worker_facing_a_stalled_step_gives_up_naming_what_it_awaited() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (addr, h) = fake_controller(move |mut s| {
+        let n = welcome(&mut s);
+        // A Step announcing all the parameters; 100 of them come, then nothing.
+        let mut f = Vec::new();
+        Message::Step {
+            task: 0,
+            iteration: 0,
+            version: 0,
+            stream_start: 0,
+            len: 8,
+            params: Some(vec![0.0; n]),
+        }
+        .encode(&mut f);
+        let header = f.len() - 4 * n;
+        let _ = s.write_all(&f[..header + 400]);
+        let _ = rx.recv_timeout(Duration::from_secs(30));
+    });
+    let e = worker::run_blocking(short_worker(addr), DataSource::Loaded(tiny()))
+        .unwrap_err()
+        .to_string();
+    let _ = tx.send(());
+    h.join().unwrap();
+    assert!(
+        e.contains(&format!("controller {addr}"))
+            && e.contains("nothing received for 300ms reading a Step's parameters"),
+        "{e}"
+    );
+}
+
+#[test]
+fn losing_every_worker_fails_after_the_rejoin_timeout() {
+    let d = tiny();
+    let mut cfg = config(&d, "logreg", 0, 64, 1000);
+    // The start may take its time; a run that lost everyone may not.
+    cfg.join_timeout_s = 600.0;
+    cfg.rejoin_timeout_s = 0.5;
+    let mut launch = LocalLaunch::new(2);
+    launch.kills = vec![(0, 5), (1, 5)];
+    let t = std::time::Instant::now();
+    let e = train_local(d, cfg, launch, None).unwrap_err().to_string();
+    assert!(
+        e.contains("every worker") && e.contains("none joined within 0.5 s (--rejoin-timeout-s)"),
+        "{e}"
+    );
+    // Not the 600 s of the join timeout (a bound, not a timing measurement).
+    assert!(t.elapsed() < Duration::from_secs(120), "{:?}", t.elapsed());
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+#[test]
+fn an_interrupt_ends_the_run_with_the_report_so_far() {
+    let d = tiny();
+    let mut cfg = config(&d, "mlp", 16, 64, 1_000_000);
+    cfg.eval_every = 10;
+    cfg.interrupt = Some(&STOP);
+    let cb: pacer_runtime::ProgressFn = Box::new(|p| {
+        if p.iteration == 25 {
+            STOP.store(true, Ordering::Relaxed);
+        }
+    });
+    let (r, outcomes) = train_local(d, cfg, LocalLaunch::new(2), Some(cb)).unwrap();
+    assert!(r.interrupted);
+    assert_eq!(r.iterations, 25);
+    // The partial report is a whole one: evaluated at the last iteration done.
+    assert_eq!(r.accuracy_curve.last().unwrap().iteration, 25);
+    assert!(r.final_accuracy > 0.0);
+    for o in outcomes {
+        o.unwrap();
+    }
+    let _ = Fault::DieAt(0);
+}
