@@ -123,6 +123,14 @@ pub enum SessionError {
     NotAMember(WorkerKey),
     #[error("{worker}: {what}")]
     BadObservation { worker: WorkerKey, what: String },
+    #[error(
+        "{given} batches for {workers} workers, or not summing to the global batch {global_batch}"
+    )]
+    BadBatches {
+        given: usize,
+        workers: usize,
+        global_batch: u64,
+    },
     #[error("{error} (with {workers} workers)")]
     Infeasible { workers: usize, error: BatchError },
 }
@@ -230,14 +238,19 @@ impl JobSession {
         if self.members.iter().any(|m| m.key == key) {
             return Err(SessionError::AlreadyJoined(key));
         }
-        self.members.push(Member {
-            key,
-            bounds,
-            predictor: (self.make_predictor)(key),
-            speed: 0.0,
-            compute_s: 0.0,
-            next_signals: Exogenous::default(),
-        });
+        // Members stay in key order, whatever order they join in.
+        let at = self.members.partition_point(|m| m.key < key);
+        self.members.insert(
+            at,
+            Member {
+                key,
+                bounds,
+                predictor: (self.make_predictor)(key),
+                speed: 0.0,
+                compute_s: 0.0,
+                next_signals: Exogenous::default(),
+            },
+        );
         self.membership_changed = true;
         Ok(())
     }
@@ -278,6 +291,32 @@ impl JobSession {
             .iter()
             .position(|m| m.key == key)
             .ok_or(SessionError::NotAMember(key))
+    }
+
+    /// Every member's predicted speed for the coming iteration (samples/s; its last
+    /// measured speed where the predictor has nothing yet, 0 before any), in member order.
+    /// Asking changes nothing.
+    pub fn predicted_speeds(&self) -> Vec<f64> {
+        self.members
+            .iter()
+            .map(|m| m.predictor.predict_next(&m.next_signals).unwrap_or(m.speed))
+            .collect()
+    }
+
+    /// The batches that will actually run instead of the decided ones (fixed batches of an
+    /// ablation): the controller continues from them. One per member, summing to `B`.
+    pub fn override_batches(&mut self, batches: &[u64]) -> Result<(), SessionError> {
+        let n = self.members.len();
+        if batches.len() != n || batches.iter().sum::<u64>() != self.cfg.global_batch {
+            return Err(SessionError::BadBatches {
+                given: batches.len(),
+                workers: n,
+                global_batch: self.cfg.global_batch,
+            });
+        }
+        self.batches.clear();
+        self.batches.extend_from_slice(batches);
+        Ok(())
     }
 
     fn predict(&mut self) {

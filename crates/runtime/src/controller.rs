@@ -3,10 +3,12 @@
 //! optimiser, evaluates, and handles workers that join, leave or die.
 //!
 //! ## One iteration (the same order as the scenario simulator, `pacer-workersim`)
-//! 1. Boundary: admit workers whose handshake finished, drop the dead. A change of
-//!    membership rebuilds the `BatchProblem` and the controller and re-balances `B`
-//!    over the members: LB-BSP's proportional rule on the predicted speeds
-//!    (newcomers get the mean prediction), or equal shares for `uniform`.
+//! Steps 1, 2 and the observation of step 5 are the job session's
+//! ([`pacer_control::session::JobSession`]), the code the scenario simulator drives:
+//! 1. Boundary: admit workers whose handshake finished, drop the dead; the session's
+//!    membership follows. A change of membership rebuilds the batching problem and the
+//!    controller and re-balances `B` over the members: in proportion to the predicted
+//!    speeds (newcomers at the mean prediction), or equal shares for `uniform`.
 //! 2. Otherwise each member's predictor predicts its speed from the signals it
 //!    reported for the start of this iteration, and the controller rewrites the
 //!    batches from the last compute times and those predictions.
@@ -14,7 +16,7 @@
 //! 4. Gradients are accumulated as they arrive: `g += (b_i / B) · g_i`, block by
 //!    block when a worker sends its gradient in parts (the chunked uplink), so that
 //!    after the last worker's step only its last, small block is left to read and sum.
-//! 5. The optimiser steps; each predictor observes its worker's speed
+//! 5. The optimiser steps; the session observes each worker's speed
 //!    `b_i / step_s_i` with the signals of the iteration's start.
 //! 6. The gradient noise scale ([`crate::gns`]): each task's `|g_i|²` is summed in
 //!    the accumulation of step 4, the aggregate's `|g|²` when the next iteration's
@@ -45,8 +47,9 @@ use crate::gns::{
 use crate::model::{Model, ModelSpec, Quality};
 use crate::optim::{OptimSpec, Optimizer};
 use crate::protocol::{self, JobSpec, Message, ProtocolError, Signals, StepTiming};
-use pacer_control::worker::{apportion, make_controller, BatchBounds, BatchProblem, Observation};
-use pacer_predict::speed::{make_predictor, Exogenous, SpeedPredictor};
+use pacer_control::session::{IterationObservation, JobSession, SessionConfig, WorkerKey};
+use pacer_control::worker::{apportion, make_controller, BatchBounds, BatchProblem};
+use pacer_predict::speed::{make_predictor, Exogenous};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -180,6 +183,12 @@ pub struct Progress {
     pub batches: Vec<(u32, u64)>,
     /// Gradient noise scale so far (samples; one iteration behind, see [`crate::gns`]).
     pub noise_scale: Option<f64>,
+    /// What the job session observed of the iteration that just ran (a replay of these
+    /// through a fresh [`JobSession`] decides the same batches; test
+    /// `the_runtime_decides_what_the_session_decides_on_a_replay`).
+    pub observed: Vec<IterationObservation>,
+    /// The load signals each worker reported for the start of its next iteration.
+    pub next_signals: Vec<(u32, Exogenous)>,
 }
 
 /// A callback called after every iteration.
@@ -903,12 +912,9 @@ struct Member {
     tx: mpsc::UnboundedSender<Out>,
     /// UNIX time (f64 bits) the connection last wrote the first chunk of a Step.
     written: Arc<AtomicU64>,
-    predictor: Box<dyn SpeedPredictor>,
-    /// Last measured speed (samples/s), 0 before the first.
+    /// Last measured speed (samples/s), 0 before the first (its predictor lives in the
+    /// job session).
     speed: f64,
-    /// Signals the worker reported for the start of its next iteration.
-    exo_next: Exogenous,
-    last_step_s: f64,
     /// Model version this worker holds.
     version: u64,
 }
@@ -1353,7 +1359,6 @@ pub async fn serve(
 }
 
 fn new_member(
-    cfg: &ControllerConfig,
     id: u32,
     name: String,
     addr: SocketAddr,
@@ -1366,10 +1371,7 @@ fn new_member(
         addr,
         tx,
         written,
-        predictor: make_predictor(&cfg.predictor, cfg.seed, id as u64).expect("validated"),
         speed: 0.0,
-        exo_next: Exogenous::default(),
-        last_step_s: 0.0,
         version: u64::MAX,
     }
 }
@@ -1437,11 +1439,24 @@ async fn next_event(
     }
 }
 
-fn predicted_speeds(members: &[Member]) -> Vec<f64> {
-    members
-        .iter()
-        .map(|m| m.predictor.predict_next(&m.exo_next).unwrap_or(m.speed))
-        .collect()
+/// Brings the session's membership to `active` (sorted by id, as the session keeps its
+/// members): the workers gone leave, the new ones join.
+fn sync_session(session: &mut JobSession, active: &[Member]) {
+    let gone: Vec<WorkerKey> = session
+        .workers()
+        .filter(|w| !active.iter().any(|m| u64::from(m.id) == w.0))
+        .collect();
+    for w in gone {
+        session.leave(w).expect("a member");
+    }
+    for m in active {
+        // Already a member: nothing to do.
+        let _ = session.join(WorkerKey(u64::from(m.id)), None);
+    }
+    debug_assert!(session
+        .workers()
+        .map(|w| w.0)
+        .eq(active.iter().map(|m| u64::from(m.id))));
 }
 
 async fn train_loop(
@@ -1538,7 +1553,7 @@ async fn train_loop(
                 addr,
                 tx,
                 written,
-            }) => joiners.push(new_member(cfg, id, name, addr, tx, written)),
+            }) => joiners.push(new_member(id, name, addr, tx, written)),
             Wait::Event(Event::Lost { id, .. }) => joiners.retain(|m| m.id != id),
             Wait::Event(Event::Gradient { .. }) => report.stale_results += 1,
             Wait::Event(Event::GradientPart { .. }) => {}
@@ -1553,15 +1568,21 @@ async fn train_loop(
     let mut sums = Sums::default();
     let mut acc = vec![0.0f32; params.len()];
     let mut batches: Vec<u64> = Vec::new();
-    let mut ctrl: Option<Box<dyn pacer_control::worker::BatchController>> = None;
-    let mut membership_changed = true;
+    // Every worker-level decision — membership, speed predictions, batches — is the job
+    // session's, the same code the scenario simulator drives.
+    let mut session = JobSession::new(SessionConfig::new(
+        b_total,
+        &cfg.controller,
+        &cfg.predictor,
+        cfg.seed,
+    ))
+    .map_err(|e| RuntimeError::config("--controller/--predictor", e.to_string()))?;
     let mut pos: u64 = 0;
     let mut next_task: u64 = 0;
     let mut k: u64 = 0;
     let mut last_end = clock.now();
     let mut last_quality: Option<Quality> = None;
     let mut tail = Vec::new();
-    let mut compute_s: Vec<f64> = Vec::new();
     let mut wstats: BTreeMap<u32, WorkerStats> = BTreeMap::new();
     // The last optimiser step waits for the next send (`cfg.pipeline`).
     let mut deferred = false;
@@ -1584,12 +1605,11 @@ async fn train_loop(
                     addr,
                     tx,
                     written,
-                } => joiners.push(new_member(cfg, id, name, addr, tx, written)),
+                } => joiners.push(new_member(id, name, addr, tx, written)),
                 Event::Lost { id, reason } => {
                     if let Some(i) = active.iter().position(|m| m.id == id) {
                         let m = active.remove(i);
                         report.leaves += 1;
-                        membership_changed = true;
                         if cfg.verbose {
                             eprintln!(
                                 "pacer controller: worker {} ({}) left: {reason}",
@@ -1618,7 +1638,6 @@ async fn train_loop(
             }
             active.append(&mut joiners);
             active.sort_by_key(|m| m.id);
-            membership_changed = true;
         }
         if cfg.verbose && k > 0 && k.is_multiple_of(50) {
             // A heartbeat scripts can wait for (`scripts/multihost.sh` kills a worker
@@ -1642,7 +1661,7 @@ async fn train_loop(
                         written,
                     }) => {
                         report.joins += 1;
-                        active.push(new_member(cfg, id, name, addr, tx, written));
+                        active.push(new_member(id, name, addr, tx, written));
                     }
                     Wait::Event(_) => {}
                     Wait::Interrupted => {
@@ -1675,64 +1694,18 @@ async fn train_loop(
         // ---- batches
         let t_control = Instant::now();
         let n = active.len();
-        if membership_changed {
-            let bounds = vec![
-                BatchBounds {
-                    // ≥ 1 sample each when possible: a worker with none measures no speed.
-                    min: u64::from(b_total >= n as u64),
-                    max: b_total,
-                };
-                n
-            ];
-            let problem = BatchProblem::new(b_total, bounds, false).map_err(|e| {
-                RuntimeError::config("--global-batch", format!("{e} (with {n} workers)"))
-            })?;
-            let c = make_controller(&cfg.controller, &problem).expect("validated");
-            report.controller_variant = c.name().to_string();
-            ctrl = Some(c);
-            batches = if cfg.controller == "uniform" {
-                problem.uniform()
-            } else {
-                let mut v = predicted_speeds(&active);
-                let known: Vec<f64> = v
-                    .iter()
-                    .copied()
-                    .filter(|s| *s > 0.0 && s.is_finite())
-                    .collect();
-                if known.is_empty() {
-                    problem.uniform()
-                } else {
-                    let mean = known.iter().sum::<f64>() / known.len() as f64;
-                    for s in v.iter_mut() {
-                        if !(*s > 0.0 && s.is_finite()) {
-                            *s = mean;
-                        }
-                    }
-                    let mut out = vec![0; n];
-                    apportion(&v, b_total, problem.bounds(), &mut out);
-                    out
-                }
-            };
-            compute_s = vec![0.0; n];
-            membership_changed = false;
-        } else {
-            let predicted = predicted_speeds(&active);
-            for (c, m) in compute_s.iter_mut().zip(&active) {
-                *c = m.last_step_s;
-            }
-            if let Some(c) = ctrl.as_mut() {
-                c.decide(
-                    &Observation {
-                        compute_s: &compute_s,
-                        predicted_speed: &predicted,
-                    },
-                    &mut batches,
-                );
-            }
-        }
+        sync_session(&mut session, &active);
+        let decision = session
+            .decide()
+            .map_err(|e| RuntimeError::config("--global-batch", e.to_string()))?;
+        batches.clear();
+        batches.extend_from_slice(decision.batches);
+        let predicted = decision.predicted_speed.to_vec();
+        report.controller_variant = session.controller_variant().to_string();
         if let Some(f) = &cfg.fixed_batches {
             if f.len() == n && f.iter().sum::<u64>() == b_total {
                 batches.clone_from(f);
+                session.override_batches(f).expect("length and sum checked");
             } else if k == 0 {
                 return Err(RuntimeError::config(
                     "fixed_batches",
@@ -1746,11 +1719,7 @@ async fn train_loop(
         // By worker id: a worker lost in the iteration shifts the positions in
         // `active`, and comparing by position then set one worker's prediction
         // against another's speed in the speed MAPE.
-        let predicted_now: HashMap<u32, f64> = active
-            .iter()
-            .map(|m| m.id)
-            .zip(predicted_speeds(&active))
-            .collect();
+        let predicted_now: HashMap<u32, f64> = active.iter().map(|m| m.id).zip(predicted).collect();
         let control_s = t_control.elapsed().as_secs_f64();
 
         // ---- send
@@ -1920,7 +1889,7 @@ async fn train_loop(
                         addr,
                         tx,
                         written,
-                    } => joiners.push(new_member(cfg, id, name, addr, tx, written)),
+                    } => joiners.push(new_member(id, name, addr, tx, written)),
                     Event::Lost { id, reason } => lost_now.push((id, reason)),
                     Event::GradientPart {
                         id,
@@ -2031,7 +2000,6 @@ async fn train_loop(
                 let dead = active.remove(i);
                 let _ = dead.tx.send(Out::Close(None));
                 report.leaves += 1;
-                membership_changed = true;
                 disrupted = true;
                 if cfg.verbose {
                     eprintln!(
@@ -2078,7 +2046,7 @@ async fn train_loop(
                         let t_wait = Instant::now();
                         match next_event(events, rejoin_deadline, cfg).await {
                             Wait::Event(Event::Joined { id, name, addr, tx, written }) => {
-                                joiners.push(new_member(cfg, id, name, addr, tx, written))
+                                joiners.push(new_member(id, name, addr, tx, written))
                             }
                             Wait::Event(_) => {}
                             Wait::Interrupted => {
@@ -2099,7 +2067,8 @@ async fn train_loop(
                         active.sort_by_key(|m| m.id);
                     }
                 }
-                let speeds = predicted_speeds(&active);
+                sync_session(&mut session, &active);
+                let speeds = session.predicted_speeds();
                 for task in orphans {
                     let t = pending.remove(&task).expect("listed");
                     let bounds = vec![BatchBounds { min: 0, max: t.len }; active.len()];
@@ -2183,6 +2152,9 @@ async fn train_loop(
         let mut max_step: f64 = 0.0;
         let mut sum_speed = 0.0;
         let mut iter_speeds = Vec::with_capacity(active.len());
+        sync_session(&mut session, &active);
+        let mut observed = Vec::with_capacity(active.len());
+        let mut next_signals = Vec::with_capacity(active.len());
         for m in active.iter_mut() {
             let Some((len, timing, _, signals)) = main_results.get(&m.id) else {
                 continue;
@@ -2198,19 +2170,27 @@ async fn train_loop(
                     }
                 }
             }
-            m.predictor.observe(
-                speed,
-                &Exogenous {
-                    cpu_load: signals.cpu_load as f64,
-                    mem_load: signals.mem_load as f64,
-                },
-            );
-            m.exo_next = Exogenous {
+            let key = WorkerKey(u64::from(m.id));
+            // A time no clock measures (a peer's garbage) teaches no predictor.
+            let measured = timing.step_s.is_finite() && timing.step_s >= 0.0;
+            if measured {
+                observed.push(IterationObservation {
+                    worker: key,
+                    samples: *len,
+                    compute_s: timing.step_s,
+                    signals: Exogenous {
+                        cpu_load: signals.cpu_load as f64,
+                        mem_load: signals.mem_load as f64,
+                    },
+                });
+            }
+            let next = Exogenous {
                 cpu_load: signals.next_cpu_load as f64,
                 mem_load: signals.next_mem_load as f64,
             };
+            session.set_next_signals(key, next).expect("synced");
+            next_signals.push((m.id, next));
             m.speed = speed;
-            m.last_step_s = timing.step_s;
             let w = wstats.entry(m.id).or_insert_with(|| WorkerStats {
                 id: m.id,
                 name: m.name.clone(),
@@ -2246,6 +2226,9 @@ async fn train_loop(
                 sums.overruns += 1;
             }
         }
+        session
+            .observe(&observed)
+            .expect("members synced and compute times checked");
         if disrupted {
             report.disrupted_iterations += 1;
         } else if sum_speed > 0.0 {
@@ -2342,6 +2325,8 @@ async fn train_loop(
                     .zip(batches.iter().copied())
                     .collect(),
                 noise_scale: gns.noise_scale(),
+                observed: std::mem::take(&mut observed),
+                next_signals: std::mem::take(&mut next_signals),
             });
         }
         clock.excluded += t_eval.elapsed();

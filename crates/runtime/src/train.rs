@@ -315,7 +315,13 @@ pub fn train_local(
             cfg.on_ready = Some(tx);
             // A failure to start a thread is reported by the missing join.
             if spawn_worker(cfg, d2.clone(), &hs).is_ok() {
-                let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
+                // This runs on a runtime thread (inside the training loop): without
+                // `block_in_place` the connection task that must answer the newcomer's
+                // Hello can sit in this thread's local queue, and the wait ran out its
+                // full 30 s before the join.
+                let _ = tokio::task::block_in_place(|| {
+                    rx.recv_timeout(std::time::Duration::from_secs(30))
+                });
             }
         }
         if let Some(f) = progress.as_mut() {
