@@ -1789,7 +1789,7 @@ async fn train_loop(
             // steals, until this task yields — otherwise the last worker reads its
             // header (and starts its step) only after the first range's optimiser
             // step and copy (downlink 0.097 → 0.071 ms, overhead −0.6 points at
-            // time scale 3, RESULTS.md).
+            // time scale 3, experiments/runtime/RESULTS.md).
             tokio::task::yield_now().await;
             optimizer.begin_step();
             let n = params.len();
@@ -2133,7 +2133,7 @@ async fn train_loop(
         // With pipelining the step is deferred to the next send (above). An evaluation
         // in between steps a copy (evaluation time, not training time): applying the
         // step here instead put a whole Adam step on every tenth iteration's critical
-        // path (+0.6 points of overhead at time scale 3, RESULTS.md).
+        // path (+0.6 points of overhead at time scale 3, experiments/runtime/RESULTS.md).
         if cfg.pipeline {
             deferred = true;
         } else {

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Reproduces every number of crates/runtime/RESULTS.md (issue 4) on MNIST.
-# Usage: crates/runtime/scripts/measure.sh [MNIST_DIR] [OUT_DIR]
+# Reproduces every number of experiments/runtime/RESULTS.md (issue 4) on MNIST.
+# Usage: experiments/runtime/scripts/measure.sh [MNIST_DIR] [OUT_DIR]
 # Runs in release mode through the `pacer` binary (`pacer train`).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 MNIST=${1:-../shared/data/mnist}
-OUT=${2:-crates/runtime/results}
+OUT=${2:-experiments/runtime/results}
 mkdir -p "$OUT"
 cargo build --release -q -p pacer-cli
 RT=target/release/pacer

@@ -3,7 +3,7 @@
 # (127.0.0.10 for the controller, 127.0.0.11.. for the workers): what `pacer
 # controller` / `pacer worker` do across hosts. One worker is killed with SIGKILL
 # mid-training and a new one joins later; training must still reach the target.
-# Usage: crates/runtime/scripts/multihost.sh [DATASET] [TARGET]   (default: MNIST, 0.97)
+# Usage: experiments/runtime/scripts/multihost.sh [DATASET] [TARGET]   (default: MNIST, 0.97)
 #   e.g. multihost.sh mnist:/data/mnist 0.97
 set -euo pipefail
 cd "$(dirname "$0")/../../.."

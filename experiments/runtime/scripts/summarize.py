@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tables of crates/runtime/results/*.json (written by measure.sh) for RESULTS.md."""
+"""Tables of experiments/runtime/results/*.json (written by measure.sh) for RESULTS.md."""
 import glob, json, os, sys
 
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "results")
