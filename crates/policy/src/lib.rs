@@ -289,6 +289,43 @@ pub trait Policy: Send {
     /// One allocation per entry of `view.jobs`, in the same order. The result must
     /// fit the cluster's capacity; drivers check it.
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation>;
+
+    /// A fresh event-driven form of this policy, when it has one: the driver tells
+    /// it about arrivals, departures and attained service instead of handing it
+    /// every active job each round, and it answers with the allocations that
+    /// change. Its decisions must equal [`Policy::allocate`]'s on the same history
+    /// (the simulator's tests compare both); a round then costs what changes, not
+    /// the length of the queue. `None` (the default): drivers call `allocate`.
+    fn incremental(&self) -> Option<Box<dyn IncrementalPolicy>> {
+        None
+    }
+}
+
+/// The event-driven form of a policy ([`Policy::incremental`]). A driver calls,
+/// each round: [`admit`](IncrementalPolicy::admit) for the jobs that arrived, in
+/// the order a [`ClusterView`] would list them (arrival time, then id);
+/// [`finish`](IncrementalPolicy::finish) for the jobs that left (their devices are
+/// free again); then [`decide`](IncrementalPolicy::decide). Between calls, a job
+/// holds exactly the allocation the policy last gave it.
+pub trait IncrementalPolicy: Send {
+    /// A job became active: its static fields (id, arrival, requested size) and its
+    /// attained service so far.
+    fn admit(&mut self, job: &JobView);
+
+    /// A job left (finished); whatever it held is free.
+    fn finish(&mut self, id: JobId);
+
+    /// One round at `now_s`. `attained` lists the jobs that held devices since the
+    /// last call with their attained GPU-seconds now (nobody else's changed). Pushes
+    /// `(job, allocation)` for every job whose allocation changes (an empty one
+    /// preempts it) onto `changes`, at most once per job.
+    fn decide(
+        &mut self,
+        now_s: f64,
+        cluster: &ClusterSpec,
+        attained: &[(JobId, f64)],
+        changes: &mut Vec<(JobId, Allocation)>,
+    );
 }
 
 /// Names accepted by [`by_name`].

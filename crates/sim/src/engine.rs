@@ -144,7 +144,8 @@ struct JobState {
     /// `goodput_version` the current batch was chosen at.
     batch_version: u64,
     max_profiled_replicas: u32,
-    /// Σ active jobs over the rounds this job was active, and the round count.
+    /// Σ active jobs × round length over the rounds this job was active, and Σ round
+    /// lengths (while active: the simulation's running totals at its admission).
     contention_sum: f64,
     contention_s: f64,
     /// Loss history and fit (LossCurve jobs).
@@ -228,11 +229,22 @@ pub struct Simulation<'a> {
 /// What an observer sees after each round (progress bars, invariant checks).
 pub struct RoundInfo<'a> {
     pub now_s: f64,
+    finished: usize,
     sim: &'a Simulation<'a>,
     states: &'a [JobState],
 }
 
 impl RoundInfo<'_> {
+    /// Jobs finished so far.
+    pub fn finished_jobs(&self) -> usize {
+        self.finished
+    }
+
+    /// Jobs in the simulation.
+    pub fn total_jobs(&self) -> usize {
+        self.sim.jobs.len()
+    }
+
     /// Fraction of job `i`'s work done, in [0, 1].
     pub fn progress(&self, i: usize) -> f64 {
         let st = &self.states[i];
@@ -712,7 +724,82 @@ impl Simulation<'_> {
         }
     }
 
+    /// The view a policy gets of active job `i` (refits a loss-curve job's
+    /// predictor when the policy reads quality).
+    #[allow(clippy::too_many_arguments)]
+    fn job_view(
+        &self,
+        i: usize,
+        st: &mut JobState,
+        mode: BatchMode,
+        speed: &Arc<SpeedTable>,
+        uses_quality: bool,
+    ) -> JobView {
+        let job = &self.jobs[i];
+        let quality = match &job.work {
+            Work::LossCurve { profile } if uses_quality => {
+                if st.loss.is_none() {
+                    Self::observe_losses(profile, st, 0.0);
+                }
+                let pred = st.loss.as_mut().expect("initialised");
+                pred.refit();
+                let (k, loss) = pred.last().expect("observed");
+                Some(QualityView {
+                    iteration: k,
+                    loss,
+                    first_loss: pred.first_loss().unwrap_or(loss),
+                    max_delta_per_iter: pred.max_delta_per_iter(),
+                    curve: pred.fit().map(|f| f.curve),
+                })
+            }
+            _ => None,
+        };
+        let st = &*st;
+        let (max_replicas, goodput) = match (&job.work, mode.fixed) {
+            (Work::Profiled { app }, None) => {
+                let app = &self.apps[*app];
+                let by_batch = (app.max_batch / app.min_local_bsz) as u32;
+                let explore = (2 * st.max_profiled_replicas).max(1);
+                (
+                    explore.min(64).min(by_batch).max(1),
+                    self.goodput_fn(app, st),
+                )
+            }
+            _ => (
+                mode.max_replicas_cap
+                    .unwrap_or(job.spec.requested_replicas)
+                    .max(1),
+                None,
+            ),
+        };
+        JobView {
+            id: JobId(i as u32),
+            arrival_s: job.spec.arrival_s,
+            attained_gpu_s: st.attained_gpu_s,
+            requested_replicas: job.spec.requested_replicas.max(1),
+            max_replicas: mode
+                .max_replicas_cap
+                .map_or(max_replicas, |c| c.min(max_replicas)),
+            num_restarts: st.restarts.unwrap_or(0),
+            current: st.alloc.clone(),
+            goodput,
+            goodput_version: st.goodput_version,
+            speed: Some(speed.clone()),
+            work_done: self.work_done(job, st),
+            work_left: (self.total_work(job) - self.work_done(job, st)).max(0.0),
+            quality,
+        }
+    }
+
     /// Runs the simulation under `policy`, calling `on_round` after each round's decision.
+    ///
+    /// A policy with an event-driven form ([`Policy::incremental`]) is told about
+    /// arrivals, departures and attained service instead of being handed every
+    /// active job, so a round costs what changes in it (the running jobs' progress
+    /// and the allocations that move), not the length of the queue; the others get
+    /// a full [`ClusterView`] each round. `on_round` is the progress sink: it sees
+    /// the simulated time and the finished jobs ([`RoundInfo`]); the engine itself
+    /// reads no clock but for `wall_ms`.
     pub fn run(
         &self,
         policy: &mut dyn Policy,
@@ -723,13 +810,14 @@ impl Simulation<'_> {
         cfg.validate()?;
         cfg.check_jobs(self.jobs)?;
         let adaptive = policy.adaptive_batch();
+        let mut incremental = policy.incremental();
         let modes: Vec<BatchMode> = self
             .jobs
             .iter()
             .map(|j| self.batch_mode(j, adaptive))
             .collect();
         let mut states: Vec<JobState> = self.jobs.iter().map(|_| JobState::new()).collect();
-        // Jobs in arrival order; `next_arrival` indexes into it.
+        // Jobs in arrival order; `next_arrival` indexes into it, `rank` inverts it.
         let mut order: Vec<usize> = (0..self.jobs.len()).collect();
         order.sort_by(|&a, &b| {
             self.jobs[a]
@@ -738,9 +826,28 @@ impl Simulation<'_> {
                 .total_cmp(&self.jobs[b].spec.arrival_s)
                 .then(a.cmp(&b))
         });
+        let mut rank = vec![0usize; self.jobs.len()];
+        for (r, &i) in order.iter().enumerate() {
+            rank[i] = r;
+        }
         let mut next_arrival = 0usize;
+        // Active jobs in arrival order (kept only for policies without an
+        // event-driven form, which see them all each round).
         let mut active: Vec<usize> = Vec::new();
+        let mut n_active = 0usize;
+        // Jobs holding devices, in arrival order.
         let mut running: Vec<usize> = Vec::new();
+        let mut just_finished: Vec<usize> = Vec::new();
+        let mut arrived: Vec<usize> = Vec::new();
+        let mut started: Vec<usize> = Vec::new();
+        let mut changes: Vec<(JobId, Allocation)> = Vec::new();
+        let mut attained: Vec<(JobId, f64)> = Vec::new();
+        let mut node_used = vec![0u32; self.cluster.nodes.len()];
+        let mut used = 0u32;
+        // Σ active jobs × round length and Σ round lengths since the start; a job's
+        // contention is the difference between its departure and its admission.
+        let mut contention_sum = 0.0f64;
+        let mut contention_s = 0.0f64;
         let mut timeline = Vec::new();
         let mut now = 0.0f64;
         let total_gpus = self.cluster.total_gpus() as f64;
@@ -768,10 +875,17 @@ impl Simulation<'_> {
             }
             now + cfg.round_s
         };
+        let policy_name = policy.name();
+        let bad = |time_s: f64, reason: String| SimError::BadAllocation {
+            policy: policy_name.into(),
+            time_s,
+            reason,
+        };
         let mut until = next_round(now, true, next_arrival);
         while finished < self.jobs.len() && now < cfg.max_time_s {
             let dt = until - now;
             // 1. Progress of running jobs over [now, now + round).
+            just_finished.clear();
             for &i in &running {
                 let st = &mut states[i];
                 if st.completion_s.is_some() {
@@ -799,11 +913,12 @@ impl Simulation<'_> {
                 busy_gpu_s += st.attained_gpu_s - before;
                 if st.completion_s.is_some() {
                     finished += 1;
+                    just_finished.push(i);
                 }
             }
             now = until;
             // 2. Admit arrivals; drop finished jobs.
-            if active.is_empty() && next_arrival < order.len() {
+            if n_active == 0 && next_arrival < order.len() {
                 // Idle cluster: jump to the round in which the next job arrives.
                 let t = self.jobs[order[next_arrival]].spec.arrival_s;
                 if t > now {
@@ -814,137 +929,177 @@ impl Simulation<'_> {
                     };
                 }
             }
+            arrived.clear();
             while next_arrival < order.len() && self.jobs[order[next_arrival]].spec.arrival_s <= now
             {
-                active.push(order[next_arrival]);
+                let i = order[next_arrival];
+                arrived.push(i);
+                states[i].contention_sum = contention_sum;
+                states[i].contention_s = contention_s;
                 next_arrival += 1;
             }
-            active.retain(|&i| states[i].completion_s.is_none());
-            if active.is_empty() {
+            n_active += arrived.len();
+            n_active -= just_finished.len();
+            for &i in &just_finished {
+                let st = &mut states[i];
+                st.contention_sum = contention_sum - st.contention_sum;
+                st.contention_s = contention_s - st.contention_s;
+                used -= st.alloc.replicas();
+                for &(node, c) in st.alloc.slots() {
+                    node_used[node.0 as usize] -= c;
+                }
+            }
+            if !just_finished.is_empty() {
+                running.retain(|&i| states[i].completion_s.is_none());
+            }
+            if incremental.is_none() {
+                active.extend_from_slice(&arrived);
+                if !just_finished.is_empty() {
+                    active.retain(|&i| states[i].completion_s.is_none());
+                }
+            }
+            if n_active == 0 {
                 running.clear();
                 until = next_round(now, true, next_arrival);
                 continue;
             }
             // 3. Ask the policy.
-            views.clear();
-            for &i in &active {
-                let st = &mut states[i];
-                let job = &self.jobs[i];
-                let quality = match &job.work {
-                    Work::LossCurve { profile } if uses_quality => {
-                        if st.loss.is_none() {
-                            Self::observe_losses(profile, st, 0.0);
+            changes.clear();
+            match incremental.as_mut() {
+                Some(inc) => {
+                    for &i in &just_finished {
+                        inc.finish(JobId(i as u32));
+                    }
+                    for &i in &arrived {
+                        let v = self.job_view(i, &mut states[i], modes[i], &speeds[i], false);
+                        inc.admit(&v);
+                    }
+                    attained.clear();
+                    attained.extend(
+                        running
+                            .iter()
+                            .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
+                    );
+                    inc.decide(now, self.cluster, &attained, &mut changes);
+                    for (id, _) in &changes {
+                        let i = id.0 as usize;
+                        let live = states
+                            .get(i)
+                            .is_some_and(|st| st.completion_s.is_none() && next_arrival > rank[i]);
+                        if !live {
+                            return Err(bad(
+                                now,
+                                format!("allocation for job #{i}, which is not active"),
+                            ));
                         }
-                        let pred = st.loss.as_mut().expect("initialised");
-                        pred.refit();
-                        let (k, loss) = pred.last().expect("observed");
-                        Some(QualityView {
-                            iteration: k,
-                            loss,
-                            first_loss: pred.first_loss().unwrap_or(loss),
-                            max_delta_per_iter: pred.max_delta_per_iter(),
-                            curve: pred.fit().map(|f| f.curve),
-                        })
                     }
-                    _ => None,
-                };
-                let st = &states[i];
-                let (max_replicas, goodput) = match (&job.work, modes[i].fixed) {
-                    (Work::Profiled { app }, None) => {
-                        let app = &self.apps[*app];
-                        let by_batch = (app.max_batch / app.min_local_bsz) as u32;
-                        let explore = (2 * st.max_profiled_replicas).max(1);
-                        (
-                            explore.min(64).min(by_batch).max(1),
-                            self.goodput_fn(app, st),
-                        )
+                }
+                None => {
+                    views.clear();
+                    for &i in &active {
+                        let v =
+                            self.job_view(i, &mut states[i], modes[i], &speeds[i], uses_quality);
+                        views.push(v);
                     }
-                    _ => (
-                        modes[i]
-                            .max_replicas_cap
-                            .unwrap_or(job.spec.requested_replicas)
-                            .max(1),
-                        None,
-                    ),
-                };
-                views.push(JobView {
-                    id: JobId(i as u32),
-                    arrival_s: job.spec.arrival_s,
-                    attained_gpu_s: st.attained_gpu_s,
-                    requested_replicas: job.spec.requested_replicas.max(1),
-                    max_replicas: modes[i]
-                        .max_replicas_cap
-                        .map_or(max_replicas, |c| c.min(max_replicas)),
-                    num_restarts: st.restarts.unwrap_or(0),
-                    current: st.alloc.clone(),
-                    goodput,
-                    goodput_version: st.goodput_version,
-                    speed: Some(speeds[i].clone()),
-                    work_done: self.work_done(job, st),
-                    work_left: (self.total_work(job) - self.work_done(job, st)).max(0.0),
-                    quality,
-                });
+                    let view = ClusterView {
+                        now_s: now,
+                        cluster: self.cluster,
+                        jobs: &views,
+                    };
+                    let allocs = policy.allocate(&view);
+                    if allocs.len() != views.len() {
+                        return Err(bad(
+                            now,
+                            format!("{} allocations for {} jobs", allocs.len(), views.len()),
+                        ));
+                    }
+                    check_capacity(self.cluster, &allocs).map_err(|reason| bad(now, reason))?;
+                    for (a, &i) in allocs.into_iter().zip(&active) {
+                        if a != states[i].alloc {
+                            changes.push((JobId(i as u32), a));
+                        }
+                    }
+                }
             }
-            let view = ClusterView {
-                now_s: now,
-                cluster: self.cluster,
-                jobs: &views,
-            };
-            let allocs = policy.allocate(&view);
-            if allocs.len() != views.len() {
-                return Err(SimError::BadAllocation {
-                    policy: policy.name().into(),
-                    time_s: now,
-                    reason: format!("{} allocations for {} jobs", allocs.len(), views.len()),
-                });
-            }
-            check_capacity(self.cluster, &allocs).map_err(|reason| SimError::BadAllocation {
-                policy: policy.name().into(),
-                time_s: now,
-                reason,
-            })?;
             // 4. Apply.
-            running.clear();
-            let mut used = 0u32;
-            for (k, &i) in active.iter().enumerate() {
-                let a = &allocs[k];
+            let mut moved = false;
+            started.clear();
+            // Capacity: devices given up first, then the new ones (in any order).
+            changes.retain(|(id, a)| *a != states[id.0 as usize].alloc);
+            for (id, _) in &changes {
+                for &(node, c) in states[id.0 as usize].alloc.slots() {
+                    node_used[node.0 as usize] -= c;
+                }
+            }
+            for (id, a) in changes.drain(..) {
+                let i = id.0 as usize;
                 let st = &mut states[i];
-                if *a != st.alloc {
-                    st.alloc = a.clone();
-                    if !a.is_empty() {
-                        st.rescale_left_s = cfg.restart_s;
-                        st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
-                        st.start_s.get_or_insert(now);
-                        if let Work::Profiled { app } = &self.jobs[i].work {
-                            self.update_batch(&self.apps[*app], modes[i], st);
-                        }
+                for &(node, c) in a.slots() {
+                    let n = node.0 as usize;
+                    if n >= node_used.len() {
+                        return Err(bad(
+                            now,
+                            format!("job #{i} allocated on node {n}, which does not exist"),
+                        ));
+                    }
+                    node_used[n] += c;
+                    if node_used[n] > self.cluster.nodes[n].gpus {
+                        return Err(bad(
+                            now,
+                            format!(
+                                "node {n} over-subscribed: {} > {} devices",
+                                node_used[n], self.cluster.nodes[n].gpus
+                            ),
+                        ));
                     }
                 }
-                if !st.alloc.is_empty() {
-                    running.push(i);
-                    used += st.alloc.replicas();
+                used = used - st.alloc.replicas() + a.replicas();
+                moved |= st.alloc.is_empty() != a.is_empty();
+                if st.alloc.is_empty() {
+                    started.push(i);
                 }
+                st.alloc = a;
+                if !st.alloc.is_empty() {
+                    st.rescale_left_s = cfg.restart_s;
+                    st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
+                    st.start_s.get_or_insert(now);
+                    if let Work::Profiled { app } = &self.jobs[i].work {
+                        self.update_batch(&self.apps[*app], modes[i], st);
+                    }
+                }
+            }
+            if moved {
+                // Keep arrival order: jobs stepped in the same order give the same sums.
+                running.retain(|&i| !states[i].alloc.is_empty());
+                running.extend(started.drain(..));
+                running.sort_unstable_by_key(|&i| rank[i]);
             }
             // The round this allocation holds for; contention is weighted by it.
             until = next_round(now, used < self.cluster.total_gpus(), next_arrival);
             let dt = until - now;
-            for &i in &active {
-                states[i].contention_sum += active.len() as f64 * dt;
-                states[i].contention_s += dt;
-            }
+            contention_sum += n_active as f64 * dt;
+            contention_s += dt;
             if cfg.record_timeline {
                 timeline.push(RoundStat {
                     time_s: now,
-                    active_jobs: active.len() as u32,
+                    active_jobs: n_active as u32,
                     running_jobs: running.len() as u32,
                     used_gpus: used,
                 });
             }
             on_round(&RoundInfo {
                 now_s: now,
+                finished,
                 sim: self,
                 states: &states,
             });
+        }
+        // Jobs still active at the end: contention up to now.
+        for (k, st) in states.iter_mut().enumerate() {
+            if st.completion_s.is_none() && rank[k] < next_arrival {
+                st.contention_sum = contention_sum - st.contention_sum;
+                st.contention_s = contention_s - st.contention_s;
+            }
         }
         let results: Vec<JobResult> = self
             .jobs
