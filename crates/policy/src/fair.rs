@@ -6,9 +6,9 @@
 //! A job whose share did not change keeps its exact devices (no restart).
 
 use crate::place::FreePool;
-use crate::{ClusterView, IncrementalPolicy, JobView, Policy};
+use crate::{ClusterView, IdMap, IncrementalPolicy, JobView, Policy};
 use pacer_model::{Allocation, ClusterSpec, JobId};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Default)]
 pub struct FairShare;
@@ -93,6 +93,9 @@ struct FairJob {
     want: u32,
     attained: f64,
     alloc: Allocation,
+    /// This round's share, valid when `stamp` is the decision's.
+    share: u32,
+    stamp: u64,
 }
 
 /// Fair share driven by events, with the same decisions as [`FairShare::allocate`].
@@ -103,7 +106,9 @@ struct FairJob {
 /// skipped when nothing arrived or left and attained service decided no tie.
 #[derive(Debug, Default)]
 pub struct FairQueue {
-    jobs: HashMap<JobId, FairJob>,
+    jobs: IdMap<FairJob>,
+    /// Decisions made (stamps this round's shares).
+    round: u64,
     /// Admitted since the last decision, admission order: (id, requested, attained).
     pending: Vec<(JobId, u32, f64)>,
     by_rank: BTreeMap<u64, JobId>,
@@ -157,6 +162,8 @@ impl IncrementalPolicy for FairQueue {
                     want: req.clamp(1, cap),
                     attained: att,
                     alloc: Allocation::empty(),
+                    share: 0,
+                    stamp: 0,
                 },
             );
             self.by_rank.insert(rank, id);
@@ -179,14 +186,23 @@ impl IncrementalPolicy for FairQueue {
             return;
         }
         self.events = false;
-        // Shares of the jobs that get any, with their arrival rank.
-        let mut share: HashMap<JobId, u32> = HashMap::new();
-        let mut todo: Vec<(u32, u64, JobId)> = Vec::new();
+        // Shares of the jobs that get any, stamped with this decision.
+        self.round += 1;
+        let round = self.round;
+        let mut sharers: Vec<JobId> = Vec::new();
         if self.jobs.len() as u64 > cap as u64 {
             // More jobs than devices: no level round; one device each by priority.
             self.ties = true;
-            for &(_, _, id) in self.by_attained.iter().take(cap as usize) {
-                share.insert(id, 1);
+            sharers.extend(
+                self.by_attained
+                    .iter()
+                    .take(cap as usize)
+                    .map(|&(_, _, id)| id),
+            );
+            for id in &sharers {
+                let j = self.jobs.get_mut(id).expect("active");
+                j.share = 1;
+                j.stamp = round;
             }
         } else {
             let ids: Vec<JobId> = self.by_rank.values().copied().collect();
@@ -196,30 +212,37 @@ impl IncrementalPolicy for FairQueue {
             self.ties = ties;
             for (id, s) in ids.into_iter().zip(shares) {
                 if s > 0 {
-                    share.insert(id, s);
+                    let j = self.jobs.get_mut(&id).expect("active");
+                    j.share = s;
+                    j.stamp = round;
+                    sharers.push(id);
                 }
             }
         }
+        let share_of = |j: &FairJob| if j.stamp == round { j.share } else { 0 };
         // Holders whose share differs give their devices back; the rest keep them.
         let pool = self.pool.get_or_insert_with(|| FreePool::new(cluster));
         let mut keep: Vec<JobId> = Vec::new();
         for &id in &self.holders {
             let j = self.jobs.get_mut(&id).expect("holders are active");
-            if share.get(&id) == Some(&j.alloc.replicas()) {
+            let s = share_of(j);
+            if s == j.alloc.replicas() {
                 keep.push(id);
             } else {
                 pool.give_back(&j.alloc);
                 j.alloc = Allocation::empty();
-                if !share.contains_key(&id) {
+                if s == 0 {
                     changes.push((id, Allocation::empty()));
                 }
             }
         }
-        for (&id, &s) in &share {
-            if self.jobs[&id].alloc.is_empty() {
-                todo.push((s, self.jobs[&id].rank, id));
-            }
-        }
+        let mut todo: Vec<(u32, u64, JobId)> = sharers
+            .iter()
+            .filter_map(|id| {
+                let j = &self.jobs[id];
+                j.alloc.is_empty().then_some((j.share, j.rank, *id))
+            })
+            .collect();
         // Largest share first, then arrival order (place_shares' order).
         todo.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         for (s, _, id) in todo {

@@ -3,9 +3,9 @@
 //! does not fit blocks the ones behind it (no backfilling), the textbook baseline.
 
 use crate::place::FreePool;
-use crate::{ClusterView, IncrementalPolicy, JobView, Policy};
+use crate::{ClusterView, IdMap, IncrementalPolicy, JobView, Policy};
 use pacer_model::{Allocation, ClusterSpec, JobId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 #[derive(Debug, Default)]
 pub struct Fifo;
@@ -59,10 +59,14 @@ pub struct FifoQueue {
     /// Waiting jobs, arrival order: (id, devices wanted, clamped at decision).
     waiting: VecDeque<(JobId, u32)>,
     /// What running jobs hold.
-    holding: HashMap<JobId, Allocation>,
+    holding: IdMap<Allocation>,
 }
 
 impl IncrementalPolicy for FifoQueue {
+    fn uses_attained(&self) -> bool {
+        false
+    }
+
     fn admit(&mut self, job: &JobView) {
         self.waiting.push_back((job.id, job.requested_replicas));
     }

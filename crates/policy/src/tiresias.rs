@@ -8,7 +8,7 @@
 //! off, as in the Pollux artifact's configuration.
 
 use crate::place::FreePool;
-use crate::{ClusterView, IncrementalPolicy, JobView, Policy};
+use crate::{ClusterView, IdMap, IncrementalPolicy, JobView, Policy};
 use pacer_model::{Allocation, ClusterSpec, JobId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -136,6 +136,8 @@ struct Entry {
     rank: u64,
     executed_s: f64,
     alloc: Option<Allocation>,
+    /// The decision that last ran it.
+    stamp: u64,
 }
 
 /// Tiresias driven by events, with the same decisions as [`Tiresias::allocate`].
@@ -146,7 +148,7 @@ struct Entry {
 /// job that still fits the devices left (instead of scanning the whole queue).
 #[derive(Debug, Default)]
 pub struct TiresiasQueues {
-    jobs: HashMap<JobId, Entry>,
+    jobs: IdMap<Entry>,
     /// Admitted since the last decision, admission order: (id, requested).
     pending: Vec<(JobId, u32)>,
     all: BTreeSet<Key>,
@@ -158,6 +160,8 @@ pub struct TiresiasQueues {
     next_rank: u64,
     last_now: f64,
     dirty: bool,
+    /// Decisions made (stamps the jobs each one runs).
+    round: u64,
 }
 
 impl TiresiasQueues {
@@ -194,6 +198,10 @@ impl TiresiasQueues {
 }
 
 impl IncrementalPolicy for TiresiasQueues {
+    fn uses_attained(&self) -> bool {
+        false
+    }
+
     fn admit(&mut self, job: &JobView) {
         self.pending.push((job.id, job.requested_replicas));
     }
@@ -231,6 +239,7 @@ impl IncrementalPolicy for TiresiasQueues {
                     rank: self.next_rank,
                     executed_s: 0.0,
                     alloc: None,
+                    stamp: 0,
                 },
             );
             self.next_rank += 1;
@@ -294,9 +303,12 @@ impl IncrementalPolicy for TiresiasQueues {
         }
         // Jobs that keep running keep their devices; the others are preempted first.
         let pool = self.pool.get_or_insert_with(|| FreePool::new(cluster));
-        let in_run: std::collections::HashSet<JobId> = run.iter().map(|k| k.2).collect();
+        self.round += 1;
+        for key in &run {
+            self.jobs.get_mut(&key.2).expect("enrolled").stamp = self.round;
+        }
         for id in &self.running {
-            if !in_run.contains(id) {
+            if self.jobs[id].stamp != self.round {
                 let e = self.jobs.get_mut(id).expect("enrolled");
                 if let Some(a) = e.alloc.take() {
                     pool.give_back(&a);

@@ -129,6 +129,8 @@ struct JobState {
     progress: f64,
     epoch: usize,
     alloc: Allocation,
+    /// `alloc.replicas()`.
+    replicas: u32,
     atomic_bsz: u32,
     accum_steps: u32,
     rescale_left_s: f64,
@@ -150,6 +152,10 @@ struct JobState {
     contention_s: f64,
     /// Loss history and fit (LossCurve jobs).
     loss: Option<LossPredictor>,
+    /// Fixed-batch jobs: (step, sync) on the current allocation, and the goodput
+    /// in an epoch; cleared when the allocation changes.
+    fixed_step: Option<(f64, f64)>,
+    fixed_goodput: Option<(usize, f64)>,
 }
 
 impl JobState {
@@ -158,6 +164,7 @@ impl JobState {
             progress: 0.0,
             epoch: 0,
             alloc: Allocation::empty(),
+            replicas: 0,
             atomic_bsz: 0,
             accum_steps: 0,
             rescale_left_s: 0.0,
@@ -174,9 +181,14 @@ impl JobState {
             contention_sum: 0.0,
             contention_s: 0.0,
             loss: None,
+            fixed_step: None,
+            fixed_goodput: None,
         }
     }
 }
+
+/// Dedicated training times by (app, batch, replicas, one device per node).
+type DedicatedMemo = HashMap<(usize, u32, u32, bool), f64>;
 
 /// Relative prediction error below which a new measurement does not trigger a refit.
 const SURPRISE: f64 = 0.02;
@@ -459,12 +471,15 @@ impl Simulation<'_> {
         now: f64,
         mut dt: f64,
     ) {
-        let replicas = st.alloc.replicas();
+        let replicas = st.replicas;
         let delay = st.rescale_left_s.min(dt);
         st.attained_gpu_s += delay * replicas as f64;
         st.rescale_left_s -= delay;
         dt -= delay;
         let mut t = now + delay;
+        if mode.fixed.is_some() {
+            return self.step_fixed(app, st, replicas, t, dt);
+        }
         let placement = st.alloc.placement();
         let nodes = placement.len() as u32;
         while dt > 0.0 && st.completion_s.is_none() {
@@ -499,6 +514,60 @@ impl Simulation<'_> {
             // The goodput-optimal batch only moves when the job's model does.
             if mode.fixed.is_none() && st.goodput_version != st.batch_version {
                 self.update_batch(app, mode, st);
+            }
+        }
+    }
+
+    /// [`Self::step_profiled`] after the restart delay for a job whose batch is fixed:
+    /// the same arithmetic, with the step time of its placement and the gain of its
+    /// epoch kept between rounds (they change only with the allocation or the epoch).
+    fn step_fixed(
+        &self,
+        app: &AppModel,
+        st: &mut JobState,
+        replicas: u32,
+        mut t: f64,
+        mut dt: f64,
+    ) {
+        while dt > 0.0 && st.completion_s.is_none() {
+            let goodput = match st.fixed_goodput {
+                Some((epoch, g)) if epoch == st.epoch => g,
+                _ => {
+                    let atomic = st.atomic_bsz as f64;
+                    let batch = replicas as f64 * atomic * (st.accum_steps + 1) as f64;
+                    let (step, sync) = match st.fixed_step {
+                        Some(s) => s,
+                        None => {
+                            let s = app.step_time(&st.alloc.placement(), atomic);
+                            st.fixed_step = Some(s);
+                            s
+                        }
+                    };
+                    let (step, sync) = (step, sync);
+                    let compute = (step - sync).max(1e-9);
+                    let gain = app.gain(batch, st.epoch);
+                    let total = step + compute * st.accum_steps as f64;
+                    let g = gain / total;
+                    st.fixed_goodput = Some((st.epoch, g));
+                    g
+                }
+            };
+            let next = app.epoch_end_progress(st.epoch);
+            if st.progress + goodput * dt < next {
+                st.progress += goodput * dt;
+                st.attained_gpu_s += dt * replicas as f64;
+                dt = 0.0;
+            } else {
+                // Whole seconds, as Pollux's simulator counts them.
+                let delta = ((next - st.progress) / goodput).round().min(dt).max(0.0);
+                st.epoch += 1;
+                st.progress = next;
+                st.attained_gpu_s += delta * replicas as f64;
+                t += delta;
+                dt -= delta;
+                if st.epoch >= app.max_epochs {
+                    st.completion_s = Some(t);
+                }
             }
         }
     }
@@ -622,6 +691,7 @@ impl Simulation<'_> {
     /// Speed table of every job (work units per second by device type and count).
     pub fn speed_tables(&self) -> Vec<Arc<SpeedTable>> {
         let types = self.cluster.device_types.len().max(1);
+        let mut memo = DedicatedMemo::default();
         self.jobs
             .iter()
             .map(|job| {
@@ -631,18 +701,18 @@ impl Simulation<'_> {
                         SpeedTable::uniform(types, SpeedCurve::single(req, 1.0 / duration_s, 1.0))
                     }
                     Work::Profiled { app } => {
-                        let app = &self.apps[*app];
+                        let app = *app;
                         let b = job.spec.requested_batch;
                         let mut sizes: Vec<u32> =
                             (0..).map(|k| 1u32 << k).take_while(|&r| r < req).collect();
                         sizes.push(req);
                         let points = sizes
                             .iter()
-                            .map(|&r| (r, 1.0 / self.dedicated_time(app, b, r)))
+                            .map(|&r| (r, 1.0 / self.dedicated_memo(&mut memo, app, b, r, false)))
                             .collect();
                         let spread = if req > 1 {
-                            self.dedicated_time(app, b, req)
-                                / self.dedicated_time_on(app, b, &vec![1; req as usize])
+                            self.dedicated_memo(&mut memo, app, b, req, false)
+                                / self.dedicated_memo(&mut memo, app, b, req, true)
                         } else {
                             1.0
                         };
@@ -978,6 +1048,7 @@ impl Simulation<'_> {
                     attained.extend(
                         running
                             .iter()
+                            .filter(|_| inc.uses_attained())
                             .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
                     );
                     inc.decide(now, self.cluster, &attained, &mut changes);
@@ -1055,10 +1126,13 @@ impl Simulation<'_> {
                 }
                 used = used - st.alloc.replicas() + a.replicas();
                 moved |= st.alloc.is_empty() != a.is_empty();
+                st.fixed_step = None;
+                st.fixed_goodput = None;
                 if st.alloc.is_empty() {
                     started.push(i);
                 }
                 st.alloc = a;
+                st.replicas = st.alloc.replicas();
                 if !st.alloc.is_empty() {
                     st.rescale_left_s = cfg.restart_s;
                     st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
@@ -1101,6 +1175,7 @@ impl Simulation<'_> {
                 st.contention_s = contention_s - st.contention_s;
             }
         }
+        let mut memo = DedicatedMemo::default();
         let results: Vec<JobResult> = self
             .jobs
             .iter()
@@ -1111,7 +1186,7 @@ impl Simulation<'_> {
                 } else {
                     1.0
                 };
-                let t_indep = self.independent_time(job, contention);
+                let t_indep = self.independent_time_with(job, contention, &mut memo);
                 JobResult {
                     name: job.spec.name.clone(),
                     application: job.spec.application.clone(),
@@ -1140,6 +1215,11 @@ impl Simulation<'_> {
     /// user asked for, consolidated, with no restarts: Themis' T_independent. The
     /// same definition for every policy, so ρ compares across policies.
     pub fn independent_time(&self, job: &SimJob, contention: f64) -> f64 {
+        self.independent_time_with(job, contention, &mut DedicatedMemo::default())
+    }
+
+    /// [`Self::independent_time`] with dedicated times remembered across jobs.
+    fn independent_time_with(&self, job: &SimJob, contention: f64, memo: &mut DedicatedMemo) -> f64 {
         let share = self.cluster.total_gpus() as f64 / contention.max(1.0);
         let req = job.spec.requested_replicas.max(1);
         let (replicas, slowdown) = if share >= 1.0 {
@@ -1150,7 +1230,7 @@ impl Simulation<'_> {
         let dedicated = match &job.work {
             Work::Duration { duration_s } => duration_s * req as f64 / replicas.min(req) as f64,
             Work::Profiled { app } => {
-                self.dedicated_time(&self.apps[*app], job.spec.requested_batch, replicas)
+                self.dedicated_memo(memo, *app, job.spec.requested_batch, replicas, false)
             }
             // The 1/N share is a slice of every device type in proportion to its
             // capacity (Gavel's isolated share), consolidated.
@@ -1177,6 +1257,27 @@ impl Simulation<'_> {
             }
         };
         dedicated * slowdown
+    }
+
+    /// [`Self::dedicated_time`] (`spread`: one device per node,
+    /// [`Self::dedicated_time_on`]) of embedded app `app`, computed once per key: many
+    /// jobs share an application, batch and size, and each costs a pass over its epochs.
+    fn dedicated_memo(
+        &self,
+        memo: &mut DedicatedMemo,
+        app: usize,
+        batch: u32,
+        replicas: u32,
+        spread: bool,
+    ) -> f64 {
+        *memo.entry((app, batch, replicas, spread)).or_insert_with(|| {
+            let a = &self.apps[app];
+            if spread {
+                self.dedicated_time_on(a, batch, &vec![1; replicas as usize])
+            } else {
+                self.dedicated_time(a, batch, replicas)
+            }
+        })
     }
 
     /// Time to train `app` at a fixed global batch on `replicas` consolidated devices.
