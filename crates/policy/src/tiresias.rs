@@ -125,27 +125,37 @@ impl Policy for Tiresias {
     }
 }
 
-/// Position in the queues: low queue after high, then order of entry.
-type Key = (bool, u64, JobId);
+/// Position in the queues: low queue after high, then order of entry (unique);
+/// the size and id ride along.
+type Key = (bool, u64, u32, JobId);
 
 #[derive(Debug, Clone)]
 struct Entry {
-    want: u32,
     key: Key,
     /// Order of admission (the order a full view lists jobs in).
     rank: u64,
+    /// Service while not running (a running job's is in its [`Run`]).
     executed_s: f64,
     alloc: Option<Allocation>,
-    /// The decision that last ran it.
-    stamp: u64,
+}
+
+/// A job the last decision ran, with the service it has accumulated.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    id: JobId,
+    want: u32,
+    rank: u64,
+    low: bool,
+    executed_s: f64,
 }
 
 /// Tiresias driven by events, with the same decisions as [`Tiresias::allocate`].
-/// The queues are ordered sets (one overall, one per requested size), so a round
-/// in which no job arrived, left or was demoted keeps every decision at the cost
-/// of accounting the running jobs' service; otherwise the walk takes jobs in
-/// queue order while they fit and then jumps, per requested size, to the next
-/// job that still fits the devices left (instead of scanning the whole queue).
+/// The queues are ordered sets (one overall, one per requested size). A round in
+/// which no job left or was demoted, and every arrival finds fewer devices left at
+/// its place in the queues than it asks for, keeps every decision, at the cost of
+/// accounting the running jobs' service. Otherwise the walk takes jobs in queue
+/// order while they fit and then jumps, per requested size, to the next job that
+/// still fits the devices left, instead of scanning the whole queue.
 #[derive(Debug, Default)]
 pub struct TiresiasQueues {
     jobs: IdMap<Entry>,
@@ -153,29 +163,31 @@ pub struct TiresiasQueues {
     pending: Vec<(JobId, u32)>,
     all: BTreeSet<Key>,
     by_want: BTreeMap<u32, BTreeSet<Key>>,
-    /// Jobs run by the last decision.
-    running: Vec<JobId>,
+    /// Jobs run by the last decision, in queue order at that decision.
+    running: Vec<Run>,
+    /// Their keys at that decision and the devices left before each was taken.
+    run_keys: Vec<Key>,
+    budget_before: Vec<u32>,
+    budget_after: u32,
     pool: Option<FreePool>,
     next_seq: u64,
     next_rank: u64,
     last_now: f64,
     dirty: bool,
-    /// Decisions made (stamps the jobs each one runs).
-    round: u64,
 }
 
 impl TiresiasQueues {
-    fn insert_key(&mut self, key: Key, want: u32) {
+    fn insert_key(&mut self, key: Key) {
         self.all.insert(key);
-        self.by_want.entry(want).or_default().insert(key);
+        self.by_want.entry(key.2).or_default().insert(key);
     }
 
-    fn remove_key(&mut self, key: &Key, want: u32) {
+    fn remove_key(&mut self, key: &Key) {
         self.all.remove(key);
-        if let Some(set) = self.by_want.get_mut(&want) {
+        if let Some(set) = self.by_want.get_mut(&key.2) {
             set.remove(key);
             if set.is_empty() {
-                self.by_want.remove(&want);
+                self.by_want.remove(&key.2);
             }
         }
     }
@@ -192,8 +204,10 @@ impl TiresiasQueues {
             .min()
     }
 
-    fn want_of(&self, key: &Key) -> u32 {
-        self.jobs.get(&key.2).map_or(u32::MAX, |e| e.want)
+    /// Devices the last walk had left when it reached `key`'s place.
+    fn budget_at(&self, key: &Key) -> u32 {
+        let p = self.run_keys.partition_point(|k| k < key);
+        self.budget_before.get(p).copied().unwrap_or(self.budget_after)
     }
 }
 
@@ -209,11 +223,11 @@ impl IncrementalPolicy for TiresiasQueues {
     fn finish(&mut self, id: JobId) {
         self.pending.retain(|p| p.0 != id);
         if let Some(e) = self.jobs.remove(&id) {
-            self.remove_key(&e.key, e.want);
+            self.remove_key(&e.key);
             if let (Some(a), Some(pool)) = (&e.alloc, &mut self.pool) {
                 pool.give_back(a);
             }
-            self.running.retain(|&r| r != id);
+            self.running.retain(|r| r.id != id);
             self.dirty = true;
         }
     }
@@ -226,48 +240,47 @@ impl IncrementalPolicy for TiresiasQueues {
         changes: &mut Vec<(JobId, Allocation)>,
     ) {
         let cap = cluster.total_gpus();
-        // Enrol new jobs at the back of the high queue, in arrival order.
+        // Enrol new jobs at the back of the high queue, in arrival order. One that
+        // finds fewer devices left at its place than it wants changes nothing.
         for (id, req) in std::mem::take(&mut self.pending) {
             let want = req.clamp(1, cap);
-            let key = (false, self.next_seq, id);
+            let key = (false, self.next_seq, want, id);
             self.next_seq += 1;
             self.jobs.insert(
                 id,
                 Entry {
-                    want,
                     key,
                     rank: self.next_rank,
                     executed_s: 0.0,
                     alloc: None,
-                    stamp: 0,
                 },
             );
             self.next_rank += 1;
-            self.insert_key(key, want);
-            self.dirty = true;
+            self.insert_key(key);
+            if self.pool.is_none() || want <= self.budget_at(&key) {
+                self.dirty = true;
+            }
         }
         // Account running time; demote, in arrival order.
         let mut demoted: Vec<(u64, JobId)> = Vec::new();
-        for id in &self.running {
-            let e = self.jobs.get_mut(id).expect("running jobs are enrolled");
-            e.executed_s += now - self.last_now;
-            let gpu_s = e.executed_s * e.want as f64;
-            if !e.key.0 && gpu_s >= QUEUE_THRESHOLD_GPU_S {
-                demoted.push((e.rank, *id));
+        let elapsed = now - self.last_now;
+        for r in &mut self.running {
+            r.executed_s += elapsed;
+            let gpu_s = r.executed_s * r.want as f64;
+            if !r.low && gpu_s >= QUEUE_THRESHOLD_GPU_S {
+                r.low = true;
+                demoted.push((r.rank, r.id));
             }
         }
         self.last_now = now;
         demoted.sort_unstable();
         for (_, id) in demoted {
-            let (old, want) = {
-                let e = &self.jobs[&id];
-                (e.key, e.want)
-            };
-            self.remove_key(&old, want);
-            let key = (true, self.next_seq, id);
+            let old = self.jobs[&id].key;
+            self.remove_key(&old);
+            let key = (true, self.next_seq, old.2, id);
             self.next_seq += 1;
             self.jobs.get_mut(&id).expect("enrolled").key = key;
-            self.insert_key(key, want);
+            self.insert_key(key);
             self.dirty = true;
         }
         if !self.dirty {
@@ -276,16 +289,17 @@ impl IncrementalPolicy for TiresiasQueues {
         self.dirty = false;
         // Walk the queues: in order while jobs fit, then jump to the next that fits.
         let mut budget = cap;
-        let mut run: Vec<Key> = Vec::new();
+        self.run_keys.clear();
+        self.budget_before.clear();
         let mut blocked: Option<Key> = None;
         for key in &self.all {
             if budget == 0 {
                 break;
             }
-            let want = self.want_of(key);
-            if want <= budget {
-                run.push(*key);
-                budget -= want;
+            if key.2 <= budget {
+                self.run_keys.push(*key);
+                self.budget_before.push(budget);
+                budget -= key.2;
             } else {
                 blocked = Some(*key);
                 break;
@@ -296,35 +310,50 @@ impl IncrementalPolicy for TiresiasQueues {
                 let Some(key) = self.next_fitting(&after, budget) else {
                     break;
                 };
-                budget -= self.want_of(&key);
-                run.push(key);
+                self.run_keys.push(key);
+                self.budget_before.push(budget);
+                budget -= key.2;
                 after = key;
             }
         }
+        self.budget_after = budget;
         // Jobs that keep running keep their devices; the others are preempted first.
         let pool = self.pool.get_or_insert_with(|| FreePool::new(cluster));
-        self.round += 1;
-        for key in &run {
-            self.jobs.get_mut(&key.2).expect("enrolled").stamp = self.round;
-        }
-        for id in &self.running {
-            if self.jobs[id].stamp != self.round {
-                let e = self.jobs.get_mut(id).expect("enrolled");
+        let mut ids: Vec<JobId> = self.run_keys.iter().map(|k| k.3).collect();
+        ids.sort_unstable();
+        let mut executed: Vec<(JobId, f64)> = Vec::with_capacity(self.running.len());
+        for r in &self.running {
+            if ids.binary_search(&r.id).is_ok() {
+                executed.push((r.id, r.executed_s));
+            } else {
+                let e = self.jobs.get_mut(&r.id).expect("enrolled");
+                e.executed_s = r.executed_s;
                 if let Some(a) = e.alloc.take() {
                     pool.give_back(&a);
                 }
-                changes.push((*id, Allocation::empty()));
+                changes.push((r.id, Allocation::empty()));
             }
         }
-        for key in &run {
-            let e = self.jobs.get_mut(&key.2).expect("enrolled");
+        executed.sort_unstable_by_key(|e| e.0);
+        self.running.clear();
+        for key in &self.run_keys {
+            let id = key.3;
+            let e = self.jobs.get_mut(&id).expect("enrolled");
             if e.alloc.is_none() {
-                if let Some(a) = pool.take_most_free(e.want) {
+                if let Some(a) = pool.take_most_free(key.2) {
                     e.alloc = Some(a.clone());
-                    changes.push((key.2, a));
+                    changes.push((id, a));
                 }
             }
+            self.running.push(Run {
+                id,
+                want: key.2,
+                rank: e.rank,
+                low: key.0,
+                executed_s: executed
+                    .binary_search_by_key(&id, |e| e.0)
+                    .map_or(e.executed_s, |k| executed[k].1),
+            });
         }
-        self.running = run.iter().map(|k| k.2).collect();
     }
 }
