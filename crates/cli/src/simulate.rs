@@ -4,8 +4,6 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::IsTerminal;
-use std::time::{Duration, Instant};
 use pacer_model::ClusterSpec;
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::trace::{self, SyntheticSpec};
@@ -13,7 +11,9 @@ use pacer_sim::{
     embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation, Work,
 };
 use serde::Serialize;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -529,7 +529,8 @@ pub struct SimProgress {
 impl SimProgress {
     /// A bar over `total_jobs` (summed over every run it will see).
     pub fn new(quiet: bool, total_jobs: usize) -> Self {
-        let bar = ProgressBar::with_draw_target(Some(total_jobs as u64), ProgressDrawTarget::hidden());
+        let bar =
+            ProgressBar::with_draw_target(Some(total_jobs as u64), ProgressDrawTarget::hidden());
         bar.set_style(
             ProgressStyle::with_template(
                 "{spinner} [{elapsed_precise}] {bar:20} {pos}/{len} jobs, ETA {eta}  {wide_msg}",

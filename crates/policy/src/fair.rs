@@ -112,7 +112,10 @@ pub struct FairQueue {
     /// Admitted since the last decision, admission order: (id, requested, attained).
     pending: Vec<(JobId, u32, f64)>,
     by_rank: BTreeMap<u64, JobId>,
+    /// Every job by (attained, arrival), kept only while there are more jobs than
+    /// devices (the only time it is read); rebuilt when that starts.
     by_attained: BTreeSet<(Attained, u64, JobId)>,
+    ordered: bool,
     /// Jobs holding devices.
     holders: Vec<JobId>,
     pool: Option<FreePool>,
@@ -133,7 +136,9 @@ impl IncrementalPolicy for FairQueue {
         self.pending.retain(|p| p.0 != id);
         if let Some(j) = self.jobs.remove(&id) {
             self.by_rank.remove(&j.rank);
-            self.by_attained.remove(&(Attained(j.attained), j.rank, id));
+            if self.ordered {
+                self.by_attained.remove(&(Attained(j.attained), j.rank, id));
+            }
             if !j.alloc.is_empty() {
                 if let Some(pool) = &mut self.pool {
                     pool.give_back(&j.alloc);
@@ -167,22 +172,25 @@ impl IncrementalPolicy for FairQueue {
                 },
             );
             self.by_rank.insert(rank, id);
-            self.by_attained.insert((Attained(att), rank, id));
+            if self.ordered {
+                self.by_attained.insert((Attained(att), rank, id));
+            }
             self.events = true;
         }
         let mut moved = false;
         for &(id, att) in attained {
             if let Some(j) = self.jobs.get_mut(&id) {
                 if j.attained.to_bits() != att.to_bits() {
-                    self.by_attained
-                        .remove(&(Attained(j.attained), j.rank, id));
+                    if self.ordered {
+                        self.by_attained.remove(&(Attained(j.attained), j.rank, id));
+                        self.by_attained.insert((Attained(att), j.rank, id));
+                    }
                     j.attained = att;
-                    self.by_attained.insert((Attained(att), j.rank, id));
                     moved = true;
                 }
             }
         }
-        if !self.events && !(moved && self.ties) {
+        if !(self.events || (moved && self.ties)) {
             return;
         }
         self.events = false;
@@ -193,6 +201,14 @@ impl IncrementalPolicy for FairQueue {
         if self.jobs.len() as u64 > cap as u64 {
             // More jobs than devices: no level round; one device each by priority.
             self.ties = true;
+            if !self.ordered {
+                self.by_attained = self
+                    .jobs
+                    .iter()
+                    .map(|(&id, j)| (Attained(j.attained), j.rank, id))
+                    .collect();
+                self.ordered = true;
+            }
             sharers.extend(
                 self.by_attained
                     .iter()
@@ -205,6 +221,10 @@ impl IncrementalPolicy for FairQueue {
                 j.stamp = round;
             }
         } else {
+            if self.ordered {
+                self.by_attained.clear();
+                self.ordered = false;
+            }
             let ids: Vec<JobId> = self.by_rank.values().copied().collect();
             let demands: Vec<u32> = ids.iter().map(|id| self.jobs[id].want).collect();
             let priority: Vec<f64> = ids.iter().map(|id| self.jobs[id].attained).collect();

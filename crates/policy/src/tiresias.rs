@@ -207,7 +207,10 @@ impl TiresiasQueues {
     /// Devices the last walk had left when it reached `key`'s place.
     fn budget_at(&self, key: &Key) -> u32 {
         let p = self.run_keys.partition_point(|k| k < key);
-        self.budget_before.get(p).copied().unwrap_or(self.budget_after)
+        self.budget_before
+            .get(p)
+            .copied()
+            .unwrap_or(self.budget_after)
     }
 }
 

@@ -1145,7 +1145,7 @@ impl Simulation<'_> {
             if moved {
                 // Keep arrival order: jobs stepped in the same order give the same sums.
                 running.retain(|&i| !states[i].alloc.is_empty());
-                running.extend(started.drain(..));
+                running.append(&mut started);
                 running.sort_unstable_by_key(|&i| rank[i]);
             }
             // The round this allocation holds for; contention is weighted by it.
@@ -1219,7 +1219,12 @@ impl Simulation<'_> {
     }
 
     /// [`Self::independent_time`] with dedicated times remembered across jobs.
-    fn independent_time_with(&self, job: &SimJob, contention: f64, memo: &mut DedicatedMemo) -> f64 {
+    fn independent_time_with(
+        &self,
+        job: &SimJob,
+        contention: f64,
+        memo: &mut DedicatedMemo,
+    ) -> f64 {
         let share = self.cluster.total_gpus() as f64 / contention.max(1.0);
         let req = job.spec.requested_replicas.max(1);
         let (replicas, slowdown) = if share >= 1.0 {
@@ -1270,14 +1275,16 @@ impl Simulation<'_> {
         replicas: u32,
         spread: bool,
     ) -> f64 {
-        *memo.entry((app, batch, replicas, spread)).or_insert_with(|| {
-            let a = &self.apps[app];
-            if spread {
-                self.dedicated_time_on(a, batch, &vec![1; replicas as usize])
-            } else {
-                self.dedicated_time(a, batch, replicas)
-            }
-        })
+        *memo
+            .entry((app, batch, replicas, spread))
+            .or_insert_with(|| {
+                let a = &self.apps[app];
+                if spread {
+                    self.dedicated_time_on(a, batch, &vec![1; replicas as usize])
+                } else {
+                    self.dedicated_time(a, batch, replicas)
+                }
+            })
     }
 
     /// Time to train `app` at a fixed global batch on `replicas` consolidated devices.

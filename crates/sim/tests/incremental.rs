@@ -55,7 +55,12 @@ fn fingerprint(r: &SimResult) -> String {
             .collect::<Vec<_>>(),
         r.timeline
             .iter()
-            .map(|t| (t.time_s.to_bits(), t.active_jobs, t.running_jobs, t.used_gpus))
+            .map(|t| (
+                t.time_s.to_bits(),
+                t.active_jobs,
+                t.running_jobs,
+                t.used_gpus
+            ))
             .collect::<Vec<_>>(),
         r.total_gpus
     )
@@ -75,7 +80,10 @@ fn both_ways(cluster: &str, jobs: &[SimJob], replan: ArrivalReplan, round_s: f64
     };
     for name in ["fifo", "fair", "tiresias"] {
         let mut inc = pacer_policy::by_name(name).unwrap();
-        assert!(inc.incremental().is_some(), "{name} has an event-driven form");
+        assert!(
+            inc.incremental().is_some(),
+            "{name} has an event-driven form"
+        );
         let a = sim.run(inc.as_mut(), |_| {}).unwrap();
         let mut full = FullOnly(pacer_policy::by_name(name).unwrap());
         let b = sim.run(&mut full, |_| {}).unwrap();
@@ -157,6 +165,16 @@ proptest! {
 /// demotions and back-filling, FIFO's blocked head.
 #[test]
 fn long_queues_decide_as_the_full_ones() {
-    both_ways("2x4:t4", &short_profiled(150, 400.0, 3), ArrivalReplan::Never, 60.0);
-    both_ways("4x4:t4", &short_duration(200, 300.0, 4), ArrivalReplan::Never, 60.0);
+    both_ways(
+        "2x4:t4",
+        &short_profiled(150, 400.0, 3),
+        ArrivalReplan::Never,
+        60.0,
+    );
+    both_ways(
+        "4x4:t4",
+        &short_duration(200, 300.0, 4),
+        ArrivalReplan::Never,
+        60.0,
+    );
 }
