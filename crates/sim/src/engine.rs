@@ -1028,6 +1028,13 @@ impl Simulation<'_> {
                     active.retain(|&i| states[i].completion_s.is_none());
                 }
             }
+            // Departures reach an event-driven policy even when nothing is left to
+            // decide (its free devices must include theirs).
+            if let Some(inc) = incremental.as_mut() {
+                for &i in &just_finished {
+                    inc.finish(JobId(i as u32));
+                }
+            }
             if n_active == 0 {
                 running.clear();
                 until = next_round(now, true, next_arrival);
@@ -1037,9 +1044,6 @@ impl Simulation<'_> {
             changes.clear();
             match incremental.as_mut() {
                 Some(inc) => {
-                    for &i in &just_finished {
-                        inc.finish(JobId(i as u32));
-                    }
                     for &i in &arrived {
                         let v = self.job_view(i, &mut states[i], modes[i], &speeds[i], false);
                         inc.admit(&v);

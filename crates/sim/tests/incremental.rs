@@ -178,3 +178,26 @@ fn long_queues_decide_as_the_full_ones() {
         60.0,
     );
 }
+
+/// The embedded Pollux workloads (idle gaps: every job leaves before the next
+/// arrives, so departures must reach the policy even in rounds with nothing to
+/// decide).
+#[test]
+fn embedded_workloads_decide_as_the_full_ones() {
+    for (name, text) in pacer_sim::apps::EMBEDDED_WORKLOADS {
+        let jobs = pacer_sim::trace::load_pollux_workload(text, name, apps(), 1.0).unwrap();
+        both_ways("16x4:t4", &jobs, ArrivalReplan::Never, 60.0);
+    }
+    let quiet = |gap: f64| -> Vec<SimJob> {
+        (0..6)
+            .map(|k| {
+                let mut j = short_duration(1, 1.0, k)[0].clone();
+                j.spec.name = format!("j{k}");
+                j.spec.arrival_s = k as f64 * gap;
+                j.spec.requested_replicas = 1 + (k as u32 % 4);
+                j
+            })
+            .collect()
+    };
+    both_ways("1x4:t4", &quiet(100_000.0), ArrivalReplan::Never, 60.0);
+}
