@@ -909,6 +909,9 @@ impl Simulation<'_> {
         let mut running: Vec<usize> = Vec::new();
         let mut just_finished: Vec<usize> = Vec::new();
         let mut arrived: Vec<usize> = Vec::new();
+        // Decision count, and the decision that last changed each job (one change each).
+        let mut decision = 0u64;
+        let mut changed_at = vec![0u64; self.jobs.len()];
         let mut started: Vec<usize> = Vec::new();
         let mut changes: Vec<(JobId, Allocation)> = Vec::new();
         let mut attained: Vec<(JobId, f64)> = Vec::new();
@@ -1056,6 +1059,7 @@ impl Simulation<'_> {
                             .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
                     );
                     inc.decide(now, self.cluster, &attained, &mut changes);
+                    decision += 1;
                     for (id, _) in &changes {
                         let i = id.0 as usize;
                         let live = states
@@ -1067,6 +1071,10 @@ impl Simulation<'_> {
                                 format!("allocation for job #{i}, which is not active"),
                             ));
                         }
+                        if changed_at[i] == decision {
+                            return Err(bad(now, format!("two allocations for job #{i}")));
+                        }
+                        changed_at[i] = decision;
                     }
                 }
                 None => {
