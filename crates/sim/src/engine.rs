@@ -543,7 +543,6 @@ impl Simulation<'_> {
                             s
                         }
                     };
-                    let (step, sync) = (step, sync);
                     let compute = (step - sync).max(1e-9);
                     let gain = app.gain(batch, st.epoch);
                     let total = step + compute * st.accum_steps as f64;
@@ -796,7 +795,6 @@ impl Simulation<'_> {
 
     /// The view a policy gets of active job `i` (refits a loss-curve job's
     /// predictor when the policy reads quality).
-    #[allow(clippy::too_many_arguments)]
     fn job_view(
         &self,
         i: usize,
