@@ -10,6 +10,10 @@
 //!   full solve) policies; their warm rounds mostly keep leases / reuse the LP.
 //! - `pacer bench simulate`: whole simulations of the embedded Pollux workloads
 //!   per policy, with the same run repeated to report the median wall time.
+//! - `pacer bench scale`: whole simulations of seeded synthetic traces of growing
+//!   size (default 1k, 10k, 100k jobs) on a cluster they overload, so queues grow
+//!   to thousands of jobs: wall and CPU time per run and per round (the curve of
+//!   simulation time against job count).
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
@@ -36,6 +40,35 @@ pub enum BenchWhat {
     Round(RoundArgs),
     /// Time whole simulations of the embedded Pollux workloads.
     Simulate(SimBenchArgs),
+    /// Time whole simulations of synthetic traces of growing size (long queues).
+    Scale(ScaleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    /// Job counts, comma separated (a `synthetic:N` trace each).
+    #[arg(long, default_value = "1000,10000,100000")]
+    pub jobs: String,
+    /// Policies, comma separated, or `all`.
+    #[arg(long, default_value = "fifo,fair,tiresias")]
+    pub policy: String,
+    /// Cluster; the default, 512 T4s, is overloaded by 40 arrivals an hour (queues
+    /// grow to tens of thousands of jobs) yet finishes 100k jobs within the horizon.
+    #[arg(long, default_value = "128x4:t4")]
+    pub cluster: String,
+    /// Mean arrivals per hour of the synthetic traces.
+    #[arg(long, default_value_t = 40.0)]
+    pub arrivals_per_hour: f64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Scheduling round length (s).
+    #[arg(long, default_value_t = 60.0)]
+    pub round_s: f64,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -114,6 +147,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match args.what {
         BenchWhat::Round(a) => round(a),
         BenchWhat::Simulate(a) => simulate(a),
+        BenchWhat::Scale(a) => scale(a),
     }
 }
 
@@ -454,6 +488,159 @@ fn simulate(a: SimBenchArgs) -> Result<()> {
                 "{p}: mean wall {:.1} ms, max {:.1} ms",
                 sel.iter().sum::<f64>() / sel.len() as f64,
                 sel.iter().copied().fold(0.0, f64::max)
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct ScaleReport {
+    policy: String,
+    jobs: usize,
+    finished: usize,
+    /// Wall time of the whole simulation (s), trace generation excluded.
+    wall_s: f64,
+    /// CPU time of this process during it (user + system, s); below `wall_s`
+    /// when other processes share the cores.
+    cpu_s: f64,
+    rounds: usize,
+    /// Wall time per round (µs).
+    round_us: f64,
+    /// Most jobs active (arrived, unfinished) in any round.
+    max_active: u32,
+    makespan_days: f64,
+    avg_restarts: f64,
+}
+
+/// CPU seconds (user + system) this process has used.
+fn cpu_seconds() -> f64 {
+    #[cfg(unix)]
+    {
+        // SAFETY: getrusage only writes the struct it is given.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } == 0 {
+            let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            return tv(u.ru_utime) + tv(u.ru_stime);
+        }
+    }
+    f64::NAN
+}
+
+fn scale(a: ScaleArgs) -> Result<()> {
+    let counts: Vec<usize> = a
+        .jobs
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=MAX_BENCH_JOBS).contains(&n))
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--jobs: expected comma-separated whole numbers 1..={MAX_BENCH_JOBS}, got `{x}`"
+                    )
+                })
+        })
+        .collect::<Result<_>>()?;
+    if !(a.arrivals_per_hour > 0.0 && a.arrivals_per_hour.is_finite()) {
+        bail!(
+            "--arrivals-per-hour: expected a number > 0, got {}",
+            a.arrivals_per_hour
+        );
+    }
+    crate::simulate::check_round_s("--round-s", a.round_s)?;
+    let policies = crate::simulate::policy_names(&a.policy)?;
+    let apps = crate::simulate::load_apps(&[])?;
+    let cluster = crate::simulate::parse_cluster(&a.cluster)?;
+    let config = SimConfig {
+        round_s: a.round_s,
+        ..SimConfig::default()
+    };
+    let mut reports = Vec::new();
+    let total: usize = counts.iter().sum::<usize>() * policies.len();
+    let mut progress = crate::simulate::SimProgress::new(a.quiet, total);
+    for &n in &counts {
+        let jobs = trace::synthetic(
+            &trace::SyntheticSpec {
+                jobs: n,
+                arrivals_per_hour: a.arrivals_per_hour,
+                seed: a.seed,
+                max_replicas: Some(cluster.total_gpus()),
+            },
+            &apps,
+        );
+        config
+            .check_jobs(&jobs)
+            .map_err(|e| anyhow::anyhow!("synthetic:{n}: {e}"))?;
+        for p in &policies {
+            let mut policy = pacer_policy::by_name(p).expect("validated");
+            let sim = Simulation {
+                cluster: &cluster,
+                apps: &apps,
+                jobs: &jobs,
+                config: config.clone(),
+            };
+            progress.start_run(&format!("{n} jobs / {p}"));
+            let cpu = cpu_seconds();
+            let t = Instant::now();
+            let r = sim.run(policy.as_mut(), |info| progress.on_round(info))?;
+            let wall_s = t.elapsed().as_secs_f64();
+            let cpu_s = cpu_seconds() - cpu;
+            progress.end_run(n);
+            let rounds = r.timeline.len();
+            reports.push(ScaleReport {
+                policy: p.to_string(),
+                jobs: n,
+                finished: r.summary.finished,
+                wall_s,
+                cpu_s,
+                rounds,
+                round_us: wall_s * 1e6 / rounds.max(1) as f64,
+                max_active: r.timeline.iter().map(|x| x.active_jobs).max().unwrap_or(0),
+                makespan_days: r.summary.makespan_s / 86_400.0,
+                avg_restarts: r.summary.avg_restarts,
+            });
+        }
+    }
+    progress.finish();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        println!(
+            "synthetic traces, {} arrivals/h, seed {}, cluster {} ({} devices), {} s rounds",
+            a.arrivals_per_hour,
+            a.seed,
+            cluster.describe(),
+            cluster.total_gpus(),
+            a.round_s
+        );
+        println!(
+            "{:<9} {:>7} {:>8} {:>9} {:>9} {:>8} {:>9} {:>10} {:>9} {:>9}",
+            "policy",
+            "jobs",
+            "finished",
+            "wall_s",
+            "cpu_s",
+            "rounds",
+            "round_us",
+            "max_active",
+            "makespan_d",
+            "restarts"
+        );
+        for r in &reports {
+            println!(
+                "{:<9} {:>7} {:>8} {:>9.3} {:>9.3} {:>8} {:>9.2} {:>10} {:>9.1} {:>9.2}",
+                r.policy,
+                r.jobs,
+                r.finished,
+                r.wall_s,
+                r.cpu_s,
+                r.rounds,
+                r.round_us,
+                r.max_active,
+                r.makespan_days,
+                r.avg_restarts
             );
         }
     }

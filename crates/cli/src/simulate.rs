@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pacer_model::ClusterSpec;
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::trace::{self, SyntheticSpec};
@@ -12,7 +12,9 @@ use pacer_sim::{
 };
 use serde::Serialize;
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -67,6 +69,10 @@ pub struct SimulateArgs {
     /// Write per-job CSVs, per-round timelines and an allocation plot (SVG) here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// No progress bar (it is drawn on stderr, only when stderr is a terminal and
+    /// the runs take over a second).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// What each policy does, for `--help`; the names come from the registry
@@ -464,15 +470,8 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         .iter()
         .filter_map(|p| inert_reason(p, typed_speeds, any_loss_curve).map(|r| (p.clone(), r)))
         .collect();
-    let runs = loads.len() * policies.len();
-    let bar = ProgressBar::new(runs as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .expect("template"),
-    );
-    // Only draw if the whole thing takes a while.
-    bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    let started = std::time::Instant::now();
+    let total_jobs: usize = loads.iter().map(|(_, j)| j.len()).sum::<usize>() * policies.len();
+    let mut progress = SimProgress::new(args.quiet, total_jobs);
     let mut rows = Vec::new();
     let mut results: Vec<(String, SimResult)> = Vec::new();
     for (wname, jobs) in &loads {
@@ -484,20 +483,11 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                 jobs,
                 config: sim_config(&args),
             };
-            bar.set_message(format!("{wname} / {p}"));
-            let mut last_tick = std::time::Instant::now();
-            let res = sim.run(policy.as_mut(), |info| {
-                let now = info.now_s;
-                if last_tick.elapsed().as_millis() > 200 {
-                    last_tick = std::time::Instant::now();
-                    if started.elapsed().as_secs_f64() > 1.0 && bar.is_hidden() {
-                        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-                    }
-                    bar.set_message(format!("{wname} / {p}: t = {:.1} h", now / 3600.0));
-                }
-            })?;
+            progress.start_run(&format!("{wname} / {p}"));
+            let res = sim.run(policy.as_mut(), |info| progress.on_round(info))?;
+            progress.end_run(jobs.len());
             if res.summary.finished < res.summary.jobs {
-                bar.suspend(|| {
+                progress.suspend(|| {
                     eprintln!(
                         "warning: workload `{wname}` under `{p}`: {} of {} job(s) still \
                          unfinished at the simulator's time limit of {} days; the JCT, \
@@ -516,10 +506,9 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                 summary: res.summary.clone(),
             });
             results.push((wname.clone(), res));
-            bar.inc(1);
         }
     }
-    bar.finish_and_clear();
+    progress.finish();
     if let Some(dir) = &args.out {
         crate::report::write_outputs(dir, &results, cluster.total_gpus())?;
     }
@@ -639,6 +628,104 @@ fn format_table(
     }
     writeln!(text, "(columns: `pacer simulate --help`)")?;
     Ok(text)
+}
+
+/// The progress bar of long simulations, on stderr: jobs finished of all runs,
+/// the current run's simulated time, elapsed and ETA. Drawn only when stderr is a
+/// terminal, not `--quiet`, and a second has passed (short runs print nothing
+/// extra); never on stdout. The engine pushes [`pacer_sim::engine::RoundInfo`]
+/// after each round and reads no clock; this reads it, every 256 rounds.
+pub struct SimProgress {
+    bar: ProgressBar,
+    enabled: bool,
+    started: Instant,
+    /// Jobs of the runs already done.
+    done: u64,
+    label: String,
+    next_update: Instant,
+}
+
+impl SimProgress {
+    /// A bar over `total_jobs` (summed over every run it will see).
+    pub fn new(quiet: bool, total_jobs: usize) -> Self {
+        let bar =
+            ProgressBar::with_draw_target(Some(total_jobs as u64), ProgressDrawTarget::hidden());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:20} {pos}/{len} jobs, ETA {eta}  {wide_msg}",
+            )
+            .expect("template"),
+        );
+        SimProgress {
+            bar,
+            enabled: !quiet && std::io::stderr().is_terminal(),
+            started: Instant::now(),
+            done: 0,
+            label: String::new(),
+            next_update: Instant::now(),
+        }
+    }
+
+    /// A run named `label` starts.
+    pub fn start_run(&mut self, label: &str) {
+        self.label = label.to_string();
+    }
+
+    /// After each round of the current run.
+    pub fn on_round(&mut self, info: &pacer_sim::engine::RoundInfo) {
+        if !self.enabled {
+            return;
+        }
+        // One clock read per round (tens of ns); the bar is redrawn at most every 100 ms.
+        let now = Instant::now();
+        if now < self.next_update {
+            return;
+        }
+        self.next_update = now + Duration::from_millis(100);
+        if !self.show(now) {
+            return;
+        }
+        self.bar
+            .set_position(self.done + info.finished_jobs() as u64);
+        let t = info.now_s;
+        let when = if t >= 2.0 * 86_400.0 {
+            format!("{:.1} d", t / 86_400.0)
+        } else {
+            format!("{:.1} h", t / 3600.0)
+        };
+        self.bar
+            .set_message(format!("simulated {when}: {}", self.label));
+    }
+
+    /// Whether the bar is drawn, drawing it once a second has passed.
+    fn show(&mut self, now: Instant) -> bool {
+        if self.bar.is_hidden() {
+            if now.duration_since(self.started) < Duration::from_secs(1) {
+                return false;
+            }
+            self.bar.set_draw_target(ProgressDrawTarget::stderr());
+            self.bar.enable_steady_tick(Duration::from_millis(200));
+        }
+        true
+    }
+
+    /// The current run, of `jobs` jobs, is over.
+    pub fn end_run(&mut self, jobs: usize) {
+        self.done += jobs as u64;
+        if self.enabled && self.show(Instant::now()) {
+            self.bar.set_position(self.done);
+        }
+    }
+
+    /// Runs `f` (which prints to stderr) with the bar out of the way.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.bar.suspend(f)
+    }
+
+    /// Clears the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 #[cfg(test)]

@@ -360,6 +360,49 @@ pub trait Policy: Send {
     /// One allocation per entry of `view.jobs`, in the same order. The result must
     /// fit the cluster's capacity; drivers check it.
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation>;
+
+    /// A fresh event-driven form of this policy, when it has one: the driver tells
+    /// it about arrivals, departures and attained service instead of handing it
+    /// every active job each round, and it answers with the allocations that
+    /// change. Its decisions must equal [`Policy::allocate`]'s on the same history
+    /// (the simulator's tests compare both); a round then costs what changes, not
+    /// the length of the queue. `None` (the default): drivers call `allocate`.
+    fn incremental(&self) -> Option<Box<dyn IncrementalPolicy>> {
+        None
+    }
+}
+
+/// The event-driven form of a policy ([`Policy::incremental`]). A driver calls,
+/// each round: [`admit`](IncrementalPolicy::admit) for the jobs that arrived, in
+/// the order a [`ClusterView`] would list them (arrival time, then id);
+/// [`finish`](IncrementalPolicy::finish) for the jobs that left (their devices are
+/// free again); then [`decide`](IncrementalPolicy::decide). Between calls, a job
+/// holds exactly the allocation the policy last gave it.
+pub trait IncrementalPolicy: Send {
+    /// A job became active: its static fields (id, arrival, requested size) and its
+    /// attained service so far.
+    fn admit(&mut self, job: &JobView);
+
+    /// A job left (finished); whatever it held is free.
+    fn finish(&mut self, id: JobId);
+
+    /// Whether [`decide`](IncrementalPolicy::decide) reads `attained` (drivers may
+    /// then pass an empty list).
+    fn uses_attained(&self) -> bool {
+        true
+    }
+
+    /// One round at `now_s`. `attained` lists the jobs that held devices since the
+    /// last call with their attained GPU-seconds now (nobody else's changed). Pushes
+    /// `(job, allocation)` for every job whose allocation changes (an empty one
+    /// preempts it) onto `changes`, at most once per job.
+    fn decide(
+        &mut self,
+        now_s: f64,
+        cluster: &ClusterSpec,
+        attained: &[(JobId, f64)],
+        changes: &mut Vec<(JobId, Allocation)>,
+    );
 }
 
 /// One registered policy: its name on the command line, what it does in one line, and how
@@ -442,6 +485,30 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
         }
     }
 }
+
+/// Hashes a [`JobId`] by one multiplication (the event-driven policies look jobs
+/// up by id every round; SipHash was a tenth of their time). Lookups only: no
+/// decision depends on a map's iteration order.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A map keyed by job id with [`IdHasher`].
+pub(crate) type IdMap<V> =
+    std::collections::HashMap<JobId, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// Free devices per node after taking `allocs` out of `cluster`.
 pub fn free_per_node(cluster: &ClusterSpec, allocs: &[&Allocation]) -> Vec<u32> {

@@ -129,6 +129,8 @@ struct JobState {
     progress: f64,
     epoch: usize,
     alloc: Allocation,
+    /// `alloc.replicas()`.
+    replicas: u32,
     atomic_bsz: u32,
     accum_steps: u32,
     rescale_left_s: f64,
@@ -144,11 +146,16 @@ struct JobState {
     /// `goodput_version` the current batch was chosen at.
     batch_version: u64,
     max_profiled_replicas: u32,
-    /// Σ active jobs over the rounds this job was active, and the round count.
+    /// Σ active jobs × round length over the rounds this job was active, and Σ round
+    /// lengths (while active: the simulation's running totals at its admission).
     contention_sum: f64,
     contention_s: f64,
     /// Loss history and fit (LossCurve jobs).
     loss: Option<LossPredictor>,
+    /// Fixed-batch jobs: (step, sync) on the current allocation, and the goodput
+    /// in an epoch; cleared when the allocation changes.
+    fixed_step: Option<(f64, f64)>,
+    fixed_goodput: Option<(usize, f64)>,
 }
 
 impl JobState {
@@ -157,6 +164,7 @@ impl JobState {
             progress: 0.0,
             epoch: 0,
             alloc: Allocation::empty(),
+            replicas: 0,
             atomic_bsz: 0,
             accum_steps: 0,
             rescale_left_s: 0.0,
@@ -173,9 +181,14 @@ impl JobState {
             contention_sum: 0.0,
             contention_s: 0.0,
             loss: None,
+            fixed_step: None,
+            fixed_goodput: None,
         }
     }
 }
+
+/// Dedicated training times by (app, batch, replicas, one device per node).
+type DedicatedMemo = HashMap<(usize, u32, u32, bool), f64>;
 
 /// Relative prediction error below which a new measurement does not trigger a refit.
 const SURPRISE: f64 = 0.02;
@@ -228,11 +241,22 @@ pub struct Simulation<'a> {
 /// What an observer sees after each round (progress bars, invariant checks).
 pub struct RoundInfo<'a> {
     pub now_s: f64,
+    finished: usize,
     sim: &'a Simulation<'a>,
     states: &'a [JobState],
 }
 
 impl RoundInfo<'_> {
+    /// Jobs finished so far.
+    pub fn finished_jobs(&self) -> usize {
+        self.finished
+    }
+
+    /// Jobs in the simulation.
+    pub fn total_jobs(&self) -> usize {
+        self.sim.jobs.len()
+    }
+
     /// Fraction of job `i`'s work done, in [0, 1].
     pub fn progress(&self, i: usize) -> f64 {
         let st = &self.states[i];
@@ -450,12 +474,15 @@ impl Simulation<'_> {
         now: f64,
         mut dt: f64,
     ) {
-        let replicas = st.alloc.replicas();
+        let replicas = st.replicas;
         let delay = st.rescale_left_s.min(dt);
         st.attained_gpu_s += delay * replicas as f64;
         st.rescale_left_s -= delay;
         dt -= delay;
         let mut t = now + delay;
+        if mode.fixed.is_some() {
+            return self.step_fixed(app, st, replicas, t, dt);
+        }
         let placement = st.alloc.placement();
         let nodes = placement.len() as u32;
         while dt > 0.0 && st.completion_s.is_none() {
@@ -490,6 +517,59 @@ impl Simulation<'_> {
             // The goodput-optimal batch only moves when the job's model does.
             if mode.fixed.is_none() && st.goodput_version != st.batch_version {
                 self.update_batch(app, mode, st);
+            }
+        }
+    }
+
+    /// [`Self::step_profiled`] after the restart delay for a job whose batch is fixed:
+    /// the same arithmetic, with the step time of its placement and the gain of its
+    /// epoch kept between rounds (they change only with the allocation or the epoch).
+    fn step_fixed(
+        &self,
+        app: &AppModel,
+        st: &mut JobState,
+        replicas: u32,
+        mut t: f64,
+        mut dt: f64,
+    ) {
+        while dt > 0.0 && st.completion_s.is_none() {
+            let goodput = match st.fixed_goodput {
+                Some((epoch, g)) if epoch == st.epoch => g,
+                _ => {
+                    let atomic = st.atomic_bsz as f64;
+                    let batch = replicas as f64 * atomic * (st.accum_steps + 1) as f64;
+                    let (step, sync) = match st.fixed_step {
+                        Some(s) => s,
+                        None => {
+                            let s = app.step_time(&st.alloc.placement(), atomic);
+                            st.fixed_step = Some(s);
+                            s
+                        }
+                    };
+                    let compute = (step - sync).max(1e-9);
+                    let gain = app.gain(batch, st.epoch);
+                    let total = step + compute * st.accum_steps as f64;
+                    let g = gain / total;
+                    st.fixed_goodput = Some((st.epoch, g));
+                    g
+                }
+            };
+            let next = app.epoch_end_progress(st.epoch);
+            if st.progress + goodput * dt < next {
+                st.progress += goodput * dt;
+                st.attained_gpu_s += dt * replicas as f64;
+                dt = 0.0;
+            } else {
+                // Whole seconds, as Pollux's simulator counts them.
+                let delta = ((next - st.progress) / goodput).round().min(dt).max(0.0);
+                st.epoch += 1;
+                st.progress = next;
+                st.attained_gpu_s += delta * replicas as f64;
+                t += delta;
+                dt -= delta;
+                if st.epoch >= app.max_epochs {
+                    st.completion_s = Some(t);
+                }
             }
         }
     }
@@ -616,6 +696,7 @@ impl Simulation<'_> {
     /// cluster has of the job's types, so no table outgrows the cluster.
     pub fn speed_tables(&self) -> Vec<Arc<SpeedTable>> {
         let types = self.cluster.device_types.len().max(1);
+        let mut memo = DedicatedMemo::default();
         self.jobs
             .iter()
             .map(|job| {
@@ -627,16 +708,16 @@ impl Simulation<'_> {
                         SpeedTable::uniform(types, SpeedCurve::single(req, 1.0 / duration_s, 1.0))
                     }
                     Work::Profiled { app } => {
-                        let app = &self.apps[*app];
+                        let app = *app;
                         let b = job.spec.requested_batch;
                         let sizes = SpeedCurve::doubling_sizes(req);
                         let points = sizes
                             .iter()
-                            .map(|&r| (r, 1.0 / self.dedicated_time(app, b, r)))
+                            .map(|&r| (r, 1.0 / self.dedicated_memo(&mut memo, app, b, r, false)))
                             .collect();
                         let spread = if req > 1 {
-                            self.dedicated_time(app, b, req)
-                                / self.dedicated_time_on(app, b, &vec![1; req as usize])
+                            self.dedicated_memo(&mut memo, app, b, req, false)
+                                / self.dedicated_memo(&mut memo, app, b, req, true)
                         } else {
                             1.0
                         };
@@ -723,7 +804,82 @@ impl Simulation<'_> {
         }
     }
 
+    /// The view a policy gets of active job `i` (refits a loss-curve job's
+    /// predictor when the policy reads quality).
+    fn job_view(
+        &self,
+        i: usize,
+        st: &mut JobState,
+        mode: BatchMode,
+        speed: &Arc<SpeedTable>,
+        cap: u32,
+        uses_quality: bool,
+    ) -> JobView {
+        let job = &self.jobs[i];
+        let quality = match &job.work {
+            Work::LossCurve { profile } if uses_quality => {
+                if st.loss.is_none() {
+                    Self::observe_losses(profile, st, 0.0);
+                }
+                let pred = st.loss.as_mut().expect("initialised");
+                pred.refit();
+                let (k, loss) = pred.last().expect("observed");
+                Some(QualityView {
+                    iteration: k,
+                    loss,
+                    first_loss: pred.first_loss().unwrap_or(loss),
+                    max_delta_per_iter: pred.max_delta_per_iter(),
+                    curve: pred.fit().map(|f| f.curve),
+                })
+            }
+            _ => None,
+        };
+        let st = &*st;
+        let (max_replicas, goodput) = match (&job.work, mode.fixed) {
+            (Work::Profiled { app }, None) => {
+                let app = &self.apps[*app];
+                let by_batch = (app.max_batch / app.min_local_bsz) as u32;
+                let explore = (2 * st.max_profiled_replicas).max(1);
+                (
+                    explore.min(64).min(by_batch).min(cap).max(1),
+                    self.goodput_fn(app, st),
+                )
+            }
+            _ => (
+                mode.max_replicas_cap
+                    .unwrap_or(job.spec.requested_replicas)
+                    .max(1),
+                None,
+            ),
+        };
+        JobView {
+            id: JobId(i as u32),
+            arrival_s: job.spec.arrival_s,
+            attained_gpu_s: st.attained_gpu_s,
+            requested_replicas: job.spec.requested_replicas.max(1),
+            max_replicas: mode
+                .max_replicas_cap
+                .map_or(max_replicas, |c| c.min(max_replicas)),
+            num_restarts: st.restarts.unwrap_or(0),
+            current: st.alloc.clone(),
+            goodput,
+            goodput_version: st.goodput_version,
+            speed: Some(speed.clone()),
+            work_done: self.work_done(job, st),
+            work_left: (self.total_work(job) - self.work_done(job, st)).max(0.0),
+            quality,
+        }
+    }
+
     /// Runs the simulation under `policy`, calling `on_round` after each round's decision.
+    ///
+    /// A policy with an event-driven form ([`Policy::incremental`]) is told about
+    /// arrivals, departures and attained service instead of being handed every
+    /// active job, so a round costs what changes in it (the running jobs' progress
+    /// and the allocations that move), not the length of the queue; the others get
+    /// a full [`ClusterView`] each round. `on_round` is the progress sink: it sees
+    /// the simulated time and the finished jobs ([`RoundInfo`]); the engine itself
+    /// reads no clock but for `wall_ms`.
     pub fn run(
         &self,
         policy: &mut dyn Policy,
@@ -735,13 +891,25 @@ impl Simulation<'_> {
         cfg.check_jobs(self.jobs)?;
         crate::admit::check_workload(self.cluster, self.apps, self.jobs)?;
         let adaptive = policy.adaptive_batch();
+        let speeds = self.speed_tables();
+        // The event-driven forms place jobs without looking at device types: they run
+        // only when every job can use every device type of the cluster (the full
+        // policies keep each job on the types it has measurements for).
+        let unrestricted = speeds
+            .iter()
+            .all(|sp| sp.per_type.iter().all(|c| !c.points.is_empty()));
+        let mut incremental = if unrestricted {
+            policy.incremental()
+        } else {
+            None
+        };
         let modes: Vec<BatchMode> = self
             .jobs
             .iter()
             .map(|j| self.batch_mode(j, adaptive))
             .collect();
         let mut states: Vec<JobState> = self.jobs.iter().map(|_| JobState::new()).collect();
-        // Jobs in arrival order; `next_arrival` indexes into it.
+        // Jobs in arrival order; `next_arrival` indexes into it, `rank` inverts it.
         let mut order: Vec<usize> = (0..self.jobs.len()).collect();
         order.sort_by(|&a, &b| {
             self.jobs[a]
@@ -750,16 +918,37 @@ impl Simulation<'_> {
                 .total_cmp(&self.jobs[b].spec.arrival_s)
                 .then(a.cmp(&b))
         });
+        let mut rank = vec![0usize; self.jobs.len()];
+        for (r, &i) in order.iter().enumerate() {
+            rank[i] = r;
+        }
         let mut next_arrival = 0usize;
+        // Active jobs in arrival order (kept only for policies without an
+        // event-driven form, which see them all each round).
         let mut active: Vec<usize> = Vec::new();
+        let mut n_active = 0usize;
+        // Jobs holding devices, in arrival order.
         let mut running: Vec<usize> = Vec::new();
+        let mut just_finished: Vec<usize> = Vec::new();
+        let mut arrived: Vec<usize> = Vec::new();
+        // Decision count, and the decision that last changed each job (one change each).
+        let mut decision = 0u64;
+        let mut changed_at = vec![0u64; self.jobs.len()];
+        let mut started: Vec<usize> = Vec::new();
+        let mut changes: Vec<(JobId, Allocation)> = Vec::new();
+        let mut attained: Vec<(JobId, f64)> = Vec::new();
+        let mut node_used = vec![0u32; self.cluster.nodes.len()];
+        let mut used = 0u32;
+        // Σ active jobs × round length and Σ round lengths since the start; a job's
+        // contention is the difference between its departure and its admission.
+        let mut contention_sum = 0.0f64;
+        let mut contention_s = 0.0f64;
         let mut timeline = Vec::new();
         let mut now = 0.0f64;
         let total_gpus = self.cluster.total_gpus() as f64;
         let mut busy_gpu_s = 0.0;
         let mut finished = 0usize;
         let mut views: Vec<JobView> = Vec::new();
-        let speeds = self.speed_tables();
         // Devices of the types each job can run on (adaptive jobs explore up to it).
         let caps: Vec<u32> = speeds
             .iter()
@@ -788,10 +977,17 @@ impl Simulation<'_> {
             }
             now + cfg.round_s
         };
+        let policy_name = policy.name();
+        let bad = |time_s: f64, reason: String| SimError::BadAllocation {
+            policy: policy_name.into(),
+            time_s,
+            reason,
+        };
         let mut until = next_round(now, true, next_arrival);
         while finished < self.jobs.len() && now < cfg.max_time_s {
             let dt = until - now;
             // 1. Progress of running jobs over [now, now + round).
+            just_finished.clear();
             for &i in &running {
                 let st = &mut states[i];
                 if st.completion_s.is_some() {
@@ -819,11 +1015,12 @@ impl Simulation<'_> {
                 busy_gpu_s += st.attained_gpu_s - before;
                 if st.completion_s.is_some() {
                     finished += 1;
+                    just_finished.push(i);
                 }
             }
             now = until;
             // 2. Admit arrivals; drop finished jobs.
-            if active.is_empty() && next_arrival < order.len() {
+            if n_active == 0 && next_arrival < order.len() {
                 // Idle cluster: jump to the round in which the next job arrives.
                 let t = self.jobs[order[next_arrival]].spec.arrival_s;
                 if t > now {
@@ -834,99 +1031,120 @@ impl Simulation<'_> {
                     };
                 }
             }
+            arrived.clear();
             while next_arrival < order.len() && self.jobs[order[next_arrival]].spec.arrival_s <= now
             {
-                active.push(order[next_arrival]);
+                let i = order[next_arrival];
+                arrived.push(i);
+                states[i].contention_sum = contention_sum;
+                states[i].contention_s = contention_s;
                 next_arrival += 1;
             }
-            active.retain(|&i| states[i].completion_s.is_none());
-            if active.is_empty() {
+            n_active += arrived.len();
+            n_active -= just_finished.len();
+            for &i in &just_finished {
+                let st = &mut states[i];
+                st.contention_sum = contention_sum - st.contention_sum;
+                st.contention_s = contention_s - st.contention_s;
+                used -= st.alloc.replicas();
+                for &(node, c) in st.alloc.slots() {
+                    node_used[node.0 as usize] -= c;
+                }
+            }
+            if !just_finished.is_empty() {
+                running.retain(|&i| states[i].completion_s.is_none());
+            }
+            if incremental.is_none() {
+                active.extend_from_slice(&arrived);
+                if !just_finished.is_empty() {
+                    active.retain(|&i| states[i].completion_s.is_none());
+                }
+            }
+            // Departures reach an event-driven policy even when nothing is left to
+            // decide (its free devices must include theirs).
+            if let Some(inc) = incremental.as_mut() {
+                for &i in &just_finished {
+                    inc.finish(JobId(i as u32));
+                }
+            }
+            if n_active == 0 {
                 running.clear();
                 until = next_round(now, true, next_arrival);
                 continue;
             }
             // 3. Ask the policy.
-            views.clear();
-            for &i in &active {
-                let st = &mut states[i];
-                let job = &self.jobs[i];
-                let quality = match &job.work {
-                    Work::LossCurve { profile } if uses_quality => {
-                        if st.loss.is_none() {
-                            Self::observe_losses(profile, st, 0.0);
+            changes.clear();
+            match incremental.as_mut() {
+                Some(inc) => {
+                    for &i in &arrived {
+                        let v =
+                            self.job_view(i, &mut states[i], modes[i], &speeds[i], caps[i], false);
+                        inc.admit(&v);
+                    }
+                    attained.clear();
+                    attained.extend(
+                        running
+                            .iter()
+                            .filter(|_| inc.uses_attained())
+                            .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
+                    );
+                    inc.decide(now, self.cluster, &attained, &mut changes);
+                    decision += 1;
+                    for (id, _) in &changes {
+                        let i = id.0 as usize;
+                        let live = states
+                            .get(i)
+                            .is_some_and(|st| st.completion_s.is_none() && next_arrival > rank[i]);
+                        if !live {
+                            return Err(bad(
+                                now,
+                                format!("allocation for job #{i}, which is not active"),
+                            ));
                         }
-                        let pred = st.loss.as_mut().expect("initialised");
-                        pred.refit();
-                        let (k, loss) = pred.last().expect("observed");
-                        Some(QualityView {
-                            iteration: k,
-                            loss,
-                            first_loss: pred.first_loss().unwrap_or(loss),
-                            max_delta_per_iter: pred.max_delta_per_iter(),
-                            curve: pred.fit().map(|f| f.curve),
-                        })
+                        if changed_at[i] == decision {
+                            return Err(bad(now, format!("two allocations for job #{i}")));
+                        }
+                        changed_at[i] = decision;
                     }
-                    _ => None,
-                };
-                let st = &states[i];
-                let (max_replicas, goodput) = match (&job.work, modes[i].fixed) {
-                    (Work::Profiled { app }, None) => {
-                        let app = &self.apps[*app];
-                        let by_batch = (app.max_batch / app.min_local_bsz) as u32;
-                        let explore = (2 * st.max_profiled_replicas).max(1);
-                        (
-                            explore.min(64).min(by_batch).min(caps[i]).max(1),
-                            self.goodput_fn(app, st),
-                        )
+                }
+                None => {
+                    views.clear();
+                    for &i in &active {
+                        let v = self.job_view(
+                            i,
+                            &mut states[i],
+                            modes[i],
+                            &speeds[i],
+                            caps[i],
+                            uses_quality,
+                        );
+                        views.push(v);
                     }
-                    _ => (
-                        modes[i]
-                            .max_replicas_cap
-                            .unwrap_or(job.spec.requested_replicas)
-                            .max(1),
-                        None,
-                    ),
-                };
-                views.push(JobView {
-                    id: JobId(i as u32),
-                    arrival_s: job.spec.arrival_s,
-                    attained_gpu_s: st.attained_gpu_s,
-                    requested_replicas: job.spec.requested_replicas.max(1),
-                    max_replicas: modes[i]
-                        .max_replicas_cap
-                        .map_or(max_replicas, |c| c.min(max_replicas)),
-                    num_restarts: st.restarts.unwrap_or(0),
-                    current: st.alloc.clone(),
-                    goodput,
-                    goodput_version: st.goodput_version,
-                    speed: Some(speeds[i].clone()),
-                    work_done: self.work_done(job, st),
-                    work_left: (self.total_work(job) - self.work_done(job, st)).max(0.0),
-                    quality,
-                });
+                    let view = ClusterView {
+                        now_s: now,
+                        cluster: self.cluster,
+                        jobs: &views,
+                    };
+                    let allocs = policy.allocate(&view);
+                    if allocs.len() != views.len() {
+                        return Err(bad(
+                            now,
+                            format!("{} allocations for {} jobs", allocs.len(), views.len()),
+                        ));
+                    }
+                    check_capacity(self.cluster, &allocs).map_err(|reason| bad(now, reason))?;
+                    for (a, &i) in allocs.into_iter().zip(&active) {
+                        if a != states[i].alloc {
+                            changes.push((JobId(i as u32), a));
+                        }
+                    }
+                }
             }
-            let view = ClusterView {
-                now_s: now,
-                cluster: self.cluster,
-                jobs: &views,
-            };
-            let allocs = policy.allocate(&view);
-            if allocs.len() != views.len() {
-                return Err(SimError::BadAllocation {
-                    policy: policy.name().into(),
-                    time_s: now,
-                    reason: format!("{} allocations for {} jobs", allocs.len(), views.len()),
-                });
-            }
-            check_capacity(self.cluster, &allocs).map_err(|reason| SimError::BadAllocation {
-                policy: policy.name().into(),
-                time_s: now,
-                reason,
-            })?;
             // A job runs only on device types it has measurements for: elsewhere the
             // simulator would have no ground truth and would relabel another type's.
-            for (k, &i) in active.iter().enumerate() {
-                let unmeasured = allocs[k].slots().iter().find_map(|&(node, _)| {
+            for (id, a) in &changes {
+                let i = id.0 as usize;
+                let unmeasured = a.slots().iter().find_map(|&(node, _)| {
                     let ty = self.cluster.nodes[node.0 as usize].device_type;
                     speeds[i]
                         .per_type
@@ -935,62 +1153,102 @@ impl Simulation<'_> {
                         .then_some((node, ty))
                 });
                 if let Some((node, ty)) = unmeasured {
-                    return Err(SimError::BadAllocation {
-                        policy: policy.name().into(),
-                        time_s: now,
-                        reason: format!(
+                    return Err(bad(
+                        now,
+                        format!(
                             "job `{}` placed on node {} of device type {}, which it has no \
                              measurements for",
                             self.jobs[i].spec.name,
                             node.0,
                             self.cluster.device_types[ty.0 as usize]
                         ),
-                    });
+                    ));
                 }
             }
             // 4. Apply.
-            running.clear();
-            let mut used = 0u32;
-            for (k, &i) in active.iter().enumerate() {
-                let a = &allocs[k];
+            let mut moved = false;
+            started.clear();
+            // Capacity: devices given up first, then the new ones (in any order).
+            changes.retain(|(id, a)| *a != states[id.0 as usize].alloc);
+            for (id, _) in &changes {
+                for &(node, c) in states[id.0 as usize].alloc.slots() {
+                    node_used[node.0 as usize] -= c;
+                }
+            }
+            for (id, a) in changes.drain(..) {
+                let i = id.0 as usize;
                 let st = &mut states[i];
-                if *a != st.alloc {
-                    st.alloc = a.clone();
-                    if !a.is_empty() {
-                        st.rescale_left_s = cfg.restart_s;
-                        st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
-                        st.start_s.get_or_insert(now);
-                        if let Work::Profiled { app } = &self.jobs[i].work {
-                            self.update_batch(&self.apps[*app], modes[i], st);
-                        }
+                for &(node, c) in a.slots() {
+                    let n = node.0 as usize;
+                    if n >= node_used.len() {
+                        return Err(bad(
+                            now,
+                            format!("job #{i} allocated on node {n}, which does not exist"),
+                        ));
+                    }
+                    node_used[n] += c;
+                    if node_used[n] > self.cluster.nodes[n].gpus {
+                        return Err(bad(
+                            now,
+                            format!(
+                                "node {n} over-subscribed: {} > {} devices",
+                                node_used[n], self.cluster.nodes[n].gpus
+                            ),
+                        ));
                     }
                 }
-                if !st.alloc.is_empty() {
-                    running.push(i);
-                    used += st.alloc.replicas();
+                used = used - st.alloc.replicas() + a.replicas();
+                moved |= st.alloc.is_empty() != a.is_empty();
+                st.fixed_step = None;
+                st.fixed_goodput = None;
+                if st.alloc.is_empty() {
+                    started.push(i);
                 }
+                st.alloc = a;
+                st.replicas = st.alloc.replicas();
+                if !st.alloc.is_empty() {
+                    st.rescale_left_s = cfg.restart_s;
+                    st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
+                    st.start_s.get_or_insert(now);
+                    if let Work::Profiled { app } = &self.jobs[i].work {
+                        self.update_batch(&self.apps[*app], modes[i], st);
+                    }
+                }
+            }
+            if moved {
+                // Keep arrival order: jobs stepped in the same order give the same sums.
+                running.retain(|&i| !states[i].alloc.is_empty());
+                running.append(&mut started);
+                running.sort_unstable_by_key(|&i| rank[i]);
             }
             // The round this allocation holds for; contention is weighted by it.
             until = next_round(now, used < self.cluster.total_gpus(), next_arrival);
             let dt = until - now;
-            for &i in &active {
-                states[i].contention_sum += active.len() as f64 * dt;
-                states[i].contention_s += dt;
-            }
+            contention_sum += n_active as f64 * dt;
+            contention_s += dt;
             if cfg.record_timeline {
                 timeline.push(RoundStat {
                     time_s: now,
-                    active_jobs: active.len() as u32,
+                    active_jobs: n_active as u32,
                     running_jobs: running.len() as u32,
                     used_gpus: used,
                 });
             }
             on_round(&RoundInfo {
                 now_s: now,
+                finished,
                 sim: self,
                 states: &states,
             });
         }
+        // Jobs still active at the end: contention up to now.
+        for (k, st) in states.iter_mut().enumerate() {
+            if st.completion_s.is_none() && rank[k] < next_arrival {
+                st.contention_sum = contention_sum - st.contention_sum;
+                st.contention_s = contention_s - st.contention_s;
+            }
+        }
+        let mut memo = DedicatedMemo::default();
         let results: Vec<JobResult> = self
             .jobs
             .iter()
@@ -1001,7 +1259,7 @@ impl Simulation<'_> {
                 } else {
                     1.0
                 };
-                let t_indep = self.independent_time(job, contention);
+                let t_indep = self.independent_time_with(job, contention, &mut memo);
                 JobResult {
                     name: job.spec.name.clone(),
                     application: job.spec.application.clone(),
@@ -1030,6 +1288,16 @@ impl Simulation<'_> {
     /// user asked for, consolidated, with no restarts: Themis' T_independent. The
     /// same definition for every policy, so ρ compares across policies.
     pub fn independent_time(&self, job: &SimJob, contention: f64) -> f64 {
+        self.independent_time_with(job, contention, &mut DedicatedMemo::default())
+    }
+
+    /// [`Self::independent_time`] with dedicated times remembered across jobs.
+    fn independent_time_with(
+        &self,
+        job: &SimJob,
+        contention: f64,
+        memo: &mut DedicatedMemo,
+    ) -> f64 {
         let share = self.cluster.total_gpus() as f64 / contention.max(1.0);
         let req = job.spec.requested_replicas.max(1);
         let (replicas, slowdown) = if share >= 1.0 {
@@ -1040,7 +1308,7 @@ impl Simulation<'_> {
         let dedicated = match &job.work {
             Work::Duration { duration_s } => duration_s * req as f64 / replicas.min(req) as f64,
             Work::Profiled { app } => {
-                self.dedicated_time(&self.apps[*app], job.spec.requested_batch, replicas)
+                self.dedicated_memo(memo, *app, job.spec.requested_batch, replicas, false)
             }
             // The 1/N share is a slice of every device type in proportion to its
             // capacity (Gavel's isolated share), consolidated.
@@ -1067,6 +1335,29 @@ impl Simulation<'_> {
             }
         };
         dedicated * slowdown
+    }
+
+    /// [`Self::dedicated_time`] (`spread`: one device per node,
+    /// [`Self::dedicated_time_on`]) of embedded app `app`, computed once per key: many
+    /// jobs share an application, batch and size, and each costs a pass over its epochs.
+    fn dedicated_memo(
+        &self,
+        memo: &mut DedicatedMemo,
+        app: usize,
+        batch: u32,
+        replicas: u32,
+        spread: bool,
+    ) -> f64 {
+        *memo
+            .entry((app, batch, replicas, spread))
+            .or_insert_with(|| {
+                let a = &self.apps[app];
+                if spread {
+                    self.dedicated_time_on(a, batch, &vec![1; replicas as usize])
+                } else {
+                    self.dedicated_time(a, batch, replicas)
+                }
+            })
     }
 
     /// Time to train `app` at a fixed global batch on `replicas` consolidated devices.
