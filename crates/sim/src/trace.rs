@@ -165,7 +165,9 @@ pub fn parse_timestamp(s: &str) -> Option<f64> {
         4 | 6 | 9 | 11 => 30,
         _ => 31,
     };
-    if !(1..=12).contains(&mo)
+    // Four-digit years only: `days_from_civil` overflows i64 for years near ±2^63.
+    if !(0..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
         || !(1..=month_days).contains(&da)
         || !(0.0..24.0).contains(&h)
         || !(0.0..60.0).contains(&mi)
