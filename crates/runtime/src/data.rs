@@ -194,9 +194,11 @@ pub fn parse_idx_u8(
             u32::from_be_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]) as usize,
         );
     }
-    let total: usize = shape.iter().product();
     let body = &bytes[4 + 4 * dims..];
-    if body.len() != total {
+    // Checked: three u32 dimensions overflow a 64-bit product.
+    let total = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if total != Some(body.len()) {
+        let total = total.map_or("more than 2^64".to_string(), |t| t.to_string());
         return Err(bad(format!(
             "IDX header says {} = {total} bytes of data, file has {}",
             shape
