@@ -492,6 +492,13 @@ fn load_libsvm(train: &Path, test: Option<&Path>) -> Result<(Dataset, Dataset), 
             ),
         });
     }
+    // Class id by label text: a linear search per row was quadratic in the
+    // number of distinct labels (a regression file: every label distinct).
+    let class_of: std::collections::HashMap<&str, u32> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i as u32))
+        .collect();
     let dense = |s: &Sparse, range: std::ops::Range<usize>| Dataset {
         n: range.len(),
         dim,
@@ -507,7 +514,7 @@ fn load_libsvm(train: &Path, test: Option<&Path>) -> Result<(Dataset, Dataset), 
         },
         y: s.labels[range]
             .iter()
-            .map(|l| names.iter().position(|n| n == l).unwrap_or(0) as u32)
+            .map(|l| class_of.get(l.as_str()).copied().unwrap_or(0))
             .collect(),
     };
     let (train_ds, test_ds) = match &te {
