@@ -147,7 +147,13 @@ pub fn check(target: &Target, input: &[u8], limits: &Limits) -> Result<Pass, Fai
     let elapsed = t0.elapsed();
     let outcome = res.map_err(|p| Failure::Panic(panic_message(&*p)))?;
     if elapsed > limits.time {
-        return Err(Failure::Slow(elapsed));
+        // Once more before calling it slow: the machine may have been busy.
+        let t1 = Instant::now();
+        let _ = catch_unwind(AssertUnwindSafe(|| (target.run)(input)));
+        let again = t1.elapsed();
+        if again > limits.time {
+            return Err(Failure::Slow(elapsed.min(again)));
+        }
     }
     let bound = limits
         .mem_per_byte
