@@ -319,21 +319,6 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
     Ok(out)
 }
 
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ClusterFile {
-    nodes: Vec<NodeGroupFile>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NodeGroupFile {
-    count: u32,
-    gpus: u32,
-    #[serde(rename = "type")]
-    device_type: String,
-}
-
 /// `--cluster`: a compact spec, or a TOML file such as
 /// ```toml
 /// [[nodes]]
@@ -349,18 +334,7 @@ pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
         return Ok(ClusterSpec::parse(arg, "--cluster")?);
     }
     let text = read(arg)?;
-    let file: ClusterFile = toml::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{arg}: {}", e.to_string().trim_end()))?;
-    let groups: Vec<pacer_model::cluster::NodeGroup> = file
-        .nodes
-        .into_iter()
-        .map(|g| pacer_model::cluster::NodeGroup {
-            count: g.count,
-            gpus_per_node: g.gpus,
-            device_type: g.device_type.to_ascii_lowercase(),
-        })
-        .collect();
-    Ok(ClusterSpec::from_groups(&groups, arg)?)
+    Ok(pacer_model::cluster_file::parse_cluster_toml(&text, arg)?)
 }
 
 /// The policies named by `--policy`: `all` or a comma-separated list of registry

@@ -94,7 +94,9 @@ impl ClusterSpec {
                     ),
                 ));
             }
-            if g.count > 1_000_000 || g.gpus_per_node > 1024 {
+            // The node limit is on the whole cluster: per group, a short spec
+            // (`1000000x1:a,1000000x1:a,...`) would still build any number of nodes.
+            if g.count > 1_000_000 - spec.nodes.len() as u32 || g.gpus_per_node > 1024 {
                 return Err(ParseError::whole(
                     origin,
                     "cluster too large (at most 1,000,000 nodes of ≤ 1024 devices)",

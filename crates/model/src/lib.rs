@@ -11,6 +11,7 @@
 
 pub mod alloc;
 pub mod cluster;
+pub mod cluster_file;
 pub mod error;
 pub mod job;
 pub mod profile;

@@ -183,11 +183,23 @@ fn read_csv<T>(
         }
     }
     let mut out = Vec::new();
-    for rec in rdr.records() {
-        let rec = rec.map_err(|e| {
-            let line = e.position().map(|p| p.line() as usize).unwrap_or(0);
-            ParseError::at(origin, line, format!("unreadable CSV record: {e}"))
-        })?;
+    // One record read into, not `records()`: that clones the reader's record with
+    // the field-end table of the widest row so far, so one wide row made every
+    // later row cost as much (quadratic time).
+    let mut rec = csv::StringRecord::new();
+    loop {
+        match rdr.read_record(&mut rec) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                let line = e.position().map(|p| p.line() as usize).unwrap_or(0);
+                return Err(ParseError::at(
+                    origin,
+                    line,
+                    format!("unreadable CSV record: {e}"),
+                ));
+            }
+        }
         let line = rec.position().map(|p| p.line() as usize).unwrap_or(0);
         if rec.iter().all(|f| f.trim().is_empty()) {
             continue;

@@ -194,9 +194,11 @@ pub fn parse_idx_u8(
             u32::from_be_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]) as usize,
         );
     }
-    let total: usize = shape.iter().product();
     let body = &bytes[4 + 4 * dims..];
-    if body.len() != total {
+    // Checked: three u32 dimensions overflow a 64-bit product.
+    let total = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if total != Some(body.len()) {
+        let total = total.map_or("more than 2^64".to_string(), |t| t.to_string());
         return Err(bad(format!(
             "IDX header says {} = {total} bytes of data, file has {}",
             shape
@@ -555,6 +557,13 @@ fn load_libsvm(train: &Path, test: Option<&Path>) -> Result<(Dataset, Dataset), 
             ),
         });
     }
+    // Class id by label text: a linear search per row was quadratic in the
+    // number of distinct labels (a regression file: every label distinct).
+    let class_of: std::collections::HashMap<&str, u32> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i as u32))
+        .collect();
     let dense = |s: &Sparse, range: std::ops::Range<usize>| Dataset {
         n: range.len(),
         dim,
@@ -570,7 +579,7 @@ fn load_libsvm(train: &Path, test: Option<&Path>) -> Result<(Dataset, Dataset), 
         },
         y: s.labels[range]
             .iter()
-            .map(|l| names.iter().position(|n| n == l).unwrap_or(0) as u32)
+            .map(|l| class_of.get(l.as_str()).copied().unwrap_or(0))
             .collect(),
     };
     let (train_ds, test_ds) = match &te {

@@ -144,9 +144,13 @@ impl QualityProfile {
                 .trim()
                 .parse()
                 .map_err(|_| bad(format!("loss `{b}` is not a number")))?;
-            if !loss.is_finite() || curve.last().is_some_and(|p: &(f64, f64)| p.0 >= it) {
+            // A NaN iteration would pass the comparison below (it compares false).
+            if !it.is_finite()
+                || !loss.is_finite()
+                || curve.last().is_some_and(|p: &(f64, f64)| p.0 >= it)
+            {
                 return Err(bad(format!(
-                    "iteration {it}: iterations must increase and losses be finite"
+                    "iteration {it}: iterations must be finite and increase, losses finite"
                 )));
             }
             curve.push((it, loss));

@@ -58,11 +58,23 @@ fn csv_records(text: &str, origin: &str, expected: &[&str]) -> Result<CsvRows, P
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut rows = Vec::new();
-    for rec in rdr.records() {
-        let rec = rec.map_err(|e| {
-            let line = e.position().map_or(0, |p| p.line() as usize);
-            ParseError::at(origin, line, format!("unreadable CSV record: {e}"))
-        })?;
+    // One record read into and copied out compactly: `records()` clones the
+    // reader's record with the field-end table of the widest row so far, so one
+    // wide row made every later row as big (quadratic memory).
+    let mut rec = csv::StringRecord::new();
+    loop {
+        match rdr.read_record(&mut rec) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line() as usize);
+                return Err(ParseError::at(
+                    origin,
+                    line,
+                    format!("unreadable CSV record: {e}"),
+                ));
+            }
+        }
         let line = rec.position().map_or(0, |p| p.line() as usize);
         if rec.iter().all(|f| f.trim().is_empty()) {
             continue;
@@ -74,7 +86,7 @@ fn csv_records(text: &str, origin: &str, expected: &[&str]) -> Result<CsvRows, P
                 format!("has {} fields; expected {}", rec.len(), header.len()),
             ));
         }
-        rows.push((line, rec));
+        rows.push((line, rec.iter().collect()));
     }
     Ok((idx, rows))
 }
@@ -155,7 +167,9 @@ pub fn parse_timestamp(s: &str) -> Option<f64> {
         4 | 6 | 9 | 11 => 30,
         _ => 31,
     };
-    if !(1..=12).contains(&mo)
+    // Four-digit years only: `days_from_civil` overflows i64 for years near ±2^63.
+    if !(0..=9999).contains(&y)
+        || !(1..=12).contains(&mo)
         || !(1..=month_days).contains(&da)
         || !(0.0..24.0).contains(&h)
         || !(0.0..60.0).contains(&mi)
