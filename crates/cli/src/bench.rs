@@ -258,6 +258,7 @@ fn round(a: RoundArgs) -> Result<()> {
                 num_restarts: rng.random_range(0..4),
                 current: Allocation::empty(),
                 goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
+                goodput_by_type: Vec::new(),
                 goodput_version: 1,
                 speed: Some(std::sync::Arc::new(bench_speed(&mut rng, a.types, r))),
                 work_done: rng.random_range(0.0..10_000.0),

@@ -212,6 +212,11 @@ pub struct JobView {
     pub current: Allocation,
     /// The job's current goodput model, when it has one (adaptive jobs).
     pub goodput: Option<GoodputFn>,
+    /// Goodput model per cluster device type (indexed like
+    /// `ClusterSpec::device_types`; `None` where the job has no model), for jobs with
+    /// per-type measurements; empty otherwise. Heterogeneity-aware policies (Sia)
+    /// compare a job's goodput across types with it.
+    pub goodput_by_type: Vec<Option<GoodputFn>>,
     /// Changes whenever `goodput` changes, so policies can cache per job.
     pub goodput_version: u64,
     /// Speed per device type (work units/s); `None`: the job scales linearly up
@@ -238,6 +243,7 @@ impl JobView {
             num_restarts: 0,
             current: Allocation::empty(),
             goodput: None,
+            goodput_by_type: Vec::new(),
             goodput_version: 0,
             speed: None,
             work_done: 0.0,
