@@ -31,6 +31,7 @@ pub mod fifo;
 pub mod gavel;
 pub mod place;
 pub mod pollux;
+pub mod sia;
 pub mod slaq;
 pub mod themis;
 pub mod tiresias;
@@ -382,7 +383,7 @@ pub struct PolicyEntry {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 8] = [
+pub const POLICIES: [PolicyEntry; 10] = [
     PolicyEntry {
         name: "fifo",
         summary: "first come, first served, gang-scheduled, non-preemptive",
@@ -417,6 +418,16 @@ pub const POLICIES: [PolicyEntry; 8] = [
         name: "themis",
         summary: "finish-time-fair partial-allocation auctions over leases (themis-fF sets f)",
         build: || Box::new(themis::Themis::default()),
+    },
+    PolicyEntry {
+        name: "sia",
+        summary: "Sia: per-type goodput configurations, p = -0.5 knapsack (fast solver)",
+        build: || Box::new(sia::Sia::new(sia::SiaSolver::Fast)),
+    },
+    PolicyEntry {
+        name: "sia-exact",
+        summary: "Sia: the same integer program solved exactly (microlp branch and bound)",
+        build: || Box::new(sia::Sia::new(sia::SiaSolver::Exact)),
     },
     PolicyEntry {
         name: "slaq",
