@@ -180,6 +180,19 @@ impl Sia {
         g
     }
 
+    /// The configuration each job holds now, if it is one of the cluster's.
+    pub fn held(&self, view: &ClusterView) -> Vec<Option<usize>> {
+        let pools = TypedPools::new(view.cluster);
+        view.jobs
+            .iter()
+            .map(|job| {
+                let t = pools.type_of(&job.current)?;
+                let r = job.current.replicas();
+                self.configs.iter().position(|c| c.ty == t.0 && c.gpus == r)
+            })
+            .collect()
+    }
+
     /// The knapsack of this round.
     pub fn problem(&mut self, view: &ClusterView) -> Problem {
         let key: Vec<(u16, u32)> = view
@@ -322,11 +335,116 @@ pub fn solve_exact(p: &Problem) -> Option<Vec<Option<usize>>> {
     fits.then_some(choice)
 }
 
-/// Greedy on value gained per extra device, then single-job improvement passes.
-pub fn solve_fast(p: &Problem) -> Vec<Option<usize>> {
+/// Fast near-exact solution: the best of three starts, each completed by
+/// [`improve_from`]: nothing allocated; the Lagrangian relaxation's choice (per-type
+/// device prices by subgradient steps, each job then picks independently), repaired
+/// to fit by dropping the choices that lose least value per device; and `held`
+/// (the configurations the jobs hold now, which the re-allocation factor favours).
+pub fn solve_fast(p: &Problem, held: &[Option<usize>]) -> Vec<Option<usize>> {
+    let mut best: Option<(f64, Vec<Option<usize>>)> = None;
+    let mut consider = |c: Vec<Option<usize>>| {
+        let (v, fits) = p.evaluate(&c);
+        if fits && best.as_ref().is_none_or(|b| v > b.0 + 1e-12) {
+            best = Some((v, c));
+        }
+    };
+    consider(improve_from(p, &vec![None; p.options.len()]));
+    consider(improve_from(p, &repair(p, lagrangian(p))));
+    if held.len() == p.options.len() && p.evaluate(held).1 {
+        consider(improve_from(p, held));
+    }
+    best.map(|b| b.1)
+        .unwrap_or_else(|| vec![None; p.options.len()])
+}
+
+/// Each job's best configuration under per-type device prices found by projected
+/// subgradient steps on the capacity constraints.
+fn lagrangian(p: &Problem) -> Vec<Option<usize>> {
+    let types = p.capacity.len();
+    let mut mu = vec![0.0f64; types];
+    let mut pick = vec![None; p.options.len()];
+    let mut used = vec![0u64; types];
+    let vmax = p
+        .options
+        .iter()
+        .flatten()
+        .map(|o| o.1)
+        .fold(0.0f64, f64::max);
+    for it in 0..40 {
+        used.iter_mut().for_each(|u| *u = 0);
+        for (j, o) in p.options.iter().enumerate() {
+            let mut b: Option<(f64, usize)> = None;
+            for &(c, v) in o {
+                let cfg = p.configs[c];
+                let r = v - mu[cfg.ty as usize] * cfg.gpus as f64;
+                if r > 0.0 && b.is_none_or(|x| r > x.0) {
+                    b = Some((r, c));
+                }
+            }
+            pick[j] = b.map(|x| x.1);
+            if let Some(c) = pick[j] {
+                used[p.configs[c].ty as usize] += p.configs[c].gpus as u64;
+            }
+        }
+        let step = vmax / (1.0 + it as f64);
+        let mut all_fit = true;
+        for t in 0..types {
+            let cap = p.capacity[t].max(1) as f64;
+            let g = (used[t] as f64 - cap) / cap;
+            if g > 0.0 {
+                all_fit = false;
+            }
+            mu[t] = (mu[t] + step * g / cap.sqrt()).max(0.0);
+        }
+        if all_fit && it > 0 {
+            break;
+        }
+    }
+    pick
+}
+
+/// Makes a choice fit: on each over-used type, drops the choices with the least
+/// value per device until the type fits.
+fn repair(p: &Problem, mut choice: Vec<Option<usize>>) -> Vec<Option<usize>> {
+    let val = |j: usize, c: usize| p.options[j].iter().find(|o| o.0 == c).map_or(0.0, |o| o.1);
+    for t in 0..p.capacity.len() {
+        let mut on: Vec<(f64, usize)> = choice
+            .iter()
+            .enumerate()
+            .filter_map(|(j, c)| {
+                let c = (*c)?;
+                (p.configs[c].ty as usize == t).then(|| (val(j, c) / p.configs[c].gpus as f64, j))
+            })
+            .collect();
+        let mut used: u64 = on
+            .iter()
+            .map(|&(_, j)| p.configs[choice[j].unwrap_or(0)].gpus as u64)
+            .sum();
+        on.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, j) in on {
+            if used <= p.capacity[t] {
+                break;
+            }
+            if let Some(c) = choice[j].take() {
+                used -= p.configs[c].gpus as u64;
+            }
+        }
+    }
+    choice
+}
+
+/// From a feasible `start`: greedy on value gained per extra device, then
+/// single-job improvement passes.
+fn improve_from(p: &Problem, start: &[Option<usize>]) -> Vec<Option<usize>> {
     let n = p.options.len();
     let mut free: Vec<i64> = p.capacity.iter().map(|&c| c as i64).collect();
     let mut choice: Vec<Option<(usize, f64)>> = vec![None; n];
+    for (j, c) in start.iter().enumerate() {
+        if let Some(&(c, v)) = c.and_then(|c| p.options[j].iter().find(|o| o.0 == c)) {
+            free[p.configs[c].ty as usize] -= p.configs[c].gpus as i64;
+            choice[j] = Some((c, v));
+        }
+    }
     // Best move of a job: (gain per device, job, option index) among those that fit.
     let best_move = |j: usize, cur: Option<(usize, f64)>, free: &[i64]| -> Option<(f64, usize)> {
         let (cur_v, cur_cfg) = cur.map_or((0.0, None), |(c, v)| (v, Some(p.configs[c])));
@@ -363,7 +481,7 @@ pub fn solve_fast(p: &Problem) -> Vec<Option<usize>> {
     let mut heap: std::collections::BinaryHeap<(OrdF64, std::cmp::Reverse<usize>)> =
         std::collections::BinaryHeap::new();
     for j in 0..n {
-        if let Some((r, _)) = best_move(j, None, &free) {
+        if let Some((r, _)) = best_move(j, choice[j], &free) {
             heap.push((OrdF64(r), std::cmp::Reverse(j)));
         }
     }
@@ -522,9 +640,12 @@ impl Policy for Sia {
         let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
         self.cache.retain(|id, _| live.contains(id));
         let problem = self.problem(view);
+        let held = self.held(view);
         let choice = match self.solver {
-            SiaSolver::Fast => solve_fast(&problem),
-            SiaSolver::Exact => solve_exact(&problem).unwrap_or_else(|| solve_fast(&problem)),
+            SiaSolver::Fast => solve_fast(&problem, &held),
+            SiaSolver::Exact => {
+                solve_exact(&problem).unwrap_or_else(|| solve_fast(&problem, &held))
+            }
         };
         place(view.cluster, view.jobs, &problem.configs, &choice)
     }
@@ -593,7 +714,7 @@ mod tests {
         let (ve, fe) = p.evaluate(&exact);
         assert!(fe);
         assert!((ve - 0.9).abs() < 1e-9, "{ve} {exact:?}");
-        let (vf, ff) = p.evaluate(&solve_fast(&p));
+        let (vf, ff) = p.evaluate(&solve_fast(&p, &[]));
         assert!(ff && vf <= ve + 1e-9 && vf >= 0.8 * ve, "{vf} vs {ve}");
     }
 }
