@@ -523,58 +523,115 @@ fn improve_from(p: &Problem, start: &[Option<usize>]) -> Vec<Option<usize>> {
                 improved = true;
             }
         }
-        // Swap: shrink a held job one step to admit a waiting one when it pays.
-        for j in 0..n {
-            if choice[j].is_some() {
-                continue;
+        // Exchange: a job takes a better configuration with devices another job on
+        // the same type gives up by shrinking (or stopping), when the sum gains.
+        for _ in 0..200 {
+            if !exchange(p, &mut choice, &mut free) {
+                break;
             }
-            let Some(&(c1, v1)) = p.options[j]
-                .iter()
-                .filter(|o| p.configs[o.0].gpus == 1)
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-            else {
-                continue;
-            };
-            let ty = p.configs[c1].ty as usize;
-            if free[ty] >= 1 {
-                let k = p.options[j].iter().position(|o| o.0 == c1).unwrap_or(0);
-                apply(j, k, &mut choice, &mut free);
-                improved = true;
-                continue;
-            }
-            // Cheapest loss from moving some job on `ty` to a smaller configuration.
-            let mut best: Option<(f64, usize, usize)> = None;
-            for (i, ch) in choice.iter().enumerate() {
-                let Some((c0, v0)) = *ch else { continue };
-                let o = p.configs[c0];
-                if o.ty as usize != ty {
-                    continue;
-                }
-                for (k, &(c, v)) in p.options[i].iter().enumerate() {
-                    let cfg = p.configs[c];
-                    if cfg.ty == o.ty
-                        && cfg.gpus < o.gpus
-                        && (o.gpus - cfg.gpus) as i64 + free[ty] >= 1
-                        && best.is_none_or(|b| v0 - v < b.0)
-                    {
-                        best = Some((v0 - v, i, k));
-                    }
-                }
-            }
-            if let Some((loss, i, k)) = best {
-                if loss + 1e-12 < v1 {
-                    apply(i, k, &mut choice, &mut free);
-                    let kj = p.options[j].iter().position(|o| o.0 == c1).unwrap_or(0);
-                    apply(j, kj, &mut choice, &mut free);
-                    improved = true;
-                }
-            }
+            improved = true;
         }
         if !improved {
             break;
         }
     }
     choice.into_iter().map(|c| c.map(|x| x.0)).collect()
+}
+
+/// The best single exchange (see [`improve_from`]); applies it and returns whether
+/// there was one that gains. Per type, `cheapest[d]` holds the two least losses
+/// (of different jobs) of freeing at least `d` devices by shrinking one job.
+fn exchange(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) -> bool {
+    let types = p.capacity.len();
+    let maxg = p.configs.iter().map(|c| c.gpus).max().unwrap_or(0) as usize;
+    // (loss, job, option index or usize::MAX for none), two best per freed count.
+    type Slot = [(f64, usize, usize); 2];
+    let empty: Slot = [(f64::INFINITY, usize::MAX, 0); 2];
+    let mut cheapest: Vec<Vec<Slot>> = vec![vec![empty; maxg + 1]; types];
+    let put = |slot: &mut Slot, e: (f64, usize, usize)| {
+        if e.1 == slot[0].1 {
+            if e.0 < slot[0].0 {
+                slot[0] = e;
+            }
+        } else if e.0 < slot[0].0 {
+            slot[1] = slot[0];
+            slot[0] = e;
+        } else if e.1 != slot[1].1 && e.0 < slot[1].0 || e.1 == slot[1].1 && e.0 < slot[1].0 {
+            slot[1] = e;
+        }
+    };
+    for (i, ch) in choice.iter().enumerate() {
+        let Some((c0, v0)) = *ch else { continue };
+        let o = p.configs[c0];
+        let t = o.ty as usize;
+        put(&mut cheapest[t][o.gpus as usize], (v0, i, usize::MAX));
+        for (k, &(c, v)) in p.options[i].iter().enumerate() {
+            let cfg = p.configs[c];
+            if cfg.ty == o.ty && cfg.gpus < o.gpus {
+                put(
+                    &mut cheapest[t][(o.gpus - cfg.gpus) as usize],
+                    (v0 - v, i, k),
+                );
+            }
+        }
+    }
+    // Suffix minimum: freeing at least d.
+    for per in cheapest.iter_mut() {
+        for d in (0..maxg).rev() {
+            let next = per[d + 1];
+            for e in next {
+                if e.1 != usize::MAX {
+                    put(&mut per[d], e);
+                }
+            }
+        }
+    }
+    let mut best: Option<(f64, usize, usize, (f64, usize, usize))> = None;
+    for j in 0..p.options.len() {
+        let (cur_v, cur) = choice[j].map_or((0.0, None), |(c, v)| (v, Some(p.configs[c])));
+        for (k, &(c, v)) in p.options[j].iter().enumerate() {
+            if v <= cur_v + 1e-12 {
+                continue;
+            }
+            let cfg = p.configs[c];
+            let t = cfg.ty as usize;
+            let back = cur.filter(|o| o.ty == cfg.ty).map_or(0, |o| o.gpus as i64);
+            let need = cfg.gpus as i64 - back - free[t];
+            if need <= 0 || need as usize > maxg {
+                continue;
+            }
+            let slot = cheapest[t][need as usize];
+            let Some(&e) = slot.iter().find(|e| e.1 != j && e.1 != usize::MAX) else {
+                continue;
+            };
+            let net = v - cur_v - e.0;
+            if net > 1e-9 && best.is_none_or(|b| net > b.0) {
+                best = Some((net, j, k, e));
+            }
+        }
+    }
+    let Some((_, j, k, (_, i, ki))) = best else {
+        return false;
+    };
+    // Shrink i, then move j.
+    if let Some((c0, _)) = choice[i] {
+        let o = p.configs[c0];
+        free[o.ty as usize] += o.gpus as i64;
+        choice[i] = None;
+    }
+    if ki != usize::MAX {
+        let (c, v) = p.options[i][ki];
+        free[p.configs[c].ty as usize] -= p.configs[c].gpus as i64;
+        choice[i] = Some((c, v));
+    }
+    if let Some((c0, _)) = choice[j] {
+        let o = p.configs[c0];
+        free[o.ty as usize] += o.gpus as i64;
+    }
+    let (c, v) = p.options[j][k];
+    free[p.configs[c].ty as usize] -= p.configs[c].gpus as i64;
+    choice[j] = Some((c, v));
+    true
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
