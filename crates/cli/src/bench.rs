@@ -256,6 +256,7 @@ fn round(a: RoundArgs) -> Result<()> {
                 requested_replicas: r,
                 max_replicas: (2 * r).min(64),
                 num_restarts: rng.random_range(0..4),
+                restart_s: None,
                 current: Allocation::empty(),
                 goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
                 goodput_by_type: Vec::new(),

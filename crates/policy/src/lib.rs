@@ -209,6 +209,9 @@ pub struct JobView {
     pub max_replicas: u32,
     /// Times the job has been restarted on a new allocation.
     pub num_restarts: u32,
+    /// Seconds a restart costs this job, when the driver knows (`None`: the
+    /// policy's own assumption).
+    pub restart_s: Option<f64>,
     /// Devices held now.
     pub current: Allocation,
     /// The job's current goodput model, when it has one (adaptive jobs).
@@ -242,6 +245,7 @@ impl JobView {
             requested_replicas,
             max_replicas: requested_replicas,
             num_restarts: 0,
+            restart_s: None,
             current: Allocation::empty(),
             goodput: None,
             goodput_by_type: Vec::new(),

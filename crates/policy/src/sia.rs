@@ -86,7 +86,8 @@ pub struct Sia {
     pub p: f64,
     /// Cost of leaving a job without devices (Sia: 1.1).
     pub lambda_n: f64,
-    /// Restart penalty in the re-allocation factor (s).
+    /// Restart penalty in the re-allocation factor (s) for jobs whose
+    /// `JobView::restart_s` is unknown.
     pub restart_s: f64,
     pub solver: SiaSolver,
     /// Per job: goodput version and goodput per configuration index.
@@ -249,10 +250,11 @@ impl Sia {
                 self.configs.iter().position(|c| c.ty == t.0 && c.gpus == r)
             });
             let age = (view.now_s - job.arrival_s).max(0.0);
-            let rf = if age < self.restart_s {
+            let pen = job.restart_s.unwrap_or(self.restart_s);
+            let rf = if age < pen {
                 1.0
             } else {
-                (age - job.num_restarts as f64 * self.restart_s).max(0.0) / (age + self.restart_s)
+                (age - job.num_restarts as f64 * pen).max(0.0) / (age + pen)
             };
             let mut opts = Vec::new();
             for (c, &sc) in s.iter().enumerate() {

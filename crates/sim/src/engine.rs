@@ -945,6 +945,10 @@ impl Simulation<'_> {
                         .max_replicas_cap
                         .map_or(max_replicas, |c| c.min(max_replicas)),
                     num_restarts: st.restarts.unwrap_or(0),
+                    restart_s: match &job.work {
+                        Work::Profiled { app } => self.apps[*app].restart_s,
+                        _ => None,
+                    },
                     current: st.alloc.clone(),
                     goodput,
                     goodput_by_type,
