@@ -833,6 +833,93 @@ mod tests {
         assert!(five.is_finite() && five > 0.0);
     }
 
+    /// A Sia-layout folder in a fresh temp dir: `files` are (app/file, text).
+    fn sia_dir(tag: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("pacer-sia-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (f, text) in files {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        root
+    }
+
+    const PL: &str =
+        "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n1,16,0.2,0.01\n2,8,0.12,0.03\n";
+    const SC: &str =
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,8,8,0.3,0.1\n2,8,16,0.4,0.1\n";
+    const VAL: &str =
+        "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.5,1.0,2.0\n20,20,0.6,1.0,2.0\n";
+
+    #[test]
+    fn sia_layout_loads_per_type_and_calibrates() {
+        let root = sia_dir(
+            "ok",
+            &[
+                ("cifar10/placements-fast.csv", PL),
+                ("cifar10/scalability-fast.csv", SC),
+                ("cifar10/placements-slow.csv", &PL.replace("0.1,", "0.3,")),
+                ("cifar10/scalability-slow.csv", SC),
+                ("cifar10/validation-16.csv", VAL),
+                ("cifar10/validation-32.csv", VAL),
+            ],
+        );
+        let raw = load_sia_dir(&root, false).unwrap();
+        let cal = load_sia_dir(&root, true).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(raw.len(), 1);
+        let (r, c) = (&raw[0], &cal[0]);
+        assert_eq!(r.name(), "cifar10");
+        assert_eq!(r.typed().len(), 2);
+        assert!(r.profile.measured_on("fast") && r.profile.measured_on("slow"));
+        let fast = r.step_time_on("fast", &[1], 8.0).0;
+        let slow = r.step_time_on("slow", &[1], 8.0).0;
+        assert!((fast - 0.1).abs() < 1e-12 && (slow - 0.3).abs() < 1e-12);
+        // Sia's cifar10 calibration slowdown, 1.8, and restart penalty, 50 s.
+        assert!((c.step_time_on("fast", &[1], 8.0).0 - 0.18).abs() < 1e-12);
+        assert_eq!(c.restart_s, Some(50.0));
+        assert!(r.typed().iter().all(|t| t.perf.is_some()));
+    }
+
+    #[test]
+    fn sia_layout_errors_name_the_file() {
+        let root = sia_dir(
+            "one-row",
+            &[
+                (
+                    "bert/placements-aws.csv",
+                    "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n",
+                ),
+                ("bert/scalability-aws.csv", SC),
+                ("bert/validation-16.csv", VAL),
+            ],
+        );
+        let e = load_sia_dir(&root, true).unwrap_err().to_string();
+        assert!(
+            e.contains("placements-aws.csv") && e.contains("at least 2"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let root = sia_dir(
+            "no-scal",
+            &[
+                ("bert/placements-aws.csv", PL),
+                ("bert/validation-16.csv", VAL),
+            ],
+        );
+        let e = load_sia_dir(&root, true).unwrap_err().to_string();
+        assert!(
+            e.contains("scalability-aws.csv") && e.contains("missing"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let root = sia_dir("no-types", &[("bert/validation-16.csv", VAL)]);
+        let e = load_sia_dir(&root, true).unwrap_err().to_string();
+        assert!(e.contains("placements-<type>.csv"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     #[test]
     fn progress_and_gain() {
         let m = model("cifar10");
