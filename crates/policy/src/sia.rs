@@ -482,8 +482,8 @@ fn improve_from(p: &Problem, start: &[Option<usize>]) -> Vec<Option<usize>> {
     // Max-heap on ratio; stale entries are re-evaluated when popped.
     let mut heap: std::collections::BinaryHeap<(OrdF64, std::cmp::Reverse<usize>)> =
         std::collections::BinaryHeap::new();
-    for j in 0..n {
-        if let Some((r, _)) = best_move(j, choice[j], &free) {
+    for (j, &ch) in choice.iter().enumerate() {
+        if let Some((r, _)) = best_move(j, ch, &free) {
             heap.push((OrdF64(r), std::cmp::Reverse(j)));
         }
     }
@@ -558,7 +558,7 @@ fn exchange(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) 
         } else if e.0 < slot[0].0 {
             slot[1] = slot[0];
             slot[0] = e;
-        } else if e.1 != slot[1].1 && e.0 < slot[1].0 || e.1 == slot[1].1 && e.0 < slot[1].0 {
+        } else if e.0 < slot[1].0 {
             slot[1] = e;
         }
     };
@@ -588,9 +588,11 @@ fn exchange(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) 
             }
         }
     }
-    let mut best: Option<(f64, usize, usize, (f64, usize, usize))> = None;
-    for j in 0..p.options.len() {
-        let (cur_v, cur) = choice[j].map_or((0.0, None), |(c, v)| (v, Some(p.configs[c])));
+    // (net gain, job, its option, the shrink that makes room).
+    type Move = (f64, usize, usize, (f64, usize, usize));
+    let mut best: Option<Move> = None;
+    for (j, ch) in choice.iter().enumerate() {
+        let (cur_v, cur) = ch.map_or((0.0, None), |(c, v)| (v, Some(p.configs[c])));
         for (k, &(c, v)) in p.options[j].iter().enumerate() {
             if v <= cur_v + 1e-12 {
                 continue;
