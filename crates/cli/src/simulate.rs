@@ -307,8 +307,11 @@ pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
 /// names, plus parameterised forms the registry accepts (e.g. `themis-f0.5`).
 pub fn policy_names(arg: &str) -> Result<Vec<String>> {
     if arg == "all" {
+        // Sia's policies are for per-type applications (`--apps sia:DIR`) and are
+        // named explicitly; `all` stays the set it was before them.
         return Ok(pacer_policy::POLICY_NAMES
             .iter()
+            .filter(|n| !n.starts_with("sia"))
             .map(|n| n.to_string())
             .collect());
     }

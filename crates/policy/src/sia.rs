@@ -172,9 +172,16 @@ impl Sia {
                     None if job.goodput_by_type.is_empty() => job.goodput.as_ref(),
                     None => None,
                 };
-                model
-                    .and_then(|m| m.optimize(c.nodes, c.gpus))
-                    .map_or(0.0, |b| b.goodput.max(0.0))
+                match model {
+                    Some(m) => m
+                        .optimize(c.nodes, c.gpus)
+                        .map_or(0.0, |b| b.goodput.max(0.0)),
+                    // No goodput model (duration or throughput jobs): its speed.
+                    None if job.goodput.is_none() && job.goodput_by_type.is_empty() => {
+                        job.rate(DeviceTypeId(c.ty), c.gpus, true).max(0.0)
+                    }
+                    None => 0.0,
+                }
             })
             .collect();
         self.cache.insert(job.id, (job.goodput_version, g.clone()));
