@@ -57,6 +57,12 @@ pub struct SimulateArgs {
     /// embedded app replaces it.
     #[arg(long, value_name = "DIR")]
     pub app_dir: Vec<PathBuf>,
+    /// Applications from Sia's trace folder with per-device-type tables:
+    /// `sia:DIR` (step times times Sia's calibration slowdowns, as Sia's simulator;
+    /// compare JCTs with Sia's numbers with this) or `sia-uncalibrated:DIR` (the
+    /// tables as measured). Replaces the embedded Pollux applications.
+    #[arg(long, value_name = "KIND:DIR")]
+    pub apps: Option<String>,
     /// Gavel's `simulation_throughputs.json`, for `gavel:` traces.
     #[arg(long, value_name = "FILE")]
     pub gavel_throughputs: Option<PathBuf>,
@@ -158,6 +164,24 @@ pub struct Row {
     pub workload: String,
     #[serde(flatten)]
     pub summary: pacer_sim::Summary,
+}
+
+/// Applications for `--apps KIND:DIR` (`sia:` or `sia-uncalibrated:`), or the
+/// embedded Pollux ones plus `--app-dir` folders when it is absent.
+pub fn load_apps_arg(apps: Option<&str>, extra: &[PathBuf]) -> Result<Vec<AppModel>> {
+    let Some(spec) = apps else {
+        return load_apps(extra);
+    };
+    let (calibrate, dir) = match spec.split_once(':') {
+        Some(("sia", d)) => (true, d),
+        Some(("sia-uncalibrated", d)) => (false, d),
+        _ => bail!("--apps {spec}: expected sia:DIR or sia-uncalibrated:DIR"),
+    };
+    if !extra.is_empty() {
+        bail!("--apps {spec}: cannot be combined with --app-dir");
+    }
+    pacer_sim::apps::load_sia_dir(Path::new(dir), calibrate)
+        .with_context(|| format!("--apps {spec}"))
 }
 
 pub fn load_apps(extra: &[PathBuf]) -> Result<Vec<AppModel>> {
@@ -341,8 +365,11 @@ pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
 /// names, plus parameterised forms the registry accepts (e.g. `themis-f0.5`).
 pub fn policy_names(arg: &str) -> Result<Vec<String>> {
     if arg == "all" {
+        // Sia's policies are for per-type applications (`--apps sia:DIR`) and are
+        // named explicitly; `all` stays the set it was before them.
         return Ok(pacer_policy::POLICY_NAMES
             .iter()
+            .filter(|n| !n.starts_with("sia"))
             .map(|n| n.to_string())
             .collect());
     }
@@ -419,7 +446,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     }
     let cluster = parse_cluster(&args.cluster)?;
     let policies = policy_names(&args.policy)?;
-    let apps = load_apps(&args.app_dir)?;
+    let apps = load_apps_arg(args.apps.as_deref(), &args.app_dir)?;
     let loads = workloads(&args, &apps)?;
     if let Some(dir) = &args.out {
         let mut names = vec!["allocation.svg".to_string()];

@@ -31,6 +31,7 @@ pub mod fifo;
 pub mod gavel;
 pub mod place;
 pub mod pollux;
+pub mod sia;
 pub mod slaq;
 pub mod themis;
 pub mod tiresias;
@@ -208,10 +209,18 @@ pub struct JobView {
     pub max_replicas: u32,
     /// Times the job has been restarted on a new allocation.
     pub num_restarts: u32,
+    /// Seconds a restart costs this job, when the driver knows (`None`: the
+    /// policy's own assumption).
+    pub restart_s: Option<f64>,
     /// Devices held now.
     pub current: Allocation,
     /// The job's current goodput model, when it has one (adaptive jobs).
     pub goodput: Option<GoodputFn>,
+    /// Goodput model per cluster device type (indexed like
+    /// `ClusterSpec::device_types`; `None` where the job has no model), for jobs with
+    /// per-type measurements; empty otherwise. Heterogeneity-aware policies (Sia)
+    /// compare a job's goodput across types with it.
+    pub goodput_by_type: Vec<Option<GoodputFn>>,
     /// Changes whenever `goodput` changes, so policies can cache per job.
     pub goodput_version: u64,
     /// Speed per device type (work units/s); `None`: the job scales linearly up
@@ -236,8 +245,10 @@ impl JobView {
             requested_replicas,
             max_replicas: requested_replicas,
             num_restarts: 0,
+            restart_s: None,
             current: Allocation::empty(),
             goodput: None,
+            goodput_by_type: Vec::new(),
             goodput_version: 0,
             speed: None,
             work_done: 0.0,
@@ -419,7 +430,7 @@ pub struct PolicyEntry {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 8] = [
+pub const POLICIES: [PolicyEntry; 10] = [
     PolicyEntry {
         name: "fifo",
         summary: "first come, first served, gang-scheduled, non-preemptive",
@@ -454,6 +465,16 @@ pub const POLICIES: [PolicyEntry; 8] = [
         name: "themis",
         summary: "finish-time-fair partial-allocation auctions over leases (themis-fF sets f)",
         build: || Box::new(themis::Themis::default()),
+    },
+    PolicyEntry {
+        name: "sia",
+        summary: "Sia: per-type goodput configurations, p = -0.5 knapsack (fast solver)",
+        build: || Box::new(sia::Sia::new(sia::SiaSolver::Fast)),
+    },
+    PolicyEntry {
+        name: "sia-exact",
+        summary: "Sia: the same integer program solved exactly (microlp branch and bound)",
+        build: || Box::new(sia::Sia::new(sia::SiaSolver::Exact)),
     },
     PolicyEntry {
         name: "slaq",

@@ -293,6 +293,7 @@ mod tests {
             num_restarts: 0,
             current: Allocation::empty(),
             goodput,
+            goodput_by_type: Vec::new(),
             goodput_version: 1,
             ..JobView::basic(JobId(id), 0.0, 1)
         }

@@ -206,6 +206,140 @@ pub fn load_app_dir(dir: &Path) -> Result<AppProfile, AppError> {
     )
 }
 
+/// Sia's per-application settings (its `simulator_config.py` and `applications.py`):
+/// the calibration slowdown its simulator multiplies step times by (fitted to its
+/// real runs) and the restart penalty (`rescale_time`, s).
+pub const SIA_APPS: &[(&str, f64, f64)] = &[
+    ("bert", 1.2, 120.0),
+    ("cifar10", 1.8, 50.0),
+    ("deepspeech2", 1.2, 25.0),
+    ("imagenet", 1.2, 250.0),
+    ("ncf", 1.5, 15.0),
+    ("yolov3", 1.2, 80.0),
+];
+
+/// Applications of Sia's layout Pacer does not model: `gpt_pmp` is a
+/// pipeline-parallel job whose tables hold per-stage times, not data-parallel steps.
+const SIA_SKIPPED: &[&str] = &["gpt_pmp"];
+
+/// Reads Sia's trace folder (`DIR/<app>/placements-<type>.csv`,
+/// `scalability-<type>.csv`, `validation-<batch>.csv`): every application with its
+/// tables on every device type it has them for (the untyped Pollux tables are not
+/// read). With `calibrate`, step and sync times are multiplied by Sia's calibration
+/// slowdowns ([`SIA_APPS`]), as Sia's simulator does, so JCTs compare with its
+/// numbers. Each application also takes Sia's restart penalty.
+pub fn load_sia_dir(root: &Path, calibrate: bool) -> Result<Vec<AppModel>, AppError> {
+    fn io(p: &Path) -> impl Fn(std::io::Error) -> AppError {
+        let path = p.display().to_string();
+        move |source| AppError::Io {
+            path: path.clone(),
+            source,
+        }
+    }
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(io(p));
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    for e in std::fs::read_dir(root).map_err(io(root))? {
+        let e = e.map_err(io(root))?;
+        if e.path().is_dir() {
+            dirs.push(e.path());
+        }
+    }
+    dirs.sort();
+    let mut out = Vec::new();
+    for dir in dirs {
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("app")
+            .to_string();
+        if SIA_SKIPPED.contains(&name.as_str()) {
+            continue;
+        }
+        let mut type_names: Vec<String> = Vec::new();
+        let mut curves = Vec::new();
+        for e in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let e = e.map_err(io(&dir))?;
+            let file = e.file_name();
+            let Some(file) = file.to_str() else { continue };
+            if let Some(ty) = file
+                .strip_prefix("placements-")
+                .and_then(|f| f.strip_suffix(".csv"))
+            {
+                type_names.push(ty.to_string());
+            } else if let Some(batch) = profile::validation_batch_from_name(file) {
+                let p = e.path();
+                curves.push(profile::parse_validation(
+                    &read(&p)?,
+                    batch,
+                    &p.display().to_string(),
+                )?);
+            }
+        }
+        if type_names.is_empty() {
+            return Err(ParseError::whole(
+                &dir.display().to_string(),
+                "no placements-<type>.csv: an application needs a table for at least one device type",
+            )
+            .into());
+        }
+        type_names.sort();
+        let slowdown = match (calibrate, SIA_APPS.iter().find(|a| a.0 == name)) {
+            (true, Some(a)) => a.1,
+            _ => 1.0,
+        };
+        let mut types = Vec::new();
+        for ty in type_names {
+            let pl = dir.join(format!("placements-{ty}.csv"));
+            let sc = dir.join(format!("scalability-{ty}.csv"));
+            let (pl_o, sc_o) = (pl.display().to_string(), sc.display().to_string());
+            let mut placements = profile::parse_placements(&read(&pl)?, &pl_o)?;
+            if !sc.exists() {
+                return Err(ParseError::whole(
+                    &sc_o,
+                    format!("missing: device type `{ty}` has {pl_o} but no scalability table"),
+                )
+                .into());
+            }
+            let mut scalability = profile::parse_scalability(&read(&sc)?, &sc_o)?;
+            for (o, n) in [(&pl_o, placements.len()), (&sc_o, scalability.len())] {
+                if n < 2 {
+                    return Err(ParseError::whole(
+                        o,
+                        format!(
+                            "{n} data row(s); a step-time table needs at least 2 to interpolate"
+                        ),
+                    )
+                    .into());
+                }
+            }
+            for r in &mut placements {
+                r.step_time_s *= slowdown;
+                r.sync_time_s *= slowdown;
+            }
+            for r in &mut scalability {
+                r.step_time_s *= slowdown;
+                r.sync_time_s *= slowdown;
+            }
+            types.push(TypeProfile {
+                device_type: ty,
+                placements,
+                scalability,
+            });
+        }
+        let mut base = AppProfile::new(
+            &dir.display().to_string(),
+            types[0].placements.clone(),
+            types[0].scalability.clone(),
+            curves,
+        )?;
+        base.name = name.clone();
+        let mut m = AppModel::with_types(base, types);
+        m.restart_s = SIA_APPS.iter().find(|a| a.0 == name).map(|a| a.2);
+        out.push(m);
+    }
+    Ok(out)
+}
+
 /// (local batch, step time, sync time) samples per (nodes, replicas).
 type PointsByShape = std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>>;
 
@@ -290,6 +424,161 @@ pub struct AppModel {
     /// Progress (base-batch steps) at the end of each epoch, `epoch_progress[e]`
     /// = progress after epoch e+1 (minimum over the measured runs, as Pollux does).
     epoch_progress: Vec<f64>,
+    /// Per-device-type tables (Sia's `placements-<type>.csv`); empty for a Pollux
+    /// folder, whose one table set is `exact` / `levels` above.
+    typed: Vec<TypedTables>,
+    /// Restart penalty of this application (s), when it has its own (Sia's
+    /// `rescale_time`); `None`: the simulator's `restart_s`.
+    pub restart_s: Option<f64>,
+}
+
+/// Ground truth of one application on one device type.
+#[derive(Debug, Clone)]
+pub struct TypedTables {
+    pub device_type: String,
+    exact: std::collections::HashMap<Vec<u32>, Curve>,
+    max_exact_nodes: usize,
+    levels: Vec<Level>,
+    /// Largest local batch measured on this type.
+    pub max_local_bsz: f64,
+    /// The Pollux step-time model fitted to every measured row of this type, the
+    /// per-type performance model policies see (`JobView::goodput_by_type`).
+    pub perf: Option<pacer_predict::goodput::PerfParams>,
+}
+
+/// One device type's measured tables, as read from `placements-<type>.csv` and
+/// `scalability-<type>.csv`.
+#[derive(Debug, Clone)]
+pub struct TypeProfile {
+    pub device_type: String,
+    pub placements: Vec<profile::PlacementRow>,
+    pub scalability: Vec<profile::ScalabilityRow>,
+}
+
+type Tables = (
+    std::collections::HashMap<Vec<u32>, Curve>,
+    usize,
+    Vec<Level>,
+);
+
+/// Exact-placement curves and the interpolation grid of one table set.
+fn build_tables(
+    placements: &[profile::PlacementRow],
+    scalability: &[profile::ScalabilityRow],
+) -> Tables {
+    let mut exact_pts: std::collections::HashMap<Vec<u32>, Vec<(f64, f64, f64)>> =
+        Default::default();
+    let mut grid: PointsByShape = Default::default();
+    for r in placements {
+        exact_pts
+            .entry(canonical_placement(&r.placement))
+            .or_default()
+            .push((r.local_bsz, r.step_time_s, r.sync_time_s));
+        grid.entry((r.num_nodes(), r.num_replicas()))
+            .or_default()
+            .push((r.local_bsz, r.step_time_s, r.sync_time_s));
+    }
+    // Per-(nodes, replicas, bsz) means of placements, then scalability rows.
+    let mut grid: std::collections::BTreeMap<(u32, u32), Curve> = grid
+        .into_iter()
+        .map(|(k, v)| (k, Curve::from_points(v)))
+        .collect();
+    let mut scal: PointsByShape = Default::default();
+    for r in scalability {
+        scal.entry((r.num_nodes, r.num_replicas))
+            .or_default()
+            .push((r.local_bsz, r.step_time_s, r.sync_time_s));
+    }
+    for (k, v) in scal {
+        grid.entry(k).or_insert_with(|| Curve::from_points(v));
+    }
+    let mut levels: Vec<Level> = Vec::new();
+    for ((n, r), c) in grid {
+        match levels.last_mut() {
+            Some(l) if l.nodes == n => l.replicas.push((r, c)),
+            _ => levels.push(Level {
+                nodes: n,
+                replicas: vec![(r, c)],
+            }),
+        }
+    }
+    let max_exact_nodes = exact_pts.keys().map(Vec::len).max().unwrap_or(0);
+    let exact = exact_pts
+        .into_iter()
+        .map(|(k, v)| (k, Curve::from_points(v)))
+        .collect();
+    (exact, max_exact_nodes, levels)
+}
+
+/// Step and sync time from one table set (see [`AppModel::step_time`]).
+fn table_step_time(
+    exact: &std::collections::HashMap<Vec<u32>, Curve>,
+    max_exact_nodes: usize,
+    levels: &[Level],
+    placement: &[u32],
+    atomic_bsz: f64,
+) -> (f64, f64) {
+    let used = placement.iter().filter(|&&x| x > 0).count();
+    if used <= max_exact_nodes {
+        if let Some(c) = exact.get(&canonical_placement(placement)) {
+            return c.at(atomic_bsz);
+        }
+    }
+    let nodes = (used as u32).min(levels.last().map(|l| l.nodes).unwrap_or(1));
+    let replicas: u32 = placement.iter().sum();
+    interpolate(levels, nodes, replicas, atomic_bsz)
+}
+
+fn level_at(level: &Level, replicas: u32, b: f64) -> (f64, f64) {
+    let rs = &level.replicas;
+    if replicas <= rs[0].0 {
+        return rs[0].1.at(b);
+    }
+    let last = rs.len() - 1;
+    if replicas >= rs[last].0 {
+        return rs[last].1.at(b);
+    }
+    let k = rs.partition_point(|x| x.0 <= replicas) - 1;
+    let (s0, y0) = rs[k].1.at(b);
+    let (s1, y1) = rs[k + 1].1.at(b);
+    let t = (replicas - rs[k].0) as f64 / (rs[k + 1].0 - rs[k].0) as f64;
+    (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
+}
+
+fn interpolate(ls: &[Level], nodes: u32, replicas: u32, b: f64) -> (f64, f64) {
+    let k = ls.partition_point(|l| l.nodes <= nodes);
+    if k == 0 {
+        return level_at(&ls[0], replicas, b);
+    }
+    let lo = &ls[k - 1];
+    if lo.nodes == nodes || k == ls.len() {
+        return level_at(lo, replicas, b);
+    }
+    let hi = &ls[k];
+    let (s0, y0) = level_at(lo, replicas, b);
+    let (s1, y1) = level_at(hi, replicas, b);
+    let t = (nodes - lo.nodes) as f64 / (hi.nodes - lo.nodes) as f64;
+    (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
+}
+
+/// The Pollux step-time model fitted to every measured placement row.
+fn fit_table(placements: &[profile::PlacementRow]) -> Option<pacer_predict::goodput::PerfParams> {
+    let mut obs: Vec<pacer_predict::goodput::PerfObservation> = placements
+        .iter()
+        .map(|r| pacer_predict::goodput::PerfObservation {
+            nodes: r.num_nodes(),
+            replicas: r.num_replicas(),
+            atomic_bsz: r.local_bsz,
+            compute_time_s: (r.step_time_s - r.sync_time_s).max(1e-9),
+            step_time_s: r.step_time_s,
+        })
+        .collect();
+    obs.sort_by(|a, b| {
+        (a.nodes, a.replicas)
+            .cmp(&(b.nodes, b.replicas))
+            .then(a.atomic_bsz.total_cmp(&b.atomic_bsz))
+    });
+    pacer_predict::goodput::fit_perf_params_from(&obs, None).ok()
 }
 
 /// Canonical form of a placement: zeros dropped, lexicographically smallest rotation.
@@ -319,47 +608,8 @@ impl AppModel {
         let max_epochs = known.map(|a| a.1).unwrap_or(shortest).min(shortest).max(1);
         let (min_local_bsz, measured_max) = profile.local_bsz_range();
         let max_local_bsz = known.and_then(|a| a.2).unwrap_or(measured_max);
-        let mut exact_pts: std::collections::HashMap<Vec<u32>, Vec<(f64, f64, f64)>> =
-            Default::default();
-        let mut grid: PointsByShape = Default::default();
-        for r in &profile.placements {
-            exact_pts
-                .entry(canonical_placement(&r.placement))
-                .or_default()
-                .push((r.local_bsz, r.step_time_s, r.sync_time_s));
-            grid.entry((r.num_nodes(), r.num_replicas()))
-                .or_default()
-                .push((r.local_bsz, r.step_time_s, r.sync_time_s));
-        }
-        // Per-(nodes, replicas, bsz) means of placements, then scalability rows.
-        let mut grid: std::collections::BTreeMap<(u32, u32), Curve> = grid
-            .into_iter()
-            .map(|(k, v)| (k, Curve::from_points(v)))
-            .collect();
-        let mut scal: PointsByShape = Default::default();
-        for r in &profile.scalability {
-            scal.entry((r.num_nodes, r.num_replicas))
-                .or_default()
-                .push((r.local_bsz, r.step_time_s, r.sync_time_s));
-        }
-        for (k, v) in scal {
-            grid.entry(k).or_insert_with(|| Curve::from_points(v));
-        }
-        let mut levels: Vec<Level> = Vec::new();
-        for ((n, r), c) in grid {
-            match levels.last_mut() {
-                Some(l) if l.nodes == n => l.replicas.push((r, c)),
-                _ => levels.push(Level {
-                    nodes: n,
-                    replicas: vec![(r, c)],
-                }),
-            }
-        }
-        let max_exact_nodes = exact_pts.keys().map(Vec::len).max().unwrap_or(0);
-        let exact = exact_pts
-            .into_iter()
-            .map(|(k, v)| (k, Curve::from_points(v)))
-            .collect();
+        let (exact, max_exact_nodes, levels) =
+            build_tables(&profile.placements, &profile.scalability);
         let epoch_progress = (0..max_epochs)
             .map(|e| {
                 profile
@@ -380,6 +630,79 @@ impl AppModel {
             min_local_bsz,
             max_local_bsz,
             epoch_progress,
+            typed: Vec::new(),
+            restart_s: None,
+        }
+    }
+
+    /// Builds a model with ground truth per device type: `types[0]`'s tables are also
+    /// the type-less default ([`AppModel::step_time`]); the profile's
+    /// `device_types` become the types given. The batch limits are the ones every
+    /// type can run (largest of the smallest, smallest of the largest local batch).
+    pub fn with_types(mut profile: AppProfile, types: Vec<TypeProfile>) -> AppModel {
+        if let Some(first) = types.first() {
+            profile.placements = first.placements.clone();
+            profile.scalability = first.scalability.clone();
+            profile.device_types = types.iter().map(|t| t.device_type.clone()).collect();
+        }
+        let mut m = AppModel::new(profile);
+        let mut max_local = f64::INFINITY;
+        let mut min_local: f64 = 0.0;
+        for t in types {
+            let (exact, max_exact_nodes, levels) = build_tables(&t.placements, &t.scalability);
+            let (lo, hi) = t
+                .placements
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+                    (lo.min(r.local_bsz), hi.max(r.local_bsz))
+                });
+            min_local = min_local.max(lo);
+            max_local = max_local.min(hi);
+            m.typed.push(TypedTables {
+                perf: fit_table(&t.placements),
+                device_type: t.device_type,
+                exact,
+                max_exact_nodes,
+                levels,
+                max_local_bsz: hi,
+            });
+        }
+        if !m.typed.is_empty() {
+            m.min_local_bsz = min_local;
+            if POLLUX_APPS
+                .iter()
+                .all(|a| a.0 != m.profile.name || a.2.is_none())
+            {
+                m.max_local_bsz = max_local.max(min_local);
+            } else {
+                m.max_local_bsz = m.max_local_bsz.min(max_local).max(min_local);
+            }
+        }
+        m
+    }
+
+    /// Per-device-type tables (empty for a Pollux folder).
+    pub fn typed(&self) -> &[TypedTables] {
+        &self.typed
+    }
+
+    /// Index into [`AppModel::typed`] of device type `ty`.
+    pub fn type_index(&self, ty: &str) -> Option<usize> {
+        self.typed.iter().position(|t| t.device_type == ty)
+    }
+
+    /// `(step_time_s, sync_time_s)` on device type `ty`: its own tables when the
+    /// application has per-type tables for it, else the default ones.
+    pub fn step_time_on(&self, ty: &str, placement: &[u32], atomic_bsz: f64) -> (f64, f64) {
+        match self.typed.iter().find(|t| t.device_type == ty) {
+            Some(t) => table_step_time(
+                &t.exact,
+                t.max_exact_nodes,
+                &t.levels,
+                placement,
+                atomic_bsz,
+            ),
+            None => self.step_time(placement, atomic_bsz),
         }
     }
 
@@ -389,48 +712,13 @@ impl AppModel {
 
     /// `(step_time_s, sync_time_s)` of one optimiser step without accumulation.
     pub fn step_time(&self, placement: &[u32], atomic_bsz: f64) -> (f64, f64) {
-        let used = placement.iter().filter(|&&x| x > 0).count();
-        if used <= self.max_exact_nodes {
-            if let Some(c) = self.exact.get(&canonical_placement(placement)) {
-                return c.at(atomic_bsz);
-            }
-        }
-        let nodes = (used as u32).min(self.levels.last().map(|l| l.nodes).unwrap_or(1));
-        let replicas: u32 = placement.iter().sum();
-        self.interpolate(nodes, replicas, atomic_bsz)
-    }
-
-    fn level_at(level: &Level, replicas: u32, b: f64) -> (f64, f64) {
-        let rs = &level.replicas;
-        if replicas <= rs[0].0 {
-            return rs[0].1.at(b);
-        }
-        let last = rs.len() - 1;
-        if replicas >= rs[last].0 {
-            return rs[last].1.at(b);
-        }
-        let k = rs.partition_point(|x| x.0 <= replicas) - 1;
-        let (s0, y0) = rs[k].1.at(b);
-        let (s1, y1) = rs[k + 1].1.at(b);
-        let t = (replicas - rs[k].0) as f64 / (rs[k + 1].0 - rs[k].0) as f64;
-        (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
-    }
-
-    fn interpolate(&self, nodes: u32, replicas: u32, b: f64) -> (f64, f64) {
-        let ls = &self.levels;
-        let k = ls.partition_point(|l| l.nodes <= nodes);
-        if k == 0 {
-            return Self::level_at(&ls[0], replicas, b);
-        }
-        let lo = &ls[k - 1];
-        if lo.nodes == nodes || k == ls.len() {
-            return Self::level_at(lo, replicas, b);
-        }
-        let hi = &ls[k];
-        let (s0, y0) = Self::level_at(lo, replicas, b);
-        let (s1, y1) = Self::level_at(hi, replicas, b);
-        let t = (nodes - lo.nodes) as f64 / (hi.nodes - lo.nodes) as f64;
-        (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
+        table_step_time(
+            &self.exact,
+            self.max_exact_nodes,
+            &self.levels,
+            placement,
+            atomic_bsz,
+        )
     }
 
     /// Progress (base-batch steps) needed to finish the job.
@@ -543,6 +831,93 @@ mod tests {
         // Five nodes: between the 4- and 6-node levels.
         let five = m.step_time(&[4, 4, 4, 4, 4], 64.0).0;
         assert!(five.is_finite() && five > 0.0);
+    }
+
+    /// A Sia-layout folder in a fresh temp dir: `files` are (app/file, text).
+    fn sia_dir(tag: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("pacer-sia-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (f, text) in files {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        root
+    }
+
+    const PL: &str =
+        "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n1,16,0.2,0.01\n2,8,0.12,0.03\n";
+    const SC: &str =
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,8,8,0.3,0.1\n2,8,16,0.4,0.1\n";
+    const VAL: &str =
+        "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.5,1.0,2.0\n20,20,0.6,1.0,2.0\n";
+
+    #[test]
+    fn sia_layout_loads_per_type_and_calibrates() {
+        let root = sia_dir(
+            "ok",
+            &[
+                ("cifar10/placements-fast.csv", PL),
+                ("cifar10/scalability-fast.csv", SC),
+                ("cifar10/placements-slow.csv", &PL.replace("0.1,", "0.3,")),
+                ("cifar10/scalability-slow.csv", SC),
+                ("cifar10/validation-16.csv", VAL),
+                ("cifar10/validation-32.csv", VAL),
+            ],
+        );
+        let raw = load_sia_dir(&root, false).unwrap();
+        let cal = load_sia_dir(&root, true).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(raw.len(), 1);
+        let (r, c) = (&raw[0], &cal[0]);
+        assert_eq!(r.name(), "cifar10");
+        assert_eq!(r.typed().len(), 2);
+        assert!(r.profile.measured_on("fast") && r.profile.measured_on("slow"));
+        let fast = r.step_time_on("fast", &[1], 8.0).0;
+        let slow = r.step_time_on("slow", &[1], 8.0).0;
+        assert!((fast - 0.1).abs() < 1e-12 && (slow - 0.3).abs() < 1e-12);
+        // Sia's cifar10 calibration slowdown, 1.8, and restart penalty, 50 s.
+        assert!((c.step_time_on("fast", &[1], 8.0).0 - 0.18).abs() < 1e-12);
+        assert_eq!(c.restart_s, Some(50.0));
+        assert!(r.typed().iter().all(|t| t.perf.is_some()));
+    }
+
+    #[test]
+    fn sia_layout_errors_name_the_file() {
+        let root = sia_dir(
+            "one-row",
+            &[
+                (
+                    "bert/placements-aws.csv",
+                    "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n",
+                ),
+                ("bert/scalability-aws.csv", SC),
+                ("bert/validation-16.csv", VAL),
+            ],
+        );
+        let e = load_sia_dir(&root, true).unwrap_err().to_string();
+        assert!(
+            e.contains("placements-aws.csv") && e.contains("at least 2"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let root = sia_dir(
+            "no-scal",
+            &[
+                ("bert/placements-aws.csv", PL),
+                ("bert/validation-16.csv", VAL),
+            ],
+        );
+        let e = load_sia_dir(&root, true).unwrap_err().to_string();
+        assert!(
+            e.contains("scalability-aws.csv") && e.contains("missing"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let root = sia_dir("no-types", &[("bert/validation-16.csv", VAL)]);
+        let e = load_sia_dir(&root, true).unwrap_err().to_string();
+        assert!(e.contains("placements-<type>.csv"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

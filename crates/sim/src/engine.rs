@@ -430,11 +430,52 @@ impl Simulation<'_> {
     }
 
     fn goodput_fn(&self, app: &AppModel, st: &JobState) -> Option<GoodputFn> {
+        // Per-type applications: the model fitted to the tables of the type it runs on.
+        if !app.typed().is_empty() {
+            let ty = self.alloc_type(&st.alloc)?;
+            return Some(GoodputFn {
+                perf: app.typed()[app.type_index(ty)?].perf?,
+                grad: st.grad?,
+                limits: limits(app),
+            });
+        }
         Some(GoodputFn {
             perf: st.perf?,
             grad: st.grad?,
             limits: limits(app),
         })
+    }
+
+    /// Device type of an allocation's first node (`None`: empty).
+    fn alloc_type(&self, alloc: &Allocation) -> Option<&str> {
+        let &(node, _) = alloc.slots().first()?;
+        let ty = self.cluster.nodes[node.0 as usize].device_type;
+        Some(self.cluster.device_types[ty.0 as usize].as_str())
+    }
+
+    /// Goodput model per cluster device type of a per-type application (`None`
+    /// for the types it has no tables for); empty for other jobs. Gradient
+    /// statistics before the job has run: the application's at its base batch.
+    fn goodput_by_type(&self, app: &AppModel, st: &JobState) -> Vec<Option<GoodputFn>> {
+        if app.typed().is_empty() {
+            return Vec::new();
+        }
+        let grad = st.grad.unwrap_or_else(|| {
+            let (sqr, var) = app.grad_stats(app.init_batch, st.epoch);
+            GradParams { sqr, var }
+        });
+        self.cluster
+            .device_types
+            .iter()
+            .map(|name| {
+                let t = &app.typed()[app.type_index(name)?];
+                Some(GoodputFn {
+                    perf: t.perf?,
+                    grad,
+                    limits: limits(app),
+                })
+            })
+            .collect()
     }
 
     /// Sets atomic batch and accumulation for the job's current allocation.
@@ -485,10 +526,16 @@ impl Simulation<'_> {
         }
         let placement = st.alloc.placement();
         let nodes = placement.len() as u32;
+        let ty = self
+            .alloc_type(&st.alloc)
+            .filter(|_| !app.typed().is_empty());
         while dt > 0.0 && st.completion_s.is_none() {
             let atomic = st.atomic_bsz as f64;
             let batch = replicas as f64 * atomic * (st.accum_steps + 1) as f64;
-            let (step, sync) = app.step_time(&placement, atomic);
+            let (step, sync) = match ty {
+                Some(ty) => app.step_time_on(ty, &placement, atomic),
+                None => app.step_time(&placement, atomic),
+            };
             let compute = (step - sync).max(1e-9);
             let gain = app.gain(batch, st.epoch);
             if mode.fixed.is_none() {
@@ -835,7 +882,7 @@ impl Simulation<'_> {
             _ => None,
         };
         let st = &*st;
-        let (max_replicas, goodput) = match (&job.work, mode.fixed) {
+        let (max_replicas, goodput, goodput_by_type) = match (&job.work, mode.fixed) {
             (Work::Profiled { app }, None) => {
                 let app = &self.apps[*app];
                 let by_batch = (app.max_batch / app.min_local_bsz) as u32;
@@ -843,6 +890,7 @@ impl Simulation<'_> {
                 (
                     explore.min(64).min(by_batch).min(cap).max(1),
                     self.goodput_fn(app, st),
+                    self.goodput_by_type(app, st),
                 )
             }
             _ => (
@@ -850,6 +898,7 @@ impl Simulation<'_> {
                     .unwrap_or(job.spec.requested_replicas)
                     .max(1),
                 None,
+                Vec::new(),
             ),
         };
         JobView {
@@ -861,8 +910,13 @@ impl Simulation<'_> {
                 .max_replicas_cap
                 .map_or(max_replicas, |c| c.min(max_replicas)),
             num_restarts: st.restarts.unwrap_or(0),
+            restart_s: match &job.work {
+                Work::Profiled { app } => self.apps[*app].restart_s,
+                _ => None,
+            },
             current: st.alloc.clone(),
             goodput,
+            goodput_by_type,
             goodput_version: st.goodput_version,
             speed: Some(speed.clone()),
             work_done: self.work_done(job, st),
@@ -1204,10 +1258,27 @@ impl Simulation<'_> {
                 if st.alloc.is_empty() {
                     started.push(i);
                 }
+                if let Work::Profiled { app } = &self.jobs[i].work {
+                    // Measurements of another device type say nothing about this one.
+                    let app = &self.apps[*app];
+                    if !app.typed().is_empty()
+                        && !a.is_empty()
+                        && !st.alloc.is_empty()
+                        && self.alloc_type(&a) != self.alloc_type(&st.alloc)
+                    {
+                        st.profile.clear();
+                        st.perf = None;
+                        st.goodput_version += 1;
+                    }
+                }
                 st.alloc = a;
                 st.replicas = st.alloc.replicas();
                 if !st.alloc.is_empty() {
-                    st.rescale_left_s = cfg.restart_s;
+                    st.rescale_left_s = match &self.jobs[i].work {
+                        Work::Profiled { app } => self.apps[*app].restart_s,
+                        _ => None,
+                    }
+                    .unwrap_or(cfg.restart_s);
                     st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
                     st.start_s.get_or_insert(now);
                     if let Work::Profiled { app } = &self.jobs[i].work {
