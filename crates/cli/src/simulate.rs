@@ -366,11 +366,9 @@ pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
 pub fn policy_names(arg: &str) -> Result<Vec<String>> {
     if arg == "all" {
         // Sia's policies are for per-type applications (`--apps sia:DIR`) and are
-        // named explicitly; `all` stays the set it was before them.
-        return Ok(pacer_policy::POLICY_NAMES
-            .iter()
-            .filter(|n| !n.starts_with("sia"))
-            .map(|n| n.to_string())
+        // named explicitly (`PolicyEntry::in_all`).
+        return Ok(pacer_policy::default_policy_names()
+            .map(str::to_string)
             .collect());
     }
     let mut seen: Vec<&str> = Vec::new();

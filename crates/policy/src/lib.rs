@@ -426,6 +426,9 @@ pub struct PolicyEntry {
     pub summary: &'static str,
     /// Builds the policy with its default settings.
     pub build: fn() -> Box<dyn Policy>,
+    /// Whether `--policy all` runs it (Sia's policies need per-type applications and
+    /// are named explicitly).
+    pub in_all: bool,
 }
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
@@ -435,51 +438,61 @@ pub const POLICIES: [PolicyEntry; 10] = [
         name: "fifo",
         summary: "first come, first served, gang-scheduled, non-preemptive",
         build: || Box::new(fifo::Fifo),
+        in_all: true,
     },
     PolicyEntry {
         name: "fair",
         summary: "work-conserving max-min fair share, re-planned every round",
         build: || Box::new(fair::FairShare),
+        in_all: true,
     },
     PolicyEntry {
         name: "tiresias",
         summary: "two-queue discretised least-attained-service (Tiresias 2D-LAS)",
         build: || Box::new(tiresias::Tiresias::default()),
+        in_all: true,
     },
     PolicyEntry {
         name: "pollux",
         summary: "goodput speedups, generalised mean p = -1, batch chosen for goodput",
         build: || Box::new(pollux::Pollux::default()),
+        in_all: true,
     },
     PolicyEntry {
         name: "gavel-maxmin",
         summary: "Gavel's max-min fair LP over effective throughput per device type",
         build: || Box::new(gavel::Gavel::max_min()),
+        in_all: true,
     },
     PolicyEntry {
         name: "gavel-ftf",
         summary: "Gavel's finish-time-fair LP over effective throughput per device type",
         build: || Box::new(gavel::Gavel::finish_time_fair()),
+        in_all: true,
     },
     PolicyEntry {
         name: "themis",
         summary: "finish-time-fair partial-allocation auctions over leases (themis-fF sets f)",
         build: || Box::new(themis::Themis::default()),
+        in_all: true,
     },
     PolicyEntry {
         name: "sia",
         summary: "Sia: per-type goodput configurations, p = -0.5 knapsack (fast solver)",
         build: || Box::new(sia::Sia::new(sia::SiaSolver::Fast)),
+        in_all: false,
     },
     PolicyEntry {
         name: "sia-exact",
         summary: "Sia: the same integer program solved exactly (microlp branch and bound)",
         build: || Box::new(sia::Sia::new(sia::SiaSolver::Exact)),
+        in_all: false,
     },
     PolicyEntry {
         name: "slaq",
         summary: "devices to the jobs whose predicted normalised loss falls most",
         build: || Box::new(slaq::Slaq::default()),
+        in_all: true,
     },
 ];
 
@@ -495,6 +508,11 @@ const fn names<const N: usize>(entries: &[PolicyEntry; N]) -> [&'static str; N] 
 
 /// Names accepted by [`by_name`] (besides the `themis-fF` knob forms), from [`POLICIES`].
 pub const POLICY_NAMES: &[&str] = &names(&POLICIES);
+
+/// The policies `--policy all` runs ([`PolicyEntry::in_all`]), in registry order.
+pub fn default_policy_names() -> impl Iterator<Item = &'static str> {
+    POLICIES.iter().filter(|e| e.in_all).map(|e| e.name)
+}
 
 /// Builds a policy by registry name ([`POLICIES`]), or Themis with its fairness knob from
 /// `themis-fF` (e.g. `themis-f0.5`).
