@@ -379,8 +379,8 @@ pub fn synthetic_digits(n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
                 } else {
                     0.0
                 };
-                let noise = (rng.unit() - 0.5) * 0.9;
-                let v = (base * 0.8 + noise.max(0.0) + 0.1 * rng.unit()).clamp(0.0, 1.0);
+                let noise = (rng.unit_f32() - 0.5) * 0.9;
+                let v = (base * 0.8 + noise.max(0.0) + 0.1 * rng.unit_f32()).clamp(0.0, 1.0);
                 px.push((v * 255.0).round() as u8);
             }
         }
@@ -595,24 +595,9 @@ fn load_libsvm(train: &Path, test: Option<&Path>) -> Result<(Dataset, Dataset), 
 
 // ---------------------------------------------------------------- sharding
 
-/// SplitMix64: tiny, fast, and fully specified, so the permutation is part of the
-/// protocol rather than of a library version.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
+/// SplitMix64 (pacer's one seeded generator): fully specified, so the permutation is
+/// part of the protocol rather than of a library version.
+pub use pacer_model::rng::SplitMix64;
 
 /// The endless stream of training-sample indices: epoch `e` is a permutation of
 /// `0..n` seeded by `(seed, e)`. Position `p` is sample `perm(p / n)[p % n]`.

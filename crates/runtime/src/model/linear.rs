@@ -87,7 +87,7 @@ impl Model for Linear {
         // correctness test meaningful (a zero start hides transposition bugs).
         let mut rng = SplitMix64(seed);
         (0..self.n_params())
-            .map(|_| (rng.unit() - 0.5) * 0.01)
+            .map(|_| (rng.unit_f32() - 0.5) * 0.01)
             .collect()
     }
     fn loss_grad(&self, params: &[f32], x: &[f32], y: &[u32], grad: &mut [f32]) -> BatchStats {

@@ -230,11 +230,11 @@ impl Model for Mlp {
         let mut p = vec![0.0f32; self.n_params()];
         let a1 = (6.0 / self.dim as f32).sqrt();
         for v in &mut p[..b1] {
-            *v = (rng.unit() * 2.0 - 1.0) * a1;
+            *v = (rng.unit_f32() * 2.0 - 1.0) * a1;
         }
         let a2 = (6.0 / (self.hidden + self.classes) as f32).sqrt();
         for v in &mut p[w2..b2] {
-            *v = (rng.unit() * 2.0 - 1.0) * a2;
+            *v = (rng.unit_f32() * 2.0 - 1.0) * a2;
         }
         p
     }

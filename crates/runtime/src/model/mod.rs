@@ -353,7 +353,7 @@ pub(crate) mod tests {
         let mut rng = SplitMix64(seed);
         // move off the initial point so that ReLUs / hinges are not all at a kink
         for v in p.iter_mut() {
-            *v += (rng.unit() - 0.5) * 0.1;
+            *v += (rng.unit_f32() - 0.5) * 0.1;
         }
         let b = 16;
         let x = &d.x[..b * d.dim];
