@@ -122,6 +122,13 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     // workloads (80 or 320 jobs), so they cannot be compared like for like.
     let loads = [1.0];
     let mut rows = Vec::new();
+    let per_load: usize = EMBEDDED_WORKLOADS
+        .iter()
+        .map(|(name, text)| {
+            trace::load_pollux_workload(text, name, &apps, 1.0).map_or(0, |j| j.len())
+        })
+        .sum();
+    let mut progress = crate::simulate::SimProgress::new(false, 2 * loads.len() * per_load);
     for &load in &loads {
         for policy in ["tiresias", "pollux"] {
             let theirs = their_avgs(&a.data, policy, load)?;
@@ -149,7 +156,9 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                     config: SimConfig::default(),
                 };
                 let mut p = pacer_policy::by_name(policy).expect("registered");
-                let r = sim.run(p.as_mut(), |_| {})?;
+                progress.start_run(&format!("{name} / {policy}"));
+                let r = sim.run(p.as_mut(), |info| progress.on_round(info))?;
+                progress.end_run(jobs.len());
                 let ours = r.summary.avg_jct_s / 3600.0;
                 rows.push(Row {
                     policy: policy.to_string(),
@@ -163,6 +172,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
             }
         }
     }
+    progress.finish();
     let mut md = String::new();
     md.push_str("| load | policy | pacer mean JCT (h) | Pollux simulator (h) | diff | per-workload diffs (%) |\n|---|---|---|---|---|---|\n");
     for &load in &loads {
