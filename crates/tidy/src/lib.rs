@@ -596,8 +596,8 @@ mod tests {
     #[test]
     fn cited_paths_are_found_and_placeholders_skipped() {
         assert_eq!(
-            cited_paths("see `crates/sim/src/engine.rs` and docs/simulator.md."),
-            vec!["crates/sim/src/engine.rs", "docs/simulator.md"]
+            cited_paths("see `crates/sim/src/engine/` and docs/simulator.md."),
+            vec!["crates/sim/src/engine/", "docs/simulator.md"]
         );
         assert_eq!(
             cited_paths("(ALGORITHMS.md §3a) and README.md"),

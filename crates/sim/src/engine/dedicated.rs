@@ -1,0 +1,112 @@
+//! Time a job would take alone (finish-time fairness) and dedicated step times.
+
+use super::*;
+
+impl Simulation<'_> {
+    /// Time the job would take alone on a 1/N share of the cluster (N = average
+    /// number of contending jobs while it was active), at the batch and size the
+    /// user asked for, consolidated, with no restarts: Themis' T_independent. The
+    /// same definition for every policy, so ρ compares across policies.
+    pub fn independent_time(&self, job: &SimJob, contention: f64) -> f64 {
+        self.independent_time_with(job, contention, &mut DedicatedMemo::default())
+    }
+
+    /// [`Self::independent_time`] with dedicated times remembered across jobs.
+    pub(super) fn independent_time_with(
+        &self,
+        job: &SimJob,
+        contention: f64,
+        memo: &mut DedicatedMemo,
+    ) -> f64 {
+        let share = self.cluster.total_gpus() as f64 / contention.max(1.0);
+        let req = job.spec.requested_replicas.max(1);
+        let (replicas, slowdown) = if share >= 1.0 {
+            (req.min(share.floor() as u32), 1.0)
+        } else {
+            (1, 1.0 / share)
+        };
+        let dedicated = match &job.work {
+            Work::Duration { duration_s } => duration_s * req as f64 / replicas.min(req) as f64,
+            Work::Profiled { app } => {
+                self.dedicated_memo(memo, *app, job.spec.requested_batch, replicas, false)
+            }
+            // The 1/N share is a slice of every device type in proportion to its
+            // capacity (Gavel's isolated share), consolidated.
+            Work::Throughput { steps, rates } => {
+                let total = self.cluster.total_gpus() as f64;
+                let rate: f64 = self
+                    .cluster
+                    .device_types
+                    .iter()
+                    .enumerate()
+                    .map(|(t, name)| {
+                        let w = self.cluster.gpus_of_type(DeviceTypeId(t as u16)) as f64 / total;
+                        let r = rates
+                            .iter()
+                            .find(|r| r.device_type == *name)
+                            .map_or(0.0, |r| r.consolidated);
+                        w * r * replicas.min(req) as f64 / req as f64
+                    })
+                    .sum();
+                steps / rate.max(1e-300)
+            }
+            Work::LossCurve { profile } => {
+                profile.total_iterations() / profile.iterations_per_s(replicas).max(1e-300)
+            }
+        };
+        dedicated * slowdown
+    }
+
+    /// [`Self::dedicated_time`] (`spread`: one device per node,
+    /// [`Self::dedicated_time_on`]) of embedded app `app`, computed once per key: many
+    /// jobs share an application, batch and size, and each costs a pass over its epochs.
+    pub(super) fn dedicated_memo(
+        &self,
+        memo: &mut DedicatedMemo,
+        app: usize,
+        batch: u32,
+        replicas: u32,
+        spread: bool,
+    ) -> f64 {
+        *memo
+            .entry((app, batch, replicas, spread))
+            .or_insert_with(|| {
+                let a = &self.apps[app];
+                if spread {
+                    self.dedicated_time_on(a, batch, &vec![1; replicas as usize])
+                } else {
+                    self.dedicated_time(a, batch, replicas)
+                }
+            })
+    }
+
+    /// Time to train `app` at a fixed global batch on `replicas` consolidated devices.
+    pub fn dedicated_time(&self, app: &AppModel, batch: u32, replicas: u32) -> f64 {
+        let per_node = self.cluster.max_gpus_per_node().max(1);
+        let mut placement = vec![per_node; (replicas / per_node) as usize];
+        if !replicas.is_multiple_of(per_node) {
+            placement.push(replicas % per_node);
+        }
+        self.dedicated_time_on(app, batch, &placement)
+    }
+
+    /// Time to train `app` at a fixed global batch on a given placement (devices per node).
+    pub fn dedicated_time_on(&self, app: &AppModel, batch: u32, placement: &[u32]) -> f64 {
+        let replicas: u32 = placement.iter().sum();
+        let (atomic, accum) = split_fixed(app, batch, replicas);
+        let atomic = atomic
+            .min((app.max_batch / (replicas * (accum + 1)) as f64) as u32)
+            .max(1);
+        let global = (replicas * atomic * (accum + 1)) as f64;
+        let (step, sync) = app.step_time(placement, atomic as f64);
+        let total = step + (step - sync).max(0.0) * accum as f64;
+        let mut t = 0.0;
+        let mut progress = 0.0;
+        for e in 0..app.max_epochs {
+            let next = app.epoch_end_progress(e);
+            t += (next - progress) * total / app.gain(global, e);
+            progress = next;
+        }
+        t
+    }
+}
