@@ -227,6 +227,9 @@ fn post_loop(env: &ServiceEnv, slot: &(Mutex<Slot>, Condvar)) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(REQUEST_TIMEOUT))
         .http_status_as_error(false)
+        // The service is addressed directly: an HTTP_PROXY meant for the internet
+        // must not carry a job's token.
+        .proxy(None)
         .build()
         .into();
     let auth = format!("Bearer {}", env.token);

@@ -155,8 +155,7 @@ fn a_checkpoint_of_another_model_is_an_error_before_training() {
     );
     // The same through a run: refused, nothing trained.
     let e = train_local(d.clone(), other, LocalLaunch::new(1), None)
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(e.contains("checkpoint"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
