@@ -409,6 +409,11 @@ impl Core {
         (desired, policy_s)
     }
 
+    /// Shortest time a run keeps its devices before a policy may stop it: three rounds.
+    pub fn min_run_ms(&self) -> u64 {
+        (3.0 * self.settings.round_s * 1e3) as u64
+    }
+
     /// Slots held now, per node: `held[node][k]`.
     fn held_slots(&self) -> Vec<Vec<bool>> {
         let c = &self.settings.cluster;
@@ -444,6 +449,11 @@ impl Core {
             }
             let run = j.run.clone().expect("running jobs have a run");
             if run.allocation() == *want || run.handle.is_none() {
+                continue;
+            }
+            // Hysteresis: a run is not stopped before it has had a few rounds, so a
+            // policy that rotates devices every round does not thrash restarts.
+            if now_ms().saturating_sub(run.launched_ms) < self.min_run_ms() {
                 continue;
             }
             let mut j = j.clone();

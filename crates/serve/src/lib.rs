@@ -9,6 +9,7 @@
 //! docs/serve.md is the user's guide; [`client`] is what the CLI talks through.
 
 pub mod api;
+pub mod args;
 pub mod auth;
 pub mod client;
 pub mod core;
