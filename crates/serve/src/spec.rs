@@ -311,7 +311,7 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner().to_string();
-        let field = unknown_field(&inner).unwrap_or(if path == "." { "body".into() } else { path });
+        let field = unknown_field(&inner).unwrap_or(if path == "." || path == "?" { "body".into() } else { path });
         ApiError::bad(&field, format!("malformed JSON: {inner}"))
     })
 }
