@@ -113,9 +113,9 @@ pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
             name,
             j["state"].as_str().unwrap_or("?"),
             devices,
-            j["restarts"],
-            j["progress"]["samples"],
-            j["reports"],
+            j["restarts"].to_string(),
+            j["progress"]["samples"].to_string(),
+            j["reports"].to_string(),
         );
     }
     Ok(())
