@@ -24,8 +24,9 @@ impl ClientArgs {
                 .with_context(|| format!("--token-file {}", f.display()))?
                 .trim()
                 .to_string(),
-            None => std::env::var("PACER_TOKEN")
-                .map_err(|_| anyhow::anyhow!("no token: give --token-file FILE or set PACER_TOKEN"))?,
+            None => std::env::var("PACER_TOKEN").map_err(|_| {
+                anyhow::anyhow!("no token: give --token-file FILE or set PACER_TOKEN")
+            })?,
         };
         Client::new(&self.server, &token)
     }
@@ -68,7 +69,9 @@ pub struct LogsArgs {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn check_id(id: &str) -> anyhow::Result<()> {
@@ -85,28 +88,41 @@ pub fn run_serve(a: pacer_serve::args::ServeArgs) -> anyhow::Result<()> {
 pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
     let text = std::fs::read(&a.spec).with_context(|| format!("reading {}", a.spec.display()))?;
     // Check locally first, so errors name the file.
-    let s = std::str::from_utf8(&text).with_context(|| format!("{}: not UTF-8", a.spec.display()))?;
+    let s =
+        std::str::from_utf8(&text).with_context(|| format!("{}: not UTF-8", a.spec.display()))?;
     pacer_serve::spec::JobSpec::from_toml(s, &a.spec.display().to_string())
         .map_err(|e| anyhow::anyhow!("{} (key `{}`)", e.message, e.field))?;
     let c = a.client.client()?;
-    let v = runtime()?.block_on(c.post("/v1/jobs", text, "application/toml"))?.ok_json()?;
+    let v = runtime()?
+        .block_on(c.post("/v1/jobs", text, "application/toml"))?
+        .ok_json()?;
     println!("{}", v["id"].as_str().unwrap_or("?"));
     Ok(())
 }
 
 pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
-    let v = runtime()?.block_on(c.get("/v1/jobs?limit=20000"))?.ok_json()?;
+    let v = runtime()?
+        .block_on(c.get("/v1/jobs?limit=20000"))?
+        .ok_json()?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}", "ID", "NAME", "STATE", "DEVICES", "RESTARTS", "SAMPLES", "REPORTS");
+    println!(
+        "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
+        "ID", "NAME", "STATE", "DEVICES", "RESTARTS", "SAMPLES", "REPORTS"
+    );
     for j in v["jobs"].as_array().into_iter().flatten() {
         let devices: u64 = j["run"]["alloc"]
             .as_array()
             .map_or(0, |a| a.iter().filter_map(|p| p[1].as_u64()).sum());
-        let name: String = j["spec"]["name"].as_str().unwrap_or("").chars().take(24).collect();
+        let name: String = j["spec"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .take(24)
+            .collect();
         println!(
             "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
             j["id"].as_str().unwrap_or("?"),
@@ -125,8 +141,12 @@ pub fn run_job(a: JobArgs) -> anyhow::Result<()> {
     check_id(&a.id)?;
     let c = a.client.client()?;
     let rt = runtime()?;
-    let mut v = rt.block_on(c.get(&format!("/v1/jobs/{}", a.id)))?.ok_json()?;
-    let ev = rt.block_on(c.get(&format!("/v1/jobs/{}/events", a.id)))?.ok_json()?;
+    let mut v = rt
+        .block_on(c.get(&format!("/v1/jobs/{}", a.id)))?
+        .ok_json()?;
+    let ev = rt
+        .block_on(c.get(&format!("/v1/jobs/{}/events", a.id)))?
+        .ok_json()?;
     v["events"] = ev["events"].clone();
     println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())

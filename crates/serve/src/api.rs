@@ -60,7 +60,11 @@ async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let is_report = req.method() == Method::POST
         && req.uri().path().starts_with("/v1/jobs/")
         && req.uri().path().ends_with("/reports");
-    let token = crate::auth::bearer(req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
+    let token = crate::auth::bearer(
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    );
     let admin = token.is_some_and(|t| crate::auth::same(t, &s.token));
     if !admin && !is_report {
         return ApiError::unauthorized().into_response();
@@ -70,7 +74,11 @@ async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Response {
 
 async fn body_bytes(body: Body) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        ApiError::with_status(413, "body", format!("request body too large or unreadable (at most {MAX_BODY} bytes)"))
+        ApiError::with_status(
+            413,
+            "body",
+            format!("request body too large or unreadable (at most {MAX_BODY} bytes)"),
+        )
     })
 }
 
@@ -95,7 +103,8 @@ async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Ap
     let spec = if json_body {
         JobSpec::from_json(&bytes)?
     } else {
-        let text = std::str::from_utf8(&bytes).map_err(|_| ApiError::bad("body", "a TOML job spec must be UTF-8".into()))?;
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| ApiError::bad("body", "a TOML job spec must be UTF-8".into()))?;
         JobSpec::from_toml(text, "job spec")?
     };
     let job = s.core.lock().await.submit(spec)?;
@@ -121,7 +130,11 @@ async fn list(State(s): State<AppState>, q: Result<Query<ListQuery>, QueryReject
         .filter(|j| j.seq >= q.from && q.state.is_none_or(|st| j.state == st))
         .collect();
     jobs.sort_by_key(|j| j.seq);
-    let out: Vec<Value> = jobs.into_iter().take(limit).map(|j| j.public_json()).collect();
+    let out: Vec<Value> = jobs
+        .into_iter()
+        .take(limit)
+        .map(|j| j.public_json())
+        .collect();
     Ok(Json(json!({ "jobs": out })).into_response())
 }
 
@@ -144,36 +157,68 @@ struct RangeQuery {
     limit: Option<usize>,
 }
 
-async fn events(State(s): State<AppState>, Path(id): Path<String>, q: Result<Query<RangeQuery>, QueryRejection>) -> ApiResult {
+async fn events(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<RangeQuery>, QueryRejection>,
+) -> ApiResult {
     let q = query(q)?;
     let core = s.core.lock().await;
     core.job(&id)?;
-    let rows = core.store.events(&id, q.from, q.limit.unwrap_or(1000).min(10_000))?;
-    let out: Vec<Value> = rows.iter().filter_map(|(_, v)| serde_json::from_str(v).ok()).collect();
+    let rows = core
+        .store
+        .events(&id, q.from, q.limit.unwrap_or(1000).min(10_000))?;
+    let out: Vec<Value> = rows
+        .iter()
+        .filter_map(|(_, v)| serde_json::from_str(v).ok())
+        .collect();
     Ok(Json(json!({ "events": out })).into_response())
 }
 
-async fn reports(State(s): State<AppState>, Path(id): Path<String>, q: Result<Query<RangeQuery>, QueryRejection>) -> ApiResult {
+async fn reports(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<RangeQuery>, QueryRejection>,
+) -> ApiResult {
     let q = query(q)?;
     let core = s.core.lock().await;
     core.job(&id)?;
-    let rows = core.store.reports(&id, q.from, q.limit.unwrap_or(1000).min(10_000))?;
-    let out: Vec<Value> = rows.iter().filter_map(|(_, v)| serde_json::from_str(v).ok()).collect();
+    let rows = core
+        .store
+        .reports(&id, q.from, q.limit.unwrap_or(1000).min(10_000))?;
+    let out: Vec<Value> = rows
+        .iter()
+        .filter_map(|(_, v)| serde_json::from_str(v).ok())
+        .collect();
     Ok(Json(json!({ "reports": out })).into_response())
 }
 
-async fn report(State(s): State<AppState>, Path(id): Path<String>, headers: HeaderMap, body: Body) -> ApiResult {
-    let token = crate::auth::bearer(headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()));
+async fn report(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let token = crate::auth::bearer(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    );
     let bytes = body_bytes(body).await?;
     let mut core = s.core.lock().await;
     let job = core.job(&id)?;
-    let ok = token.is_some_and(|t| crate::auth::same(t, &job.report_token) || crate::auth::same(t, &s.token));
+    let ok = token
+        .is_some_and(|t| crate::auth::same(t, &job.report_token) || crate::auth::same(t, &s.token));
     if !ok {
         return Err(ApiError::unauthorized());
     }
     let r = Report::from_json(&bytes)?;
     let n = core.report(&id, r)?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "index": n}))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"accepted": true, "index": n})),
+    )
+        .into_response())
 }
 
 #[derive(Deserialize)]
@@ -184,7 +229,11 @@ struct LogQuery {
     max: Option<u64>,
 }
 
-async fn logs(State(s): State<AppState>, Path(id): Path<String>, q: Result<Query<LogQuery>, QueryRejection>) -> ApiResult {
+async fn logs(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<LogQuery>, QueryRejection>,
+) -> ApiResult {
     use std::io::{Read, Seek, SeekFrom};
     let q = query(q)?;
     let (path, terminal) = {
@@ -198,15 +247,21 @@ async fn logs(State(s): State<AppState>, Path(id): Path<String>, q: Result<Query
         Ok(mut f) => {
             let size = f.metadata().map(|m| m.len()).unwrap_or(0);
             if q.offset < size {
-                f.seek(SeekFrom::Start(q.offset)).map_err(|e| ApiError::internal(format!("log: {e}")))?;
-                f.take(max).read_to_end(&mut data).map_err(|e| ApiError::internal(format!("log: {e}")))?;
+                f.seek(SeekFrom::Start(q.offset))
+                    .map_err(|e| ApiError::internal(format!("log: {e}")))?;
+                f.take(max)
+                    .read_to_end(&mut data)
+                    .map_err(|e| ApiError::internal(format!("log: {e}")))?;
             }
             size
         }
         Err(_) => 0,
     };
     if q.offset > size {
-        return Err(ApiError::bad("offset", format!("{} is past the end of the log ({size} bytes)", q.offset)));
+        return Err(ApiError::bad(
+            "offset",
+            format!("{} is past the end of the log ({size} bytes)", q.offset),
+        ));
     }
     let next = q.offset + data.len() as u64;
     Ok(Json(json!({
@@ -256,18 +311,33 @@ struct RoundsQuery {
 }
 
 /// Rounds from `from`, or the latest `limit` (default 200) when `from` is not given.
-async fn rounds(State(s): State<AppState>, q: Result<Query<RoundsQuery>, QueryRejection>) -> ApiResult {
+async fn rounds(
+    State(s): State<AppState>,
+    q: Result<Query<RoundsQuery>, QueryRejection>,
+) -> ApiResult {
     let q = query(q)?;
     let limit = q.limit.unwrap_or(200).clamp(1, 5000);
     let core = s.core.lock().await;
-    let from = q.from.unwrap_or_else(|| core.last_round.round.saturating_sub(limit as u64 - 1));
+    let from = q
+        .from
+        .unwrap_or_else(|| core.last_round.round.saturating_sub(limit as u64 - 1));
     let rows = core.store.rounds(from, limit)?;
-    let out: Vec<Value> = rows.iter().filter_map(|(_, v)| serde_json::from_str(v).ok()).collect();
+    let out: Vec<Value> = rows
+        .iter()
+        .filter_map(|(_, v)| serde_json::from_str(v).ok())
+        .collect();
     Ok(Json(json!({ "rounds": out })).into_response())
 }
 
 async fn metrics(State(s): State<AppState>) -> ApiResult {
     let core = s.core.lock().await;
     let text = core.metrics.render(core.jobs.values());
-    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
 }

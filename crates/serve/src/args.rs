@@ -65,7 +65,9 @@ impl ServeArgs {
     /// Runs the service on a new tokio runtime until SIGINT/SIGTERM.
     pub fn run(&self) -> anyhow::Result<()> {
         let cfg = self.config()?;
-        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
         rt.block_on(crate::serve(cfg, |addr| {
             println!("pacer serve: listening on http://{addr}");
         }))

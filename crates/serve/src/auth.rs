@@ -35,18 +35,29 @@ pub fn load_or_create(path: &Path) -> Result<String, ServeError> {
                 .create_new(true)
                 .mode(0o600)
                 .open(path)
-                .map_err(|e| ServeError::io(format!("creating token file {}", path.display()), e))?;
-            writeln!(f, "{t}").map_err(|e| ServeError::io(format!("writing {}", path.display()), e))?;
-            f.sync_all().map_err(|e| ServeError::io(format!("writing {}", path.display()), e))?;
+                .map_err(|e| {
+                    ServeError::io(format!("creating token file {}", path.display()), e)
+                })?;
+            writeln!(f, "{t}")
+                .map_err(|e| ServeError::io(format!("writing {}", path.display()), e))?;
+            f.sync_all()
+                .map_err(|e| ServeError::io(format!("writing {}", path.display()), e))?;
             Ok(t)
         }
-        Err(e) => Err(ServeError::io(format!("reading token file {}", path.display()), e)),
+        Err(e) => Err(ServeError::io(
+            format!("reading token file {}", path.display()),
+            e,
+        )),
     }
 }
 
 /// Compares in time independent of where the strings differ.
 pub fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The token of an `Authorization: Bearer …` header value.

@@ -42,7 +42,11 @@ impl Answer {
                 v["error"].as_str().unwrap_or("?"),
                 v["field"].as_str().unwrap_or("?")
             ),
-            Err(_) => bail!("the service answered {}: {}", self.status, String::from_utf8_lossy(&self.body)),
+            Err(_) => bail!(
+                "the service answered {}: {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            ),
         }
     }
 }
@@ -56,24 +60,54 @@ impl Client {
         if authority.is_empty() || authority.contains('/') || !authority.contains(':') {
             bail!("--server {base}: expected http://HOST:PORT");
         }
-        Ok(Client { authority: authority.to_string(), token: token.to_string(), timeout: Duration::from_secs(30) })
+        Ok(Client {
+            authority: authority.to_string(),
+            token: token.to_string(),
+            timeout: Duration::from_secs(30),
+        })
     }
 
     pub async fn get(&self, path: &str) -> anyhow::Result<Answer> {
         self.request("GET", path, None, "").await
     }
 
-    pub async fn post(&self, path: &str, body: Vec<u8>, content_type: &str) -> anyhow::Result<Answer> {
+    pub async fn post(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        content_type: &str,
+    ) -> anyhow::Result<Answer> {
         self.request("POST", path, Some(body), content_type).await
     }
 
-    pub async fn request(&self, method: &str, path: &str, body: Option<Vec<u8>>, content_type: &str) -> anyhow::Result<Answer> {
-        tokio::time::timeout(self.timeout, self.request_inner(method, path, body, content_type))
-            .await
-            .map_err(|_| anyhow!("{method} http://{}{path}: no answer within {:?}", self.authority, self.timeout))?
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+    ) -> anyhow::Result<Answer> {
+        tokio::time::timeout(
+            self.timeout,
+            self.request_inner(method, path, body, content_type),
+        )
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "{method} http://{}{path}: no answer within {:?}",
+                self.authority,
+                self.timeout
+            )
+        })?
     }
 
-    async fn request_inner(&self, method: &str, path: &str, body: Option<Vec<u8>>, content_type: &str) -> anyhow::Result<Answer> {
+    async fn request_inner(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+    ) -> anyhow::Result<Answer> {
         let stream = tokio::net::TcpStream::connect(&self.authority)
             .await
             .with_context(|| format!("connecting to http://{}", self.authority))?;
@@ -85,7 +119,10 @@ impl Client {
             .uri(path)
             .header(hyper::header::HOST, &self.authority);
         if !self.token.is_empty() {
-            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {}", self.token));
+            req = req.header(
+                hyper::header::AUTHORIZATION,
+                format!("Bearer {}", self.token),
+            );
         }
         if !content_type.is_empty() {
             req = req.header(hyper::header::CONTENT_TYPE, content_type);

@@ -64,10 +64,15 @@ pub struct Core {
 impl Core {
     /// Opens the state in `settings.state_dir` (creating it) and loads every job.
     pub fn open(settings: Settings) -> Result<Core, ServeError> {
-        let policy = pacer_policy::by_name(&settings.policy)
-            .ok_or_else(|| ServeError::Exec(format!("--policy: unknown policy `{}`", settings.policy)))?;
+        let policy = pacer_policy::by_name(&settings.policy).ok_or_else(|| {
+            ServeError::Exec(format!("--policy: unknown policy `{}`", settings.policy))
+        })?;
         let store = Store::open(&settings.state_dir.join("state.redb"))?;
-        let jobs = store.load_jobs()?.into_iter().map(|j| (j.id.clone(), j)).collect();
+        let jobs = store
+            .load_jobs()?
+            .into_iter()
+            .map(|j| (j.id.clone(), j))
+            .collect();
         let mut epoch_ms = store.meta(store::EPOCH_MS)?;
         let restarts = store.meta(store::RESTARTS)?;
         let mut c = Changes::default();
@@ -80,12 +85,17 @@ impl Core {
         }
         store.commit(c)?;
         let metrics = Metrics::new();
-        metrics.restarts.set(if fresh { 0 } else { restarts as i64 + 1 });
+        metrics
+            .restarts
+            .set(if fresh { 0 } else { restarts as i64 + 1 });
         let round = store.meta(store::ROUND)?;
         Ok(Core {
             next_job: store.meta(store::NEXT_JOB)?.max(1),
             next_event: store.meta(store::NEXT_EVENT)?.max(1),
-            last_round: RoundInfo { round, ..RoundInfo::default() },
+            last_round: RoundInfo {
+                round,
+                ..RoundInfo::default()
+            },
             settings,
             store,
             jobs,
@@ -122,18 +132,33 @@ impl Core {
 
     pub fn job(&self, id: &str) -> Result<&JobRecord, ApiError> {
         if !valid_id(id) {
-            return Err(ApiError::bad("id", format!("`{}` is not a job id ([a-z0-9-]{{1,64}})", id.escape_debug())));
+            return Err(ApiError::bad(
+                "id",
+                format!(
+                    "`{}` is not a job id ([a-z0-9-]{{1,64}})",
+                    id.escape_debug()
+                ),
+            ));
         }
-        self.jobs.get(id).ok_or_else(|| ApiError::not_found("id", format!("no job `{id}`")))
+        self.jobs
+            .get(id)
+            .ok_or_else(|| ApiError::not_found("id", format!("no job `{id}`")))
     }
 
     pub fn log_path(&self, id: &str) -> PathBuf {
         debug_assert!(valid_id(id));
-        self.settings.state_dir.join("logs").join(format!("{id}.log"))
+        self.settings
+            .state_dir
+            .join("logs")
+            .join(format!("{id}.log"))
     }
 
     fn run_dir(&self, id: &str, attempt: u32) -> PathBuf {
-        self.settings.state_dir.join("runs").join(id).join(attempt.to_string())
+        self.settings
+            .state_dir
+            .join("runs")
+            .join(id)
+            .join(attempt.to_string())
     }
 
     /// Accepts a job: validated against the cluster, committed, then answered.
@@ -175,7 +200,10 @@ impl Core {
     pub fn report(&mut self, id: &str, r: Report) -> Result<u64, ApiError> {
         let job = self.job(id)?;
         if !matches!(job.state, JobState::Running | JobState::Stopping) {
-            return Err(ApiError::conflict("id", format!("job `{id}` is {}, not running", job.state.name())));
+            return Err(ApiError::conflict(
+                "id",
+                format!("job `{id}` is {}, not running", job.state.name()),
+            ));
         }
         let mut j = job.clone();
         let n = j.reports;
@@ -208,10 +236,19 @@ impl Core {
             JobState::Running | JobState::Stopping => {
                 j.state = JobState::Stopping;
                 let sent_ms = j.stop.as_ref().map_or(now_ms(), |s| s.sent_ms);
-                j.stop = Some(Stop { then: AfterStop::Cancel, sent_ms, killed: false });
+                j.stop = Some(Stop {
+                    then: AfterStop::Cancel,
+                    sent_ms,
+                    killed: false,
+                });
                 self.event(&mut c, id, "cancelling", "SIGTERM".into());
             }
-            s => return Err(ApiError::conflict("id", format!("job `{id}` is already {}", s.name()))),
+            s => {
+                return Err(ApiError::conflict(
+                    "id",
+                    format!("job `{id}` is already {}", s.name()),
+                ))
+            }
         }
         c.job(&j);
         self.commit(c, vec![j.clone()])?;
@@ -235,20 +272,33 @@ impl Core {
             let run = j.run.clone().expect("running jobs have a run");
             let dir = self.run_dir(&id, run.attempt);
             let mut c = Changes::default();
-            match exec.adopt(&run.run_id(&id), run.handle.as_ref(), &dir).await? {
+            match exec
+                .adopt(&run.run_id(&id), run.handle.as_ref(), &dir)
+                .await?
+            {
                 Some(h) => {
                     if j.state == JobState::Stopping {
                         exec.signal(&h, StopSignal::Term).await?;
                     }
                     j.run.as_mut().expect("checked").handle = Some(h.clone());
-                    self.event(&mut c, &id, "adopted", format!("pid {} attempt {}", h.id, run.attempt));
+                    self.event(
+                        &mut c,
+                        &id,
+                        "adopted",
+                        format!("pid {} attempt {}", h.id, run.attempt),
+                    );
                 }
                 None if run.handle.is_none() && !dir.join("pid").exists() => {
                     // Decided but never launched: back to the queue, nothing ran.
                     j.state = JobState::Queued;
                     j.run = None;
                     j.stop = None;
-                    self.event(&mut c, &id, "requeued", "launch interrupted by a restart".into());
+                    self.event(
+                        &mut c,
+                        &id,
+                        "requeued",
+                        "launch interrupted by a restart".into(),
+                    );
                 }
                 None => {
                     let status = crate::executor::exit_status(&dir);
@@ -300,7 +350,11 @@ impl Core {
             t_ms: now_ms(),
             policy_ms: policy_s * 1e3,
             round_ms: t0.elapsed().as_secs_f64() * 1e3,
-            active_jobs: self.jobs.values().filter(|j| !j.state.is_terminal()).count(),
+            active_jobs: self
+                .jobs
+                .values()
+                .filter(|j| !j.state.is_terminal())
+                .count(),
             launched,
             stopped,
         };
@@ -315,7 +369,9 @@ impl Core {
         c.round(round, rec.to_string());
         c.meta(store::ROUND, round);
         self.store.commit(c)?;
-        self.metrics.round_seconds.observe(t0.elapsed().as_secs_f64());
+        self.metrics
+            .round_seconds
+            .observe(t0.elapsed().as_secs_f64());
         self.metrics.policy_seconds.observe(policy_s);
         self.last_round = info;
         Ok(())
@@ -337,14 +393,18 @@ impl Core {
         for id in live {
             let mut j = self.jobs[&id].clone();
             let run = j.run.clone().expect("running jobs have a run");
-            let Some(h) = run.handle.clone() else { continue };
+            let Some(h) = run.handle.clone() else {
+                continue;
+            };
             let status = exec.poll(&h, &self.run_dir(&id, run.attempt)).await?;
             if status != RunStatus::Running {
                 self.settle(&mut c, &mut j, status);
             } else {
                 j.attained_device_s += run.replicas() as f64 * dt_s;
                 if let Some(s) = j.stop.as_mut() {
-                    if !s.killed && now.saturating_sub(s.sent_ms) as f64 > self.settings.grace_s * 1e3 {
+                    if !s.killed
+                        && now.saturating_sub(s.sent_ms) as f64 > self.settings.grace_s * 1e3
+                    {
                         s.killed = true;
                         kills.push(h);
                         self.event(&mut c, &id, "killed", "grace period over: SIGKILL".into());
@@ -374,13 +434,25 @@ impl Core {
             return (Vec::new(), 0.0);
         }
         active.sort_by_key(|j| j.seq);
-        let mut views: Vec<_> = active.iter().map(|j| job_view(j, cluster, self.epoch_ms)).collect();
+        let mut views: Vec<_> = active
+            .iter()
+            .map(|j| job_view(j, cluster, self.epoch_ms))
+            .collect();
         let mut order: Vec<usize> = (0..views.len()).collect();
-        order.sort_by(|&a, &b| views[a].arrival_s.total_cmp(&views[b].arrival_s).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| {
+            views[a]
+                .arrival_s
+                .total_cmp(&views[b].arrival_s)
+                .then(a.cmp(&b))
+        });
         views = order.iter().map(|&i| views[i].clone()).collect();
         let ids: Vec<String> = order.iter().map(|&i| active[i].id.clone()).collect();
         let now_s = now_ms().saturating_sub(self.epoch_ms) as f64 / 1000.0;
-        let view = ClusterView { now_s, cluster, jobs: &views };
+        let view = ClusterView {
+            now_s,
+            cluster,
+            jobs: &views,
+        };
         let t = Instant::now();
         let allocs = self.policy.allocate(&view);
         let policy_s = t.elapsed().as_secs_f64();
@@ -398,11 +470,12 @@ impl Core {
                     spec.accepts(&cluster.device_types[ty.0 as usize])
                 });
                 let r = a.replicas();
-                let a = if r == 0 || r < spec.min() || r > spec.max().max(spec.replicas) || !ok_types {
-                    Allocation::empty()
-                } else {
-                    a
-                };
+                let a =
+                    if r == 0 || r < spec.min() || r > spec.max().max(spec.replicas) || !ok_types {
+                        Allocation::empty()
+                    } else {
+                        a
+                    };
                 (id, a)
             })
             .collect();
@@ -417,7 +490,11 @@ impl Core {
     /// Slots held now, per node: `held[node][k]`.
     fn held_slots(&self) -> Vec<Vec<bool>> {
         let c = &self.settings.cluster;
-        let mut held: Vec<Vec<bool>> = c.nodes.iter().map(|n| vec![false; n.gpus as usize]).collect();
+        let mut held: Vec<Vec<bool>> = c
+            .nodes
+            .iter()
+            .map(|n| vec![false; n.gpus as usize])
+            .collect();
         let offsets = slot_offsets(c);
         for j in self.jobs.values() {
             if let Some(r) = &j.run {
@@ -458,8 +535,16 @@ impl Core {
             }
             let mut j = j.clone();
             j.state = JobState::Stopping;
-            j.stop = Some(Stop { then: AfterStop::Requeue, sent_ms: now_ms(), killed: false });
-            let why = if want.replicas() == 0 { "preempted" } else { "resizing" };
+            j.stop = Some(Stop {
+                then: AfterStop::Requeue,
+                sent_ms: now_ms(),
+                killed: false,
+            });
+            let why = if want.replicas() == 0 {
+                "preempted"
+            } else {
+                "resizing"
+            };
             self.event(&mut c, id, "stopping", format!("{why}: SIGTERM"));
             to_signal.push(run.handle.clone().expect("checked"));
             c.job(&j);
@@ -493,7 +578,8 @@ impl Core {
         let cluster = &self.settings.cluster;
         let mut j = self.jobs[id].clone();
         let first_node = alloc.slots()[0].0;
-        let ty = cluster.device_types[cluster.nodes[first_node.0 as usize].device_type.0 as usize].clone();
+        let ty = cluster.device_types[cluster.nodes[first_node.0 as usize].device_type.0 as usize]
+            .clone();
         let now = now_ms();
         j.attempts += 1;
         let run = Run {
@@ -515,7 +601,17 @@ impl Core {
         let mut c = Changes::default();
         match exec.launch(&req).await {
             Ok(h) => {
-                self.event(&mut c, id, "launched", format!("attempt {} on {} {ty} (pid {})", run.attempt, run.replicas(), h.id));
+                self.event(
+                    &mut c,
+                    id,
+                    "launched",
+                    format!(
+                        "attempt {} on {} {ty} (pid {})",
+                        run.attempt,
+                        run.replicas(),
+                        h.id
+                    ),
+                );
                 j.run.as_mut().expect("set above").handle = Some(h);
             }
             Err(e) => {
@@ -554,7 +650,14 @@ impl Core {
             ("PACER_CHECKPOINT_DIR".into(), ckpt.display().to_string()),
             ("PACER_REPLICAS".into(), replicas.to_string()),
             ("PACER_DEVICE_TYPE".into(), run.device_type.clone()),
-            ("PACER_SLOTS".into(), slots.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+            (
+                "PACER_SLOTS".into(),
+                slots
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
         ];
         if run.device_type != "cpu" {
             env.push(("CUDA_VISIBLE_DEVICES".into(), local.join(",")));
@@ -589,7 +692,14 @@ fn take_slots(c: &ClusterSpec, held: &mut [Vec<bool>], want: &Allocation) -> Opt
     let offsets = slot_offsets(c);
     let mut picks = Vec::new();
     for &(NodeId(n), k) in want.slots() {
-        let free: Vec<usize> = held.get(n as usize)?.iter().enumerate().filter(|p| !p.1).map(|p| p.0).take(k as usize).collect();
+        let free: Vec<usize> = held
+            .get(n as usize)?
+            .iter()
+            .enumerate()
+            .filter(|p| !p.1)
+            .map(|p| p.0)
+            .take(k as usize)
+            .collect();
         if free.len() < k as usize {
             return None;
         }

@@ -16,10 +16,18 @@ pub struct ApiError {
 impl ApiError {
     /// 400: bad input in `field`.
     pub fn bad(field: &str, message: String) -> Self {
-        ApiError { status: 400, field: field.to_string(), message }
+        ApiError {
+            status: 400,
+            field: field.to_string(),
+            message,
+        }
     }
     pub fn with_status(status: u16, field: &str, message: impl Into<String>) -> Self {
-        ApiError { status, field: field.to_string(), message: message.into() }
+        ApiError {
+            status,
+            field: field.to_string(),
+            message: message.into(),
+        }
     }
     pub fn not_found(field: &str, message: impl Into<String>) -> Self {
         Self::with_status(404, field, message)
@@ -55,16 +63,25 @@ pub enum ServeError {
     #[error("state database: {0}")]
     Db(#[from] redb::Error),
     #[error("state record {key}: {source}")]
-    Record { key: String, source: serde_json::Error },
+    Record {
+        key: String,
+        source: serde_json::Error,
+    },
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
     #[error("executor: {0}")]
     Exec(String),
 }
 
 impl ServeError {
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        ServeError::Io { what: what.into(), source }
+        ServeError::Io {
+            what: what.into(),
+            source,
+        }
     }
 }
 

@@ -120,8 +120,14 @@ impl LocalExecutor {
             .map_err(|e| ServeError::io(format!("starting {:?}", req.argv.first()), e))?;
         let pid = child.id();
         let start_ticks = proc_stat(pid).map_or(0, |s| s.start_ticks);
-        self.children.lock().expect("children lock").insert(pid, child);
-        Ok(RunHandle { id: pid.to_string(), start_ticks })
+        self.children
+            .lock()
+            .expect("children lock")
+            .insert(pid, child);
+        Ok(RunHandle {
+            id: pid.to_string(),
+            start_ticks,
+        })
     }
 
     fn status_now(&self, run: &RunHandle, run_dir: &Path) -> RunStatus {
@@ -154,7 +160,10 @@ impl LocalExecutor {
 /// The exit status a wrapper recorded in `run_dir`, or [`RunStatus::Killed`].
 pub fn exit_status(run_dir: &Path) -> RunStatus {
     match std::fs::read_to_string(run_dir.join("exit")) {
-        Ok(s) => s.trim().parse().map_or(RunStatus::Killed, RunStatus::Exited),
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_or(RunStatus::Killed, RunStatus::Exited),
         Err(_) => RunStatus::Killed,
     }
 }
@@ -174,7 +183,9 @@ impl Executor for LocalExecutor {
                 return Err(ServeError::Exec(format!("bad local run id `{}`", run.id)));
             };
             // Only a process that is still this run (same start time) is signalled.
-            if proc_stat(pid).is_some_and(|s| s.start_ticks == run.start_ticks || run.start_ticks == 0) {
+            if proc_stat(pid)
+                .is_some_and(|s| s.start_ticks == run.start_ticks || run.start_ticks == 0)
+            {
                 let sig = match sig {
                     StopSignal::Term => libc::SIGTERM,
                     StopSignal::Kill => libc::SIGKILL,
@@ -213,7 +224,9 @@ impl Executor for LocalExecutor {
                 }
             };
             let Some(pid) = pid else { return Ok(None) };
-            let Some(stat) = proc_stat(pid) else { return Ok(None) };
+            let Some(stat) = proc_stat(pid) else {
+                return Ok(None);
+            };
             if stat.state == 'Z' {
                 return Ok(None);
             }
@@ -228,7 +241,10 @@ impl Executor for LocalExecutor {
             if !env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
                 return Ok(None);
             }
-            Ok(Some(RunHandle { id: pid.to_string(), start_ticks: stat.start_ticks }))
+            Ok(Some(RunHandle {
+                id: pid.to_string(),
+                start_ticks: stat.start_ticks,
+            }))
         })
     }
 }
@@ -284,7 +300,10 @@ mod tests {
         assert_eq!(ex.poll(&h, &req.run_dir).await.unwrap(), RunStatus::Running);
         // Re-adoption finds it by the pid file and its environment, and not under another run id.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        assert_eq!(ex.adopt("j:1", None, &req.run_dir).await.unwrap(), Some(h.clone()));
+        assert_eq!(
+            ex.adopt("j:1", None, &req.run_dir).await.unwrap(),
+            Some(h.clone())
+        );
         assert_eq!(ex.adopt("j:2", Some(&h), &req.run_dir).await.unwrap(), None);
         ex.signal(&h, StopSignal::Term).await.unwrap();
         let mut st = RunStatus::Running;

@@ -42,7 +42,10 @@ impl JobState {
         }
     }
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobState::Succeeded | JobState::Failed | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
     }
 }
 
@@ -145,7 +148,11 @@ pub struct JobRecord {
 
 /// Whether `id` is a valid job id: `[a-z0-9-]{1,64}`.
 pub fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 impl JobRecord {
@@ -218,13 +225,20 @@ pub fn speed_curve(measured: &[Measured], ty: &str, max_replicas: u32) -> SpeedC
             pts.push((max_replicas, r1 + slope * (max_replicas - d1) as f64));
         }
     }
-    SpeedCurve { points: pts, spread_factor: 1.0 }
+    SpeedCurve {
+        points: pts,
+        spread_factor: 1.0,
+    }
 }
 
 /// What a policy sees of `job` at `now_ms` (times relative to `epoch_ms`).
 pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobView {
     let spec = &job.spec;
-    let max = if spec.adaptive { spec.max() } else { spec.replicas };
+    let max = if spec.adaptive {
+        spec.max()
+    } else {
+        spec.replicas
+    };
     let mut v = JobView::basic(
         JobId(job.seq.min(u32::MAX as u64) as u32),
         job.submitted_ms.saturating_sub(epoch_ms) as f64 / 1000.0 - spec.priority as f64 * 1e-3,
@@ -293,7 +307,11 @@ mod tests {
 
     #[test]
     fn curve_extends_from_measurements() {
-        let m = |r, x| Measured { device_type: "cpu".into(), replicas: r, throughput: x };
+        let m = |r, x| Measured {
+            device_type: "cpu".into(),
+            replicas: r,
+            throughput: x,
+        };
         let c = speed_curve(&[m(2, 100.0)], "cpu", 4);
         assert_eq!(c.points, vec![(2, 100.0), (4, 200.0)]);
         let c = speed_curve(&[m(1, 60.0), m(2, 100.0)], "cpu", 4);

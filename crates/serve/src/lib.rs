@@ -40,7 +40,10 @@ pub struct ServeConfig {
 /// Runs the service until SIGINT or SIGTERM. Jobs keep running when it stops; the
 /// next start on the same state directory re-adopts them. `on_ready` gets the bound
 /// address once the API accepts requests.
-pub async fn serve(cfg: ServeConfig, on_ready: impl FnOnce(std::net::SocketAddr)) -> anyhow::Result<()> {
+pub async fn serve(
+    cfg: ServeConfig,
+    on_ready: impl FnOnce(std::net::SocketAddr),
+) -> anyhow::Result<()> {
     use anyhow::Context;
     anyhow::ensure!(
         cfg.round_s.is_finite() && (0.05..=86_400.0).contains(&cfg.round_s),
@@ -67,7 +70,10 @@ pub async fn serve(cfg: ServeConfig, on_ready: impl FnOnce(std::net::SocketAddr)
             .with_context(|| format!("--state {}: cannot create", cfg.state_dir.display()))?;
     }
     let _lock = lock_state_dir(&cfg.state_dir)?;
-    let token_path = cfg.token_file.clone().unwrap_or_else(|| cfg.state_dir.join("token"));
+    let token_path = cfg
+        .token_file
+        .clone()
+        .unwrap_or_else(|| cfg.state_dir.join("token"));
     let token = auth::load_or_create(&token_path)?;
     let listener = tokio::net::TcpListener::bind(&cfg.listen)
         .await
@@ -86,11 +92,17 @@ pub async fn serve(cfg: ServeConfig, on_ready: impl FnOnce(std::net::SocketAddr)
     let mut core = core::Core::open(settings)?;
     core.recover(exec.as_ref()).await?;
     let core = Arc::new(tokio::sync::Mutex::new(core));
-    let state = api::AppState { core: core.clone(), exec: exec.clone(), token: Arc::new(token) };
+    let state = api::AppState {
+        core: core.clone(),
+        exec: exec.clone(),
+        token: Arc::new(token),
+    };
     let rounds = tokio::spawn(round_loop(core, exec, cfg.round_s));
     on_ready(addr);
     let app = api::router(state);
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown()).await;
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown())
+        .await;
     rounds.abort();
     served.context("serving the API")
 }
@@ -138,6 +150,10 @@ fn lock_state_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
         .map_err(|e| anyhow::anyhow!("--state: cannot open {}: {e}", path.display()))?;
     // SAFETY: flock on a file descriptor this function owns.
     let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    anyhow::ensure!(rc == 0, "--state {}: another pacer serve is using this state directory", dir.display());
+    anyhow::ensure!(
+        rc == 0,
+        "--state {}: another pacer serve is using this state directory",
+        dir.display()
+    );
     Ok(f)
 }

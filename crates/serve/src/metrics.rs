@@ -40,13 +40,42 @@ impl Metrics {
         let submissions = Counter::default();
         let restarts = Gauge::default();
         registry.register("jobs", "Jobs by state", jobs.clone());
-        registry.register("devices", "Devices allocated, per job and device type", devices.clone());
-        registry.register("round_seconds", "Duration of a scheduling round", round_seconds.clone());
-        registry.register("policy_seconds", "Duration of the policy's decision in a round", policy_seconds.clone());
+        registry.register(
+            "devices",
+            "Devices allocated, per job and device type",
+            devices.clone(),
+        );
+        registry.register(
+            "round_seconds",
+            "Duration of a scheduling round",
+            round_seconds.clone(),
+        );
+        registry.register(
+            "policy_seconds",
+            "Duration of the policy's decision in a round",
+            policy_seconds.clone(),
+        );
         registry.register("reports_accepted", "Job reports accepted", reports.clone());
-        registry.register("submissions", "Jobs submitted since this process started", submissions.clone());
-        registry.register("restarts", "Times the service has started on this state directory, minus one", restarts.clone());
-        Metrics { registry, jobs, devices, round_seconds, policy_seconds, reports, submissions, restarts }
+        registry.register(
+            "submissions",
+            "Jobs submitted since this process started",
+            submissions.clone(),
+        );
+        registry.register(
+            "restarts",
+            "Times the service has started on this state directory, minus one",
+            restarts.clone(),
+        );
+        Metrics {
+            registry,
+            jobs,
+            devices,
+            round_seconds,
+            policy_seconds,
+            reports,
+            submissions,
+            restarts,
+        }
     }
 
     /// The text exposition, with the job gauges recomputed from `jobs`.
@@ -54,13 +83,20 @@ impl Metrics {
         self.jobs.clear();
         self.devices.clear();
         for s in JobState::ALL {
-            self.jobs.get_or_create(&vec![("state".into(), s.name().into())]).set(0);
+            self.jobs
+                .get_or_create(&vec![("state".into(), s.name().into())])
+                .set(0);
         }
         for j in jobs {
-            self.jobs.get_or_create(&vec![("state".into(), j.state.name().into())]).inc();
+            self.jobs
+                .get_or_create(&vec![("state".into(), j.state.name().into())])
+                .inc();
             if let Some(r) = &j.run {
                 self.devices
-                    .get_or_create(&vec![("job".into(), j.id.clone()), ("device_type".into(), r.device_type.clone())])
+                    .get_or_create(&vec![
+                        ("job".into(), j.id.clone()),
+                        ("device_type".into(), r.device_type.clone()),
+                    ])
                     .set(r.replicas() as i64);
             }
         }

@@ -101,14 +101,25 @@ impl JobSpec {
             return bad("name", "must not contain control characters".into());
         }
         match (&self.command, &self.trainer) {
-            (None, None) => return bad("command", "one of `command` or `[trainer]` is required".into()),
+            (None, None) => {
+                return bad(
+                    "command",
+                    "one of `command` or `[trainer]` is required".into(),
+                )
+            }
             (Some(_), Some(_)) => {
-                return bad("trainer", "give either `command` or `[trainer]`, not both".into())
+                return bad(
+                    "trainer",
+                    "give either `command` or `[trainer]`, not both".into(),
+                )
             }
             (Some(argv), None) => check_argv("command", argv)?,
             (None, Some(t)) => {
                 if t.dataset.is_empty() || t.dataset.len() > 4096 || t.dataset.contains('\0') {
-                    return bad("trainer.dataset", "must be 1 to 4096 bytes without NUL".into());
+                    return bad(
+                        "trainer.dataset",
+                        "must be 1 to 4096 bytes without NUL".into(),
+                    );
                 }
                 if let Some(m) = &t.model {
                     check_argv("trainer.model", std::slice::from_ref(m))?;
@@ -142,11 +153,17 @@ impl JobSpec {
         }
         if let Some(b) = self.global_batch {
             if b == 0 || b > MAX_BATCH {
-                return bad("global_batch", format!("{b} is out of range 1..={MAX_BATCH}"));
+                return bad(
+                    "global_batch",
+                    format!("{b} is out of range 1..={MAX_BATCH}"),
+                );
             }
         }
         if !(-1000..=1000).contains(&self.priority) {
-            return bad("priority", format!("{} is out of range -1000..=1000", self.priority));
+            return bad(
+                "priority",
+                format!("{} is out of range -1000..=1000", self.priority),
+            );
         }
         if let Some(u) = &self.user {
             if u.is_empty() || u.len() > 128 || u.chars().any(char::is_control) {
@@ -182,7 +199,11 @@ impl JobSpec {
 
     /// Whether the job may run on device type `name`.
     pub fn accepts(&self, name: &str) -> bool {
-        self.device_types.is_empty() || self.device_types.iter().any(|t| t.eq_ignore_ascii_case(name))
+        self.device_types.is_empty()
+            || self
+                .device_types
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(name))
     }
 
     /// Devices of the cluster the job may use.
@@ -200,7 +221,10 @@ impl JobSpec {
         if let Some(c) = &self.command {
             return c.clone();
         }
-        let t = self.trainer.as_ref().expect("validated: command or trainer");
+        let t = self
+            .trainer
+            .as_ref()
+            .expect("validated: command or trainer");
         let mut v = vec![
             pacer_bin.to_string(),
             "train".into(),
@@ -229,7 +253,10 @@ fn check_argv(field: &str, argv: &[String]) -> Result<(), ApiError> {
     }
     for a in argv {
         if a.len() > 4096 || a.contains('\0') {
-            return Err(ApiError::bad(field, "entries must be ≤ 4096 bytes without NUL".into()));
+            return Err(ApiError::bad(
+                field,
+                "entries must be ≤ 4096 bytes without NUL".into(),
+            ));
         }
     }
     Ok(())
@@ -271,7 +298,10 @@ impl Report {
             if v.is_finite() && (0.0..=max).contains(&v) {
                 Ok(())
             } else {
-                Err(ApiError::bad(field, format!("{v} must be finite, ≥ 0 and ≤ {max:e}")))
+                Err(ApiError::bad(
+                    field,
+                    format!("{v} must be finite, ≥ 0 and ≤ {max:e}"),
+                ))
             }
         };
         finite("time_s", self.time_s, 1e9)?;
@@ -284,22 +314,42 @@ impl Report {
             finite("loss", l, 1e15)?;
         }
         if self.replicas == 0 || self.replicas > MAX_REPLICAS {
-            return Err(ApiError::bad("replicas", format!("{} is out of range 1..={MAX_REPLICAS}", self.replicas)));
+            return Err(ApiError::bad(
+                "replicas",
+                format!("{} is out of range 1..={MAX_REPLICAS}", self.replicas),
+            ));
         }
         if self.global_batch > MAX_BATCH {
-            return Err(ApiError::bad("global_batch", format!("{} exceeds {MAX_BATCH}", self.global_batch)));
+            return Err(ApiError::bad(
+                "global_batch",
+                format!("{} exceeds {MAX_BATCH}", self.global_batch),
+            ));
         }
         if self.local_batches.len() > MAX_REPLICAS as usize
             || self.local_batches.iter().any(|&b| b > MAX_BATCH)
         {
-            return Err(ApiError::bad("local_batches", "too many entries or an entry too large".into()));
+            return Err(ApiError::bad(
+                "local_batches",
+                "too many entries or an entry too large".into(),
+            ));
         }
         if self.step > 1 << 53 || self.samples > 1 << 53 {
-            return Err(ApiError::bad("samples", "step and samples must be ≤ 2^53".into()));
+            return Err(ApiError::bad(
+                "samples",
+                "step and samples must be ≤ 2^53".into(),
+            ));
         }
         let t = &self.device_type;
-        if t.is_empty() || t.len() > 64 || !t.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-            return Err(ApiError::bad("device_type", "must be a device type name such as cpu or t4".into()));
+        if t.is_empty()
+            || t.len() > 64
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ApiError::bad(
+                "device_type",
+                "must be a device type name such as cpu or t4".into(),
+            ));
         }
         Ok(())
     }
@@ -311,7 +361,11 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner().to_string();
-        let field = unknown_field(&inner).unwrap_or(if path == "." || path == "?" { "body".into() } else { path });
+        let field = unknown_field(&inner).unwrap_or(if path == "." || path == "?" {
+            "body".into()
+        } else {
+            path
+        });
         ApiError::bad(&field, format!("malformed JSON: {inner}"))
     })
 }
@@ -328,7 +382,11 @@ fn toml_error(e: &toml::de::Error, text: &str, origin: &str) -> ApiError {
     let (line, key) = match e.span() {
         Some(s) => {
             let at = s.start.min(text.len());
-            let line_no = text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            let line_no = text.as_bytes()[..at]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
             let line_text = text.lines().nth(line_no - 1).unwrap_or("");
             let key = line_text
                 .split_once('=')
@@ -338,7 +396,9 @@ fn toml_error(e: &toml::de::Error, text: &str, origin: &str) -> ApiError {
         }
         None => (None, None),
     };
-    let field = unknown_field(&message).or(key).unwrap_or_else(|| "body".into());
+    let field = unknown_field(&message)
+        .or(key)
+        .unwrap_or_else(|| "body".into());
     let place = match line {
         Some(l) => format!("{origin}:{l}"),
         None => origin.to_string(),
@@ -367,7 +427,11 @@ mod tests {
 
     #[test]
     fn minimal_spec_parses_and_validates() {
-        let s = JobSpec::from_toml("name = \"a\"\ncommand = [\"sleep\", \"1\"]\nreplicas = 2\n", "j.toml").unwrap();
+        let s = JobSpec::from_toml(
+            "name = \"a\"\ncommand = [\"sleep\", \"1\"]\nreplicas = 2\n",
+            "j.toml",
+        )
+        .unwrap();
         s.validate(&cluster()).unwrap();
         assert_eq!((s.min(), s.max()), (2, 2));
         assert_eq!(s.argv("pacer", 2), vec!["sleep", "1"]);
@@ -375,18 +439,28 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named_with_its_line() {
-        let e = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\nreplicaz = 2\n", "j.toml").unwrap_err();
+        let e = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\nreplicaz = 2\n", "j.toml")
+            .unwrap_err();
         assert_eq!(e.field, "replicaz");
         assert!(e.message.starts_with("j.toml:3:"), "{}", e.message);
     }
 
     #[test]
     fn negative_and_absurd_numbers_are_named() {
-        let e = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\nreplicas = -2\n", "j.toml").unwrap_err();
+        let e = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\nreplicas = -2\n", "j.toml")
+            .unwrap_err();
         assert_eq!(e.field, "replicas");
-        let s = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\nreplicas = 4000\n", "j.toml").unwrap();
+        let s = JobSpec::from_toml(
+            "name = \"a\"\ncommand = [\"x\"]\nreplicas = 4000\n",
+            "j.toml",
+        )
+        .unwrap();
         assert_eq!(s.validate(&cluster()).unwrap_err().field, "min_replicas");
-        let s = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\ndevice_types = [\"t4\"]\n", "j").unwrap();
+        let s = JobSpec::from_toml(
+            "name = \"a\"\ncommand = [\"x\"]\ndevice_types = [\"t4\"]\n",
+            "j",
+        )
+        .unwrap();
         assert_eq!(s.validate(&cluster()).unwrap_err().field, "device_types");
     }
 

@@ -116,8 +116,11 @@ impl Store {
         let mut out = Vec::new();
         for row in t.iter().map_err(db)? {
             let (k, v) = row.map_err(db)?;
-            let j: JobRecord = serde_json::from_str(v.value())
-                .map_err(|source| ServeError::Record { key: format!("jobs/{}", k.value()), source })?;
+            let j: JobRecord =
+                serde_json::from_str(v.value()).map_err(|source| ServeError::Record {
+                    key: format!("jobs/{}", k.value()),
+                    source,
+                })?;
             out.push(j);
         }
         Ok(out)
@@ -131,12 +134,22 @@ impl Store {
     }
 
     /// Up to `limit` reports of `job` from index `from`, as stored JSON.
-    pub fn reports(&self, job: &str, from: u64, limit: usize) -> Result<Vec<(u64, String)>, ServeError> {
+    pub fn reports(
+        &self,
+        job: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, String)>, ServeError> {
         range(&self.db, REPORTS, job, from, limit)
     }
 
     /// Up to `limit` events of `job` (`""`: the service's own) from sequence `from`.
-    pub fn events(&self, job: &str, from: u64, limit: usize) -> Result<Vec<(u64, String)>, ServeError> {
+    pub fn events(
+        &self,
+        job: &str,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, String)>, ServeError> {
         range(&self.db, EVENTS, job, from, limit)
     }
 
@@ -163,7 +176,11 @@ fn range(
     let r = db_.begin_read().map_err(db)?;
     let t = r.open_table(table).map_err(db)?;
     let mut out = Vec::new();
-    for row in t.range((job, from)..=(job, u64::MAX)).map_err(db)?.take(limit) {
+    for row in t
+        .range((job, from)..=(job, u64::MAX))
+        .map_err(db)?
+        .take(limit)
+    {
         let (k, v) = row.map_err(db)?;
         out.push((k.value().1, v.value().to_string()));
     }

@@ -37,14 +37,21 @@ fn listed(svc: &Service) -> BTreeMap<String, serde_json::Value> {
 fn check_present(svc: &Service, accepted: &BTreeSet<String>) {
     let jobs = listed(svc);
     for id in accepted {
-        assert!(jobs.contains_key(id), "job {id} was accepted (201) but is missing after a restart");
+        assert!(
+            jobs.contains_key(id),
+            "job {id} was accepted (201) but is missing after a restart"
+        );
     }
 }
 
 #[test]
 fn survives_kill9_at_random_moments() {
     assert!(
-        std::process::Command::new("python3").arg("-c").arg("pass").status().is_ok_and(|s| s.success()),
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg("pass")
+            .status()
+            .is_ok_and(|s| s.success()),
         "this test runs its jobs with python3, which is not on PATH"
     );
     let dir = test_dir("crash");
@@ -54,7 +61,16 @@ fn survives_kill9_at_random_moments() {
     let out_s = out.display().to_string();
     let mut svc = Service::start(
         &dir,
-        &["--cluster", "4x2:cpu", "--policy", "fair", "--round-s", "0.3", "--grace-s", "5"],
+        &[
+            "--cluster",
+            "4x2:cpu",
+            "--policy",
+            "fair",
+            "--round-s",
+            "0.3",
+            "--grace-s",
+            "5",
+        ],
     );
     let mut rng = StdRng::seed_from_u64(16);
     let mid_submission = [rng.random_range(2..8), rng.random_range(10..17)];
@@ -68,7 +84,10 @@ fn survives_kill9_at_random_moments() {
             let c = svc.client();
             let body = text.clone().into_bytes();
             let t = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 rt.block_on(c.post("/v1/jobs", body, "application/toml"))
             });
             std::thread::sleep(Duration::from_micros(rng.random_range(0..3000)));
@@ -82,7 +101,13 @@ fn survives_kill9_at_random_moments() {
             svc.restart();
             check_present(&svc, &accepted);
         } else {
-            let a = svc.call(&svc.client(), "POST", "/v1/jobs", Some(text.as_bytes()), "application/toml");
+            let a = svc.call(
+                &svc.client(),
+                "POST",
+                "/v1/jobs",
+                Some(text.as_bytes()),
+                "application/toml",
+            );
             assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
             accepted.insert(a.json().unwrap()["id"].as_str().unwrap().to_string());
         }
@@ -100,10 +125,16 @@ fn survives_kill9_at_random_moments() {
     let t0 = Instant::now();
     let jobs = loop {
         let jobs = listed(&svc);
-        if jobs.values().all(|j| ["succeeded", "failed", "cancelled"].contains(&j["state"].as_str().unwrap())) {
+        if jobs
+            .values()
+            .all(|j| ["succeeded", "failed", "cancelled"].contains(&j["state"].as_str().unwrap()))
+        {
             break jobs;
         }
-        assert!(t0.elapsed() < Duration::from_secs(300), "jobs did not finish in 300 s: {jobs:#?}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "jobs did not finish in 300 s: {jobs:#?}"
+        );
         std::thread::sleep(Duration::from_millis(300));
     };
     for id in &accepted {
@@ -120,12 +151,22 @@ fn survives_kill9_at_random_moments() {
     let mut n = 0;
     for line in log.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let (job, index, step) = (f[0], f[1].parse::<u64>().unwrap(), f[2].parse::<u64>().unwrap());
+        let (job, index, step) = (
+            f[0],
+            f[1].parse::<u64>().unwrap(),
+            f[2].parse::<u64>().unwrap(),
+        );
         let reports = stored.entry(job.to_string()).or_insert_with(|| {
-            svc.get_json(&format!("/v1/jobs/{job}/reports?limit=10000"))["reports"].as_array().unwrap().clone()
+            svc.get_json(&format!("/v1/jobs/{job}/reports?limit=10000"))["reports"]
+                .as_array()
+                .unwrap()
+                .clone()
         });
         let r = reports.iter().find(|r| r["index"] == index);
-        assert!(r.is_some_and(|r| r["step"] == step), "{job}: accepted report #{index} (step {step}) missing");
+        assert!(
+            r.is_some_and(|r| r["step"] == step),
+            "{job}: accepted report #{index} (step {step}) missing"
+        );
         n += 1;
     }
     assert!(n >= JOBS, "only {n} reports accepted");

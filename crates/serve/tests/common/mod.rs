@@ -25,7 +25,11 @@ pub fn test_dir(name: &str) -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Service {
@@ -36,7 +40,10 @@ impl Service {
             port: free_port(),
             args: args.iter().map(|a| a.to_string()).collect(),
             child: None,
-            rt: tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap(),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
         };
         s.restart();
         s
@@ -76,9 +83,15 @@ impl Service {
                 }
             }
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("pacer-serve exited with {st}; see {}", self.dir.join("service.log").display());
+                panic!(
+                    "pacer-serve exited with {st}; see {}",
+                    self.dir.join("service.log").display()
+                );
             }
-            assert!(t0.elapsed() < Duration::from_secs(30), "pacer-serve did not come up in 30 s");
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "pacer-serve did not come up in 30 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -92,7 +105,10 @@ impl Service {
     }
 
     pub fn token(&self) -> String {
-        std::fs::read_to_string(self.state().join("token")).unwrap().trim().to_string()
+        std::fs::read_to_string(self.state().join("token"))
+            .unwrap()
+            .trim()
+            .to_string()
     }
 
     pub fn client(&self) -> Client {
@@ -105,7 +121,14 @@ impl Service {
         c
     }
 
-    pub fn call(&self, c: &Client, method: &str, path: &str, body: Option<&[u8]>, ct: &str) -> Answer {
+    pub fn call(
+        &self,
+        c: &Client,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        ct: &str,
+    ) -> Answer {
         self.rt
             .block_on(c.request(method, path, body.map(<[u8]>::to_vec), ct))
             .unwrap_or_else(|e| panic!("{method} {path}: {e:#}"))
@@ -113,7 +136,12 @@ impl Service {
 
     pub fn get_json(&self, path: &str) -> serde_json::Value {
         let a = self.call(&self.client(), "GET", path, None, "");
-        assert_eq!(a.status, 200, "GET {path}: {}", String::from_utf8_lossy(&a.body));
+        assert_eq!(
+            a.status,
+            200,
+            "GET {path}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
         a.json().unwrap()
     }
 }
