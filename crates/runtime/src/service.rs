@@ -50,8 +50,10 @@ impl std::fmt::Debug for ServiceEnv {
 }
 
 impl ServiceEnv {
-    /// From the process environment: `None` without `PACER_SERVER`; an error naming
-    /// the variable when one is malformed or missing.
+    /// From the process environment: `None` without `PACER_JOB_ID` (set only for
+    /// the jobs a service launches: a shell may hold `PACER_SERVER` and
+    /// `PACER_TOKEN` for the `pacer submit` client); with it, an error naming the
+    /// variable when one is malformed or missing.
     pub fn from_env() -> Result<Option<ServiceEnv>, RuntimeError> {
         ServiceEnv::from_lookup(|k| std::env::var(k).ok())
     }
@@ -60,10 +62,13 @@ impl ServiceEnv {
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<ServiceEnv>, RuntimeError> {
-        let Some(server) = get("PACER_SERVER") else {
+        let Some(job_id) = get("PACER_JOB_ID") else {
             return Ok(None);
         };
         let bad = |var: &str, msg: String| Err(RuntimeError::config(var, msg));
+        let Some(server) = get("PACER_SERVER") else {
+            return bad("PACER_SERVER", "must be set with PACER_JOB_ID".into());
+        };
         let base = server.trim_end_matches('/');
         let host = base.strip_prefix("http://").unwrap_or("");
         if host.is_empty() || host.contains(['/', '?', '#', ' ']) {
@@ -72,9 +77,6 @@ impl ServiceEnv {
                 format!("`{server}`: expected a base URL http://HOST:PORT (no TLS, no path)"),
             );
         }
-        let Some(job_id) = get("PACER_JOB_ID") else {
-            return bad("PACER_JOB_ID", "must be set with PACER_SERVER".into());
-        };
         if job_id.is_empty()
             || job_id.len() > 64
             || !job_id
@@ -87,7 +89,7 @@ impl ServiceEnv {
             );
         }
         let Some(token) = get("PACER_TOKEN") else {
-            return bad("PACER_TOKEN", "must be set with PACER_SERVER".into());
+            return bad("PACER_TOKEN", "must be set with PACER_JOB_ID".into());
         };
         if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
             return bad(
@@ -96,6 +98,17 @@ impl ServiceEnv {
             );
         }
         let device_type = get("PACER_DEVICE_TYPE").unwrap_or_else(|| "cpu".into());
+        if device_type.is_empty()
+            || device_type.len() > 64
+            || !device_type
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return bad(
+                "PACER_DEVICE_TYPE",
+                format!("`{device_type}`: expected a device type name such as cpu or t4"),
+            );
+        }
         Ok(Some(ServiceEnv {
             url: format!("{base}/v1/jobs/{job_id}/reports"),
             job_id,

@@ -236,6 +236,13 @@ fn the_service_environment_is_checked_naming_the_variable() {
         }
     };
     assert!(ServiceEnv::from_lookup(get(&[])).unwrap().is_none());
+    // A shell set up for the `pacer submit` client is not a job of the service.
+    assert!(ServiceEnv::from_lookup(get(&[
+        ("PACER_SERVER", "http://127.0.0.1:8470"),
+        ("PACER_TOKEN", "t")
+    ]))
+    .unwrap()
+    .is_none());
     let ok = ServiceEnv::from_lookup(get(&[
         ("PACER_SERVER", "http://127.0.0.1:8470/"),
         ("PACER_JOB_ID", "a-1"),
@@ -249,9 +256,21 @@ fn the_service_environment_is_checked_naming_the_variable() {
         !format!("{ok:?}").contains("t0k"),
         "the token stays out of logs"
     );
-    let cases: [(&[(&str, &str)], &str); 4] = [
-        (&[("PACER_SERVER", "https://x:1")], "PACER_SERVER"),
-        (&[("PACER_SERVER", "http://x:1")], "PACER_JOB_ID"),
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[
+                ("PACER_SERVER", "http://x:1"),
+                ("PACER_JOB_ID", "j"),
+                ("PACER_TOKEN", "t"),
+                ("PACER_DEVICE_TYPE", "a b"),
+            ],
+            "PACER_DEVICE_TYPE",
+        ),
+        (
+            &[("PACER_SERVER", "https://x:1"), ("PACER_JOB_ID", "j")],
+            "PACER_SERVER",
+        ),
+        (&[("PACER_JOB_ID", "j")], "PACER_SERVER"),
         (
             &[("PACER_SERVER", "http://x:1"), ("PACER_JOB_ID", "../etc")],
             "PACER_JOB_ID",

@@ -627,8 +627,12 @@ impl Run<'_> {
     }
 
     /// A report for the service of where the run stands (closing the report window);
-    /// `None` without a service.
+    /// `None` without a service, or without a worker (nothing trains; the service
+    /// takes at least one replica).
     fn job_report(&mut self, done: bool) -> Option<JobReport> {
+        if self.active.is_empty() {
+            return None;
+        }
         let r = self.reporter.as_mut()?;
         let (time_s, throughput, step_time_s) = r.close_window(self.k, self.pos);
         Some(JobReport {
