@@ -526,7 +526,8 @@ impl FairQueue {
 }
 
 /// Places integer shares: jobs whose share equals what they hold keep it; the
-/// others are placed largest first on the nodes with the most free devices.
+/// others are placed largest first on the nodes with the most free devices (of one
+/// device type for a job whose speed depends on it: up to what that type has free).
 pub fn place_shares(view: &ClusterView, shares: &[u32]) -> Vec<Allocation> {
     let mut pool = FreePool::new(view.cluster);
     let mut out: Vec<Allocation> = view.jobs.iter().map(|_| Allocation::empty()).collect();
@@ -543,7 +544,15 @@ pub fn place_shares(view: &ClusterView, shares: &[u32]) -> Vec<Allocation> {
     }
     todo.sort_by(|&a, &b| shares[b].cmp(&shares[a]).then(a.cmp(&b)));
     for i in todo {
-        if let Some(a) = pool.take_most_free_for(&view.jobs[i], shares[i]) {
+        let job = &view.jobs[i];
+        // A job placed on one device type gets what its best-provided type has left
+        // when that is less than its share (work-conserving).
+        let n = if crate::place::mixes_types_freely(job) {
+            shares[i]
+        } else {
+            (shares[i] as u64).min(pool.most_for(job)) as u32
+        };
+        if let Some(a) = pool.take_most_free_for(job, n) {
             out[i] = a;
         }
     }

@@ -3,8 +3,8 @@
 //! extrapolated linearly from the largest measured scale below
 //! ([`ScaleFallback::Linear`], an optimistic assumption stated there).
 
-pub use crate::trace::gavel::{gavel_rate, ScaleFallback, GAVEL_TYPES};
 use crate::engine::SimJob;
+pub use crate::trace::gavel::{gavel_rate, ScaleFallback, GAVEL_TYPES};
 use crate::trace::GavelThroughputs;
 use pacer_model::ParseError;
 

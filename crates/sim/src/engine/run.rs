@@ -25,11 +25,14 @@ impl Simulation<'_> {
         let adaptive = policy.adaptive_batch();
         let speeds = self.speed_tables();
         // The event-driven forms place jobs without looking at device types: they run
-        // only when every job can use every device type of the cluster (the full
-        // policies keep each job on the types it has measurements for).
-        let unrestricted = speeds
-            .iter()
-            .all(|sp| sp.per_type.iter().all(|c| !c.points.is_empty()));
+        // only when every job can use every device type of the cluster at the same
+        // speed (the full policies keep each job on the types it has measurements
+        // for, and a job whose speed depends on the type on one type).
+        let unrestricted = speeds.iter().all(|sp| {
+            sp.per_type
+                .iter()
+                .all(|c| !c.points.is_empty() && *c == sp.per_type[0])
+        });
         let mut incremental = if unrestricted {
             policy.incremental()
         } else {

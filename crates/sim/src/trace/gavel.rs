@@ -281,8 +281,14 @@ pub fn load_gavel_trace(
 ) -> Result<Vec<SimJob>, ParseError> {
     let rows = parse_gavel_trace(text, origin, None)?;
     if let Some(row) = rows.iter().find(|r| {
-        gavel_rate_with(tput, &r.job_type, r.scale_factor, device, ScaleFallback::OneDevice)
-            .is_none()
+        gavel_rate_with(
+            tput,
+            &r.job_type,
+            r.scale_factor,
+            device,
+            ScaleFallback::OneDevice,
+        )
+        .is_none()
     }) {
         return Err(ParseError::at(
             origin,
@@ -324,9 +330,15 @@ mod tests {
             assert_eq!(gavel_rate_with(&t, "A", 1, "p100", f), None);
         }
         // Unmeasured: Gavel's one-device throughput, or linear from below.
-        assert_eq!(gavel_rate_with(&t, "A", 16, "v100", ScaleFallback::OneDevice), Some(10.0));
+        assert_eq!(
+            gavel_rate_with(&t, "A", 16, "v100", ScaleFallback::OneDevice),
+            Some(10.0)
+        );
         assert_eq!(gavel_rate(&t, "A", 16, "v100"), Some(120.0));
-        assert_eq!(gavel_rate_with(&t, "A", 2, "k80", ScaleFallback::OneDevice), Some(2.0));
+        assert_eq!(
+            gavel_rate_with(&t, "A", 2, "k80", ScaleFallback::OneDevice),
+            Some(2.0)
+        );
         assert_eq!(gavel_rate(&t, "A", 2, "k80"), Some(4.0));
     }
 
@@ -348,7 +360,10 @@ mod tests {
         };
         assert_eq!(*steps, 600.0);
         assert_eq!(rates.len(), 2);
-        assert_eq!((rates[0].consolidated, rates[0].unconsolidated), (60.0, 40.0));
+        assert_eq!(
+            (rates[0].consolidated, rates[0].unconsolidated),
+            (60.0, 40.0)
+        );
         assert_eq!((rates[1].consolidated, rates[1].unconsolidated), (2.0, 2.0));
         let Work::Throughput { rates, .. } = &jobs[1].work else {
             panic!()
@@ -361,18 +376,31 @@ mod tests {
     #[test]
     fn errors_name_the_line() {
         let t = tput();
-        let e = parse_gavel_trace("A\tc\t-n\t1\t10\t0\t1\nA\tc\t-n\t1\t10\t0\n", "a.trace", None)
-            .unwrap_err();
+        let e = parse_gavel_trace(
+            "A\tc\t-n\t1\t10\t0\t1\nA\tc\t-n\t1\t10\t0\n",
+            "a.trace",
+            None,
+        )
+        .unwrap_err();
         assert!(e.to_string().starts_with("a.trace:2: has 6"), "{e}");
-        let e = load_jobs("B\tc\t-n\t1\t10\t0\t1\n", "b.trace", &t, ScaleFallback::Linear, None)
-            .unwrap_err();
+        let e = load_jobs(
+            "B\tc\t-n\t1\t10\t0\t1\n",
+            "b.trace",
+            &t,
+            ScaleFallback::Linear,
+            None,
+        )
+        .unwrap_err();
         // The types listed plainly, not as a Debug array of strings.
         assert_eq!(
             e.to_string(),
             "b.trace:1: no throughput for job type `B` on any of v100, p100, k80"
         );
         let e = load_gavel_trace("A\tc\t-n\t1\t10\t0\t1\n", "a.trace", &t, "p100").unwrap_err();
-        assert_eq!(e.to_string(), "a.trace:1: no throughput for job type `A` on `p100`");
+        assert_eq!(
+            e.to_string(),
+            "a.trace:1: no throughput for job type `A` on `p100`"
+        );
         let e = parse_gavel_trace("A\tc\t-n\t1\t0\t0\t1\n", "a.trace", None).unwrap_err();
         assert!(e.to_string().contains("total_steps must be > 0"), "{e}");
         assert!(parse_gavel_trace("\n\n", "e.trace", None).is_err());

@@ -142,7 +142,11 @@ pub(super) fn app_index(
 /// Column indices (in expected order) and the data records with their line numbers.
 type CsvRows = (Vec<usize>, Vec<(usize, csv::StringRecord)>);
 
-pub(super) fn csv_records(text: &str, origin: &str, expected: &[&str]) -> Result<CsvRows, ParseError> {
+pub(super) fn csv_records(
+    text: &str,
+    origin: &str,
+    expected: &[&str],
+) -> Result<CsvRows, ParseError> {
     let mut rdr = csv::ReaderBuilder::new()
         .flexible(true)
         .from_reader(text.as_bytes());
@@ -202,7 +206,12 @@ pub(super) fn csv_records(text: &str, origin: &str, expected: &[&str]) -> Result
     Ok((idx, rows))
 }
 
-pub(super) fn positive_u32(field: &str, column: &str, origin: &str, line: usize) -> Result<u32, ParseError> {
+pub(super) fn positive_u32(
+    field: &str,
+    column: &str,
+    origin: &str,
+    line: usize,
+) -> Result<u32, ParseError> {
     pacer_model::error::parse_whole(field, 1)
         .map_err(|e| ParseError::at(origin, line, format!("column `{column}`: {e}")))
 }
@@ -234,9 +243,17 @@ mod tests {
             e("nope:x"),
             "unknown kind `nope`; expected one of pollux, philly, gavel, synthetic, synthetic-philly"
         );
-        assert!(e("philly").starts_with("expected KIND:ARG"), "{}", e("philly"));
+        assert!(
+            e("philly").starts_with("expected KIND:ARG"),
+            "{}",
+            e("philly")
+        );
         assert!(e("gavel:x.trace").contains("--gavel-throughputs"));
-        assert!(e("synthetic:0").starts_with("expected JOBS"), "{}", e("synthetic:0"));
+        assert!(
+            e("synthetic:0").starts_with("expected JOBS"),
+            "{}",
+            e("synthetic:0")
+        );
         assert!(e("philly:/nonexistent/p.csv").starts_with("cannot read /nonexistent/p.csv"));
         // Every prefix is listed once.
         for (i, f) in TRACE_FORMATS.iter().enumerate() {

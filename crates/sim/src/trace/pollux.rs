@@ -72,7 +72,6 @@ mod tests {
         embedded_profiles().into_iter().map(AppModel::new).collect()
     }
 
-
     #[test]
     fn pollux_workload_errors_name_line() {
         let a = apps();

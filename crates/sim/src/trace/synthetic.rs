@@ -31,9 +31,8 @@ pub const PHILLY_FORMAT: TraceFormat = TraceFormat {
 
 /// The generator's settings for `JOBS` jobs drawn for the context's cluster.
 fn spec(arg: &str, ctx: &TraceContext) -> Result<SyntheticSpec, TraceError> {
-    let jobs: usize = pacer_model::error::parse_whole(arg, 1).map_err(|e| {
-        TraceError::Spec(format!("expected JOBS, a whole number ≥ 1: {e}"))
-    })?;
+    let jobs: usize = pacer_model::error::parse_whole(arg, 1)
+        .map_err(|e| TraceError::Spec(format!("expected JOBS, a whole number ≥ 1: {e}")))?;
     if !(ctx.arrivals_per_hour > 0.0 && ctx.arrivals_per_hour.is_finite()) {
         return Err(TraceError::Spec(format!(
             "arrivals per hour: expected a number > 0, got {}",
@@ -208,7 +207,6 @@ mod tests {
     fn apps() -> Vec<AppModel> {
         embedded_profiles().into_iter().map(AppModel::new).collect()
     }
-
 
     #[test]
     fn synthetic_is_seeded() {
