@@ -72,6 +72,14 @@ async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Waits for the group commit of a staged change.
+async fn wait_durable(d: crate::core::Durable) -> Result<(), ApiError> {
+    match d.await {
+        Ok(true) => Ok(()),
+        _ => Err(ApiError::internal("the change could not be committed")),
+    }
+}
+
 async fn body_bytes(body: Body) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         ApiError::with_status(
@@ -107,7 +115,8 @@ async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Ap
             .map_err(|_| ApiError::bad("body", "a TOML job spec must be UTF-8".into()))?;
         JobSpec::from_toml(text, "job spec")?
     };
-    let job = s.core.lock().await.submit(spec)?;
+    let (job, durable) = s.core.lock().await.submit(spec)?;
+    wait_durable(durable).await?;
     Ok((StatusCode::CREATED, Json(job.public_json())).into_response())
 }
 
@@ -213,7 +222,9 @@ async fn report(
         return Err(ApiError::unauthorized());
     }
     let r = Report::from_json(&bytes)?;
-    let n = core.report(&id, r)?;
+    let (n, durable) = core.report(&id, r)?;
+    drop(core);
+    wait_durable(durable).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"accepted": true, "index": n})),

@@ -24,6 +24,10 @@ pub struct ServeArgs {
     /// Seconds a job has between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 30.0)]
     pub grace_s: f64,
+    /// Seconds a run keeps its devices before the policy may stop or resize it
+    /// (default: three rounds), so policies that rotate devices do not thrash restarts.
+    #[arg(long)]
+    pub min_run_s: Option<f64>,
     /// Executor (only `local`: child processes on this machine).
     #[arg(long, default_value = "local")]
     pub executor: String,
@@ -57,6 +61,7 @@ impl ServeArgs {
             policy: self.policy.clone(),
             round_s: self.round_s,
             grace_s: self.grace_s,
+            min_run_s: self.min_run_s.unwrap_or(3.0 * self.round_s),
             token_file: self.token_file.clone(),
             pacer_bin,
         })
