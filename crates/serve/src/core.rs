@@ -162,6 +162,15 @@ impl Core {
         rx
     }
 
+    /// Applies `updated` and stages `c` without anyone waiting for it.
+    fn stage_quiet(&mut self, c: Changes, updated: Vec<JobRecord>) {
+        self.pending.extend(c);
+        for j in updated {
+            self.jobs.insert(j.id.clone(), j);
+        }
+        self.flush_needed.notify_one();
+    }
+
     /// Commits everything staged (one fsync for all of it) and wakes its requests.
     pub fn flush(&mut self) {
         if self.pending.is_empty() {
@@ -414,7 +423,7 @@ impl Core {
         let mut c = Changes::default();
         c.round(round, rec.to_string());
         c.meta(store::ROUND, round);
-        self.store.commit(c)?;
+        self.stage_quiet(c, Vec::new());
         self.metrics
             .round_seconds
             .observe(t0.elapsed().as_secs_f64());
@@ -460,7 +469,9 @@ impl Core {
             c.job(&j);
             updated.push(j);
         }
-        self.commit(c, updated)?;
+        // Settling and accounting need not be durable before anything: the next commit
+        // (a launch's intent, a stop, or the flusher) carries them.
+        self.stage_quiet(c, updated);
         for h in kills {
             exec.signal(&h, StopSignal::Kill).await?;
         }
