@@ -213,14 +213,22 @@ async fn report(
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok()),
     );
+    // Authentication first: without the job's (or the service's) token the answer is
+    // 401 whatever the body or the id, so nobody learns which jobs exist.
+    let admin = token.is_some_and(|t| crate::auth::same(t, &s.token));
+    {
+        let core = s.core.lock().await;
+        let ok = match core.job(&id) {
+            Ok(job) => admin || token.is_some_and(|t| crate::auth::same(t, &job.report_token)),
+            Err(e) if admin => return Err(e),
+            Err(_) => false,
+        };
+        if !ok {
+            return Err(ApiError::unauthorized());
+        }
+    }
     let bytes = body_bytes(body).await?;
     let mut core = s.core.lock().await;
-    let job = core.job(&id)?;
-    let ok = token
-        .is_some_and(|t| crate::auth::same(t, &job.report_token) || crate::auth::same(t, &s.token));
-    if !ok {
-        return Err(ApiError::unauthorized());
-    }
     let r = Report::from_json(&bytes)?;
     let (n, durable) = core.report(&id, r)?;
     drop(core);

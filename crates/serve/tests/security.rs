@@ -100,6 +100,8 @@ fn tokens_limits_and_malformed_input() {
         ("GET", "/v1/rounds"),
         ("GET", "/metrics"),
         ("GET", "/v1/no-such-thing"),
+        ("POST", "/v1/jobs/job-999/reports"),
+        ("POST", "/v1/jobs/..%2Fx/reports"),
     ];
     for (m, p) in endpoints {
         for (who, c) in [
