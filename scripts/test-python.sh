@@ -28,9 +28,7 @@ if ! "$vpy" -c 'import torch' 2>/dev/null; then
     t1=$(date +%s); d1=$(disk)
     echo "test-python: torch installed in $((t1 - t0)) s, venv grew by $((d1 - d0)) MiB (now $d1 MiB)"
 fi
-if ! "$vpy" -c 'import maturin, pytest' 2>/dev/null && ! [ -x "$venv/bin/maturin" ] ; then
-    "$vpy" -m pip install --quiet 'maturin>=1.16,<1.17' 'pytest>=8'
-elif ! "$vpy" -c 'import pytest' 2>/dev/null || ! [ -x "$venv/bin/maturin" ]; then
+if ! [ -x "$venv/bin/maturin" ] || ! [ -x "$venv/bin/pytest" ]; then
     "$vpy" -m pip install --quiet 'maturin>=1.16,<1.17' 'pytest>=8'
 fi
 
@@ -40,10 +38,12 @@ t0=$(date +%s)
 "$vpy" -m pip install --quiet --no-build-isolation --force-reinstall --no-deps "$repo/python"
 echo "test-python: ./python built and installed in $(( $(date +%s) - t0 )) s"
 
-cd "$repo/python"
+# The pytest program, not `python -m pytest`: the latter puts the working directory on
+# sys.path, and python/pacer_torch there (no compiled module) would shadow the install.
+cd "$repo/python/tests"
 t0=$(date +%s)
 set +e
-OMP_NUM_THREADS=1 "$vpy" -m pytest -q tests "$@"
+OMP_NUM_THREADS=1 "$venv/bin/pytest" -q -p no:cacheprovider . "$@"
 rc=$?
 set -e
 echo "test-python: pytest took $(( $(date +%s) - t0 )) s"

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -165,20 +165,29 @@ class Job:
     def begin_step(self) -> List[torch.Tensor]:
         """Sample indices of every rank for the next step; starts this rank's clock."""
         wall0 = time.perf_counter()
-        cpu0 = time.process_time()
+        cpu0 = time.thread_time()
         sizes = self.sampler.step_batches(self.batches)
         idx = self.sampler.take(self.batches)
         self.step_ctx = StepContext(sizes=sizes, wall0=wall0, cpu0=cpu0)
         return idx
 
-    def local_row(self, grad_sqr: float) -> List[float]:
-        """This rank's row of the step's gathered statistics (pads first when emulating)."""
+    def end_compute(self) -> Tuple[float, float, float]:
+        """Ends this rank's compute (padding first when emulating): ``(compute_s,
+        cpu_load, mem_load)``. Called before the gradients are flattened, so pacer's own
+        synchronisation work is not counted (nor stretched) as device compute."""
         ctx = self.step_ctx
         assert ctx is not None
         if self.emulation.active:
             self.emulation.pad(ctx.wall0, ctx.cpu0)
         compute = time.perf_counter() - ctx.wall0
         cpu, mem = self.monitor.sample()
+        return compute, cpu, mem
+
+    def local_row(self, measured: Tuple[float, float, float], grad_sqr: float) -> List[float]:
+        """This rank's row of the step's gathered statistics."""
+        ctx = self.step_ctx
+        assert ctx is not None
+        compute, cpu, mem = measured
         b = ctx.sizes[self.rank]
         return [compute, cpu, mem, grad_sqr if b > 0 else 0.0, float(b), float(self._sigterm)]
 

@@ -79,6 +79,7 @@ class DataParallel(torch.nn.Module):
                 "pacer_torch.DataParallel: a second backward() in one step (gradient "
                 "accumulation across backward calls is not supported)"
             )
+        measured = job.end_compute()
         params = self._params
         dtype = params[0].dtype
         if dtype in (torch.float16, torch.bfloat16):
@@ -103,7 +104,7 @@ class DataParallel(torch.nn.Module):
             flat.mul_(b / total)
         else:
             sqr = 0.0
-        row = job.local_row(sqr)
+        row = job.local_row(measured, sqr)
         buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
         if _dist_on():
             dist.all_reduce(buf)

@@ -9,8 +9,9 @@ Load signals (the speed predictors' exogenous inputs, fractions in [0, 1]), read
 
 Emulation (``speed`` < 1), with the meaning of ``pacer train --speeds``: a rank of speed
 ``s`` computes for real, then sleeps until ``time_scale * cpu / s`` seconds have passed
-since its step began, where ``cpu`` is the CPU time its process used for the step. CPU
-time, not wall time, because four one-thread ranks on a two-core machine queue for the
+since its step began, where ``cpu`` is the CPU time its training thread used for the
+step (with ``OMP_NUM_THREADS=1`` the forward and backward passes run on it). CPU time, not
+wall time, because four one-thread ranks on a two-core machine queue for the
 cores and their wall time measures the contention, not their work; ``cpu / s`` is the
 time the work would take on a dedicated core ``s`` times as fast, so the ratios between
 ranks are exactly the configured ones. ``time_scale`` stretches every rank alike so that
@@ -99,7 +100,7 @@ class Emulation:
     def pad(self, wall_start: float, cpu_start: float) -> None:
         """Sleeps until the emulated step is over."""
         self.steps += 1
-        cpu = time.process_time() - cpu_start
+        cpu = time.thread_time() - cpu_start
         target = self.time_scale * cpu / self.speed
         left = wall_start + target - time.perf_counter()
         if left > 0:

@@ -136,12 +136,14 @@ impl Inner {
             Event::Observe(rows) => {
                 let obs: Vec<IterationObservation> = rows
                     .iter()
-                    .map(|&(w, samples, compute_s, cpu_load, mem_load)| IterationObservation {
-                        worker: WorkerKey(w),
-                        samples,
-                        compute_s,
-                        signals: Exogenous { cpu_load, mem_load },
-                    })
+                    .map(
+                        |&(w, samples, compute_s, cpu_load, mem_load)| IterationObservation {
+                            worker: WorkerKey(w),
+                            samples,
+                            compute_s,
+                            signals: Exogenous { cpu_load, mem_load },
+                        },
+                    )
                     .collect();
                 s.observe(&obs)?
             }
@@ -387,9 +389,7 @@ impl Session {
                     .copied()
                     .filter(|r| members.contains(&r.0))
                     .collect();
-                inner
-                    .apply(Event::Observe(rows))
-                    .map_err(session_error)?;
+                inner.apply(Event::Observe(rows)).map_err(session_error)?;
             }
         }
         // Refuse a global batch the members' bounds cannot hold now, not at the next step.
@@ -414,7 +414,6 @@ impl Session {
         )
     }
 }
-
 
 /// One worker's speed predictor by registry name (`last`, `ewma`, `ets`, `narx`).
 #[pyclass(module = "pacer_torch._native")]
@@ -540,7 +539,11 @@ impl Gns {
 
     /// Statistical efficiency of global batch `batch` against the base batch.
     fn efficiency(&self, batch: f64) -> Option<f64> {
-        Some(self.est.grad_params()?.efficiency(batch, self.est.base_batch))
+        Some(
+            self.est
+                .grad_params()?
+                .efficiency(batch, self.est.base_batch),
+        )
     }
 
     /// AdaScale gain `r ∈ [1, batch/base_batch]`: base-batch steps one step at `batch` is worth.
@@ -557,7 +560,7 @@ impl Gns {
         overhead_s: f64,
         max_batch: f64,
     ) -> Option<(f64, f64, f64)> {
-        if !self.est.resolved() || !(samples_per_s > 0.0) {
+        if !self.est.resolved() || !samples_per_s.is_finite() || samples_per_s <= 0.0 {
             return None;
         }
         let grad = self.est.grad_params()?;
@@ -658,8 +661,8 @@ fn fit_perf(observations: Vec<(u32, u32, f64, f64, f64)>) -> PyResult<Perf> {
             },
         )
         .collect();
-    let p = goodput::fit_perf_params(&obs)
-        .map_err(|e| value_error(format!("observations: {e}")))?;
+    let p =
+        goodput::fit_perf_params(&obs).map_err(|e| value_error(format!("observations: {e}")))?;
     Ok(Perf {
         alpha_c: p.alpha_c,
         beta_c: p.beta_c,

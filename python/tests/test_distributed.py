@@ -159,3 +159,30 @@ def test_checkpoint_with_four_ranks_resumes_with_two(tmp_path):
     assert s2 == s4[K : K + 2]
     seen = sum(s4[:K], []) + sum(s2, [])
     assert len(set(seen)) == len(seen) == (K + 2) * 256
+
+
+def _sigterm(rank, world, out):
+    import signal
+
+    import pacer_torch as pacer
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(make_data(N), global_batch=128, seed=4,
+                              checkpoint_dir=os.path.join(out, "ckpt"))
+    for step, (x, y, idx) in enumerate(loader, 1):
+        if step == 3 and rank == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # only one rank is told
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    open(os.path.join(out, f"not-stopped-{rank}"), "w").close()
+
+
+def test_sigterm_on_one_rank_checkpoints_all_after_that_step_and_exits(tmp_path):
+    _dist.run(_sigterm, 2, str(tmp_path))
+    assert not list(tmp_path.glob("not-stopped-*"))
+    state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)
+    assert state["steps"] == 3 and state["sampler"]["offset"] == 3 * 128
+    assert state["world_size"] == 2 and "momentum_buffer" in state["optimizer"]["state"][0]
