@@ -16,7 +16,12 @@
 //!   is bisection on the target ρ, each step a max-min LP (`T_i(x) ≥ λ·need_i(ρ)`,
 //!   feasible iff λ ≥ 1), which keeps everything linear (good_lp + Clarabel).
 //!
-//! Both objectives add a small efficiency term (ε·Σ normalised throughput) so the
+//! - `gavel-maxsum` (Gavel's `max_sum_throughput_perf`, the objective Sia's
+//!   simulator runs Gavel with): maximise `Σ_i Σ_t tput[i][t]·x[i][t]` with the
+//!   throughput in iterations per second (`JobView::iterations_per_work`), not
+//!   normalised per job: jobs with fast steps are worth more.
+//!
+//! The two fairness objectives add a small efficiency term (ε·Σ normalised throughput) so the
 //! solver does not leave capacity idle among the jobs that are not the bottleneck.
 //!
 //! Round-based realisation (Gavel's scheduler): each round, the priority of
@@ -55,6 +60,7 @@ use std::collections::HashMap;
 pub enum Objective {
     MaxMin,
     FinishTimeFair,
+    MaxSumThroughput,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -107,6 +113,10 @@ impl Gavel {
 
     pub fn finish_time_fair() -> Self {
         Self::new(Objective::FinishTimeFair)
+    }
+
+    pub fn max_sum_throughput() -> Self {
+        Self::new(Objective::MaxSumThroughput)
     }
 }
 
@@ -287,6 +297,65 @@ pub fn solve_max_min(inp: &LpInput) -> Vec<Vec<f64>> {
         .unwrap_or_else(|| vec![vec![0.0; inp.capacity.len()]; coef.len()])
 }
 
+/// Gavel's `max_sum_throughput_perf`: maximise `Σ_i weight_i·Σ_t tput[i][t]·x[i][t]`
+/// (`weight_i`: iterations per work unit, so the sum is in iterations per second)
+/// under the time-fraction constraints.
+pub fn solve_max_sum(inp: &LpInput, weight: &[f64]) -> Vec<Vec<f64>> {
+    let n = inp.tput.len();
+    let types = inp.capacity.len();
+    let empty = || vec![vec![0.0; types]; n];
+    let mut vars = variables!();
+    let x: Vec<Vec<Option<Variable>>> = inp
+        .tput
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&c| (c > 0.0).then(|| vars.add(variable().min(0.0).max(1.0))))
+                .collect()
+        })
+        .collect();
+    let mut objective = Expression::from(0.0);
+    for (i, row) in x.iter().enumerate() {
+        for (t, v) in row.iter().enumerate() {
+            if let Some(v) = v {
+                objective += (weight[i] * inp.tput[i][t]) * *v;
+            }
+        }
+    }
+    let mut model = vars.maximise(objective).using(clarabel);
+    for row in &x {
+        let mut time = Expression::from(0.0);
+        let mut any = false;
+        for v in row.iter().flatten() {
+            time += *v;
+            any = true;
+        }
+        if any {
+            model = model.with(constraint!(time <= 1.0));
+        }
+    }
+    for t in 0..types {
+        let mut used = Expression::from(0.0);
+        for i in 0..n {
+            if let Some(v) = x[i][t] {
+                used += inp.scale[i] * v;
+            }
+        }
+        model = model.with(constraint!(used <= inp.capacity[t]));
+    }
+    match model.solve() {
+        Ok(sol) => x
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .map(|v| v.map_or(0.0, |v| sol.value(v).clamp(0.0, 1.0)))
+                    .collect()
+            })
+            .collect(),
+        Err(_) => empty(),
+    }
+}
+
 /// Finish-time-fair allocation: bisection on the largest ρ. `elapsed[i]` is the
 /// time since arrival, `remaining[i]` the work left. Returns (x, ρ bound, LPs solved).
 pub fn solve_ftf(
@@ -368,6 +437,7 @@ impl Policy for Gavel {
         match self.objective {
             Objective::MaxMin => "gavel-maxmin",
             Objective::FinishTimeFair => "gavel-ftf",
+            Objective::MaxSumThroughput => "gavel-maxsum",
         }
     }
 
@@ -401,6 +471,14 @@ impl Policy for Gavel {
                     let (x, _, lps) = solve_ftf(&inp, &elapsed, &remaining, 0.02, 12);
                     self.last_lp_count = lps;
                     x
+                }
+                Objective::MaxSumThroughput => {
+                    self.last_lp_count = 1;
+                    let weight: Vec<f64> = jobs
+                        .iter()
+                        .map(|j| j.iterations_per_work.unwrap_or(1.0))
+                        .collect();
+                    solve_max_sum(&inp, &weight)
                 }
             };
             for (j, xi) in jobs.iter().zip(x) {

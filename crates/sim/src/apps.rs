@@ -691,6 +691,22 @@ impl AppModel {
         self.typed.iter().position(|t| t.device_type == ty)
     }
 
+    /// Largest local batch on device type `ty` (a fixed-batch job's accumulation
+    /// steps follow it, as in Sia's simulator): the type's measured largest, capped
+    /// by the application's own limit where Pollux sets one (yolov3); the common
+    /// limit for a type without tables or `None`.
+    pub fn max_local_bsz_on(&self, ty: Option<&str>) -> f64 {
+        let cap = POLLUX_APPS
+            .iter()
+            .find(|a| a.0 == self.profile.name)
+            .and_then(|a| a.2)
+            .unwrap_or(f64::INFINITY);
+        ty.and_then(|t| self.type_index(t))
+            .map_or(self.max_local_bsz, |k| {
+                self.typed[k].max_local_bsz.min(cap).max(self.min_local_bsz)
+            })
+    }
+
     /// `(step_time_s, sync_time_s)` on device type `ty`: its own tables when the
     /// application has per-type tables for it, else the default ones.
     pub fn step_time_on(&self, ty: &str, placement: &[u32], atomic_bsz: f64) -> (f64, f64) {
