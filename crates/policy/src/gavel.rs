@@ -86,6 +86,9 @@ pub struct Gavel {
     pub round_s: f64,
     /// Start of the next Gavel round (s).
     next_round_s: f64,
+    /// `gavel-maxsum`: time handed out per type so far (s), Sia's simulator's
+    /// `cluster_time` (see [`realise_sia`]).
+    cluster_time: Vec<f64>,
 }
 
 /// Gavel's round length (the paper's 6 minutes).
@@ -104,6 +107,7 @@ impl Gavel {
             last_lp_count: 0,
             round_s: DEFAULT_ROUND_S,
             next_round_s: f64::NEG_INFINITY,
+            cluster_time: Vec::new(),
         }
     }
 
@@ -448,7 +452,6 @@ impl Policy for Gavel {
             self.state.clear();
             return Vec::new();
         }
-        let types = view.cluster.device_types.len().max(1);
         let changed =
             jobs.len() != self.state.len() || jobs.iter().any(|j| !self.state.contains_key(&j.id));
         let live: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.id).collect();
@@ -482,9 +485,11 @@ impl Policy for Gavel {
                 }
             };
             for (j, xi) in jobs.iter().zip(x) {
+                // `received` is sized by the realisation (it starts at 0 rounds, or
+                // at half a round of time for gavel-maxsum).
                 let st = self.state.entry(j.id).or_insert_with(|| JobState {
                     x: Vec::new(),
-                    received: vec![0.0; types],
+                    received: Vec::new(),
                     active: 0.0,
                 });
                 st.x = xi;
@@ -494,7 +499,17 @@ impl Policy for Gavel {
         if boundary {
             self.next_round_s = view.now_s + self.round_s;
         }
-        realise(view, &mut self.state, boundary)
+        if self.objective == Objective::MaxSumThroughput {
+            realise_sia(
+                view,
+                &mut self.state,
+                &mut self.cluster_time,
+                boundary,
+                self.round_s,
+            )
+        } else {
+            realise(view, &mut self.state, boundary)
+        }
     }
 }
 
@@ -508,7 +523,7 @@ fn realise(
     let jobs = view.jobs;
     let n = jobs.len();
     let types = view.cluster.device_types.len().max(1);
-    let mut pools = TypedPools::new(view.cluster);
+    let pools = TypedPools::new(view.cluster);
     // A gang larger than every type's capacity runs on the largest type.
     let largest = (0..types)
         .map(|t| pools.free(DeviceTypeId(t as u16)))
@@ -600,6 +615,26 @@ fn realise(
             }
         }
     }
+    let out = place_chosen(view, &chosen, &scale);
+    for (i, j) in jobs.iter().enumerate() {
+        let st = state.get_mut(&j.id).expect("enrolled");
+        st.active += 1.0;
+        if !out[i].is_empty() {
+            if let Some(t) = chosen[i] {
+                st.received[t] += 1.0;
+            }
+        }
+    }
+    out
+}
+
+/// Devices for the chosen (job → type) pairs: a job that keeps its type and gang
+/// keeps its devices (Gavel's lease extension); the others, largest gang first, are
+/// placed on free nodes of their type.
+fn place_chosen(view: &ClusterView, chosen: &[Option<usize>], scale: &[u32]) -> Vec<Allocation> {
+    let jobs = view.jobs;
+    let n = jobs.len();
+    let mut pools = TypedPools::new(view.cluster);
     let mut out = vec![Allocation::empty(); n];
     for (i, j) in jobs.iter().enumerate() {
         if let Some(t) = chosen[i] {
@@ -621,12 +656,102 @@ fn realise(
             out[i] = a;
         }
     }
-    for (i, j) in jobs.iter().enumerate() {
-        let st = state.get_mut(&j.id).expect("enrolled");
-        st.active += 1.0;
-        if !out[i].is_empty() {
-            if let Some(t) = chosen[i] {
-                st.received[t] += 1.0;
+    out
+}
+
+/// The realisation of Sia's simulator's Gavel (`gavel-maxsum`): at each Gavel round
+/// the priority of (job, type) is `x[i][t]` over the job's share of the type's time
+/// so far (`job_time / cluster_time`; a job enters with half a round on every type,
+/// and each round a job runs adds a round to both), every (job, type) pair with
+/// `x = 0` included at priority 0, so the scheduler is work-conserving in the order
+/// types then jobs. A job is placed on its first pair whose type has room for its
+/// gang. Between Gavel rounds the jobs holding devices keep them and freed devices
+/// go to waiting jobs in the same order.
+fn realise_sia(
+    view: &ClusterView,
+    state: &mut HashMap<JobId, JobState>,
+    cluster_time: &mut Vec<f64>,
+    boundary: bool,
+    round_s: f64,
+) -> Vec<Allocation> {
+    let jobs = view.jobs;
+    let n = jobs.len();
+    let types = view.cluster.device_types.len().max(1);
+    cluster_time.resize(types, 0.0);
+    let pools = TypedPools::new(view.cluster);
+    let largest = (0..types)
+        .map(|t| pools.free(DeviceTypeId(t as u16)))
+        .max()
+        .unwrap_or(0)
+        .max(1) as u32;
+    let scale: Vec<u32> = jobs
+        .iter()
+        .map(|j| j.requested_replicas.clamp(1, largest))
+        .collect();
+    for j in jobs {
+        let st = state.entry(j.id).or_insert_with(|| JobState {
+            x: vec![0.0; types],
+            received: Vec::new(),
+            active: 0.0,
+        });
+        st.x.resize(types, 0.0);
+        if st.received.is_empty() {
+            // Job time per type, starting at half a round (Sia's simulator).
+            st.received = vec![round_s / 2.0; types];
+            for c in cluster_time.iter_mut() {
+                *c += round_s / 2.0;
+            }
+        }
+    }
+    let mut pairs: Vec<(f64, f64, usize, usize)> = Vec::with_capacity(n * types);
+    for t in 0..types {
+        for (i, j) in jobs.iter().enumerate() {
+            if !j.can_use(DeviceTypeId(t as u16)) {
+                continue;
+            }
+            let st = &state[&j.id];
+            let x = st.x[t];
+            let frac = st.received[t] / cluster_time[t].max(1e-12);
+            let prio = if x <= 0.0 {
+                0.0
+            } else if frac > 0.0 {
+                x / frac
+            } else {
+                x * 1e9
+            };
+            pairs.push((prio, x, i, t));
+        }
+    }
+    // Stable: ties keep the order types, then jobs (arrival order).
+    pairs.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    let mut chosen: Vec<Option<usize>> = vec![None; n];
+    let mut budget: Vec<u64> = (0..types)
+        .map(|t| pools.free(DeviceTypeId(t as u16)))
+        .collect();
+    let mut take = |chosen: &mut Vec<Option<usize>>, i: usize, t: usize| {
+        if chosen[i].is_none() && budget[t] >= scale[i] as u64 {
+            budget[t] -= scale[i] as u64;
+            chosen[i] = Some(t);
+        }
+    };
+    if !boundary {
+        for (i, j) in jobs.iter().enumerate() {
+            if j.current.replicas() == scale[i] {
+                if let Some(ty) = pools.type_of(&j.current) {
+                    take(&mut chosen, i, ty.0 as usize);
+                }
+            }
+        }
+    }
+    for &(_, _, i, t) in &pairs {
+        take(&mut chosen, i, t);
+    }
+    let out = place_chosen(view, &chosen, &scale);
+    if boundary {
+        for (i, j) in jobs.iter().enumerate() {
+            if let (Some(t), false) = (chosen[i], out[i].is_empty()) {
+                state.get_mut(&j.id).expect("enrolled").received[t] += round_s;
+                cluster_time[t] += round_s;
             }
         }
     }
