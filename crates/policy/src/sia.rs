@@ -32,6 +32,7 @@ use crate::place::TypedPools;
 use crate::{ClusterView, JobView, Policy};
 use good_lp::{constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel};
 use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, JobId};
+use pacer_predict::goodput::{Candidate, GoodputFn};
 use std::collections::HashMap;
 
 /// Which solver picks the configurations.
@@ -92,6 +93,12 @@ pub struct Sia {
     pub solver: SiaSolver,
     /// Per job: goodput version and goodput per configuration index.
     cache: HashMap<JobId, (u64, Vec<f64>)>,
+    /// Batch candidates with their throughput per (performance model, batch
+    /// limits, nodes, devices): they depend on the step-time model only, which all
+    /// jobs of one application share on a type, so a job's goodput on a
+    /// configuration is a re-ranking by its own gradient statistics
+    /// (`GoodputFn::best_candidate`), not a new pass over the step-time model.
+    candidates: HashMap<CandidateKey, Vec<Candidate>>,
     /// Configurations of the cluster last seen (rebuilt when it changes).
     configs: Vec<Config>,
     cluster_key: Vec<(u16, u32)>,
@@ -105,6 +112,7 @@ impl Sia {
             restart_s: 30.0,
             solver,
             cache: HashMap::new(),
+            candidates: HashMap::new(),
             configs: Vec::new(),
             cluster_key: Vec::new(),
         }
@@ -152,7 +160,52 @@ pub fn cluster_configs(cluster: &ClusterSpec) -> Vec<Config> {
     out
 }
 
+/// Key of [`Sia::candidates`]: the bits of the performance model's and the batch
+/// limits' numbers, nodes, devices.
+type CandidateKey = ([u64; 12], u32, u32);
+
+fn candidate_key(m: &GoodputFn, nodes: u32, gpus: u32) -> CandidateKey {
+    let p = &m.perf;
+    let l = &m.limits;
+    (
+        [
+            p.alpha_c.to_bits(),
+            p.beta_c.to_bits(),
+            p.alpha_n.to_bits(),
+            p.beta_n.to_bits(),
+            p.alpha_r.to_bits(),
+            p.beta_r.to_bits(),
+            p.gamma.to_bits(),
+            l.base_batch.to_bits(),
+            l.max_batch.to_bits(),
+            l.min_atomic.to_bits(),
+            l.max_atomic.to_bits(),
+            u64::from(l.accumulation),
+        ],
+        nodes,
+        gpus,
+    )
+}
+
+/// Most entries of [`Sia::candidates`] before it is cleared (models refitted
+/// online are each new; the fitted per-type models of an application repeat).
+const MAX_CANDIDATE_SETS: usize = 100_000;
+
 impl Sia {
+    /// Goodput of `m` on `nodes` nodes and `gpus` devices at its goodput-optimal
+    /// batch, from the shared candidate cache.
+    fn optimize(&mut self, m: &GoodputFn, nodes: u32, gpus: u32) -> f64 {
+        let key = candidate_key(m, nodes, gpus);
+        if self.candidates.len() >= MAX_CANDIDATE_SETS && !self.candidates.contains_key(&key) {
+            self.candidates.clear();
+        }
+        let cands = self
+            .candidates
+            .entry(key)
+            .or_insert_with(|| m.candidates(nodes, gpus));
+        m.best_candidate(cands).map_or(0.0, |b| b.goodput.max(0.0))
+    }
+
     /// Goodput per configuration (0: not usable), cached per goodput version.
     fn goodputs(&mut self, job: &JobView) -> Vec<f64> {
         if let Some((v, g)) = self.cache.get(&job.id) {
@@ -160,8 +213,8 @@ impl Sia {
                 return g.clone();
             }
         }
-        let g: Vec<f64> = self
-            .configs
+        let configs = std::mem::take(&mut self.configs);
+        let g: Vec<f64> = configs
             .iter()
             .map(|c| {
                 if !job.can_use(DeviceTypeId(c.ty)) || c.gpus > job.max_replicas.max(1) {
@@ -173,9 +226,7 @@ impl Sia {
                     None => None,
                 };
                 match model {
-                    Some(m) => m
-                        .optimize(c.nodes, c.gpus)
-                        .map_or(0.0, |b| b.goodput.max(0.0)),
+                    Some(m) => self.optimize(m, c.nodes, c.gpus),
                     // No goodput model (duration or throughput jobs): its speed.
                     None if job.goodput.is_none() && job.goodput_by_type.is_empty() => {
                         job.rate(DeviceTypeId(c.ty), c.gpus, true).max(0.0)
@@ -184,6 +235,7 @@ impl Sia {
                 }
             })
             .collect();
+        self.configs = configs;
         self.cache.insert(job.id, (job.goodput_version, g.clone()));
         g
     }
