@@ -136,6 +136,8 @@ struct RoundReport {
     /// Median of later rounds (10% of jobs changed model, allocations carried over).
     warm_round_ms: f64,
     allocated_gpus: u32,
+    /// The policy's own account ([`pacer_policy::Policy::notes`]).
+    notes: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -516,6 +518,7 @@ fn round(a: RoundArgs) -> Result<()> {
             round_ms: cold,
             warm_round_ms: median(warm),
             allocated_gpus: allocs.iter().map(|x| x.replicas()).sum(),
+            notes: policy.notes(),
         });
     }
     let lp = if policies.iter().any(|p| p.starts_with("gavel")) {
@@ -562,7 +565,7 @@ fn round(a: RoundArgs) -> Result<()> {
             );
         }
         putline!(
-            "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}",
+            "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}  notes",
             "policy",
             "jobs",
             "gpus",
@@ -572,13 +575,14 @@ fn round(a: RoundArgs) -> Result<()> {
         );
         for r in &reports {
             putline!(
-                "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}",
+                "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}  {}",
                 r.policy,
                 r.jobs,
                 r.gpus,
                 r.round_ms,
                 r.warm_round_ms,
-                r.allocated_gpus
+                r.allocated_gpus,
+                r.notes
             );
         }
     }

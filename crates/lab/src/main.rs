@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod itertime_eval;
 mod job_eval;
 mod narx_ablation;
+mod sia_eval;
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +35,9 @@ enum Command {
     JobEval(job_eval::Args),
     /// Speed-prediction error of NARX variants next to the baselines on scenario files.
     NarxAblation(narx_ablation::Args),
+    /// Sia's workloads under sia, sia-exact and gavel-maxsum next to Sia's simulator's
+    /// numbers (docs/sia.md; writes experiments/sia/).
+    SiaEval(sia_eval::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::ItertimeEval(a) => itertime_eval::run(a),
         Command::JobEval(a) => job_eval::run(a),
         Command::NarxAblation(a) => narx_ablation::run(a),
+        Command::SiaEval(a) => sia_eval::run(a),
     }
 }

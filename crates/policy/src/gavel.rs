@@ -847,6 +847,68 @@ mod tests {
     }
 
     #[test]
+    fn max_sum_counts_iterations_per_second() {
+        // One device. Job 0 finishes its work twice as fast, but job 1 does ten
+        // times as many iterations per unit of work: 100 vs 20 iterations/s.
+        let c = ClusterSpec::parse("1x1:v100", "t").unwrap();
+        let mut jobs = vec![job(0, [2.0, 0.0], 1, 100.0), job(1, [1.0, 0.0], 1, 100.0)];
+        for j in &mut jobs {
+            j.speed = Some(Arc::new(SpeedTable {
+                per_type: vec![j.speed.as_ref().unwrap().per_type[0].clone()],
+            }));
+        }
+        jobs[0].iterations_per_work = Some(10.0);
+        jobs[1].iterations_per_work = Some(100.0);
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let inp = LpInput::new(&view);
+        let x = solve_max_sum(&inp, &[10.0, 100.0]);
+        assert!(x[1][0] > 0.99 && x[0][0] < 0.01, "{x:?}");
+        // Unweighted, the faster job wins.
+        let x = solve_max_sum(&inp, &[1.0, 1.0]);
+        assert!(x[0][0] > 0.99, "{x:?}");
+        let mut p = Gavel::max_sum_throughput();
+        let out = p.allocate(&view);
+        assert!(out[0].is_empty() && out[1].replicas() == 1, "{out:?}");
+    }
+
+    #[test]
+    fn max_sum_realisation_is_work_conserving_and_shares_ties() {
+        // Two devices of one type, three equal single-device jobs: every round
+        // both devices are busy, and over 30 Gavel rounds every job runs.
+        let c = ClusterSpec::parse("1x2:v100", "t").unwrap();
+        let mut jobs: Vec<JobView> = (0..3)
+            .map(|i| {
+                let mut j = job(i, [1.0, 0.0], 1, 1e9);
+                j.speed = Some(Arc::new(SpeedTable {
+                    per_type: vec![SpeedCurve::single(1, 1.0, 1.0)],
+                }));
+                j
+            })
+            .collect();
+        let mut p = Gavel::max_sum_throughput();
+        let mut held = [0u32; 3];
+        for round in 0..30 {
+            let view = ClusterView {
+                now_s: round as f64 * DEFAULT_ROUND_S,
+                cluster: &c,
+                jobs: &jobs,
+            };
+            let out = p.allocate(&view);
+            crate::check_capacity(&c, &out).unwrap();
+            assert_eq!(out.iter().map(|a| a.replicas()).sum::<u32>(), 2);
+            for (i, (j, a)) in jobs.iter_mut().zip(&out).enumerate() {
+                held[i] += u32::from(!a.is_empty());
+                j.current = a.clone();
+            }
+        }
+        assert!(held.iter().all(|&h| h >= 10), "{held:?}");
+    }
+
+    #[test]
     fn no_preemption_between_gavel_rounds_and_shares_follow_the_lp() {
         // One device, two equal jobs: x = 0.5 each. Driver rounds of 60 s.
         let c = ClusterSpec::parse("1x1:v100,1x1:k80", "t").unwrap();

@@ -18,8 +18,10 @@
 //! fitted model (Sia profiles it first): it is offered one device of any type it can
 //! use, at `S = 1`.
 //!
-//! Two solvers: [`SiaSolver::Exact`] solves the integer program with good_lp's
-//! pure-Rust `microlp` branch and bound; [`SiaSolver::Fast`] is a greedy on value per
+//! Two solvers: [`SiaSolver::Exact`] solves the integer program with the pure-Rust
+//! `microlp` branch and bound, warm-started with the fast solution and bounded in
+//! nodes (`exact.rs`: at the bound, its best solution so far, never worse than the
+//! fast one); [`SiaSolver::Fast`] is a greedy on value per
 //! device followed by single-job improvement moves (`solve_fast`), in
 //! O(jobs · configurations) per move. `pacer bench round --policy sia,sia-exact`
 //! reports both; `solve_exact` / `solve_fast` are public so the gap can be measured.
@@ -30,10 +32,12 @@
 
 use crate::place::TypedPools;
 use crate::{ClusterView, JobView, Policy};
-use good_lp::{constraint, microlp, variable, Expression, ProblemVariables, Solution, SolverModel};
 use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, JobId};
 use pacer_predict::goodput::{Candidate, GoodputFn};
 use std::collections::HashMap;
+
+mod exact;
+pub use exact::{solve_exact, solve_exact_bounded, ExactOutcome, DEFAULT_NODE_LIMIT};
 
 /// Which solver picks the configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +95,13 @@ pub struct Sia {
     /// `JobView::restart_s` is unknown.
     pub restart_s: f64,
     pub solver: SiaSolver,
+    /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
+    /// solution so far (deterministic, unlike a wall-clock limit).
+    pub node_limit: u64,
+    /// `sia-exact` rounds solved, stopped at the node limit, and failed.
+    exact_rounds: u64,
+    exact_at_limit: u64,
+    exact_failed: u64,
     /// Per job: goodput version and goodput per configuration index.
     cache: HashMap<JobId, (u64, Vec<f64>)>,
     /// Batch candidates with their throughput per (performance model, batch
@@ -111,6 +122,10 @@ impl Sia {
             lambda_n: 1.1,
             restart_s: 30.0,
             solver,
+            node_limit: DEFAULT_NODE_LIMIT,
+            exact_rounds: 0,
+            exact_at_limit: 0,
+            exact_failed: 0,
             cache: HashMap::new(),
             candidates: HashMap::new(),
             configs: Vec::new(),
@@ -343,57 +358,6 @@ impl Sia {
             options,
         }
     }
-}
-
-/// Exact solution of the knapsack (microlp branch and bound). `None` if the solver
-/// fails.
-pub fn solve_exact(p: &Problem) -> Option<Vec<Option<usize>>> {
-    let mut vars = ProblemVariables::new();
-    let x: Vec<Vec<good_lp::Variable>> = p
-        .options
-        .iter()
-        .map(|o| {
-            o.iter()
-                .map(|_| vars.add(variable().integer().min(0).max(1)))
-                .collect()
-        })
-        .collect();
-    if x.iter().all(Vec::is_empty) {
-        return Some(vec![None; p.options.len()]);
-    }
-    let mut objective = Expression::from(0.0);
-    let mut used: Vec<Expression> = vec![Expression::from(0.0); p.capacity.len()];
-    for (j, o) in p.options.iter().enumerate() {
-        for (k, &(c, v)) in o.iter().enumerate() {
-            objective += v * x[j][k];
-            used[p.configs[c].ty as usize] += p.configs[c].gpus as f64 * x[j][k];
-        }
-    }
-    let mut model = vars.maximise(objective).using(microlp);
-    for (j, o) in p.options.iter().enumerate() {
-        if o.len() > 1 {
-            let sum: Expression = x[j].iter().sum();
-            model = model.with(constraint!(sum <= 1.0));
-        }
-    }
-    for (t, u) in used.into_iter().enumerate() {
-        model = model.with(constraint!(u <= p.capacity[t] as f64));
-    }
-    let sol = model.solve().ok()?;
-    let choice: Vec<Option<usize>> = p
-        .options
-        .iter()
-        .enumerate()
-        .map(|(j, o)| {
-            o.iter()
-                .enumerate()
-                .find(|(k, _)| sol.value(x[j][*k]) > 0.5)
-                .map(|(_, &(c, _))| c)
-        })
-        .collect();
-    // Rounding can never break a constraint of a solved MILP, but check anyway.
-    let (_, fits) = p.evaluate(&choice);
-    fits.then_some(choice)
 }
 
 /// Fast near-exact solution: the best of three starts, each completed by
@@ -756,6 +720,17 @@ impl Policy for Sia {
         true
     }
 
+    fn notes(&self) -> String {
+        match self.solver {
+            SiaSolver::Fast => String::new(),
+            SiaSolver::Exact => format!(
+                "exact: {} rounds, {} stopped at the node limit ({}), {} solver failures \
+                 (fast solution used)",
+                self.exact_rounds, self.exact_at_limit, self.node_limit, self.exact_failed
+            ),
+        }
+    }
+
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
         self.cache.retain(|id, _| live.contains(id));
@@ -764,7 +739,17 @@ impl Policy for Sia {
         let choice = match self.solver {
             SiaSolver::Fast => solve_fast(&problem, &held),
             SiaSolver::Exact => {
-                solve_exact(&problem).unwrap_or_else(|| solve_fast(&problem, &held))
+                // Bounded branch and bound, warm-started with the fast solution; at
+                // the bound, the better of its incumbent and the fast solution.
+                let fast = solve_fast(&problem, &held);
+                let (choice, outcome) = solve_exact_bounded(&problem, &fast, self.node_limit);
+                self.exact_rounds += 1;
+                match outcome {
+                    ExactOutcome::Optimal => {}
+                    ExactOutcome::NodeLimit => self.exact_at_limit += 1,
+                    ExactOutcome::Failed => self.exact_failed += 1,
+                }
+                choice
             }
         };
         place(view.cluster, view.jobs, &problem.configs, &choice)
