@@ -38,6 +38,9 @@ enum Command {
     /// Sia's workloads under sia, sia-exact and gavel-maxsum next to Sia's simulator's
     /// numbers (docs/sia.md; writes experiments/sia/).
     SiaEval(sia_eval::Args),
+    /// Where the fast Sia solver's choices differ from the exact optimum, round by
+    /// round, on one workload (docs/sia.md).
+    SiaGap(sia_eval::GapArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Command::JobEval(a) => job_eval::run(a),
         Command::NarxAblation(a) => narx_ablation::run(a),
         Command::SiaEval(a) => sia_eval::run(a),
+        Command::SiaGap(a) => sia_eval::gap(a),
     }
 }

@@ -154,7 +154,12 @@ pub fn run(a: Args) -> Result<()> {
             .with_context(|| format!("cannot read {}", dir.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter_map(|p| {
-                let n = p.file_stem()?.to_str()?.strip_prefix("workload-")?.parse().ok()?;
+                let n = p
+                    .file_stem()?
+                    .to_str()?
+                    .strip_prefix("workload-")?
+                    .parse()
+                    .ok()?;
                 Some((n, p))
             })
             .collect();
@@ -173,7 +178,8 @@ pub fn run(a: Args) -> Result<()> {
             });
         }
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("cannot create {}", a.out.display()))?;
     let json = a.out.join("results.json");
     std::fs::write(&json, serde_json::to_string_pretty(&rows)?)
         .with_context(|| format!("cannot write {}", json.display()))?;
@@ -215,7 +221,10 @@ fn markdown(rows: &[Row], a: &Args) -> String {
     );
     for r in rows {
         let delta = r.gavel_anchor.as_ref().map_or("—".to_string(), |g| {
-            format!("{:+.1} %", 100.0 * (r.gavel_maxsum.avg_jct_h / g.avg_jct_h - 1.0))
+            format!(
+                "{:+.1} %",
+                100.0 * (r.gavel_maxsum.avg_jct_h / g.avg_jct_h - 1.0)
+            )
         });
         let run = |x: &Run, m: &str| {
             format!(
@@ -235,7 +244,11 @@ fn markdown(rows: &[Row], a: &Args) -> String {
             run(&r.sia_exact, mark(r.sia_exact.avg_jct_h, &r.sia_anchor)),
             anchor(&r.gavel_anchor),
             f(r.gavel_maxsum.avg_jct_h),
-            if r.gavel_maxsum.finished < r.gavel_maxsum.jobs { " (unfinished)" } else { "" },
+            if r.gavel_maxsum.finished < r.gavel_maxsum.jobs {
+                " (unfinished)"
+            } else {
+                ""
+            },
             r.gavel_maxsum.p99_jct_h,
             r.gavel_maxsum.makespan_h,
             delta
@@ -267,4 +280,136 @@ fn markdown(rows: &[Row], a: &Args) -> String {
         100.0 * gavel.iter().fold(0.0f64, |m, d| m.max(d.abs()))
     );
     s
+}
+
+/// `pacer-lab sia-gap`: where the fast solver's choices differ from the exact
+/// optimum, round by round, on one workload run under `sia`.
+#[derive(clap::Args, Debug)]
+pub struct GapArgs {
+    /// A Pollux-format workload of Sia's (e.g. `../shared/data/sia/workloads/saturn/workload-3.csv`).
+    pub workload: PathBuf,
+    /// Sia's trace folder.
+    #[arg(long, default_value = "../shared/data/sia/traces")]
+    pub traces: PathBuf,
+    #[arg(long, default_value = "6x4:aws,2x8:dgx-ext,3x8:rtx")]
+    pub cluster: String,
+    /// Node bound of the exact solves (rounds that hit it are counted).
+    #[arg(long, default_value_t = 200_000)]
+    pub node_limit: u64,
+}
+
+/// The fast Sia policy that also solves each round exactly and compares.
+struct GapProbe {
+    sia: pacer_policy::sia::Sia,
+    node_limit: u64,
+    rounds: usize,
+    gap_rounds: usize,
+    at_limit: usize,
+    gaps: Vec<f64>,
+    /// Jobs the exact optimum runs that fast leaves waiting, and the reverse.
+    exact_only: usize,
+    fast_only: usize,
+    /// Both run the job, on different types; on one type with fewer / more devices
+    /// under fast.
+    other_type: usize,
+    fast_smaller: usize,
+    fast_larger: usize,
+}
+
+impl pacer_policy::Policy for GapProbe {
+    fn name(&self) -> &'static str {
+        "sia"
+    }
+    fn adaptive_batch(&self) -> bool {
+        true
+    }
+    fn allocate(&mut self, view: &pacer_policy::ClusterView) -> Vec<pacer_model::Allocation> {
+        use pacer_policy::sia::{place, solve_exact_bounded, solve_fast, ExactOutcome};
+        let p = self.sia.problem(view);
+        let held = self.sia.held(view);
+        let fast = solve_fast(&p, &held);
+        let (exact, how) = solve_exact_bounded(&p, &fast, self.node_limit);
+        self.rounds += 1;
+        self.at_limit += usize::from(how != ExactOutcome::Optimal);
+        let (vf, _) = p.evaluate(&fast);
+        let (ve, _) = p.evaluate(&exact);
+        if ve > vf + 1e-9 {
+            self.gap_rounds += 1;
+            self.gaps.push((ve - vf) / ve.max(1e-12));
+            for (f, e) in fast.iter().zip(&exact) {
+                match (f, e) {
+                    (None, Some(_)) => self.exact_only += 1,
+                    (Some(_), None) => self.fast_only += 1,
+                    (Some(f), Some(e)) if f != e => {
+                        let (cf, ce) = (p.configs[*f], p.configs[*e]);
+                        if cf.ty != ce.ty {
+                            self.other_type += 1;
+                        } else if cf.gpus < ce.gpus {
+                            self.fast_smaller += 1;
+                        } else {
+                            self.fast_larger += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        place(view.cluster, view.jobs, &p.configs, &fast)
+    }
+}
+
+pub fn gap(a: GapArgs) -> Result<()> {
+    let cluster = ClusterSpec::parse(&a.cluster, "--cluster")?;
+    let apps = pacer_sim::apps::load_sia_dir(&a.traces, true)?;
+    let origin = a.workload.display().to_string();
+    let text =
+        std::fs::read_to_string(&a.workload).with_context(|| format!("cannot read {origin}"))?;
+    let jobs = pacer_sim::trace::load_pollux_workload(&text, &origin, &apps, 1.0)?;
+    let sim = Simulation {
+        cluster: &cluster,
+        apps: &apps,
+        jobs: &jobs,
+        config: SimConfig::default(),
+    };
+    let mut probe = GapProbe {
+        sia: pacer_policy::sia::Sia::new(pacer_policy::sia::SiaSolver::Fast),
+        node_limit: a.node_limit,
+        rounds: 0,
+        gap_rounds: 0,
+        at_limit: 0,
+        gaps: Vec::new(),
+        exact_only: 0,
+        fast_only: 0,
+        other_type: 0,
+        fast_smaller: 0,
+        fast_larger: 0,
+    };
+    let r = sim.run(&mut probe, |_| {})?;
+    let mut g = probe.gaps.clone();
+    g.sort_by(f64::total_cmp);
+    let pct = |q: f64| {
+        g.get(((g.len().max(1) - 1) as f64 * q).round() as usize)
+            .map_or(0.0, |x| 100.0 * x)
+    };
+    println!(
+        "{origin}: avg JCT {:.3} h under sia; {} rounds, {} below the exact optimum \
+         ({} exact solves stopped at {} nodes); gap when below: median {:.2} %, p95 {:.2} %, \
+         max {:.2} %\njob decisions differing in those rounds: exact runs, fast leaves \
+         waiting {}; fast runs, exact leaves waiting {}; other type {}; same type, fast fewer \
+         devices {}, more devices {}",
+        r.summary.avg_jct_s / 3600.0,
+        probe.rounds,
+        probe.gap_rounds,
+        probe.at_limit,
+        a.node_limit,
+        pct(0.5),
+        pct(0.95),
+        pct(1.0),
+        probe.exact_only,
+        probe.fast_only,
+        probe.other_type,
+        probe.fast_smaller,
+        probe.fast_larger
+    );
+    Ok(())
 }

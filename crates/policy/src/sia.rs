@@ -551,7 +551,7 @@ fn improve_from(p: &Problem, start: &[Option<usize>]) -> Vec<Option<usize>> {
         // Exchange: a job takes a better configuration with devices another job on
         // the same type gives up by shrinking (or stopping), when the sum gains.
         for _ in 0..200 {
-            if !exchange(p, &mut choice, &mut free) {
+            if !exchange(p, &mut choice, &mut free) && !relocate(p, &mut choice, &mut free) {
                 break;
             }
             improved = true;
@@ -658,6 +658,100 @@ fn exchange(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) 
     let (c, v) = p.options[j][k];
     free[p.configs[c].ty as usize] -= p.configs[c].gpus as i64;
     choice[j] = Some((c, v));
+    true
+}
+
+/// The best relocation (see [`improve_from`]): a running job moves to a
+/// configuration of another type that fits in its free devices, and the devices it
+/// leaves (with those already free there) go to the one job that gains most from
+/// them on the type it left (a job of that type growing, or a waiting one starting).
+/// Applies it and returns whether there was one that gains: the exact optimum often
+/// differs from the greedy by such type swaps (`pacer-lab sia-gap`).
+fn relocate(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) -> bool {
+    let types = p.capacity.len();
+    let maxg = p.configs.iter().map(|c| c.gpus).max().unwrap_or(0) as usize;
+    // Per type and device count d: the two best (gain, job, option) of one job taking
+    // a configuration of that type with at most d more devices than it holds there.
+    type Slot = [(f64, usize, usize); 2];
+    let empty: Slot = [(0.0, usize::MAX, 0); 2];
+    let mut grow: Vec<Vec<Slot>> = vec![vec![empty; maxg + 1]; types];
+    let put = |slot: &mut Slot, e: (f64, usize, usize)| {
+        if e.1 == slot[0].1 {
+            if e.0 > slot[0].0 {
+                slot[0] = e;
+            }
+        } else if e.0 > slot[0].0 {
+            slot[1] = slot[0];
+            slot[0] = e;
+        } else if e.0 > slot[1].0 {
+            slot[1] = e;
+        }
+    };
+    for (b, ch) in choice.iter().enumerate() {
+        let (cur_v, cur) = ch.map_or((0.0, None), |(c, v)| (v, Some(p.configs[c])));
+        for (k, &(c, v)) in p.options[b].iter().enumerate() {
+            let cfg = p.configs[c];
+            // Growing on its own type, or starting; a job running elsewhere is not
+            // moved here (that would be a chain of relocations).
+            let held = match cur {
+                Some(o) if o.ty == cfg.ty => o.gpus,
+                Some(_) => continue,
+                None => 0,
+            };
+            if v <= cur_v + 1e-12 || cfg.gpus <= held {
+                continue;
+            }
+            put(
+                &mut grow[cfg.ty as usize][(cfg.gpus - held) as usize],
+                (v - cur_v, b, k),
+            );
+        }
+    }
+    // Prefix maximum: at most d more devices.
+    for per in grow.iter_mut() {
+        for d in 1..=maxg {
+            let prev = per[d - 1];
+            for e in prev {
+                if e.1 != usize::MAX {
+                    put(&mut per[d], e);
+                }
+            }
+        }
+    }
+    // (net gain, moving job, its option, the grower on the type it leaves).
+    let mut best: Option<(f64, usize, usize, (f64, usize, usize))> = None;
+    for (a, ch) in choice.iter().enumerate() {
+        let Some((c0, v0)) = *ch else { continue };
+        let from = p.configs[c0];
+        let x = from.ty as usize;
+        let room = (from.gpus as i64 + free[x]).clamp(0, maxg as i64) as usize;
+        let Some(&g) = grow[x][room].iter().find(|e| e.1 != a && e.1 != usize::MAX) else {
+            continue;
+        };
+        for (k, &(c, v)) in p.options[a].iter().enumerate() {
+            let cfg = p.configs[c];
+            if cfg.ty == from.ty || cfg.gpus as i64 > free[cfg.ty as usize] {
+                continue;
+            }
+            let net = v - v0 + g.0;
+            if net > 1e-9 && best.is_none_or(|b| net > b.0) {
+                best = Some((net, a, k, g));
+            }
+        }
+    }
+    let Some((_, a, k, (_, b, kb))) = best else {
+        return false;
+    };
+    for (j, k) in [(a, k), (b, kb)] {
+        if let Some((c0, _)) = choice[j] {
+            let o = p.configs[c0];
+            free[o.ty as usize] += o.gpus as i64;
+        }
+        let (c, v) = p.options[j][k];
+        free[p.configs[c].ty as usize] -= p.configs[c].gpus as i64;
+        choice[j] = Some((c, v));
+    }
+    debug_assert!(free.iter().all(|&f| f >= 0));
     true
 }
 

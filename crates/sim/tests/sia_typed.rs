@@ -70,7 +70,10 @@ fn fixed_batch_jobs_run_on_their_types_tables() {
     let fast = jct("1x1:fast");
     let slow = jct("1x1:slow");
     // 3× the step time: about 3× the time (restart delay and whole seconds aside).
-    assert!(slow > 2.5 * fast && slow < 3.5 * fast, "fast {fast} s, slow {slow} s");
+    assert!(
+        slow > 2.5 * fast && slow < 3.5 * fast,
+        "fast {fast} s, slow {slow} s"
+    );
 }
 
 #[test]
@@ -87,5 +90,8 @@ fn speed_tables_differ_by_type() {
     let t = &sim.speed_tables()[0];
     let fast = t.rate(DeviceTypeId(0), 1, true);
     let slow = t.rate(DeviceTypeId(1), 1, true);
-    assert!(fast > 0.0 && (fast / slow - 3.0).abs() < 0.05, "{fast} vs {slow}");
+    assert!(
+        fast > 0.0 && (fast / slow - 3.0).abs() < 0.05,
+        "{fast} vs {slow}"
+    );
 }

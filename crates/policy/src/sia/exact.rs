@@ -154,7 +154,10 @@ mod tests {
                 let (c, how) = solve_exact_bounded(&p, &fast, limit);
                 let (v, fits) = p.evaluate(&c);
                 assert!(fits, "seed {seed}, limit {limit}");
-                assert!(v >= vf - 1e-9 && v <= ve + 1e-9, "seed {seed}: {v} vs {vf}..{ve}");
+                assert!(
+                    v >= vf - 1e-9 && v <= ve + 1e-9,
+                    "seed {seed}: {v} vs {vf}..{ve}"
+                );
                 assert_ne!(how, ExactOutcome::Failed);
                 // Deterministic: the same bound, the same answer.
                 assert_eq!(solve_exact_bounded(&p, &fast, limit).0, c);
