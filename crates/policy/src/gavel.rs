@@ -338,14 +338,14 @@ pub fn solve_max_sum(inp: &LpInput, weight: &[f64]) -> Vec<Vec<f64>> {
             model = model.with(constraint!(time <= 1.0));
         }
     }
-    for t in 0..types {
+    for (t, &cap) in inp.capacity.iter().enumerate() {
         let mut used = Expression::from(0.0);
-        for i in 0..n {
-            if let Some(v) = x[i][t] {
-                used += inp.scale[i] * v;
+        for (row, &s) in x.iter().zip(&inp.scale) {
+            if let Some(v) = row[t] {
+                used += s * v;
             }
         }
-        model = model.with(constraint!(used <= inp.capacity[t]));
+        model = model.with(constraint!(used <= cap));
     }
     match model.solve() {
         Ok(sol) => x
@@ -704,14 +704,14 @@ fn realise_sia(
         }
     }
     let mut pairs: Vec<(f64, f64, usize, usize)> = Vec::with_capacity(n * types);
-    for t in 0..types {
+    for (t, &total) in cluster_time.iter().enumerate() {
         for (i, j) in jobs.iter().enumerate() {
             if !j.can_use(DeviceTypeId(t as u16)) {
                 continue;
             }
             let st = &state[&j.id];
             let x = st.x[t];
-            let frac = st.received[t] / cluster_time[t].max(1e-12);
+            let frac = st.received[t] / total.max(1e-12);
             let prio = if x <= 0.0 {
                 0.0
             } else if frac > 0.0 {

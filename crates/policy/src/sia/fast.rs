@@ -364,7 +364,8 @@ fn relocate(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) 
         }
     }
     // (net gain, moving job, its option, the grower on the type it leaves).
-    let mut best: Option<(f64, usize, usize, (f64, usize, usize))> = None;
+    type Relocation = (f64, usize, usize, (f64, usize, usize));
+    let mut best: Option<Relocation> = None;
     for (a, ch) in choice.iter().enumerate() {
         let Some((c0, v0)) = *ch else { continue };
         let from = p.configs[c0];
