@@ -4,7 +4,8 @@
 //! Runs every saturn and philly workload of Sia's data under `sia` and `sia-exact`
 //! (60 s rounds) and `gavel-maxsum` (360 s rounds, as Sia's `--interval=360`) on Sia's
 //! default cluster with the calibrated tables (`sia:DIR`), reads Sia's and Gavel's
-//! numbers from the data's `ANCHORS.md`, and writes `results.md` and `results.json`.
+//! numbers from the data folder's anchor table (its ANCHORS file), and writes
+//! `results.md` and `results.json`.
 
 use anyhow::{bail, Context, Result};
 use pacer_model::ClusterSpec;
@@ -16,7 +17,7 @@ use std::time::Instant;
 /// `pacer-lab sia-eval`
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Sia's data folder (`traces/`, `workloads/`, `ANCHORS.md`).
+    /// Sia's data folder (`traces/`, `workloads/` and the ANCHORS file of Sia's numbers).
     #[arg(long, default_value = "../shared/data/sia")]
     pub data: PathBuf,
     /// Where `results.md` and `results.json` go.
@@ -60,7 +61,7 @@ struct Row {
     gavel_maxsum: Run,
 }
 
-/// Rows `| policy | trace | workload | done | avg | p99 | makespan | …` of ANCHORS.md.
+/// Rows `| policy | trace | workload | done | avg | p99 | makespan | …` of the anchor table.
 fn anchors(path: &Path) -> Result<Vec<(String, String, String, Anchor)>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read Sia's anchor numbers", path.display()))?;
@@ -211,13 +212,14 @@ fn markdown(rows: &[Row], a: &Args) -> String {
         "# Sia's workloads: pacer vs Sia's simulator\n\n\
          `pacer-lab sia-eval --data {} --cluster {}` (calibrated `sia:` tables). JCT and \
          makespan in hours; Sia's and Gavel's numbers are Sia's own simulator's \
-         (`ANCHORS.md` of the data). `sia`, `sia-exact`: 60 s rounds (✓: avg JCT ≤ Sia's); \
+         (`{}/ANCHORS.md`). `sia`, `sia-exact`: 60 s rounds (✓: avg JCT ≤ Sia's); \
          `gavel-maxsum`: 360 s rounds, `Δ` its avg JCT against Gavel's in Sia's simulator. \
          Wall: whole simulation, seconds.\n\n\
          | trace | workload | Sia avg | p99 | mk | sia avg | p99 | mk | wall | sia-exact avg | p99 | mk | wall | Gavel avg | p99 | mk | gavel-maxsum avg | p99 | mk | Δ |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         a.data.display(),
-        a.cluster
+        a.cluster,
+        a.data.display()
     );
     for r in rows {
         let delta = r.gavel_anchor.as_ref().map_or("—".to_string(), |g| {
