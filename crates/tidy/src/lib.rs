@@ -63,6 +63,7 @@ pub const LAYERS: &[(&str, u8)] = &[
     ("pacer-sim", 3),
     ("pacer-workersim", 3),
     ("pacer-runtime", 3),
+    ("pacer-slurm", 3),
     ("pacer-cli", 4),
     // Dev-only crates: nothing may depend on them.
     ("pacer-fuzz", 9),
