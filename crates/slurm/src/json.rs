@@ -100,10 +100,15 @@ fn parse_err(what: &str, why: impl ToString) -> SlurmError {
     }
 }
 
-fn check_errors(what: &str, errors: &[serde_json::Value]) -> Result<(), SlurmError> {
+/// With `--json`, sinfo and squeue exit 0 even when the controller does not answer; the
+/// failure is only in `errors` (`"Unspecified error"` from `slurm_load_jobs`).
+fn check_errors(command: &str, errors: &[serde_json::Value]) -> Result<(), SlurmError> {
     match errors.first() {
         None => Ok(()),
-        Some(e) => Err(parse_err(what, format!("Slurm reported an error: {e}"))),
+        Some(e) => Err(SlurmError::Unreachable {
+            command: command.to_string(),
+            stderr: format!("it reported {e} and no data"),
+        }),
     }
 }
 
@@ -111,7 +116,7 @@ fn check_errors(what: &str, errors: &[serde_json::Value]) -> Result<(), SlurmErr
 pub fn parse_sinfo(json: &str) -> Result<Vec<Node>, SlurmError> {
     const WHAT: &str = "`sinfo --json` output";
     let v: SinfoJson = serde_json::from_str(json).map_err(|e| parse_err(WHAT, e))?;
-    check_errors(WHAT, &v.errors)?;
+    check_errors("sinfo --json", &v.errors)?;
     v.nodes
         .into_iter()
         .map(|n| {
@@ -147,7 +152,7 @@ fn split_features(s: &str) -> Vec<String> {
 pub fn parse_squeue(json: &str) -> Result<Vec<JobInfo>, SlurmError> {
     const WHAT: &str = "`squeue --json` output";
     let v: SqueueJson = serde_json::from_str(json).map_err(|e| parse_err(WHAT, e))?;
-    check_errors(WHAT, &v.errors)?;
+    check_errors("squeue --json", &v.errors)?;
     v.jobs.into_iter().map(job_from_json).collect()
 }
 
