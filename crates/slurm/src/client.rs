@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster::{Cluster, Node};
 use crate::cmd::Runner;
-use crate::job::{JobInfo, JobRequest, JobState};
+use crate::job::{JobInfo, JobRequest, JobState, SignalTarget};
 use crate::json::{parse_partitions, parse_sinfo, parse_squeue};
 use crate::SlurmError;
 
@@ -84,7 +84,7 @@ impl SlurmClient {
 
     fn run(&self, program: &str, args: &[&str]) -> Result<String, SlurmError> {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        Ok(self.runner.run(program, &args, &[])?.stdout)
+        self.runner.run(program, &args, &[])
     }
 
     /// All nodes (`sinfo --json`).
@@ -94,7 +94,9 @@ impl SlurmClient {
 
     /// All partition names (`scontrol show partition --oneliner`).
     pub fn partitions(&self) -> Result<Vec<String>, SlurmError> {
-        Ok(parse_partitions(&self.run("scontrol", &["show", "partition", "--oneliner"])?))
+        Ok(parse_partitions(
+            &self.run("scontrol", &["show", "partition", "--oneliner"])?,
+        ))
     }
 
     /// All jobs the controller remembers, any user (`squeue --json`).
@@ -139,12 +141,18 @@ impl SlurmClient {
     /// first; sbatch's own refusals are mapped to the error naming what is missing.
     pub fn submit(&self, req: &JobRequest) -> Result<u64, SlurmError> {
         let args = req.sbatch_args(&self.prefix)?;
-        let env: Vec<(String, String)> = req.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let env: Vec<(String, String)> = req
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let out = match self.runner.run("sbatch", &args, &env) {
-            Ok(out) => out.stdout,
-            Err(SlurmError::Command { stderr, command, status }) => {
-                return Err(sbatch_refusal(req, &command, &status, stderr))
-            }
+            Ok(out) => out,
+            Err(SlurmError::Command {
+                stderr,
+                command,
+                status,
+            }) => return Err(sbatch_refusal(req, &command, &status, stderr)),
             Err(e) => return Err(e),
         };
         // `--parsable` prints `id` or `id;cluster`.
@@ -161,9 +169,9 @@ impl SlurmClient {
         self.submit(req)
     }
 
-    /// Sends `signal` (`TERM`, `INT`, `USR1`, …) to every step of the job, the batch step
-    /// included (`scancel --signal=SIG --full`), without ending the job.
-    pub fn signal(&self, id: u64, signal: &str) -> Result<(), SlurmError> {
+    /// Sends `signal` (`TERM`, `INT`, `USR1`, …) to the job's processes in `target` (for a
+    /// submitted request: [`JobRequest::signal_target`]), without ending the job.
+    pub fn signal(&self, id: u64, signal: &str, target: SignalTarget) -> Result<(), SlurmError> {
         if signal.is_empty() || !signal.chars().all(|c| c.is_ascii_alphanumeric()) {
             return Err(SlurmError::InvalidRequest {
                 job: id.to_string(),
@@ -171,7 +179,12 @@ impl SlurmClient {
             });
         }
         let sig = format!("--signal={signal}");
-        self.scancel(&[&sig, "--full", &id.to_string()])
+        let id = id.to_string();
+        match target {
+            SignalTarget::Steps => self.scancel(&[&sig, &id]),
+            SignalTarget::Batch => self.scancel(&[&sig, "--batch", &id]),
+            SignalTarget::All => self.scancel(&[&sig, "--full", &id]),
+        }
     }
 
     /// Cancels the job (Slurm sends SIGTERM, then SIGKILL after `KillWait`). A job already
@@ -183,21 +196,40 @@ impl SlurmClient {
     fn scancel(&self, args: &[&str]) -> Result<(), SlurmError> {
         match self.run("scancel", args) {
             Ok(_) => Ok(()),
-            Err(SlurmError::Command { stderr, .. }) if stderr.contains("already completing or completed") => Ok(()),
+            Err(SlurmError::Command { stderr, .. })
+                if stderr.contains("already completing or completed") =>
+            {
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }
 
+    /// Lets a pending job start as soon as it fits (`scontrol update JobId=ID StartTime=now`):
+    /// Slurm holds a requeued job back ~2 minutes (reason `BeginTime`).
+    pub fn start_now(&self, id: u64) -> Result<(), SlurmError> {
+        let job = format!("JobId={id}");
+        self.run("scontrol", &["update", &job, "StartTime=now"])
+            .map(|_| ())
+    }
+
     /// Asks Slurm to requeue a running job (`scontrol requeue`).
     pub fn requeue(&self, id: u64) -> Result<(), SlurmError> {
-        self.run("scontrol", &["requeue", &id.to_string()]).map(|_| ())
+        self.run("scontrol", &["requeue", &id.to_string()])
+            .map(|_| ())
     }
 
     /// Preempts a job: SIGTERM to all its processes, up to `grace` for it to end by itself
     /// (checkpoint and exit), then cancel. Returns the state it ended in (or `None` when
     /// Slurm no longer lists it). Polls every `poll`.
-    pub fn preempt(&self, id: u64, grace: Duration, poll: Duration) -> Result<Option<JobState>, SlurmError> {
-        self.signal(id, "TERM")?;
+    pub fn preempt(
+        &self,
+        id: u64,
+        target: SignalTarget,
+        grace: Duration,
+        poll: Duration,
+    ) -> Result<Option<JobState>, SlurmError> {
+        self.signal(id, "TERM", target)?;
         let start = Instant::now();
         loop {
             match self.job(id)? {
@@ -239,12 +271,21 @@ fn sbatch_refusal(req: &JobRequest, command: &str, status: &str, stderr: String)
             known: "see `sinfo`".into(),
         };
     }
-    if lower.contains("invalid generic resource") || lower.contains("requested node configuration is not available") {
+    if lower.contains("invalid generic resource")
+        || lower.contains("requested node configuration is not available")
+    {
         return SlurmError::NotEnoughGpus {
             node: req.nodes.join(","),
             have: "not what was asked".into(),
             gres: stderr.trim().into(),
-            need: format!("{} GPUs{} per node", req.gpus_per_node, req.gpu_type.as_ref().map(|t| format!(" of type {t}")).unwrap_or_default()),
+            need: format!(
+                "{} GPUs{} per node",
+                req.gpus_per_node,
+                req.gpu_type
+                    .as_ref()
+                    .map(|t| format!(" of type {t}"))
+                    .unwrap_or_default()
+            ),
         };
     }
     SlurmError::Command {

@@ -116,8 +116,13 @@ impl NodeState {
 
     /// Whether the node can take jobs now.
     pub fn is_up(&self) -> bool {
-        matches!(self.base.as_str(), "idle" | "mixed" | "allocated" | "completing")
-            && !self.flags.iter().any(|f| UNAVAILABLE_FLAGS.contains(&f.as_str()))
+        matches!(
+            self.base.as_str(),
+            "idle" | "mixed" | "allocated" | "completing"
+        ) && !self
+            .flags
+            .iter()
+            .any(|f| UNAVAILABLE_FLAGS.contains(&f.as_str()))
     }
 }
 
@@ -225,7 +230,11 @@ impl Cluster {
     /// capacity pacer must treat as taken.
     pub fn foreign_gpus(&self, prefix: &str) -> BTreeMap<String, u32> {
         let mut out = BTreeMap::new();
-        for j in self.jobs.iter().filter(|j| j.state.holds_resources() && !j.name.starts_with(prefix)) {
+        for j in self
+            .jobs
+            .iter()
+            .filter(|j| j.state.holds_resources() && !j.name.starts_with(prefix))
+        {
             for (node, gres) in &j.gres_per_node {
                 *out.entry(node.clone()).or_insert(0) += count_gpus(gres, None);
             }
@@ -243,16 +252,23 @@ impl Cluster {
     pub fn validate(&self, req: &JobRequest) -> Result<(), SlurmError> {
         req.check()?;
         let nodes = self.partition_nodes(&req.partition)?;
-        let known = || nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ");
-        for name in &req.nodes {
-            let node = nodes
+        let known = || {
+            nodes
                 .iter()
-                .find(|n| &n.name == name)
-                .ok_or_else(|| SlurmError::NoSuchNode {
-                    node: name.clone(),
-                    scope: format!("partition `{}`", req.partition),
-                    known: known(),
-                })?;
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for name in &req.nodes {
+            let node =
+                nodes
+                    .iter()
+                    .find(|n| &n.name == name)
+                    .ok_or_else(|| SlurmError::NoSuchNode {
+                        node: name.clone(),
+                        scope: format!("partition `{}`", req.partition),
+                        known: known(),
+                    })?;
             if req.gpus_per_node == 0 {
                 continue;
             }
@@ -264,7 +280,11 @@ impl Cluster {
                 };
                 return Err(SlurmError::NotEnoughGpus {
                     node: name.clone(),
-                    have: if node.gpus(None) == 0 { "no GPUs".into() } else { of_type(have) },
+                    have: if node.gpus(None) == 0 {
+                        "no GPUs".into()
+                    } else {
+                        of_type(have)
+                    },
                     gres: node.gres_text.clone(),
                     need: of_type(req.gpus_per_node),
                 });
@@ -288,7 +308,9 @@ mod tests {
         assert_eq!(count_gpus(&g, None), 7);
         assert_eq!(count_gpus(&g, Some("v100")), 2);
         assert_eq!(g[2].kind, None);
-        assert!(parse_gres_list("gpu:a:b:c").unwrap_err().contains("gpu:a:b:c"));
+        assert!(parse_gres_list("gpu:a:b:c")
+            .unwrap_err()
+            .contains("gpu:a:b:c"));
         assert!(parse_gres_list("gpu:t4:x").is_err());
     }
 
@@ -298,6 +320,9 @@ mod tests {
         assert!(NodeState::new("MIXED", vec![]).is_up());
         assert!(!NodeState::new("idle", vec!["DRAIN".into()]).is_up());
         assert!(!NodeState::new("down", vec![]).is_up());
-        assert_eq!(NodeState::new("idle", vec!["DRAIN".into()]).to_string(), "idle+drain");
+        assert_eq!(
+            NodeState::new("idle", vec!["DRAIN".into()]).to_string(),
+            "idle+drain"
+        );
     }
 }

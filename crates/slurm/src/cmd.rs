@@ -23,15 +23,6 @@ pub struct Runner {
     pub timeout: Duration,
 }
 
-/// A finished command's output.
-#[derive(Debug)]
-pub struct Output {
-    /// Standard output.
-    pub stdout: String,
-    /// Standard error.
-    pub stderr: String,
-}
-
 impl Runner {
     /// The full path of `program`, or [`SlurmError::NotInstalled`].
     pub fn locate(&self, program: &str) -> Result<PathBuf, SlurmError> {
@@ -59,14 +50,14 @@ impl Runner {
         }
     }
 
-    /// Runs `program args…` with extra environment `env`; a non-zero exit is an error
-    /// classified by [`classify_failure`].
+    /// Runs `program args…` with extra environment `env` and returns its stdout; a non-zero
+    /// exit is an error classified by [`classify_failure`].
     pub fn run(
         &self,
         program: &str,
         args: &[String],
         env: &[(String, String)],
-    ) -> Result<Output, SlurmError> {
+    ) -> Result<String, SlurmError> {
         let path = self.locate(program)?;
         let line = command_line(program, args);
         let mut cmd = Command::new(&path);
@@ -86,7 +77,7 @@ impl Runner {
         })?;
         let (status, stdout, stderr) = wait_bounded(child, self.timeout, &line)?;
         if status.success() {
-            Ok(Output { stdout, stderr })
+            Ok(stdout)
         } else {
             Err(classify_failure(&line, &status.to_string(), &stderr))
         }
@@ -128,8 +119,18 @@ fn wait_bounded(
             String::from_utf8_lossy(&buf).into_owned()
         })
     };
-    let out = read_all(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err = read_all(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let out = read_all(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
+    let err = read_all(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    );
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
@@ -190,10 +191,15 @@ mod tests {
 
     #[test]
     fn a_missing_program_names_itself_and_where_it_was_looked_for() {
-        let err = runner(Some("/nonexistent-dir")).locate("sbatch").unwrap_err();
+        let err = runner(Some("/nonexistent-dir"))
+            .locate("sbatch")
+            .unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, SlurmError::NotInstalled { .. }), "{msg}");
-        assert!(msg.contains("`sbatch`") && msg.contains("/nonexistent-dir"), "{msg}");
+        assert!(
+            msg.contains("`sbatch`") && msg.contains("/nonexistent-dir"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -212,12 +218,20 @@ mod tests {
     fn output_and_environment_pass_through() {
         let r = runner(Some("/bin"));
         let out = r
-            .run("sh", &["-c".into(), "echo $X; echo e >&2".into()], &[("X".into(), "a b".into())])
+            .run(
+                "sh",
+                &["-c".into(), "echo $X; echo e >&2".into()],
+                &[("X".into(), "a b".into())],
+            )
             .unwrap();
-        assert_eq!(out.stdout, "a b\n");
-        assert_eq!(out.stderr, "e\n");
-        let err = r.run("sh", &["-c".into(), "echo boom >&2; exit 3".into()], &[]).unwrap_err();
-        assert!(err.to_string().contains("boom") && err.to_string().contains('3'), "{err}");
+        assert_eq!(out, "a b\n");
+        let err = r
+            .run("sh", &["-c".into(), "echo boom >&2; exit 3".into()], &[])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("boom") && err.to_string().contains('3'),
+            "{err}"
+        );
     }
 
     #[test]
@@ -228,7 +242,11 @@ mod tests {
             "squeue: error: Unable to contact slurm controller (connect failure)",
         );
         assert!(matches!(e, SlurmError::Unreachable { .. }), "{e}");
-        let e = classify_failure("sbatch", "exit status: 1", "sbatch: error: Batch job submission failed: Invalid partition name specified");
+        let e = classify_failure(
+            "sbatch",
+            "exit status: 1",
+            "sbatch: error: Batch job submission failed: Invalid partition name specified",
+        );
         assert!(matches!(e, SlurmError::Command { .. }), "{e}");
     }
 }

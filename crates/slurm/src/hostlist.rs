@@ -29,7 +29,9 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, SlurmError> {
         };
         let close = item.rfind(']').ok_or_else(|| bad("`[` without `]`"))?;
         if close != item.len() - 1 || close < open {
-            return Err(bad("text after `]` (only one bracket group per name is supported)"));
+            return Err(bad(
+                "text after `]` (only one bracket group per name is supported)",
+            ));
         }
         let prefix = &item[..open];
         for range in item[open + 1..close].split(',') {
@@ -87,14 +89,24 @@ mod tests {
     #[test]
     fn expands_ranges_lists_and_padding() {
         assert_eq!(expand_hostlist("n[1-2]").unwrap(), ["n1", "n2"]);
-        assert_eq!(expand_hostlist("n[1,3-4],m").unwrap(), ["n1", "n3", "n4", "m"]);
+        assert_eq!(
+            expand_hostlist("n[1,3-4],m").unwrap(),
+            ["n1", "n3", "n4", "m"]
+        );
         assert_eq!(expand_hostlist("g[09-11]").unwrap(), ["g09", "g10", "g11"]);
         assert_eq!(expand_hostlist("").unwrap(), Vec::<String>::new());
     }
 
     #[test]
     fn rejects_malformed_lists() {
-        for bad in ["n[1-", "n1]", "n[2-1]", "n[a-b]", "n[1-2]x", "n[0-99999999999]"] {
+        for bad in [
+            "n[1-",
+            "n1]",
+            "n[2-1]",
+            "n[a-b]",
+            "n[1-2]x",
+            "n[0-99999999999]",
+        ] {
             let err = expand_hostlist(bad).unwrap_err().to_string();
             assert!(err.contains(bad), "{bad}: {err}");
         }

@@ -46,7 +46,13 @@ pub struct JobRequest {
 
 impl JobRequest {
     /// A request with Slurm's defaults for everything but what is named.
-    pub fn new(name: &str, partition: &str, nodes: &[&str], gpus_per_node: u32, command: &[&str]) -> Self {
+    pub fn new(
+        name: &str,
+        partition: &str,
+        nodes: &[&str],
+        gpus_per_node: u32,
+        command: &[&str],
+    ) -> Self {
         JobRequest {
             name: name.into(),
             partition: partition.into(),
@@ -66,6 +72,15 @@ impl JobRequest {
         }
     }
 
+    /// Where a signal must go to reach the job's training processes (see [`SignalTarget`]).
+    pub fn signal_target(&self) -> SignalTarget {
+        if self.per_task {
+            SignalTarget::Steps
+        } else {
+            SignalTarget::Batch
+        }
+    }
+
     /// Checks what can be checked without the cluster.
     pub fn check(&self) -> Result<(), SlurmError> {
         let bad = |why: String| SlurmError::InvalidRequest {
@@ -73,13 +88,20 @@ impl JobRequest {
             why,
         };
         let word = |s: &str| {
-            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         };
         if !word(&self.name) {
-            return Err(bad("the name must be non-empty letters, digits, `.`, `_`, `-`".into()));
+            return Err(bad(
+                "the name must be non-empty letters, digits, `.`, `_`, `-`".into(),
+            ));
         }
         if !word(&self.partition) {
-            return Err(bad(format!("partition `{}` is not a Slurm name", self.partition)));
+            return Err(bad(format!(
+                "partition `{}` is not a Slurm name",
+                self.partition
+            )));
         }
         if self.nodes.is_empty() {
             return Err(bad("no nodes: a request names the nodes it runs on".into()));
@@ -94,7 +116,9 @@ impl JobRequest {
             }
         }
         if self.tasks_per_node == 0 || self.cpus_per_task == Some(0) {
-            return Err(bad("tasks per node and CPUs per task must be at least 1".into()));
+            return Err(bad(
+                "tasks per node and CPUs per task must be at least 1".into()
+            ));
         }
         if let Some(t) = &self.gpu_type {
             if !word(t) {
@@ -105,7 +129,10 @@ impl JobRequest {
             return Err(bad("no command".into()));
         }
         for k in self.env.keys() {
-            let ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            let ok = k
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !ok {
                 return Err(bad(format!("environment variable name `{k}` is not NAME")));
@@ -138,7 +165,10 @@ impl JobRequest {
             });
         }
         if let Some(g) = self.grace_s {
-            a.push(format!("--signal=B:TERM@{g}"));
+            // To the processes that train: the steps under srun (srun itself would answer
+            // SIGTERM by killing them), or the batch step's processes.
+            let to = if self.per_task { "" } else { "B:" };
+            a.push(format!("--signal={to}TERM@{g}"));
         }
         if let Some(t) = self.time_limit_min {
             a.push(format!("--time={t}"));
@@ -153,15 +183,41 @@ impl JobRequest {
         if let Some(d) = &self.workdir {
             a.push(format!("--chdir={}", d.display()));
         }
-        a.push(if self.requeue { "--requeue" } else { "--no-requeue" }.into());
+        a.push(
+            if self.requeue {
+                "--requeue"
+            } else {
+                "--no-requeue"
+            }
+            .into(),
+        );
         let argv: Vec<String> = self.command.iter().map(|c| shell_quote(c)).collect();
         a.push(format!(
             "--wrap=exec {}{}",
-            if self.per_task { "srun --kill-on-bad-exit=1 " } else { "" },
+            if self.per_task {
+                "srun --kill-on-bad-exit=1 "
+            } else {
+                ""
+            },
             argv.join(" ")
         ));
         Ok(a)
     }
+}
+
+/// Which of a job's processes a signal goes to.
+///
+/// Measured on the dev cluster: SIGTERM to an `srun` (the batch step of a per-task job)
+/// makes it kill its tasks at once (`srun: forcing job termination`), so a per-task job is
+/// signalled in its steps only; a job that runs in the batch step is signalled there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalTarget {
+    /// Every step but the batch step (`scancel --signal=SIG`): the tasks `srun` started.
+    Steps,
+    /// The batch step: the batch shell and its children (`scancel --signal=SIG --batch`).
+    Batch,
+    /// Both (`scancel --signal=SIG --full`).
+    All,
 }
 
 /// `s` quoted for a POSIX shell (`'…'`, with `'` as `'\''`).
@@ -275,6 +331,9 @@ pub struct JobInfo {
     pub restart_count: u32,
     /// Unix seconds.
     pub submit_time: i64,
+    /// Unix seconds from which it may start (a requeued job's is ~2 minutes after the
+    /// requeue).
+    pub eligible_time: i64,
     /// Unix seconds (expected start while pending).
     pub start_time: i64,
     /// Unix seconds (expected end while running).
@@ -397,7 +456,13 @@ mod tests {
 
     #[test]
     fn sbatch_arguments_pin_nodes_and_gpus() {
-        let mut r = JobRequest::new("j1", "gpu", &["n1", "n2"], 2, &["python3", "train.py", "--lr=0.1"]);
+        let mut r = JobRequest::new(
+            "j1",
+            "gpu",
+            &["n1", "n2"],
+            2,
+            &["python3", "train.py", "--lr=0.1"],
+        );
         r.gpu_type = Some("t4".into());
         r.grace_s = Some(30);
         r.per_task = true;
@@ -411,7 +476,7 @@ mod tests {
             "--nodelist=n1,n2",
             "--ntasks-per-node=1",
             "--gres=gpu:t4:2",
-            "--signal=B:TERM@30",
+            "--signal=TERM@30",
             "--export=ALL,PACER_CKPT",
             "--requeue",
             "--wrap=exec srun --kill-on-bad-exit=1 'python3' 'train.py' '--lr=0.1'",
@@ -427,12 +492,48 @@ mod tests {
         let ok = JobRequest::new("j", "gpu", &["n1"], 0, &["true"]);
         assert!(ok.check().is_ok());
         let cases: Vec<(JobRequest, &str)> = vec![
-            (JobRequest { nodes: vec![], ..ok.clone() }, "no nodes"),
-            (JobRequest { nodes: vec!["n1".into(), "n1".into()], ..ok.clone() }, "twice"),
-            (JobRequest { name: "a b".into(), ..ok.clone() }, "name"),
-            (JobRequest { nodes: vec!["n[1-2]".into()], ..ok.clone() }, "n[1-2]"),
-            (JobRequest { command: vec![], ..ok.clone() }, "no command"),
-            (JobRequest { tasks_per_node: 0, ..ok.clone() }, "at least 1"),
+            (
+                JobRequest {
+                    nodes: vec![],
+                    ..ok.clone()
+                },
+                "no nodes",
+            ),
+            (
+                JobRequest {
+                    nodes: vec!["n1".into(), "n1".into()],
+                    ..ok.clone()
+                },
+                "twice",
+            ),
+            (
+                JobRequest {
+                    name: "a b".into(),
+                    ..ok.clone()
+                },
+                "name",
+            ),
+            (
+                JobRequest {
+                    nodes: vec!["n[1-2]".into()],
+                    ..ok.clone()
+                },
+                "n[1-2]",
+            ),
+            (
+                JobRequest {
+                    command: vec![],
+                    ..ok.clone()
+                },
+                "no command",
+            ),
+            (
+                JobRequest {
+                    tasks_per_node: 0,
+                    ..ok.clone()
+                },
+                "at least 1",
+            ),
         ];
         for (req, want) in cases {
             let err = req.sbatch_args("p-").unwrap_err().to_string();
@@ -461,6 +562,7 @@ mod tests {
             gres_requested_per_node: vec![],
             restart_count: restarts,
             submit_time: 0,
+            eligible_time: 0,
             start_time: 0,
             end_time: 0,
             exit_code: 0,
@@ -474,15 +576,45 @@ mod tests {
         let mut w = JobWatch::default();
         w.follow(7);
         w.follow(8);
-        assert_eq!(w.update(&[info(7, JobState::Pending, 0), info(8, JobState::Pending, 0)]), vec![]);
+        assert_eq!(
+            w.update(&[info(7, JobState::Pending, 0), info(8, JobState::Pending, 0)]),
+            vec![]
+        );
         let e = w.update(&[info(7, JobState::Running, 0), info(8, JobState::Pending, 0)]);
-        assert_eq!(e, vec![JobEvent::Started { id: 7, nodes: vec!["n1".into()] }]);
+        assert_eq!(
+            e,
+            vec![JobEvent::Started {
+                id: 7,
+                nodes: vec!["n1".into()]
+            }]
+        );
         let e = w.update(&[info(7, JobState::Pending, 1), info(8, JobState::Pending, 0)]);
-        assert_eq!(e, vec![JobEvent::Requeued { id: 7, restart_count: 1 }]);
+        assert_eq!(
+            e,
+            vec![JobEvent::Requeued {
+                id: 7,
+                restart_count: 1
+            }]
+        );
         let e = w.update(&[info(7, JobState::Running, 1)]);
-        assert_eq!(e, vec![JobEvent::Started { id: 7, nodes: vec!["n1".into()] }, JobEvent::Vanished { id: 8 }]);
+        assert_eq!(
+            e,
+            vec![
+                JobEvent::Started {
+                    id: 7,
+                    nodes: vec!["n1".into()]
+                },
+                JobEvent::Vanished { id: 8 }
+            ]
+        );
         let e = w.update(&[info(7, JobState::Completed, 1)]);
-        assert_eq!(e, vec![JobEvent::Ended { id: 7, state: JobState::Completed }]);
+        assert_eq!(
+            e,
+            vec![JobEvent::Ended {
+                id: 7,
+                state: JobState::Completed
+            }]
+        );
         assert_eq!(w.ids().count(), 0);
     }
 }

@@ -71,6 +71,8 @@ struct JobJson {
     #[serde(default)]
     submit_time: Option<i64>,
     #[serde(default)]
+    eligible_time: Option<i64>,
+    #[serde(default)]
     start_time: Option<i64>,
     #[serde(default)]
     end_time: Option<i64>,
@@ -160,9 +162,11 @@ fn job_from_json(j: JobJson) -> Result<JobInfo, SlurmError> {
     let place = format!("`squeue --json` output, job {}", j.job_id);
     // The allocated nodes, in the order gres_detail follows; a pending job has none.
     let nodes: Vec<String> = match &j.job_resources {
-        Some(r) if !r.allocated_nodes.is_empty() => {
-            r.allocated_nodes.iter().map(|n| n.nodename.clone()).collect()
-        }
+        Some(r) if !r.allocated_nodes.is_empty() => r
+            .allocated_nodes
+            .iter()
+            .map(|n| n.nodename.clone())
+            .collect(),
         _ => expand_hostlist(j.nodes.as_deref().unwrap_or(""))?,
     };
     let mut gres_per_node = Vec::new();
@@ -195,6 +199,7 @@ fn job_from_json(j: JobJson) -> Result<JobInfo, SlurmError> {
         gres_requested_per_node: requested,
         restart_count: j.restart_cnt.unwrap_or(0),
         submit_time: j.submit_time.unwrap_or(0),
+        eligible_time: j.eligible_time.unwrap_or(0),
         start_time: j.start_time.unwrap_or(0),
         end_time: j.end_time.unwrap_or(0),
         exit_code: j.exit_code.unwrap_or(0),
@@ -206,7 +211,10 @@ fn job_from_json(j: JobJson) -> Result<JobInfo, SlurmError> {
 /// Parses `scontrol show partition --oneliner` into partition names.
 pub fn parse_partitions(text: &str) -> Vec<String> {
     text.lines()
-        .filter_map(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("PartitionName=")))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("PartitionName="))
+        })
         .map(String::from)
         .collect()
 }

@@ -37,5 +37,5 @@ pub use cluster::{count_gpus, parse_gres_list, Cluster, Gres, Node, NodeState};
 pub use cmd::MAX_OUTPUT_BYTES;
 pub use error::SlurmError;
 pub use hostlist::{expand_hostlist, MAX_HOSTS};
-pub use job::{shell_quote, JobEvent, JobInfo, JobRequest, JobState, JobWatch};
+pub use job::{shell_quote, JobEvent, JobInfo, JobRequest, JobState, JobWatch, SignalTarget};
 pub use json::{parse_partitions, parse_sinfo, parse_squeue};

@@ -27,7 +27,10 @@ fn idle_cluster_has_four_nodes_of_four_t4() {
         assert!(n.state.is_up(), "{}: {}", n.name, n.state);
         assert_eq!(n.state.base, "idle");
         assert_eq!((n.cpus, n.alloc_cpus), (8, 0));
-        assert_eq!((n.gpus(None), n.gpus(Some("t4")), n.gpus(Some("v100"))), (4, 4, 0));
+        assert_eq!(
+            (n.gpus(None), n.gpus(Some("t4")), n.gpus(Some("v100"))),
+            (4, 4, 0)
+        );
         assert_eq!(n.gpus_free(), 4);
         assert_eq!(n.device_type().as_deref(), Some("t4"));
         assert_eq!(n.partitions, ["gpu"]);
@@ -38,8 +41,10 @@ fn idle_cluster_has_four_nodes_of_four_t4() {
 #[test]
 fn busy_cluster_counts_used_gpus_per_node() {
     let nodes = parse_sinfo(&fixture("sinfo-busy.json")).unwrap();
-    let used: Vec<(String, u32, String)> =
-        nodes.iter().map(|n| (n.name.clone(), n.gpus_used(), n.state.base.clone())).collect();
+    let used: Vec<(String, u32, String)> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.gpus_used(), n.state.base.clone()))
+        .collect();
     assert_eq!(
         used,
         [
@@ -60,17 +65,26 @@ fn squeue_gives_placement_state_and_owner() {
     assert_eq!((j.name.as_str(), j.user.as_str()), ("pacer-x", "root"));
     assert_eq!(j.state, JobState::Running);
     assert_eq!(j.nodes, ["n1", "n2"]);
-    assert_eq!((j.gpus_on("n1"), j.gpus_on("n2"), j.gpus_on("n3")), (4, 4, 0));
+    assert_eq!(
+        (j.gpus_on("n1"), j.gpus_on("n2"), j.gpus_on("n3")),
+        (4, 4, 0)
+    );
     assert_eq!(j.gres_requested_per_node[0].kind.as_deref(), Some("t4"));
     assert_eq!(j.gres_requested_per_node[0].count, 4);
     assert!(j.requeue && !j.was_requeued());
     assert_eq!(j.batch_host.as_deref(), Some("n1"));
     // Job 2: another user's, one GPU on n3.
     let j = by_id(2);
-    assert_eq!((j.user.as_str(), j.nodes.as_slice(), j.gpus_on("n3")), ("alice", &["n3".to_string()][..], 1));
+    assert_eq!(
+        (j.user.as_str(), j.nodes.as_slice(), j.gpus_on("n3")),
+        ("alice", &["n3".to_string()][..], 1)
+    );
     // Job 4: pending for resources, no nodes yet.
     let j = by_id(4);
-    assert_eq!((j.state.clone(), j.reason.as_str(), j.nodes.len()), (JobState::Pending, "Resources", 0));
+    assert_eq!(
+        (j.state.clone(), j.reason.as_str(), j.nodes.len()),
+        (JobState::Pending, "Resources", 0)
+    );
     // Job 1: ended before the snapshot.
     assert_eq!(by_id(1).state, JobState::Completed);
     assert!(by_id(1).state.is_terminal());
@@ -80,7 +94,10 @@ fn squeue_gives_placement_state_and_owner() {
 fn other_users_jobs_are_capacity_taken() {
     let c = cluster(&fixture("sinfo-busy.json"));
     let foreign = c.foreign_gpus("pacer-");
-    assert_eq!(foreign.into_iter().collect::<Vec<_>>(), [("n3".to_string(), 1)]);
+    assert_eq!(
+        foreign.into_iter().collect::<Vec<_>>(),
+        [("n3".to_string(), 1)]
+    );
     let own: Vec<u64> = c.own_jobs("pacer-").map(|j| j.id).collect();
     assert_eq!(own, [3, 4]);
 }
@@ -99,8 +116,13 @@ fn cancelled_jobs_are_terminal() {
 fn a_controller_that_does_not_answer_is_unreachable_not_empty() {
     // With --json, squeue and sinfo exit 0 and put the failure in `errors`.
     for (f, parse) in [
-        ("squeue-controller-down.json", (|s: &str| parse_squeue(s).map(|_| ())) as fn(&str) -> _),
-        ("sinfo-controller-down.json", |s: &str| parse_sinfo(s).map(|_| ())),
+        (
+            "squeue-controller-down.json",
+            (|s: &str| parse_squeue(s).map(|_| ())) as fn(&str) -> _,
+        ),
+        ("sinfo-controller-down.json", |s: &str| {
+            parse_sinfo(s).map(|_| ())
+        }),
     ] {
         let err = parse(&fixture(f)).unwrap_err();
         assert!(matches!(err, SlurmError::Unreachable { .. }), "{f}: {err}");
@@ -111,22 +133,57 @@ fn a_controller_that_does_not_answer_is_unreachable_not_empty() {
 #[test]
 fn requests_are_checked_against_the_cluster() {
     let c = cluster(&fixture("sinfo-idle.json"));
-    let ok = JobRequest { gpu_type: Some("t4".into()), ..JobRequest::new("a", "gpu", &["n1", "n2"], 4, &["true"]) };
+    let ok = JobRequest {
+        gpu_type: Some("t4".into()),
+        ..JobRequest::new("a", "gpu", &["n1", "n2"], 4, &["true"])
+    };
     c.validate(&ok).unwrap();
 
-    let err = c.validate(&JobRequest { partition: "nope".into(), ..ok.clone() }).unwrap_err();
+    let err = c
+        .validate(&JobRequest {
+            partition: "nope".into(),
+            ..ok.clone()
+        })
+        .unwrap_err();
     assert!(matches!(err, SlurmError::NoSuchPartition { .. }), "{err}");
-    assert!(err.to_string().contains("`nope`") && err.to_string().contains("gpu"), "{err}");
+    assert!(
+        err.to_string().contains("`nope`") && err.to_string().contains("gpu"),
+        "{err}"
+    );
 
-    let err = c.validate(&JobRequest { nodes: vec!["n9".into()], ..ok.clone() }).unwrap_err();
-    assert!(err.to_string().contains("`n9`") && err.to_string().contains("n1, n2, n3, n4"), "{err}");
+    let err = c
+        .validate(&JobRequest {
+            nodes: vec!["n9".into()],
+            ..ok.clone()
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("`n9`") && err.to_string().contains("n1, n2, n3, n4"),
+        "{err}"
+    );
 
-    let err = c.validate(&JobRequest { gpu_type: Some("v100".into()), ..ok.clone() }).unwrap_err();
+    let err = c
+        .validate(&JobRequest {
+            gpu_type: Some("v100".into()),
+            ..ok.clone()
+        })
+        .unwrap_err();
     assert!(matches!(err, SlurmError::NotEnoughGpus { .. }), "{err}");
-    assert!(err.to_string().contains("`n1`") && err.to_string().contains("v100"), "{err}");
+    assert!(
+        err.to_string().contains("`n1`") && err.to_string().contains("v100"),
+        "{err}"
+    );
 
-    let err = c.validate(&JobRequest { gpus_per_node: 5, ..ok.clone() }).unwrap_err();
-    assert!(err.to_string().contains("4 GPUs of type t4") && err.to_string().contains("needs 5"), "{err}");
+    let err = c
+        .validate(&JobRequest {
+            gpus_per_node: 5,
+            ..ok.clone()
+        })
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("4 GPUs of type t4") && err.to_string().contains("needs 5"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -135,12 +192,20 @@ fn a_node_without_gpus_is_named() {
     let text = fixture("sinfo-idle.json");
     let n2 = text.find("\"name\": \"n2\"").unwrap();
     let gres_at = text[..n2].rfind("\"gres\": \"gpu:t4:4\"").unwrap();
-    let edited = format!("{}\"gres\": \"(null)\"{}", &text[..gres_at], &text[gres_at + "\"gres\": \"gpu:t4:4\"".len()..]);
+    let edited = format!(
+        "{}\"gres\": \"(null)\"{}",
+        &text[..gres_at],
+        &text[gres_at + "\"gres\": \"gpu:t4:4\"".len()..]
+    );
     let c = cluster(&edited);
     assert_eq!(c.node("n2").unwrap().gpus(None), 0);
-    let err = c.validate(&JobRequest::new("a", "gpu", &["n1", "n2"], 1, &["true"])).unwrap_err();
+    let err = c
+        .validate(&JobRequest::new("a", "gpu", &["n1", "n2"], 1, &["true"]))
+        .unwrap_err();
     assert!(err.to_string().contains("`n2` has no GPUs"), "{err}");
-    assert!(c.validate(&JobRequest::new("a", "gpu", &["n2"], 0, &["true"])).is_ok());
+    assert!(c
+        .validate(&JobRequest::new("a", "gpu", &["n2"], 0, &["true"]))
+        .is_ok());
 }
 
 #[test]

@@ -1,0 +1,450 @@
+//! Live tests against the dev cluster (deploy/slurm/dev-cluster.sh: 4 nodes n1..n4, 4
+//! `gpu:t4` each, partition `gpu`). They run only with `PACER_SLURM_LIVE=1` and need
+//! `SLURM_CONF` (the dev cluster's) in the environment, root, and `PACER_SLURM_DIR` when the
+//! cluster is not in /var/lib/pacer-slurm; scripts/slurm-e2e.sh sets all of that up.
+//!
+//! Each test holds one lock, so they run one at a time even under cargo's parallel runner,
+//! and each cancels what it submitted. Every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pacer_slurm::{
+    JobEvent, JobRequest, JobState, JobWatch, SignalTarget, SlurmClient, SlurmError,
+};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn live() -> bool {
+    if std::env::var("PACER_SLURM_LIVE").as_deref() == Ok("1") {
+        return true;
+    }
+    eprintln!(
+        "skipped: live Slurm tests run only with PACER_SLURM_LIVE=1 against the dev cluster \
+         (scripts/slurm-e2e.sh brings it up and runs them)"
+    );
+    false
+}
+
+fn client() -> SlurmClient {
+    SlurmClient::new().with_timeout(Duration::from_secs(30))
+}
+
+fn cluster_dir() -> PathBuf {
+    PathBuf::from(
+        std::env::var("PACER_SLURM_DIR").unwrap_or_else(|_| "/var/lib/pacer-slurm".into()),
+    )
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pacer-slurm-live-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Polls `f` every `poll` until it gives `Some`, at most `limit`.
+fn wait_for<T>(what: &str, limit: Duration, poll: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        thread::sleep(poll);
+    }
+}
+
+fn state(c: &SlurmClient, id: u64) -> Option<JobState> {
+    c.job(id).unwrap().map(|j| j.state)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn discovers_the_dev_cluster_and_names_what_is_missing() {
+    if !live() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = client();
+    let cluster = c.discover_for("gpu", true).unwrap();
+    let nodes = cluster.partition_nodes("gpu").unwrap();
+    assert_eq!(nodes.len(), 4);
+    for n in nodes {
+        assert!(n.state.is_up(), "{} is {}", n.name, n.state);
+        assert_eq!(
+            (n.gpus(Some("t4")), n.device_type().as_deref()),
+            (4, Some("t4"))
+        );
+    }
+
+    let err = c.discover_for("nope", true).unwrap_err();
+    assert!(matches!(err, SlurmError::NoSuchPartition { .. }), "{err}");
+    println!("missing partition: {err}");
+
+    let err = client()
+        .with_bin_dir("/nonexistent/slurm/bin")
+        .discover_for("gpu", true)
+        .unwrap_err();
+    assert!(matches!(err, SlurmError::NotInstalled { .. }), "{err}");
+    println!("no Slurm: {err}");
+
+    // A slurm.conf whose controller port nobody listens on.
+    let dir = scratch("unreachable");
+    let conf = std::fs::read_to_string(std::env::var("SLURM_CONF").expect("SLURM_CONF")).unwrap();
+    let conf: String = conf
+        .lines()
+        .map(|l| {
+            if l.starts_with("SlurmctldPort=") {
+                "SlurmctldPort=9".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(dir.join("slurm.conf"), conf).unwrap();
+    std::fs::copy(cluster_dir().join("gres.conf"), dir.join("gres.conf")).unwrap();
+    let t = Instant::now();
+    let err = client()
+        .with_slurm_conf(dir.join("slurm.conf"))
+        .discover_for("gpu", true)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SlurmError::Unreachable { .. } | SlurmError::Timeout { .. }
+        ),
+        "{err}"
+    );
+    println!(
+        "controller down ({:.1} s): {err}",
+        t.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn two_node_job_rendezvous_placement_and_start_latency() {
+    if !live() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = client();
+    let cluster = c.discover_for("gpu", true).unwrap();
+    let dir = scratch("two-node");
+    let out = dir.join("job-%j.out");
+    let script = "echo rank=$SLURM_PROCID node=$SLURM_NODEID name=$SLURMD_NODENAME ntasks=$SLURM_NTASKS \
+                  nodes=$SLURM_JOB_NODELIST cvd=$CUDA_VISIBLE_DEVICES ckpt=$PACER_CHECKPOINT_DIR; sleep 4";
+    let mut req = JobRequest::new("two-node", "gpu", &["n1", "n2"], 2, &["bash", "-c", script]);
+    req.gpu_type = Some("t4".into());
+    req.per_task = true;
+    req.output = out.clone();
+    req.env
+        .insert("PACER_CHECKPOINT_DIR".into(), "/ckpt/a,b c".into());
+
+    let t0 = Instant::now();
+    let id = c.submit_checked(&req, &cluster).unwrap();
+    let out = PathBuf::from(out.to_string_lossy().replace("%j", &id.to_string()));
+    let mut watch = JobWatch::default();
+    watch.follow(id);
+    let running = wait_for(
+        "RUNNING",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            let jobs = c.jobs().unwrap();
+            let started = watch
+                .update(&jobs)
+                .into_iter()
+                .any(|e| matches!(e, JobEvent::Started { .. }));
+            started.then(|| (t0.elapsed(), jobs.into_iter().find(|j| j.id == id).unwrap()))
+        },
+    );
+    let first_line = wait_for(
+        "first output line",
+        Duration::from_secs(30),
+        Duration::from_millis(10),
+        || read(&out).contains('\n').then(|| t0.elapsed()),
+    );
+    println!(
+        "decision-to-start: submit -> RUNNING {:.2} s, submit -> first output line {:.2} s",
+        running.0.as_secs_f64(),
+        first_line.as_secs_f64()
+    );
+
+    // squeue's placement is the request's.
+    let job = running.1;
+    assert_eq!(job.nodes, ["n1", "n2"]);
+    assert_eq!((job.gpus_on("n1"), job.gpus_on("n2")), (2, 2));
+    assert_eq!(job.name, "pacer-two-node");
+
+    wait_for(
+        "job end",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || state(&c, id).filter(|s| s.is_terminal()),
+    );
+    assert_eq!(state(&c, id), Some(JobState::Completed));
+    let text = read(&out);
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort();
+    println!("{}", lines.join("\n"));
+    assert_eq!(lines.len(), 2, "{text}");
+    for (rank, node) in [(0, "n1"), (1, "n2")] {
+        let want = format!(
+            "rank={rank} node={rank} name={node} ntasks=2 nodes=n[1-2] cvd=0,1 ckpt=/ckpt/a,b c"
+        );
+        assert_eq!(lines[rank], want);
+    }
+}
+
+/// A job that traps SIGTERM, saves and exits: preemption ends it by itself, before any kill.
+#[test]
+fn sigterm_reaches_the_job_before_it_is_killed() {
+    if !live() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = client();
+    let dir = scratch("sigterm");
+    for per_task in [false, true] {
+        let out = dir.join(format!("term-{per_task}.out"));
+        let script = "trap 'echo got-term; sleep 1; echo saved; exit 0' TERM; echo started; \
+                      while true; do sleep 0.1; done";
+        let mut req = JobRequest::new("term", "gpu", &["n3"], 1, &["bash", "-c", script]);
+        req.output = out.clone();
+        req.per_task = per_task;
+        let id = c.submit(&req).unwrap();
+        wait_for(
+            "started",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || read(&out).contains("started").then_some(()),
+        );
+        let t = Instant::now();
+        let end = c
+            .preempt(
+                id,
+                req.signal_target(),
+                Duration::from_secs(20),
+                Duration::from_millis(100),
+            )
+            .unwrap();
+        let text = read(&out);
+        println!(
+            "per_task={per_task}: ended {end:?} {:.2} s after SIGTERM; output: {text:?}",
+            t.elapsed().as_secs_f64()
+        );
+        assert!(
+            text.contains("got-term") && text.contains("saved"),
+            "{text}"
+        );
+        assert_eq!(end, Some(JobState::Completed), "{text}");
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the job ended by itself, not at the grace limit"
+        );
+    }
+
+    // A job that ignores SIGTERM is cancelled after the grace period.
+    let out = dir.join("ignore.out");
+    let mut req = JobRequest::new(
+        "ignore",
+        "gpu",
+        &["n3"],
+        1,
+        &[
+            "bash",
+            "-c",
+            "trap '' TERM; echo started; while true; do sleep 0.1; done",
+        ],
+    );
+    req.output = out.clone();
+    let id = c.submit(&req).unwrap();
+    wait_for(
+        "started",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || read(&out).contains("started").then_some(()),
+    );
+    let t = Instant::now();
+    let end = c
+        .preempt(
+            id,
+            SignalTarget::Batch,
+            Duration::from_secs(2),
+            Duration::from_millis(100),
+        )
+        .unwrap();
+    println!(
+        "ignores TERM: ended {end:?} {:.2} s after SIGTERM",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(end, Some(JobState::Cancelled));
+    assert!(t.elapsed() >= Duration::from_secs(2));
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn node_state(c: &SlurmClient, node: &str) -> String {
+    c.nodes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.name == node)
+        .map(|n| n.state.to_string())
+        .unwrap_or_default()
+}
+
+/// Kills n4's slurmd under a running job: Slurm marks the node down and requeues the job
+/// (it asked for `--requeue`); the dev cluster script then brings the node back.
+#[test]
+fn a_killed_slurmd_marks_the_node_down_and_the_job_requeued() {
+    if !live() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = client();
+    let dir = scratch("node-fail");
+    let out = dir.join("job.out");
+    let mut req = JobRequest::new(
+        "node-fail",
+        "gpu",
+        &["n4"],
+        1,
+        &[
+            "bash",
+            "-c",
+            "echo run restart=${SLURM_RESTART_COUNT:-0}; while true; do sleep 0.1; done",
+        ],
+    );
+    req.output = out.clone();
+    req.requeue = true;
+    let id = c.submit(&req).unwrap();
+    let mut watch = JobWatch::default();
+    watch.follow(id);
+    wait_for(
+        "running",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            watch
+                .update(&c.jobs().unwrap())
+                .into_iter()
+                .any(|e| matches!(e, JobEvent::Started { .. }))
+                .then_some(())
+        },
+    );
+
+    let pidfile = cluster_dir().join("run/slurmd-n4.pid");
+    let pid =
+        std::fs::read_to_string(&pidfile).unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()));
+    let t = Instant::now();
+    let st = Command::new("kill")
+        .args(["-KILL", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+
+    let lost = wait_for(
+        "n4 not responding",
+        Duration::from_secs(90),
+        Duration::from_millis(250),
+        || {
+            let s = node_state(&c, "n4");
+            (s.starts_with("down") || s.contains("not_responding")).then_some(s)
+        },
+    );
+    println!(
+        "n4 is `{lost}` {:.1} s after its slurmd was killed",
+        t.elapsed().as_secs_f64()
+    );
+    let down = wait_for(
+        "n4 down",
+        Duration::from_secs(90),
+        Duration::from_millis(250),
+        || {
+            let s = node_state(&c, "n4");
+            s.starts_with("down").then_some(s)
+        },
+    );
+    println!(
+        "n4 is `{down}` {:.1} s after its slurmd was killed",
+        t.elapsed().as_secs_f64()
+    );
+    let (events, job) = wait_for(
+        "job requeued or ended",
+        Duration::from_secs(90),
+        Duration::from_millis(250),
+        || {
+            let jobs = c.jobs().unwrap();
+            let ev = watch.update(&jobs);
+            let job = jobs.into_iter().find(|j| j.id == id);
+            let moved = ev
+                .iter()
+                .any(|e| matches!(e, JobEvent::Requeued { .. } | JobEvent::Ended { .. }));
+            moved.then_some((ev, job))
+        },
+    );
+    let job = job.unwrap();
+    println!(
+        "{:.1} s after the kill Slurm reports job {id}: {:?} reason={} restart_count={} \
+         eligible in {} s; events={events:?}",
+        t.elapsed().as_secs_f64(),
+        job.state,
+        job.reason,
+        job.restart_count,
+        job.eligible_time - job.submit_time.max(now_unix()),
+    );
+    assert!(job.was_requeued(), "{job:?}");
+    assert!(!job.state.holds_resources());
+
+    // Bring n4 back (starts only the missing slurmd); the pinned job runs again there.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/slurm/dev-cluster.sh");
+    let st = Command::new(&script).arg("up").status().unwrap();
+    assert!(st.success(), "dev-cluster.sh up failed");
+    // Slurm holds a requeued job back ~2 minutes (BeginTime); pacer would not wait for that.
+    c.start_now(id).unwrap();
+    wait_for(
+        "job running again",
+        Duration::from_secs(120),
+        Duration::from_millis(250),
+        || {
+            watch
+                .update(&c.jobs().unwrap())
+                .into_iter()
+                .any(|e| matches!(e, JobEvent::Started { .. }))
+                .then_some(())
+        },
+    );
+    wait_for(
+        "second run's output",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || read(&out).contains("restart=1").then_some(()),
+    );
+    println!(
+        "{:.1} s after the kill the job runs again; output: {:?}",
+        t.elapsed().as_secs_f64(),
+        read(&out)
+    );
+    c.cancel(id).unwrap();
+    wait_for(
+        "cancelled",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || state(&c, id).filter(|s| s.is_terminal()),
+    );
+}
