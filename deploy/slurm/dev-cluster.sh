@@ -5,6 +5,9 @@
 #   deploy/slurm/dev-cluster.sh down     stop the daemons `up` started (pid files), nothing else
 #   deploy/slurm/dev-cluster.sh status   the daemons and `sinfo` of the nodes
 #   deploy/slurm/dev-cluster.sh env      the line to export so sbatch/squeue/... find the cluster
+#   deploy/slurm/dev-cluster.sh fail-node NODE
+#                                        emulate NODE's machine dying: SIGKILL its slurmd and
+#                                        every job process it started (`up` brings it back)
 #
 # Runs as root on Debian without systemd. Everything lives under $PACER_SLURM_DIR
 # (default /var/lib/pacer-slurm): slurm.conf, gres.conf, cgroup.conf, the fake GPU devices,
@@ -21,6 +24,9 @@ GPU_TYPE=${PACER_SLURM_GPU_TYPE:-t4}
 CPUS_PER_NODE=8
 WAIT_S=${PACER_SLURM_WAIT_S:-60}
 export SLURM_CONF="$DIR/slurm.conf"
+
+# secs A B: B - A in seconds, 0.1 s resolution (A, B from $EPOCHREALTIME).
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 die() { echo "dev-cluster: $*" >&2; exit 1; }
 
@@ -164,15 +170,15 @@ wait_idle() {
 
 up() {
     need_root
-    local t0=$SECONDS
+    local t0=$EPOCHREALTIME
     mkdir -p "$DIR"/{log,run,dev,state/ctld} "${NODES[@]/#/$DIR/state/}"
     install_slurm
-    local t1=$SECONDS
+    local t1=$EPOCHREALTIME
     write_config
     make_devices
     start_daemons
     wait_idle
-    echo "dev-cluster: up: ${#NODES[@]} nodes x $GPUS_PER_NODE gpu:$GPU_TYPE (install $((t1 - t0)) s, bring-up $((SECONDS - t1)) s)"
+    echo "dev-cluster: up: ${#NODES[@]} nodes x $GPUS_PER_NODE gpu:$GPU_TYPE (install $(secs "$t0" "$t1") s, bring-up $(secs "$t1" "$EPOCHREALTIME") s)"
     echo "dev-cluster: export SLURM_CONF=$SLURM_CONF"
 }
 
@@ -190,6 +196,38 @@ stop_pidfile() {
     echo "dev-cluster: stopped $prog (pid $pid)"
 }
 
+# kill_tree PID: SIGKILL PID and its descendants (children first found, then the parent).
+kill_tree() {
+    local pid=$1 child
+    kill -STOP "$pid" 2>/dev/null || true
+    for child in $(pgrep -P "$pid" 2>/dev/null || true); do kill_tree "$child"; done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# stepd_pids NODE: the slurmstepd processes NODE's slurmd started (they keep its log open).
+stepd_pids() {
+    local log="$DIR/log/slurmd-$1.log" p
+    for p in /proc/[0-9]*; do
+        [ "$(head -c 10 "$p/cmdline" 2>/dev/null | tr '\0' ' ')" = "slurmstepd" ] || continue
+        if [ "$(readlink "$p/fd/3" 2>/dev/null)" = "$log" ] ||
+            ls -l "$p/fd" 2>/dev/null | grep -qF -- "-> $log"; then
+            echo "${p#/proc/}"
+        fi
+    done
+}
+
+fail_node() {
+    need_root
+    local node=${1:-} pid n=0
+    [[ " ${NODES[*]} " == *" $node "* ]] || die "fail-node: expected one of ${NODES[*]}, got \`$node'"
+    if alive "$DIR/run/slurmd-$node.pid" slurmd; then
+        kill -KILL "$(cat "$DIR/run/slurmd-$node.pid")"
+        rm -f "$DIR/run/slurmd-$node.pid"
+    fi
+    for pid in $(stepd_pids "$node"); do kill_tree "$pid"; n=$((n + 1)); done
+    echo "dev-cluster: $node failed (slurmd and $n job step daemons killed)"
+}
+
 down() {
     [ -d "$DIR" ] || { echo "dev-cluster: nothing to stop ($DIR does not exist)"; return 0; }
     # Cancel what still runs, so no slurmstepd is left behind, then stop the daemons.
@@ -204,6 +242,11 @@ down() {
     local n
     for n in "${NODES[@]}"; do stop_pidfile "$DIR/run/slurmd-$n.pid" slurmd; done
     stop_pidfile "$DIR/run/slurmctld.pid" slurmctld
+    # Job steps orphaned by a failed node (fail-node, or a killed slurmd) outlive slurmctld.
+    local pid
+    for n in "${NODES[@]}"; do
+        for pid in $(stepd_pids "$n"); do kill_tree "$pid"; echo "dev-cluster: killed orphaned slurmstepd $pid ($n)"; done
+    done
 }
 
 status() {
@@ -221,5 +264,6 @@ case "${1:-}" in
     down) down ;;
     status) status ;;
     env) echo "export SLURM_CONF=$SLURM_CONF" ;;
-    *) die "usage: $0 up|down|status|env" ;;
+    fail-node) fail_node "${2:-}" ;;
+    *) die "usage: $0 up|down|status|env|fail-node NODE" ;;
 esac

@@ -205,14 +205,6 @@ impl SlurmClient {
         }
     }
 
-    /// Lets a pending job start as soon as it fits (`scontrol update JobId=ID StartTime=now`):
-    /// Slurm holds a requeued job back ~2 minutes (reason `BeginTime`).
-    pub fn start_now(&self, id: u64) -> Result<(), SlurmError> {
-        let job = format!("JobId={id}");
-        self.run("scontrol", &["update", &job, "StartTime=now"])
-            .map(|_| ())
-    }
-
     /// Asks Slurm to requeue a running job (`scontrol requeue`).
     pub fn requeue(&self, id: u64) -> Result<(), SlurmError> {
         self.run("scontrol", &["requeue", &id.to_string()])
