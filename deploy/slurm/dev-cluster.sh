@@ -76,6 +76,9 @@ MpiDefault=none
 SwitchType=switch/none
 LaunchParameters=use_interactive_step
 SchedulerType=sched/backfill
+# Schedule a batch job when it is submitted, not up to 3 s later (the default): the median
+# submit -> RUNNING went from 1.9 s to 0.85 s here (deploy/slurm/README.md).
+SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu

@@ -39,10 +39,29 @@ fn cluster_dir() -> PathBuf {
     )
 }
 
-fn scratch(test: &str) -> PathBuf {
+/// A scratch directory for one test's job output, removed when the test passes (kept for a
+/// look when it fails).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(test: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("pacer-slurm-live-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 /// Polls `f` every `poll` until it gives `Some`, at most `limit`.
