@@ -550,3 +550,96 @@ fn start_latency_over_six_jobs() {
     println!("submit -> RUNNING: {}", summary(&mut to_running));
     println!("submit -> first output line: {}", summary(&mut to_output));
 }
+
+/// A restarted pacer finds its running jobs by name prefix (to match against the ids in its
+/// state), and counts the GPUs of jobs it did not submit as taken.
+#[test]
+fn adopts_its_jobs_and_counts_others_as_capacity_taken() {
+    if !live() {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("adopt");
+    let c = client();
+    let mut req = JobRequest::new("adopt-me", "gpu", &["n1", "n2"], 3, &["sleep", "60"]);
+    req.output = dir.join("adopt.out");
+    let ours = c.submit(&req).unwrap();
+    // Someone else's job, submitted with plain sbatch: 2 GPUs on n3.
+    let out = Command::new("sbatch")
+        .args([
+            "--parsable",
+            "--job-name=someone-else",
+            "--nodelist=n3",
+            "--gres=gpu:2",
+        ])
+        .arg(format!("--output={}", dir.join("other.out").display()))
+        .args(["--wrap", "sleep 60"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+
+    // A fresh client, as after a restart.
+    let fresh = client();
+    let cluster = wait_for(
+        "both running",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let cl = fresh.discover_for("gpu", true).unwrap();
+            let running = |id| {
+                cl.jobs
+                    .iter()
+                    .any(|j| j.id == id && j.state == JobState::Running)
+            };
+            (running(ours) && running(theirs)).then_some(cl)
+        },
+    );
+    let own: Vec<u64> = cluster
+        .own_jobs(fresh.prefix())
+        .filter(|j| !j.state.is_terminal())
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(own, [ours]);
+    let job = cluster.jobs.iter().find(|j| j.id == ours).unwrap();
+    assert_eq!(
+        (job.nodes.clone(), job.gpus_on("n1"), job.gpus_on("n2")),
+        (vec!["n1".to_string(), "n2".to_string()], 3, 3)
+    );
+    let foreign = cluster.foreign_gpus(fresh.prefix());
+    assert_eq!(foreign.get("n3"), Some(&2), "{foreign:?}");
+    assert_eq!(foreign.get("n1"), None, "{foreign:?}");
+    let n3 = cluster.node("n3").unwrap();
+    assert_eq!((n3.gpus_used(), n3.gpus_free()), (2, 2));
+    println!(
+        "adopted job {ours} on {:?}; others hold {foreign:?}",
+        job.nodes
+    );
+
+    let mut watch = JobWatch::default();
+    watch.follow(ours);
+    fresh.cancel(ours).unwrap();
+    fresh.cancel(theirs).unwrap();
+    let ended = wait_for(
+        "ended",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            watch
+                .update(&fresh.jobs().unwrap())
+                .into_iter()
+                .find(|e| matches!(e, JobEvent::Ended { .. }))
+        },
+    );
+    assert_eq!(
+        ended,
+        JobEvent::Ended {
+            id: ours,
+            state: JobState::Cancelled
+        }
+    );
+}
