@@ -6,6 +6,8 @@
 #   scripts/slurm-e2e.sh                 # everything
 #   scripts/slurm-e2e.sh two_node        # only the live tests whose name contains `two_node`
 #   KEEP_CLUSTER=1 scripts/slurm-e2e.sh  # leave the cluster running afterwards
+#   PACER_BIN=path scripts/slurm-e2e.sh  # use this `pacer` binary for the multi-node training
+#                                        # test (default: cargo build --release -p pacer-cli)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,7 +35,13 @@ t0=$SECONDS
 echo "slurm-e2e: cluster up in $((SECONDS - t0)) s"
 "$CLUSTER" status
 
-# The test binary is built before the clock of the live part starts.
+# Binaries are built before the clock of the live part starts.
+if [ -z "${PACER_BIN:-}" ]; then
+    cargo build --release -p pacer-cli
+    PACER_BIN="${CARGO_TARGET_DIR:-target}/release/pacer"
+fi
+PACER_BIN=$(realpath "$PACER_BIN")
+export PACER_BIN
 cargo test -p pacer-slurm --test live --no-run
 t1=$SECONDS
 PACER_SLURM_LIVE=1 cargo test -p pacer-slurm --test live -- --nocapture --test-threads=1 "$@"

@@ -23,6 +23,7 @@ pub const DEFAULT_PREFIX: &str = "pacer-";
 pub struct SlurmClient {
     runner: Runner,
     prefix: String,
+    cancel_wait: Duration,
 }
 
 impl Default for SlurmClient {
@@ -42,6 +43,7 @@ impl SlurmClient {
                 timeout: Duration::from_secs(30),
             },
             prefix: DEFAULT_PREFIX.into(),
+            cancel_wait: Duration::from_secs(120),
         }
     }
 
@@ -60,6 +62,14 @@ impl SlurmClient {
     /// Time limit of one command.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.runner.timeout = timeout;
+        self
+    }
+
+    /// How long [`SlurmClient::preempt`] waits, after cancelling, for the job to end (Slurm
+    /// kills what is left after its `KillWait`, 30 s by default, 10 s on the dev cluster);
+    /// 120 s unless set.
+    pub fn with_cancel_wait(mut self, wait: Duration) -> Self {
+        self.cancel_wait = wait;
         self
     }
 
@@ -211,8 +221,9 @@ impl SlurmClient {
             .map(|_| ())
     }
 
-    /// Preempts a job: SIGTERM to all its processes, up to `grace` for it to end by itself
-    /// (checkpoint and exit), then cancel. Returns the state it ended in (or `None` when
+    /// Preempts a job: SIGTERM to its processes in `target`, up to `grace` for it to end by itself
+    /// (checkpoint and exit), then cancel and wait for the end (see
+    /// [`SlurmClient::with_cancel_wait`]). Returns the state it ended in (or `None` when
     /// Slurm no longer lists it). Polls every `poll`.
     pub fn preempt(
         &self,
@@ -232,7 +243,7 @@ impl SlurmClient {
             }
         }
         self.cancel(id)?;
-        let deadline = Instant::now() + self.runner.timeout;
+        let deadline = Instant::now() + self.cancel_wait;
         while Instant::now() < deadline {
             match self.job(id)? {
                 None => return Ok(None),
@@ -242,7 +253,7 @@ impl SlurmClient {
         }
         Err(SlurmError::Timeout {
             command: format!("scancel {id} (waiting for the job to end)"),
-            after: self.runner.timeout,
+            after: self.cancel_wait,
         })
     }
 }

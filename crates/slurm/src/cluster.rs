@@ -141,6 +141,9 @@ impl std::fmt::Display for NodeState {
 pub struct Node {
     /// Node name (`n1`).
     pub name: String,
+    /// Where the node is reached (`NodeAddr`; the name when Slurm gives none): what a job's
+    /// processes on other nodes connect to for rendezvous.
+    pub address: String,
     /// State.
     pub state: NodeState,
     /// Configured CPUs.

@@ -19,6 +19,8 @@ struct SinfoJson {
 struct NodeJson {
     name: String,
     #[serde(default)]
+    address: Option<String>,
+    #[serde(default)]
     state: String,
     #[serde(default)]
     state_flags: Vec<String>,
@@ -135,6 +137,10 @@ pub fn parse_sinfo(json: &str) -> Result<Vec<Node>, SlurmError> {
                 partitions: n.partitions,
                 features: split_features(n.active_features.as_deref().unwrap_or("")),
                 reason: n.reason.unwrap_or_default(),
+                address: n
+                    .address
+                    .filter(|a| !a.is_empty())
+                    .unwrap_or_else(|| n.name.clone()),
                 name: n.name,
             })
         })

@@ -643,3 +643,98 @@ fn adopts_its_jobs_and_counts_others_as_capacity_taken() {
         }
     );
 }
+
+/// `pacer controller` and two `pacer worker`s as one Slurm job across n1 and n2: rank 0
+/// (`SLURM_PROCID`) also runs the controller, every rank a worker, world size from
+/// `SLURM_NTASKS`; the rendezvous address is the first node's Slurm address, given by the
+/// submitter as a Slurm executor would. Needs a built `pacer` binary in `PACER_BIN`.
+const TRAIN_SCRIPT: &str = r#"set -eu
+if [ "$SLURM_PROCID" = 0 ]; then
+  "$PACER_BIN" controller --listen "$MASTER_ADDR:$MASTER_PORT" --dataset tiny \
+    --min-workers "$SLURM_NTASKS" --join-timeout-s 60 --max-iterations 200 --json --no-progress \
+    > "$PACER_REPORT" &
+  ctrl=$!
+fi
+for i in $(seq 300); do
+  (exec 3<>"/dev/tcp/$MASTER_ADDR/$MASTER_PORT") 2>/dev/null && break
+  sleep 0.1
+done
+echo "rank $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME joins $MASTER_ADDR:$MASTER_PORT"
+"$PACER_BIN" worker --connect "$MASTER_ADDR:$MASTER_PORT" --name "rank$SLURM_PROCID-$SLURMD_NODENAME"
+if [ "$SLURM_PROCID" = 0 ]; then wait "$ctrl"; fi
+"#;
+
+#[test]
+fn pacer_train_across_two_nodes() {
+    if !live() {
+        return;
+    }
+    let Ok(pacer) = std::env::var("PACER_BIN") else {
+        eprintln!(
+            "skipped: PACER_BIN (a built `pacer` binary) is not set; scripts/slurm-e2e.sh sets it"
+        );
+        return;
+    };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = scratch("train");
+    let c = client();
+    let cluster = c.discover_for("gpu", true).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut req = JobRequest::new(
+        "train-2n",
+        "gpu",
+        &["n1", "n2"],
+        1,
+        &["bash", "-c", TRAIN_SCRIPT],
+    );
+    req.per_task = true;
+    req.output = dir.join("train.out");
+    let report = dir.join("report.json");
+    for (k, v) in [
+        ("PACER_BIN", pacer),
+        ("MASTER_ADDR", cluster.node("n1").unwrap().address.clone()),
+        ("MASTER_PORT", port.to_string()),
+        ("PACER_REPORT", report.display().to_string()),
+    ] {
+        req.env.insert(k.into(), v);
+    }
+    let t = Instant::now();
+    let id = c.submit_checked(&req, &cluster).unwrap();
+    let end = wait_for(
+        "training job end",
+        Duration::from_secs(300),
+        Duration::from_millis(250),
+        || state(&c, id).filter(|s| s.is_terminal()),
+    );
+    let out = read(&req.output);
+    println!(
+        "job {id}: {end:?} after {:.1} s\n{out}",
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(end, JobState::Completed, "{out}");
+    assert!(
+        out.contains("rank 0 of 2 on n1") && out.contains("rank 1 of 2 on n2"),
+        "{out}"
+    );
+    let text = read(&report);
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    println!(
+        "report: workers {} iterations {} final_accuracy {} train_time_s {} mean_iter_s {} final_batches_named {}",
+        v["workers"], v["iterations"], v["final_accuracy"], v["train_time_s"], v["mean_iter_s"], v["final_batches_named"]
+    );
+    assert_eq!(
+        (v["workers"].as_u64(), v["iterations"].as_u64()),
+        (Some(2), Some(200)),
+        "{text}"
+    );
+    let names = v["final_batches_named"].to_string();
+    assert!(
+        names.contains("rank0-n1") && names.contains("rank1-n2"),
+        "{names}"
+    );
+}

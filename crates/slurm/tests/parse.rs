@@ -35,6 +35,7 @@ fn idle_cluster_has_four_nodes_of_four_t4() {
         assert_eq!(n.device_type().as_deref(), Some("t4"));
         assert_eq!(n.partitions, ["gpu"]);
         assert_eq!(n.features, ["t4"]);
+        assert_eq!(n.address, "127.0.0.1");
     }
 }
 
