@@ -11,6 +11,7 @@ mod fit;
 mod recommend;
 mod report;
 mod runtime_cmd;
+mod serve_cmd;
 mod simulate;
 mod validate;
 
@@ -50,6 +51,18 @@ enum Command {
     Worker(runtime_cmd::WorkerArgs),
     /// Train with a controller and N local worker processes over loopback TCP.
     Train(runtime_cmd::TrainArgs),
+    /// Run the multi-job scheduler service (docs/serve.md).
+    Serve(pacer_serve::args::ServeArgs),
+    /// Submit a job spec (TOML) to a running service; prints the job id.
+    Submit(serve_cmd::SubmitArgs),
+    /// List the service's jobs.
+    Jobs(serve_cmd::JobsArgs),
+    /// Show one job with its events.
+    Job(serve_cmd::JobArgs),
+    /// Cancel a job (SIGTERM, then SIGKILL after the grace period).
+    Cancel(serve_cmd::JobArgs),
+    /// Print a job's output (--follow: until it finishes).
+    Logs(serve_cmd::LogsArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,7 +73,7 @@ fn main() -> std::process::ExitCode {
     // for them a peer closing its socket is an error to handle, not a reason to die.
     if !matches!(
         cli.command,
-        Command::Controller(_) | Command::Worker(_) | Command::Train(_)
+        Command::Controller(_) | Command::Worker(_) | Command::Train(_) | Command::Serve(_)
     ) {
         default_sigpipe();
     }
@@ -75,6 +88,12 @@ fn main() -> std::process::ExitCode {
         Command::Controller(a) => runtime_cmd::run_controller(a),
         Command::Worker(a) => runtime_cmd::run_worker(a),
         Command::Train(a) => runtime_cmd::run_train(a),
+        Command::Serve(a) => serve_cmd::run_serve(a),
+        Command::Submit(a) => serve_cmd::run_submit(a),
+        Command::Jobs(a) => serve_cmd::run_jobs(a),
+        Command::Job(a) => serve_cmd::run_job(a),
+        Command::Cancel(a) => serve_cmd::run_cancel(a),
+        Command::Logs(a) => serve_cmd::run_logs(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

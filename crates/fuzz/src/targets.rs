@@ -379,7 +379,7 @@ fn messages() -> Vec<Message> {
                 fingerprint: 0xdead_beef,
                 n_train: 2000,
                 model: pacer_runtime::model::ModelSpec {
-                    kind: 2,
+                    kind: pacer_runtime::model::ModelKind::Mlp,
                     dim: 64,
                     classes: 10,
                     width: 32,

@@ -21,7 +21,7 @@ fn sgd(lr: f32) -> OptimSpec {
 
 /// Mean gradient at `params` over the samples at stream positions `[start, start+len)`.
 fn range_grad(d: &Data, cfg: &ControllerConfig, params: &[f32], start: u64, len: u64) -> Vec<f32> {
-    let m = cfg.model.build().unwrap();
+    let m = cfg.model.build();
     let mut idx = Vec::new();
     SampleStream::new(d.train.n, cfg.seed).indices(start, len as usize, &mut idx);
     let x: Vec<f32> = idx
@@ -46,7 +46,7 @@ fn sqr(v: &[f32]) -> f64 {
 /// `(|G|², tr Σ, B_noise)` at `params` over the whole training set, from every
 /// sample's own gradient: `G` their mean, `tr Σ` the mean of `|g_x − G|²`.
 fn brute_force(d: &Data, cfg: &ControllerConfig, params: &[f32]) -> (f64, f64, f64) {
-    let m = cfg.model.build().unwrap();
+    let m = cfg.model.build();
     let n = d.train.n;
     let mut per_sample = vec![0.0f32; m.n_params()];
     let mut sum = vec![0.0f64; m.n_params()];
@@ -164,7 +164,7 @@ fn the_estimator_gets_the_norms_of_single_process_gradients() {
         cfg.optimizer = sgd(0.1);
         let (r, _) = train_local(d.clone(), cfg.clone(), LocalLaunch::new(3), None).unwrap();
         assert_eq!(r.gns_inputs.len(), 2, "{model}");
-        let p0 = cfg.model.build().unwrap().init(cfg.seed, &d.train);
+        let p0 = cfg.model.build().init(cfg.seed, &d.train);
         // The first iteration (the second has moved parameters we do not track here).
         let input = &r.gns_inputs[0];
         assert_eq!(input.iteration, 0);
@@ -236,7 +236,7 @@ fn the_estimate_of_a_real_run_is_near_brute_force() {
         let launch = LocalLaunch::new(3);
         let (r, _) = train_local(d.clone(), cfg.clone(), launch, None).unwrap();
 
-        let m = cfg.model.build().unwrap();
+        let m = cfg.model.build();
         let mut params = m.init(cfg.seed, &d.train);
         let mut opt = Optimizer::new(cfg.optimizer, params.len());
         let decay = pacer_runtime::gns::SMOOTHING;

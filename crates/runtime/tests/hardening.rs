@@ -196,7 +196,7 @@ fn a_worker_facing_a_silent_controller_gives_up_naming_what_it_awaited() {
 fn welcome(s: &mut TcpStream) -> usize {
     let d = tiny();
     let model = ModelSpec::new("logreg", d.train.dim, d.train.classes, 0).unwrap();
-    let n_params = model.build().unwrap().n_params();
+    let n_params = model.build().n_params();
     let mut f = Vec::new();
     Message::Welcome {
         worker_id: 0,

@@ -51,7 +51,7 @@ fn check_ledger(ledger: &[LedgerEntry], iterations: u64, b: u64) {
 /// The initial parameters and the first gradient in one process, on the union of
 /// the first iteration's ranges.
 fn single_process_step(d: &Data, cfg: &ControllerConfig) -> (Vec<f32>, Vec<f32>) {
-    let m = cfg.model.build().unwrap();
+    let m = cfg.model.build();
     let p0 = m.init(cfg.seed, &d.train);
     let mut idx = Vec::new();
     SampleStream::new(d.train.n, cfg.seed).indices(0, cfg.global_batch as usize, &mut idx);

@@ -199,9 +199,7 @@ fn build(v: &Variant, train: &Dataset) -> Result<(Box<dyn Model>, OptimSpec)> {
     let model: Box<dyn Model> = if v.model == "linreg" {
         Box::new(LinReg { dim: train.dim })
     } else {
-        ModelSpec::new(v.model, train.dim, train.classes, v.width)?
-            .build()
-            .context("unknown model")?
+        ModelSpec::new(v.model, train.dim, train.classes, v.width)?.build()
     };
     let spec = model.default_optimizer();
     let spec = if v.lr > 0.0 { spec.with_lr(v.lr) } else { spec };

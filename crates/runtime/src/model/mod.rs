@@ -28,8 +28,59 @@ use crate::data::Dataset;
 use crate::error::RuntimeError;
 use crate::optim::OptimSpec;
 
-/// Names accepted by [`ModelSpec::new`].
+/// Names accepted by [`ModelSpec::new`], in [`ModelKind::ALL`]'s order.
 pub const MODELS: [&str; 4] = ["logreg", "svm", "mlp", "kmeans"];
+
+/// The runtime's models, each with its wire id: the `model.kind` byte of the
+/// `Welcome` frame (`crate::protocol`). Ids are fixed once given: a new model is a
+/// new variant with the next id, its name in [`MODELS`], and its arms in
+/// [`ModelSpec::n_params`] and [`ModelSpec::build`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ModelKind {
+    Logreg = 0,
+    Svm = 1,
+    Mlp = 2,
+    Kmeans = 3,
+}
+
+impl ModelKind {
+    /// Every kind, by wire id.
+    pub const ALL: [ModelKind; 4] = [
+        ModelKind::Logreg,
+        ModelKind::Svm,
+        ModelKind::Mlp,
+        ModelKind::Kmeans,
+    ];
+
+    /// The byte that names this kind on the wire.
+    pub const fn wire_id(self) -> u8 {
+        self as u8
+    }
+
+    /// The kind a peer names; `None` for an id this build does not know.
+    pub fn from_wire(id: u8) -> Option<ModelKind> {
+        ModelKind::ALL.into_iter().find(|k| k.wire_id() == id)
+    }
+
+    /// The kind named on the command line (`--model`).
+    pub fn from_name(name: &str) -> Option<ModelKind> {
+        ModelKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        MODELS[self.wire_id() as usize]
+    }
+
+    /// The flag of the model's size (`ModelSpec::width`), if it has one.
+    pub fn width_flag(self) -> Option<&'static str> {
+        match self {
+            ModelKind::Mlp => Some("--hidden"),
+            ModelKind::Kmeans => Some("--clusters"),
+            ModelKind::Logreg | ModelKind::Svm => None,
+        }
+    }
+}
 
 /// What a batch gradient computation measured besides the gradient.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -117,8 +168,7 @@ pub const MAX_PARAMS: u64 = 1 << 28;
 /// A model choice with its shape, as sent in the handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelSpec {
-    /// 0 logreg, 1 svm, 2 mlp, 3 kmeans.
-    pub kind: u8,
+    pub kind: ModelKind,
     pub dim: u32,
     pub classes: u32,
     /// MLP hidden units, or K-means clusters.
@@ -128,15 +178,15 @@ pub struct ModelSpec {
 impl ModelSpec {
     /// `width` is the MLP's hidden size or K-means' cluster count (ignored otherwise).
     pub fn new(name: &str, dim: usize, classes: usize, width: usize) -> Result<Self, RuntimeError> {
-        let kind = MODELS.iter().position(|m| *m == name).ok_or_else(|| {
+        let kind = ModelKind::from_name(name).ok_or_else(|| {
             RuntimeError::config(
                 "--model",
                 format!("unknown model `{name}`; known: {}", MODELS.join(", ")),
             )
-        })? as u8;
-        let width_flag = if kind == 2 { "--hidden" } else { "--clusters" };
-        if (kind == 2 || kind == 3) && width == 0 {
-            return Err(RuntimeError::config(width_flag, "must be > 0"));
+        })?;
+        let width_flag = kind.width_flag();
+        if let (Some(flag), 0) = (width_flag, width) {
+            return Err(RuntimeError::config(flag, "must be > 0"));
         }
         let narrow = |v: usize, what: &str| {
             u32::try_from(v).map_err(|_| {
@@ -147,21 +197,16 @@ impl ModelSpec {
             kind,
             dim: narrow(dim, "dataset features")?,
             classes: narrow(classes, "dataset classes")?,
-            width: if kind == 2 || kind == 3 {
-                narrow(width, width_flag)?
-            } else {
+            width: match width_flag {
+                Some(flag) => narrow(width, flag)?,
                 // Ignored by these models; kept as given (it is part of the handshake).
-                width as u32
+                None => width as u32,
             },
         };
         match spec.n_params() {
             Some(n) if n <= MAX_PARAMS => Ok(spec),
             _ => Err(RuntimeError::config(
-                if kind == 2 || kind == 3 {
-                    width_flag
-                } else {
-                    "model"
-                },
+                width_flag.unwrap_or("model"),
                 format!(
                     "{name} with width {width} on {dim} features and {classes} classes: more \
                      than {MAX_PARAMS} parameters, the most a model may have"
@@ -171,43 +216,40 @@ impl ModelSpec {
     }
 
     /// Number of parameters the model will have (`None` if it does not fit in a
-    /// `u64`, or the kind is unknown). Computed without building the model, so a
-    /// spec from the command line or from a peer can be checked before anything
-    /// is allocated.
+    /// `u64`). Computed without building the model, so a spec from the command line
+    /// or from a peer can be checked before anything is allocated.
     pub fn n_params(&self) -> Option<u64> {
         let (d, c, w) = (self.dim as u64, self.classes as u64, self.width as u64);
         match self.kind {
             // Weights and biases: d·c + c.
-            0 | 1 => d.checked_mul(c)?.checked_add(c),
+            ModelKind::Logreg | ModelKind::Svm => d.checked_mul(c)?.checked_add(c),
             // d·w + w + w·c + c.
-            2 => d
+            ModelKind::Mlp => d
                 .checked_mul(w)?
                 .checked_add(w)?
                 .checked_add(w.checked_mul(c)?)?
                 .checked_add(c),
-            3 => w.checked_mul(d),
-            _ => None,
+            ModelKind::Kmeans => w.checked_mul(d),
         }
     }
 
     pub fn name(&self) -> &'static str {
-        MODELS.get(self.kind as usize).copied().unwrap_or("?")
+        self.kind.name()
     }
 
-    /// Build the model; `None` for an unknown kind (from a peer).
-    pub fn build(&self) -> Option<Box<dyn Model>> {
+    /// Build the model.
+    pub fn build(&self) -> Box<dyn Model> {
         let (d, c, w) = (
             self.dim as usize,
             self.classes as usize,
             self.width as usize,
         );
-        Some(match self.kind {
-            0 => Box::new(Linear::new(d, c, LinearLoss::Softmax)),
-            1 => Box::new(Linear::new(d, c, LinearLoss::Hinge)),
-            2 => Box::new(Mlp::new(d, w, c)),
-            3 => Box::new(KMeans::new(d, w, c)),
-            _ => return None,
-        })
+        match self.kind {
+            ModelKind::Logreg => Box::new(Linear::new(d, c, LinearLoss::Softmax)),
+            ModelKind::Svm => Box::new(Linear::new(d, c, LinearLoss::Hinge)),
+            ModelKind::Mlp => Box::new(Mlp::new(d, w, c)),
+            ModelKind::Kmeans => Box::new(KMeans::new(d, w, c)),
+        }
     }
 }
 
@@ -317,6 +359,23 @@ pub(crate) mod tests {
     use crate::data::SplitMix64;
 
     #[test]
+    fn wire_ids_are_fixed_and_round_trip() {
+        // The ids are the protocol's: changing one breaks every older peer.
+        let ids: Vec<(u8, &str)> = ModelKind::ALL
+            .iter()
+            .map(|k| (k.wire_id(), k.name()))
+            .collect();
+        assert_eq!(ids, [(0, "logreg"), (1, "svm"), (2, "mlp"), (3, "kmeans")]);
+        for k in ModelKind::ALL {
+            assert_eq!(ModelKind::from_wire(k.wire_id()), Some(k));
+            assert_eq!(ModelKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(ModelKind::from_wire(4), None);
+        assert_eq!(ModelKind::from_name("resnet"), None);
+        assert_eq!(MODELS.len(), ModelKind::ALL.len());
+    }
+
+    #[test]
     fn oversized_models_are_refused_before_allocating() {
         // 64 features, 10 classes: a hidden layer of 10^8 units is 7.4·10^9 parameters.
         let e = ModelSpec::new("mlp", 64, 10, 100_000_000)
@@ -336,14 +395,10 @@ pub(crate) mod tests {
             .to_string();
         assert!(e.starts_with("model:"), "{e}");
         let ok = ModelSpec::new("mlp", 784, 10, 128).unwrap();
-        assert_eq!(ok.n_params(), Some(ok.build().unwrap().n_params() as u64));
+        assert_eq!(ok.n_params(), Some(ok.build().n_params() as u64));
         for name in MODELS {
             let s = ModelSpec::new(name, 5, 3, 4).unwrap();
-            assert_eq!(
-                s.n_params(),
-                Some(s.build().unwrap().n_params() as u64),
-                "{name}"
-            );
+            assert_eq!(s.n_params(), Some(s.build().n_params() as u64), "{name}");
         }
     }
 

@@ -1,0 +1,187 @@
+//! `pacer serve` and its clients: `pacer submit`, `pacer jobs`, `pacer job`,
+//! `pacer cancel`, `pacer logs` (docs/serve.md).
+
+use anyhow::{bail, Context};
+use pacer_serve::client::Client;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the service is and how to authenticate.
+#[derive(Debug, clap::Args)]
+pub struct ClientArgs {
+    /// Service URL.
+    #[arg(long, env = "PACER_SERVER", default_value = "http://127.0.0.1:8470")]
+    pub server: String,
+    /// File holding the bearer token (else the PACER_TOKEN environment variable).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl ClientArgs {
+    fn client(&self) -> anyhow::Result<Client> {
+        let token = match &self.token_file {
+            Some(f) => std::fs::read_to_string(f)
+                .with_context(|| format!("--token-file {}", f.display()))?
+                .trim()
+                .to_string(),
+            None => std::env::var("PACER_TOKEN").map_err(|_| {
+                anyhow::anyhow!("no token: give --token-file FILE or set PACER_TOKEN")
+            })?,
+        };
+        Client::new(&self.server, &token)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// Job spec (TOML).
+    pub spec: PathBuf,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobsArgs {
+    /// Print the service's JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// Job id (e.g. job-3).
+    pub id: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    /// Job id.
+    pub id: String,
+    /// Keep printing what the job writes until it has finished.
+    #[arg(long)]
+    pub follow: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn check_id(id: &str) -> anyhow::Result<()> {
+    if !pacer_serve::job::valid_id(id) {
+        bail!("job id `{id}`: expected [a-z0-9-]{{1,64}}, e.g. job-3");
+    }
+    Ok(())
+}
+
+pub fn run_serve(a: pacer_serve::args::ServeArgs) -> anyhow::Result<()> {
+    a.run()
+}
+
+pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
+    let text = std::fs::read(&a.spec).with_context(|| format!("reading {}", a.spec.display()))?;
+    // Check locally first, so errors name the file.
+    let s =
+        std::str::from_utf8(&text).with_context(|| format!("{}: not UTF-8", a.spec.display()))?;
+    pacer_serve::spec::JobSpec::from_toml(s, &a.spec.display().to_string())
+        .map_err(|e| anyhow::anyhow!("{} (key `{}`)", e.message, e.field))?;
+    let c = a.client.client()?;
+    let v = runtime()?
+        .block_on(c.post("/v1/jobs", text, "application/toml"))?
+        .ok_json()?;
+    println!("{}", v["id"].as_str().unwrap_or("?"));
+    Ok(())
+}
+
+pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
+    let c = a.client.client()?;
+    let v = runtime()?
+        .block_on(c.get("/v1/jobs?limit=20000"))?
+        .ok_json()?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
+        "ID", "NAME", "STATE", "DEVICES", "RESTARTS", "SAMPLES", "REPORTS"
+    );
+    for j in v["jobs"].as_array().into_iter().flatten() {
+        let devices: u64 = j["run"]["alloc"]
+            .as_array()
+            .map_or(0, |a| a.iter().filter_map(|p| p[1].as_u64()).sum());
+        let name: String = j["spec"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .take(24)
+            .collect();
+        println!(
+            "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
+            j["id"].as_str().unwrap_or("?"),
+            name,
+            j["state"].as_str().unwrap_or("?"),
+            devices,
+            j["restarts"].to_string(),
+            j["progress"]["samples"].to_string(),
+            j["reports"].to_string(),
+        );
+    }
+    Ok(())
+}
+
+pub fn run_job(a: JobArgs) -> anyhow::Result<()> {
+    check_id(&a.id)?;
+    let c = a.client.client()?;
+    let rt = runtime()?;
+    let mut v = rt
+        .block_on(c.get(&format!("/v1/jobs/{}", a.id)))?
+        .ok_json()?;
+    let ev = rt
+        .block_on(c.get(&format!("/v1/jobs/{}/events", a.id)))?
+        .ok_json()?;
+    v["events"] = ev["events"].clone();
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(())
+}
+
+pub fn run_cancel(a: JobArgs) -> anyhow::Result<()> {
+    check_id(&a.id)?;
+    let c = a.client.client()?;
+    let v = runtime()?
+        .block_on(c.post(&format!("/v1/jobs/{}/cancel", a.id), Vec::new(), ""))?
+        .ok_json()?;
+    println!("{} {}", a.id, v["state"].as_str().unwrap_or("?"));
+    Ok(())
+}
+
+pub fn run_logs(a: LogsArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    check_id(&a.id)?;
+    let c = a.client.client()?;
+    let rt = runtime()?;
+    let mut offset = 0u64;
+    loop {
+        let v = rt
+            .block_on(c.get(&format!("/v1/jobs/{}/logs?offset={offset}", a.id)))?
+            .ok_json()?;
+        let data = v["data"].as_str().unwrap_or("");
+        print!("{data}");
+        std::io::stdout().flush()?;
+        offset = v["next_offset"].as_u64().unwrap_or(offset);
+        let eof = v["eof"].as_bool().unwrap_or(true);
+        if !a.follow || (eof && v["finished"].as_bool().unwrap_or(false)) {
+            return Ok(());
+        }
+        if eof {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The service's command-line arguments, shared by `pacer serve` and the
+//! `pacer-serve` binary (tests, benchmark).
+
+use crate::ServeConfig;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address of the API (port 0: any free port; printed at start).
+    #[arg(long, default_value = "127.0.0.1:8470")]
+    pub listen: String,
+    /// State directory: database, token, logs, checkpoints (created, mode 0700).
+    #[arg(long)]
+    pub state: PathBuf,
+    /// Cluster: COUNTxSLOTS:TYPE[,…] (e.g. 4x2:cpu) or a TOML file with [[nodes]].
+    #[arg(long)]
+    pub cluster: String,
+    /// Cluster policy (fifo, fair, tiresias, pollux, gavel-maxmin, …).
+    #[arg(long, default_value = "fair")]
+    pub policy: String,
+    /// Seconds between scheduling rounds.
+    #[arg(long, default_value_t = 5.0)]
+    pub round_s: f64,
+    /// Seconds a job has between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = 30.0)]
+    pub grace_s: f64,
+    /// Executor (only `local`: child processes on this machine).
+    #[arg(long, default_value = "local")]
+    pub executor: String,
+    /// Bearer token file (default <state>/token, generated with mode 0600 if absent).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// The pacer binary that runs `[trainer]` jobs (default: this executable when it is
+    /// `pacer`, else `pacer` on PATH).
+    #[arg(long)]
+    pub pacer_bin: Option<String>,
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> anyhow::Result<ServeConfig> {
+        anyhow::ensure!(
+            self.executor == "local",
+            "--executor {}: only `local` is built in",
+            self.executor
+        );
+        let pacer_bin = match &self.pacer_bin {
+            Some(b) => b.clone(),
+            None => std::env::current_exe()
+                .ok()
+                .filter(|p| p.file_name().is_some_and(|n| n == "pacer"))
+                .map_or_else(|| "pacer".to_string(), |p| p.display().to_string()),
+        };
+        Ok(ServeConfig {
+            listen: self.listen.clone(),
+            state_dir: self.state.clone(),
+            cluster: crate::spec::load_cluster(&self.cluster)?,
+            policy: self.policy.clone(),
+            round_s: self.round_s,
+            grace_s: self.grace_s,
+            token_file: self.token_file.clone(),
+            pacer_bin,
+        })
+    }
+
+    /// Runs the service on a new tokio runtime until SIGINT/SIGTERM.
+    pub fn run(&self) -> anyhow::Result<()> {
+        let cfg = self.config()?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(crate::serve(cfg, |addr| {
+            println!("pacer serve: listening on http://{addr}");
+        }))
+    }
+}

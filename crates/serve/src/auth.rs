@@ -1,0 +1,66 @@
+//! Bearer tokens: the service's token (from `--token-file`, or generated into the
+//! state directory with mode 0600) and the per-job report tokens.
+
+use crate::error::ServeError;
+use rand::Rng;
+use std::path::Path;
+
+/// 32 random bytes from the OS-seeded generator, as 64 hex digits.
+pub fn new_token() -> String {
+    let mut b = [0u8; 32];
+    rand::rng().fill(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Reads the token in `path`, or creates the file (mode 0600) with a new token when
+/// it does not exist. A token must be 16 to 256 printable ASCII characters.
+pub fn load_or_create(path: &Path) -> Result<String, ServeError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::read_to_string(path) {
+        Ok(s) => {
+            let t = s.trim();
+            if t.len() < 16 || t.len() > 256 || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(ServeError::Exec(format!(
+                    "token file {}: expected one token of 16 to 256 printable ASCII characters",
+                    path.display()
+                )));
+            }
+            Ok(t.to_string())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let t = new_token();
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| {
+                    ServeError::io(format!("creating token file {}", path.display()), e)
+                })?;
+            writeln!(f, "{t}")
+                .map_err(|e| ServeError::io(format!("writing {}", path.display()), e))?;
+            f.sync_all()
+                .map_err(|e| ServeError::io(format!("writing {}", path.display()), e))?;
+            Ok(t)
+        }
+        Err(e) => Err(ServeError::io(
+            format!("reading token file {}", path.display()),
+            e,
+        )),
+    }
+}
+
+/// Compares in time independent of where the strings differ.
+pub fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// The token of an `Authorization: Bearer …` header value.
+pub fn bearer(header: Option<&str>) -> Option<&str> {
+    header?.strip_prefix("Bearer ").map(str::trim)
+}

@@ -1,0 +1,321 @@
+//! One job's durable record and what a policy sees of it ([`job_view`]).
+
+use crate::executor::RunHandle;
+use crate::spec::{JobSpec, Report};
+use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
+use pacer_policy::{JobView, QualityView, SpeedCurve, SpeedTable};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for devices (new, or preempted).
+    Queued,
+    /// Its process runs on an allocation.
+    Running,
+    /// SIGTERM sent (preemption, resize or cancel); waiting for it to exit.
+    Stopping,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Stopping,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Stopping => "stopping",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+}
+
+/// One launch of a job on an allocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// 1 for the first launch, +1 per relaunch.
+    pub attempt: u32,
+    /// `(node, devices)` pairs.
+    pub alloc: Vec<(u32, u32)>,
+    /// Cluster-wide slot ids held (node-major numbering).
+    pub slots: Vec<u32>,
+    pub device_type: String,
+    /// What the executor returned; `None` between the intent to launch (committed
+    /// first) and the launch itself, so a crash there is detected on restart.
+    pub handle: Option<RunHandle>,
+    pub launched_ms: u64,
+}
+
+impl Run {
+    pub fn allocation(&self) -> Allocation {
+        Allocation::from_pairs(self.alloc.iter().map(|&(n, c)| (NodeId(n), c)))
+    }
+    pub fn replicas(&self) -> u32 {
+        self.alloc.iter().map(|p| p.1).sum()
+    }
+    /// `<job>:<attempt>`, in the launched process's environment (`PACER_RUN_ID`).
+    pub fn run_id(&self, job: &str) -> String {
+        format!("{job}:{}", self.attempt)
+    }
+}
+
+/// What happens once a stopping job's process has exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AfterStop {
+    /// Back to the queue (preempted or resized; the next round re-decides).
+    Requeue,
+    Cancel,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stop {
+    pub then: AfterStop,
+    pub sent_ms: u64,
+    pub killed: bool,
+}
+
+/// The latest of what the job reported.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub step: u64,
+    pub samples: u64,
+    pub throughput: f64,
+    pub global_batch: u64,
+    pub noise_scale: Option<f64>,
+    pub loss: Option<f64>,
+    pub first_loss: Option<f64>,
+    /// Largest loss decrease per step between two reports (SLAQ's normaliser).
+    pub max_loss_drop: f64,
+    pub done: bool,
+    pub last_report_ms: u64,
+}
+
+/// Measured throughput (samples/s) at `replicas` devices of `device_type`: the
+/// latest report's, smoothed (EWMA, weight 1/2 on the newest).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    pub device_type: String,
+    pub replicas: u32,
+    pub throughput: f64,
+}
+
+/// A job's durable record (one row of the `jobs` table).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: String,
+    /// Submission order (1, 2, …); the policy's job id.
+    pub seq: u64,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub submitted_ms: u64,
+    pub first_start_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub run: Option<Run>,
+    pub stop: Option<Stop>,
+    pub attempts: u32,
+    /// Times it was stopped and put back in the queue.
+    pub restarts: u32,
+    /// How the last run ended (`exit 0`, `exit 3`, `killed`, `launch failed: …`).
+    pub last_exit: Option<String>,
+    /// The per-job report token (never shown by the API).
+    pub report_token: String,
+    /// Accepted reports (their indices are 0..reports).
+    pub reports: u64,
+    pub attained_device_s: f64,
+    pub progress: Progress,
+    pub measured: Vec<Measured>,
+}
+
+/// Whether `id` is a valid job id: `[a-z0-9-]{1,64}`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+impl JobRecord {
+    /// Folds an accepted report into progress and measurements.
+    pub fn absorb(&mut self, r: &Report, now_ms: u64) {
+        let p = &mut self.progress;
+        if let (Some(l), Some(prev)) = (r.loss, p.loss) {
+            let steps = r.step.saturating_sub(p.step).max(1) as f64;
+            p.max_loss_drop = p.max_loss_drop.max((prev - l) / steps);
+        }
+        if p.first_loss.is_none() {
+            p.first_loss = r.loss;
+        }
+        p.step = r.step;
+        p.samples = r.samples;
+        p.throughput = r.throughput;
+        p.global_batch = r.global_batch;
+        p.noise_scale = r.noise_scale.or(p.noise_scale);
+        p.loss = r.loss.or(p.loss);
+        p.done |= r.done;
+        p.last_report_ms = now_ms;
+        if r.throughput > 0.0 {
+            let room = self.measured.len() < 256;
+            match self
+                .measured
+                .iter_mut()
+                .find(|m| m.replicas == r.replicas && m.device_type == r.device_type)
+            {
+                Some(m) => m.throughput = 0.5 * (m.throughput + r.throughput),
+                None if room => self.measured.push(Measured {
+                    device_type: r.device_type.clone(),
+                    replicas: r.replicas,
+                    throughput: r.throughput,
+                }),
+                None => {}
+            }
+        }
+    }
+
+    /// The API's view: the record without its report token.
+    pub fn public_json(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).expect("a job record always serialises");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("report_token");
+        }
+        v
+    }
+}
+
+/// The speed curve of `job` on device type `ty` from its measurements: the measured
+/// points (samples/s per replica count), extended linearly to `max_replicas` from the
+/// two largest measured points (one point: proportional scaling, i.e. perfect linear
+/// speed-up, an optimistic model until a second size is measured).
+pub fn speed_curve(measured: &[Measured], ty: &str, max_replicas: u32) -> SpeedCurve {
+    let mut pts: Vec<(u32, f64)> = measured
+        .iter()
+        .filter(|m| m.device_type == ty)
+        .map(|m| (m.replicas, m.throughput))
+        .collect();
+    pts.sort_by_key(|p| p.0);
+    if let Some(&(d1, r1)) = pts.last() {
+        if max_replicas > d1 {
+            let slope = match pts.len() {
+                1 => r1 / d1 as f64,
+                n => {
+                    let (d0, r0) = pts[n - 2];
+                    ((r1 - r0) / (d1 - d0) as f64).max(0.0)
+                }
+            };
+            pts.push((max_replicas, r1 + slope * (max_replicas - d1) as f64));
+        }
+    }
+    SpeedCurve {
+        points: pts,
+        spread_factor: 1.0,
+    }
+}
+
+/// What a policy sees of `job` at `now_ms` (times relative to `epoch_ms`).
+pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobView {
+    let spec = &job.spec;
+    let max = if spec.adaptive {
+        spec.max()
+    } else {
+        spec.replicas
+    };
+    let mut v = JobView::basic(
+        JobId(job.seq.min(u32::MAX as u64) as u32),
+        job.submitted_ms.saturating_sub(epoch_ms) as f64 / 1000.0 - spec.priority as f64 * 1e-3,
+        spec.replicas,
+    );
+    v.max_replicas = max;
+    v.attained_gpu_s = job.attained_device_s;
+    v.num_restarts = job.restarts;
+    if let Some(r) = &job.run {
+        v.current = r.allocation();
+    }
+    let any_measured = !job.measured.is_empty();
+    // One curve per cluster type: measured where measured; a type the job accepts but
+    // has not run on borrows the curve of the type it has most measurements on; no
+    // measurement at all: one unit per second at the requested size, linear below.
+    let fallback_ty = job.measured.first().map(|m| m.device_type.clone());
+    let per_type = cluster
+        .device_types
+        .iter()
+        .map(|t| {
+            if !spec.accepts(t) {
+                return SpeedCurve::default();
+            }
+            if any_measured {
+                let own = speed_curve(&job.measured, t, max);
+                if !own.points.is_empty() {
+                    return own;
+                }
+                return speed_curve(&job.measured, fallback_ty.as_deref().unwrap_or(""), max);
+            }
+            SpeedCurve::single(max, max as f64 / spec.replicas.max(1) as f64, 1.0)
+        })
+        .collect();
+    v.speed = Some(Arc::new(SpeedTable { per_type }));
+    if any_measured {
+        let done = job.progress.samples as f64;
+        v.work_done = done;
+        v.work_left = match spec.total_samples {
+            Some(t) => (t as f64 - done).max(1.0),
+            None => done.max(1.0),
+        };
+    }
+    if let (Some(loss), Some(first)) = (job.progress.loss, job.progress.first_loss) {
+        v.quality = Some(QualityView {
+            iteration: job.progress.step as f64,
+            loss,
+            first_loss: first,
+            max_delta_per_iter: job.progress.max_loss_drop.max(1e-9),
+            curve: None,
+        });
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(valid_id("job-12"));
+        for bad in ["", "../x", "A", "a/b", "a.b", &"x".repeat(65)] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn curve_extends_from_measurements() {
+        let m = |r, x| Measured {
+            device_type: "cpu".into(),
+            replicas: r,
+            throughput: x,
+        };
+        let c = speed_curve(&[m(2, 100.0)], "cpu", 4);
+        assert_eq!(c.points, vec![(2, 100.0), (4, 200.0)]);
+        let c = speed_curve(&[m(1, 60.0), m(2, 100.0)], "cpu", 4);
+        assert_eq!(c.points, vec![(1, 60.0), (2, 100.0), (4, 180.0)]);
+        assert!(speed_curve(&[m(1, 60.0)], "t4", 4).points.is_empty());
+    }
+}

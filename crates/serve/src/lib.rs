@@ -1,0 +1,159 @@
+//! # pacer-serve
+//!
+//! `pacer serve`: a long-running multi-job scheduler. Jobs are submitted over an
+//! authenticated HTTP API ([`api`]), kept durably in redb ([`store`]), run by an
+//! [`executor::Executor`] (here the local one: child processes in their own process
+//! groups) and re-planned every round by the same `pacer_policy::Policy` the
+//! simulator calls, on a `ClusterView` built from what the jobs report ([`job`]).
+//! A restarted service re-adopts the runs still alive ([`core::Core::recover`]).
+//! docs/serve.md is the user's guide; [`client`] is what the CLI talks through.
+
+pub mod api;
+pub mod args;
+pub mod auth;
+pub mod client;
+pub mod core;
+pub mod error;
+pub mod executor;
+pub mod job;
+pub mod metrics;
+pub mod spec;
+pub mod store;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// How to start a service.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: String,
+    pub state_dir: PathBuf,
+    pub cluster: pacer_model::ClusterSpec,
+    pub policy: String,
+    pub round_s: f64,
+    pub grace_s: f64,
+    /// Defaults to `<state_dir>/token`.
+    pub token_file: Option<PathBuf>,
+    pub pacer_bin: String,
+}
+
+/// Runs the service until SIGINT or SIGTERM. Jobs keep running when it stops; the
+/// next start on the same state directory re-adopts them. `on_ready` gets the bound
+/// address once the API accepts requests.
+pub async fn serve(
+    cfg: ServeConfig,
+    on_ready: impl FnOnce(std::net::SocketAddr),
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    anyhow::ensure!(
+        cfg.round_s.is_finite() && (0.05..=86_400.0).contains(&cfg.round_s),
+        "--round-s: {} is out of range 0.05..=86400",
+        cfg.round_s
+    );
+    anyhow::ensure!(
+        cfg.grace_s.is_finite() && (0.0..=3600.0).contains(&cfg.grace_s),
+        "--grace-s: {} is out of range 0..=3600",
+        cfg.grace_s
+    );
+    anyhow::ensure!(
+        pacer_policy::by_name(&cfg.policy).is_some(),
+        "--policy: unknown policy `{}` (one of {})",
+        cfg.policy,
+        pacer_policy::POLICY_NAMES.join(", ")
+    );
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&cfg.state_dir)
+            .with_context(|| format!("--state {}: cannot create", cfg.state_dir.display()))?;
+    }
+    let _lock = lock_state_dir(&cfg.state_dir)?;
+    let token_path = cfg
+        .token_file
+        .clone()
+        .unwrap_or_else(|| cfg.state_dir.join("token"));
+    let token = auth::load_or_create(&token_path)?;
+    let listener = tokio::net::TcpListener::bind(&cfg.listen)
+        .await
+        .with_context(|| format!("--listen {}: cannot bind", cfg.listen))?;
+    let addr = listener.local_addr()?;
+    let settings = core::Settings {
+        state_dir: cfg.state_dir.clone(),
+        cluster: cfg.cluster.clone(),
+        policy: cfg.policy.clone(),
+        round_s: cfg.round_s,
+        grace_s: cfg.grace_s,
+        pacer_bin: cfg.pacer_bin.clone(),
+        server_url: format!("http://{addr}"),
+    };
+    let exec: Arc<dyn executor::Executor> = Arc::new(executor::LocalExecutor::new());
+    let mut core = core::Core::open(settings)?;
+    core.recover(exec.as_ref()).await?;
+    let core = Arc::new(tokio::sync::Mutex::new(core));
+    let state = api::AppState {
+        core: core.clone(),
+        exec: exec.clone(),
+        token: Arc::new(token),
+    };
+    let rounds = tokio::spawn(round_loop(core, exec, cfg.round_s));
+    on_ready(addr);
+    let app = api::router(state);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown())
+        .await;
+    rounds.abort();
+    served.context("serving the API")
+}
+
+async fn round_loop(
+    core: Arc<tokio::sync::Mutex<core::Core>>,
+    exec: Arc<dyn executor::Executor>,
+    round_s: f64,
+) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs_f64(round_s));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = core.lock().await.round(exec.as_ref()).await {
+            eprintln!("pacer serve: round failed: {e}");
+        }
+    }
+}
+
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// An exclusive lock on `<dir>/lock` for this process's life, so two services never
+/// share a state directory (and never run the same job twice).
+fn lock_state_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("--state: cannot open {}: {e}", path.display()))?;
+    // SAFETY: flock on a file descriptor this function owns.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    anyhow::ensure!(
+        rc == 0,
+        "--state {}: another pacer serve is using this state directory",
+        dir.display()
+    );
+    Ok(f)
+}

@@ -1,0 +1,107 @@
+//! `/metrics` in the Prometheus text format (prometheus-client). Gauges that mirror
+//! the job table are recomputed at each scrape; counters and histograms are updated
+//! where things happen.
+
+use crate::job::{JobRecord, JobState};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+pub struct Metrics {
+    registry: Registry,
+    jobs: Family<Labels, Gauge>,
+    devices: Family<Labels, Gauge>,
+    pub round_seconds: Histogram,
+    pub policy_seconds: Histogram,
+    pub reports: Counter,
+    pub submissions: Counter,
+    pub restarts: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("pacer_serve");
+        let jobs = Family::<Labels, Gauge>::default();
+        let devices = Family::<Labels, Gauge>::default();
+        let round_seconds = Histogram::new(exponential_buckets(1e-4, 4.0, 10));
+        let policy_seconds = Histogram::new(exponential_buckets(1e-5, 4.0, 10));
+        let reports = Counter::default();
+        let submissions = Counter::default();
+        let restarts = Gauge::default();
+        registry.register("jobs", "Jobs by state", jobs.clone());
+        registry.register(
+            "devices",
+            "Devices allocated, per job and device type",
+            devices.clone(),
+        );
+        registry.register(
+            "round_seconds",
+            "Duration of a scheduling round",
+            round_seconds.clone(),
+        );
+        registry.register(
+            "policy_seconds",
+            "Duration of the policy's decision in a round",
+            policy_seconds.clone(),
+        );
+        registry.register("reports_accepted", "Job reports accepted", reports.clone());
+        registry.register(
+            "submissions",
+            "Jobs submitted since this process started",
+            submissions.clone(),
+        );
+        registry.register(
+            "restarts",
+            "Times the service has started on this state directory, minus one",
+            restarts.clone(),
+        );
+        Metrics {
+            registry,
+            jobs,
+            devices,
+            round_seconds,
+            policy_seconds,
+            reports,
+            submissions,
+            restarts,
+        }
+    }
+
+    /// The text exposition, with the job gauges recomputed from `jobs`.
+    pub fn render<'a>(&self, jobs: impl Iterator<Item = &'a JobRecord>) -> String {
+        self.jobs.clear();
+        self.devices.clear();
+        for s in JobState::ALL {
+            self.jobs
+                .get_or_create(&vec![("state".into(), s.name().into())])
+                .set(0);
+        }
+        for j in jobs {
+            self.jobs
+                .get_or_create(&vec![("state".into(), j.state.name().into())])
+                .inc();
+            if let Some(r) = &j.run {
+                self.devices
+                    .get_or_create(&vec![
+                        ("job".into(), j.id.clone()),
+                        ("device_type".into(), r.device_type.clone()),
+                    ])
+                    .set(r.replicas() as i64);
+            }
+        }
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}

@@ -1,0 +1,494 @@
+//! What users and jobs send: the job spec (TOML or JSON), the report a running
+//! job posts, and the cluster spec. Every error names the field it is about.
+
+use crate::error::ApiError;
+use pacer_model::ClusterSpec;
+use serde::{Deserialize, Serialize};
+
+/// Largest request a user may ask for, per job (devices, replicas).
+pub const MAX_REPLICAS: u32 = 4096;
+/// Largest global batch a spec or report may name.
+pub const MAX_BATCH: u64 = 1 << 30;
+
+/// A job as submitted (`pacer submit job.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Free-form name shown in listings (1–128 printable characters).
+    pub name: String,
+    /// The program to run, as an argument vector (exactly one of `command`, `trainer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The built-in trainer (`pacer train`) instead of a command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trainer: Option<TrainerSpec>,
+    /// Devices asked for.
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// Fewest devices the job runs on (default: `replicas`, or 1 when adaptive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<u32>,
+    /// Most devices the job can use (default: `replicas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<u32>,
+    /// Global batch the user asked for (passed to the trainer; informative for commands).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_batch: Option<u64>,
+    /// May be resized by checkpoint-restart between `min_replicas` and `max_replicas`.
+    #[serde(default)]
+    pub adaptive: bool,
+    /// Device types the job accepts (empty: any type of the cluster).
+    #[serde(default)]
+    pub device_types: Vec<String>,
+    /// Who submitted it (informative).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Higher runs first among jobs that arrived at the same time (−1000…1000).
+    #[serde(default)]
+    pub priority: i32,
+    /// Samples the job will process in total, when known (policies then know the work
+    /// left; without it a job is assumed to need as much again as it has done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_samples: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The built-in trainer: `pacer train --dataset D --model M --workers <allocated>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainerSpec {
+    /// `--dataset` (e.g. `tiny`).
+    pub dataset: String,
+    /// `--model` (default the trainer's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Further `pacer train` arguments, e.g. `["--speeds", "1,0.5"]`.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl JobSpec {
+    /// Parses a spec from TOML; an error names `origin:line` and the key.
+    pub fn from_toml(text: &str, origin: &str) -> Result<JobSpec, ApiError> {
+        let spec: JobSpec = toml::from_str(text).map_err(|e| toml_error(&e, text, origin))?;
+        Ok(spec)
+    }
+
+    /// Parses a spec from JSON; an error names the field path.
+    pub fn from_json(bytes: &[u8]) -> Result<JobSpec, ApiError> {
+        parse_json(bytes)
+    }
+
+    pub fn min(&self) -> u32 {
+        self.min_replicas
+            .unwrap_or(if self.adaptive { 1 } else { self.replicas })
+    }
+
+    pub fn max(&self) -> u32 {
+        self.max_replicas.unwrap_or(self.replicas)
+    }
+
+    /// Checks every field against the cluster: sizes, names, device types.
+    pub fn validate(&self, cluster: &ClusterSpec) -> Result<(), ApiError> {
+        let bad = |field: &str, why: String| Err(ApiError::bad(field, why));
+        if self.name.is_empty() || self.name.chars().count() > 128 {
+            return bad("name", "must be 1 to 128 characters".into());
+        }
+        if self.name.chars().any(char::is_control) {
+            return bad("name", "must not contain control characters".into());
+        }
+        match (&self.command, &self.trainer) {
+            (None, None) => {
+                return bad(
+                    "command",
+                    "one of `command` or `[trainer]` is required".into(),
+                )
+            }
+            (Some(_), Some(_)) => {
+                return bad(
+                    "trainer",
+                    "give either `command` or `[trainer]`, not both".into(),
+                )
+            }
+            (Some(argv), None) => check_argv("command", argv)?,
+            (None, Some(t)) => {
+                if t.dataset.is_empty() || t.dataset.len() > 4096 || t.dataset.contains('\0') {
+                    return bad(
+                        "trainer.dataset",
+                        "must be 1 to 4096 bytes without NUL".into(),
+                    );
+                }
+                if let Some(m) = &t.model {
+                    check_argv("trainer.model", std::slice::from_ref(m))?;
+                }
+                if !t.args.is_empty() {
+                    check_argv("trainer.args", &t.args)?;
+                }
+            }
+        }
+        for (field, v) in [
+            ("replicas", Some(self.replicas)),
+            ("min_replicas", self.min_replicas),
+            ("max_replicas", self.max_replicas),
+        ] {
+            if let Some(v) = v {
+                if v == 0 || v > MAX_REPLICAS {
+                    return bad(field, format!("{v} is out of range 1..={MAX_REPLICAS}"));
+                }
+            }
+        }
+        if !(self.min() <= self.replicas && self.replicas <= self.max()) {
+            return bad(
+                "replicas",
+                format!(
+                    "need min_replicas ≤ replicas ≤ max_replicas, got {} ≤ {} ≤ {}",
+                    self.min(),
+                    self.replicas,
+                    self.max()
+                ),
+            );
+        }
+        if let Some(b) = self.global_batch {
+            if b == 0 || b > MAX_BATCH {
+                return bad(
+                    "global_batch",
+                    format!("{b} is out of range 1..={MAX_BATCH}"),
+                );
+            }
+        }
+        if !(-1000..=1000).contains(&self.priority) {
+            return bad(
+                "priority",
+                format!("{} is out of range -1000..=1000", self.priority),
+            );
+        }
+        if let Some(u) = &self.user {
+            if u.is_empty() || u.len() > 128 || u.chars().any(char::is_control) {
+                return bad("user", "must be 1 to 128 printable characters".into());
+            }
+        }
+        if self.device_types.len() > 64 {
+            return bad("device_types", "at most 64 entries".into());
+        }
+        for t in &self.device_types {
+            if cluster.type_id(t).is_none() {
+                return bad(
+                    "device_types",
+                    format!(
+                        "`{t}` is not a device type of this cluster (it has: {})",
+                        cluster.device_types.join(", ")
+                    ),
+                );
+            }
+        }
+        let usable = self.usable_devices(cluster);
+        if self.min() > usable {
+            return bad(
+                "min_replicas",
+                format!(
+                    "the job needs at least {} devices but the cluster has {usable} of its types",
+                    self.min()
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether the job may run on device type `name`.
+    pub fn accepts(&self, name: &str) -> bool {
+        self.device_types.is_empty()
+            || self
+                .device_types
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(name))
+    }
+
+    /// Devices of the cluster the job may use.
+    pub fn usable_devices(&self, cluster: &ClusterSpec) -> u32 {
+        cluster
+            .nodes
+            .iter()
+            .filter(|n| self.accepts(&cluster.device_types[n.device_type.0 as usize]))
+            .map(|n| n.gpus)
+            .sum()
+    }
+
+    /// The argument vector to run with `replicas` devices (`pacer_bin` runs the trainer).
+    pub fn argv(&self, pacer_bin: &str, replicas: u32) -> Vec<String> {
+        if let Some(c) = &self.command {
+            return c.clone();
+        }
+        let t = self
+            .trainer
+            .as_ref()
+            .expect("validated: command or trainer");
+        let mut v = vec![
+            pacer_bin.to_string(),
+            "train".into(),
+            "--dataset".into(),
+            t.dataset.clone(),
+            "--workers".into(),
+            replicas.to_string(),
+        ];
+        if let Some(m) = &t.model {
+            v.extend(["--model".into(), m.clone()]);
+        }
+        if let Some(b) = self.global_batch {
+            v.extend(["--global-batch".into(), b.to_string()]);
+        }
+        v.extend(t.args.iter().cloned());
+        v
+    }
+}
+
+fn check_argv(field: &str, argv: &[String]) -> Result<(), ApiError> {
+    if argv.is_empty() || argv.len() > 256 {
+        return Err(ApiError::bad(field, "must have 1 to 256 entries".into()));
+    }
+    if argv[0].is_empty() {
+        return Err(ApiError::bad(field, "the program name is empty".into()));
+    }
+    for a in argv {
+        if a.len() > 4096 || a.contains('\0') {
+            return Err(ApiError::bad(
+                field,
+                "entries must be ≤ 4096 bytes without NUL".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a running job posts to `/v1/jobs/{id}/reports` (the contract in docs/serve.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub step: u64,
+    pub samples: u64,
+    pub time_s: f64,
+    pub replicas: u32,
+    pub device_type: String,
+    #[serde(default)]
+    pub global_batch: u64,
+    #[serde(default)]
+    pub local_batches: Vec<u64>,
+    pub throughput: f64,
+    #[serde(default)]
+    pub step_time_s: f64,
+    #[serde(default)]
+    pub noise_scale: Option<f64>,
+    #[serde(default)]
+    pub loss: Option<f64>,
+    #[serde(default)]
+    pub done: bool,
+}
+
+impl Report {
+    pub fn from_json(bytes: &[u8]) -> Result<Report, ApiError> {
+        let r: Report = parse_json(bytes)?;
+        r.validate()?;
+        Ok(r)
+    }
+
+    fn validate(&self) -> Result<(), ApiError> {
+        let finite = |field: &str, v: f64, max: f64| {
+            if v.is_finite() && (0.0..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(ApiError::bad(
+                    field,
+                    format!("{v} must be finite, ≥ 0 and ≤ {max:e}"),
+                ))
+            }
+        };
+        finite("time_s", self.time_s, 1e9)?;
+        finite("throughput", self.throughput, 1e12)?;
+        finite("step_time_s", self.step_time_s, 1e6)?;
+        if let Some(n) = self.noise_scale {
+            finite("noise_scale", n, 1e15)?;
+        }
+        if let Some(l) = self.loss {
+            finite("loss", l, 1e15)?;
+        }
+        if self.replicas == 0 || self.replicas > MAX_REPLICAS {
+            return Err(ApiError::bad(
+                "replicas",
+                format!("{} is out of range 1..={MAX_REPLICAS}", self.replicas),
+            ));
+        }
+        if self.global_batch > MAX_BATCH {
+            return Err(ApiError::bad(
+                "global_batch",
+                format!("{} exceeds {MAX_BATCH}", self.global_batch),
+            ));
+        }
+        if self.local_batches.len() > MAX_REPLICAS as usize
+            || self.local_batches.iter().any(|&b| b > MAX_BATCH)
+        {
+            return Err(ApiError::bad(
+                "local_batches",
+                "too many entries or an entry too large".into(),
+            ));
+        }
+        if self.step > 1 << 53 || self.samples > 1 << 53 {
+            return Err(ApiError::bad(
+                "samples",
+                "step and samples must be ≤ 2^53".into(),
+            ));
+        }
+        let t = &self.device_type;
+        if t.is_empty()
+            || t.len() > 64
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(ApiError::bad(
+                "device_type",
+                "must be a device type name such as cpu or t4".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Parses JSON into `T`, naming the field path of the first error.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.inner().to_string();
+        let field = unknown_field(&inner).unwrap_or(if path == "." || path == "?" {
+            "body".into()
+        } else {
+            path
+        });
+        ApiError::bad(&field, format!("malformed JSON: {inner}"))
+    })
+}
+
+/// The key an "unknown field `k`" message names.
+fn unknown_field(message: &str) -> Option<String> {
+    let rest = message.split("unknown field `").nth(1)?;
+    Some(rest.split('`').next()?.to_string())
+}
+
+/// A TOML error as `origin:line: message`, with the key it is about when known.
+fn toml_error(e: &toml::de::Error, text: &str, origin: &str) -> ApiError {
+    let message = e.message().trim_end().to_string();
+    let (line, key) = match e.span() {
+        Some(s) => {
+            let at = s.start.min(text.len());
+            let line_no = text.as_bytes()[..at]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count()
+                + 1;
+            let line_text = text.lines().nth(line_no - 1).unwrap_or("");
+            let key = line_text
+                .split_once('=')
+                .map(|(k, _)| k.trim().trim_matches('"').to_string())
+                .filter(|k| !k.is_empty() && !k.starts_with('['));
+            (Some(line_no), key)
+        }
+        None => (None, None),
+    };
+    let field = unknown_field(&message)
+        .or(key)
+        .unwrap_or_else(|| "body".into());
+    let place = match line {
+        Some(l) => format!("{origin}:{l}"),
+        None => origin.to_string(),
+    };
+    ApiError::bad(&field, format!("{place}: {message}"))
+}
+
+/// A cluster from `--cluster`: `COUNTxSLOTS:TYPE[,…]` or a TOML file (`[[nodes]]`).
+pub fn load_cluster(arg: &str) -> anyhow::Result<ClusterSpec> {
+    if arg.ends_with(".toml") {
+        let text = std::fs::read_to_string(arg)
+            .map_err(|e| anyhow::anyhow!("--cluster {arg}: cannot read: {e}"))?;
+        Ok(pacer_model::cluster_file::parse_cluster_toml(&text, arg)?)
+    } else {
+        Ok(ClusterSpec::parse(arg, "--cluster")?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster() -> ClusterSpec {
+        ClusterSpec::parse("2x2:cpu", "test").unwrap()
+    }
+
+    #[test]
+    fn minimal_spec_parses_and_validates() {
+        let s = JobSpec::from_toml(
+            "name = \"a\"\ncommand = [\"sleep\", \"1\"]\nreplicas = 2\n",
+            "j.toml",
+        )
+        .unwrap();
+        s.validate(&cluster()).unwrap();
+        assert_eq!((s.min(), s.max()), (2, 2));
+        assert_eq!(s.argv("pacer", 2), vec!["sleep", "1"]);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let e = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\nreplicaz = 2\n", "j.toml")
+            .unwrap_err();
+        assert_eq!(e.field, "replicaz");
+        assert!(e.message.starts_with("j.toml:3:"), "{}", e.message);
+    }
+
+    #[test]
+    fn negative_and_absurd_numbers_are_named() {
+        let e = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\nreplicas = -2\n", "j.toml")
+            .unwrap_err();
+        assert_eq!(e.field, "replicas");
+        let s = JobSpec::from_toml(
+            "name = \"a\"\ncommand = [\"x\"]\nreplicas = 4000\n",
+            "j.toml",
+        )
+        .unwrap();
+        assert_eq!(s.validate(&cluster()).unwrap_err().field, "min_replicas");
+        let s = JobSpec::from_toml(
+            "name = \"a\"\ncommand = [\"x\"]\ndevice_types = [\"t4\"]\n",
+            "j",
+        )
+        .unwrap();
+        assert_eq!(s.validate(&cluster()).unwrap_err().field, "device_types");
+    }
+
+    #[test]
+    fn trainer_maps_to_pacer_train() {
+        let s = JobSpec::from_toml(
+            "name = \"t\"\nglobal_batch = 64\n[trainer]\ndataset = \"tiny\"\nargs = [\"--speeds\", \"1,0.5\"]\n",
+            "j",
+        )
+        .unwrap();
+        s.validate(&cluster()).unwrap();
+        assert_eq!(
+            s.argv("/bin/pacer", 2).join(" "),
+            "/bin/pacer train --dataset tiny --workers 2 --global-batch 64 --speeds 1,0.5"
+        );
+    }
+
+    #[test]
+    fn report_errors_name_the_field() {
+        let ok = br#"{"step":1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":10.0}"#;
+        Report::from_json(ok).unwrap();
+        let neg = br#"{"step":-1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":10.0}"#;
+        assert_eq!(Report::from_json(neg).unwrap_err().field, "step");
+        let unk = br#"{"step":1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":10.0,"x":1}"#;
+        assert_eq!(Report::from_json(unk).unwrap_err().field, "x");
+        let inf = br#"{"step":1,"samples":10,"time_s":1e400,"replicas":1,"device_type":"cpu","throughput":10.0}"#;
+        assert!(Report::from_json(inf).is_err());
+        let big = br#"{"step":1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":1e300}"#;
+        assert_eq!(Report::from_json(big).unwrap_err().field, "throughput");
+    }
+}

@@ -1,0 +1,153 @@
+//! A `pacer-serve` process for tests: started on a loopback port, killed with
+//! SIGKILL or SIGTERM, restarted on the same state directory and port.
+
+#![allow(dead_code)]
+
+use pacer_serve::client::{Answer, Client};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Service {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub args: Vec<String>,
+    child: Option<Child>,
+    pub rt: tokio::runtime::Runtime,
+}
+
+/// A fresh directory for one test (removed first if a previous run left it).
+pub fn test_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pacer-serve-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Service {
+    /// Starts a service on `dir/state` with `args` (cluster, policy, …) and waits for it.
+    pub fn start(dir: &Path, args: &[&str]) -> Service {
+        let mut s = Service {
+            dir: dir.to_path_buf(),
+            port: free_port(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            child: None,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        };
+        s.restart();
+        s
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// (Re)starts the process and waits (≤ 30 s) until `/healthz` answers.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("service.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pacer-serve"))
+            .arg("run")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--state")
+            .arg(self.state())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting pacer-serve");
+        self.child = Some(child);
+        let c = Client::new(&format!("http://127.0.0.1:{}", self.port), "").unwrap();
+        let t0 = Instant::now();
+        loop {
+            if let Ok(a) = self.rt.block_on(c.get("/healthz")) {
+                if a.status == 200 {
+                    return;
+                }
+            }
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "pacer-serve exited with {st}; see {}",
+                    self.dir.join("service.log").display()
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "pacer-serve did not come up in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.state().join("token"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    pub fn client(&self) -> Client {
+        self.client_with(&self.token())
+    }
+
+    pub fn client_with(&self, token: &str) -> Client {
+        let mut c = Client::new(&format!("http://127.0.0.1:{}", self.port), token).unwrap();
+        c.timeout = Duration::from_secs(10);
+        c
+    }
+
+    pub fn call(
+        &self,
+        c: &Client,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        ct: &str,
+    ) -> Answer {
+        self.rt
+            .block_on(c.request(method, path, body.map(<[u8]>::to_vec), ct))
+            .unwrap_or_else(|e| panic!("{method} {path}: {e:#}"))
+    }
+
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        let a = self.call(&self.client(), "GET", path, None, "");
+        assert_eq!(
+            a.status,
+            200,
+            "GET {path}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+        a.json().unwrap()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
