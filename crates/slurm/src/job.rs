@@ -33,6 +33,8 @@ pub struct JobRequest {
     pub env: BTreeMap<String, String>,
     /// The job's output file (`%j` is the job id); stderr goes to the same file.
     pub output: PathBuf,
+    /// Append to the output file (`--open-mode=append`) instead of truncating it.
+    pub append_output: bool,
     /// Working directory; `None` is the submitting process's.
     pub workdir: Option<PathBuf>,
     /// The program and its arguments.
@@ -65,6 +67,7 @@ impl JobRequest {
             time_limit_min: None,
             env: BTreeMap::new(),
             output: PathBuf::from("slurm-%j.out"),
+            append_output: false,
             workdir: None,
             command: command.iter().map(|c| c.to_string()).collect(),
             per_task: false,
@@ -180,6 +183,9 @@ impl JobRequest {
         }
         a.push(export);
         a.push(format!("--output={}", self.output.display()));
+        if self.append_output {
+            a.push("--open-mode=append".into());
+        }
         if let Some(d) = &self.workdir {
             a.push(format!("--chdir={}", d.display()));
         }
