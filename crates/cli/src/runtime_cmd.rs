@@ -14,6 +14,7 @@ use pacer_runtime::controller::{self, ControllerConfig, Progress, ProgressFn, Tr
 use pacer_runtime::emulation::{Emulation, InterferencePlan};
 use pacer_runtime::model::ModelSpec;
 use pacer_runtime::optim::OptimSpec;
+use pacer_runtime::service::ServiceEnv;
 use pacer_runtime::worker::{self, DataSource, Fault, LoadSignal, WorkerConfig};
 use pacer_runtime::{data, train_local, LocalLaunch};
 use serde::Serialize;
@@ -92,6 +93,10 @@ pub struct JobArgs {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Resume from the checkpoint in DIR if there is one, and write one there when
+    /// stopped by SIGTERM or SIGINT (default: $PACER_CHECKPOINT_DIR when set).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
     /// Keep every thread at the normal scheduling policy. By default the threads
     /// that move messages ask for real-time priority (SCHED_FIFO 1, when permitted)
     /// so that their wake-ups do not queue behind other CPU-bound work; compute
@@ -201,9 +206,10 @@ pub struct WorkerArgs {
 pub struct TrainArgs {
     #[command(flatten)]
     pub job: JobArgs,
-    /// Local workers (one compute thread each, plus one for its socket).
-    #[arg(long, default_value_t = 4)]
-    pub workers: usize,
+    /// Local workers (one compute thread each, plus one for its socket); default:
+    /// $PACER_REPLICAS when set (a scheduler service's allocation), else 4.
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// Relative speeds, e.g. 1,1,0.5,0.25 (missing = 1).
     #[arg(long, value_delimiter = ',')]
     pub speeds: Vec<f64>,
@@ -295,6 +301,12 @@ fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<Control
     c.worker_timeout_s = job.worker_timeout_s;
     c.rejoin_timeout_s = job.rejoin_timeout_s;
     c.verbose = job.verbose;
+    c.checkpoint_dir = job.checkpoint_dir.clone().or_else(|| {
+        std::env::var_os("PACER_CHECKPOINT_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    c.service = ServiceEnv::from_env()?;
     Ok(c)
 }
 
@@ -364,7 +376,8 @@ fn print_report(
     }
     if r.interrupted {
         putline!(
-            "INTERRUPTED (SIGINT) after {} iterations: the report covers the iterations done",
+            "INTERRUPTED ({}) after {} iterations: the report covers the iterations done",
+            signal_name(),
             r.iterations
         );
     }
@@ -464,22 +477,41 @@ fn print_report(
 
 /// Exit status of a run stopped by SIGINT (128 + 2, as a shell reports it).
 const EXIT_INTERRUPTED: i32 = 130;
+/// Exit status of a run stopped by SIGTERM (128 + 15): preempted, checkpointed.
+const EXIT_TERMINATED: i32 = 143;
 
-/// SIGINT stops the run with the report so far (see `pacer_runtime::interrupt`).
-fn catch_sigint(cfg: &mut ControllerConfig) -> anyhow::Result<()> {
+/// SIGINT and SIGTERM stop the run with the report so far, and a checkpoint with
+/// `--checkpoint-dir` (see `pacer_runtime::interrupt`).
+fn catch_signals(cfg: &mut ControllerConfig) -> anyhow::Result<()> {
     pacer_runtime::interrupt::install_sigint_handler().context("installing the SIGINT handler")?;
+    pacer_runtime::interrupt::install_sigterm_handler()
+        .context("installing the SIGTERM handler")?;
     cfg.interrupt = Some(&pacer_runtime::interrupt::SIGINT);
     Ok(())
 }
 
-/// After the report of an interrupted run: exit 130, as if killed by SIGINT.
+fn signal_name() -> &'static str {
+    if pacer_runtime::interrupt::sigterm_received() {
+        "SIGTERM"
+    } else {
+        "SIGINT"
+    }
+}
+
+/// After the report of an interrupted run: exit 130 (SIGINT) or 143 (SIGTERM), as if
+/// killed by the signal.
 fn exit_if_interrupted(r: &TrainReport) {
     if r.interrupted {
         eprintln!(
-            "pacer: interrupted (SIGINT) after {} iterations",
+            "pacer: interrupted ({}) after {} iterations",
+            signal_name(),
             r.iterations
         );
-        std::process::exit(EXIT_INTERRUPTED);
+        std::process::exit(if pacer_runtime::interrupt::sigterm_received() {
+            EXIT_TERMINATED
+        } else {
+            EXIT_INTERRUPTED
+        });
     }
 }
 
@@ -497,7 +529,9 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     cfg.hello_timeout_s = a.hello_timeout_s;
     cfg.max_pending = a.max_pending;
     controller::validate(&cfg, &data)?;
-    catch_sigint(&mut cfg)?;
+    // A checkpoint of another run is an error before anything listens.
+    controller::resume_from(&cfg, &data)?;
+    catch_signals(&mut cfg)?;
     // Bound here so that the address printed is the one workers must connect to:
     // with port 0 the OS picks the port.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
@@ -623,8 +657,12 @@ fn parse_join(s: &str) -> anyhow::Result<(u64, f64)> {
 
 /// `pacer train`.
 pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
+    let workers = match a.workers {
+        Some(n) => n,
+        None => replicas_from_env(std::env::var("PACER_REPLICAS").ok().as_deref())?,
+    };
     // The launch is checked before the data is loaded or anything is started.
-    let mut launch = LocalLaunch::new(a.workers);
+    let mut launch = LocalLaunch::new(workers);
     launch.pipeline = !a.no_pipeline;
     launch.realtime_io = !a.job.normal_priority;
     launch.speeds = a.speeds.clone();
@@ -662,7 +700,9 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     let data = Arc::new(data::load(&a.job.dataset)?);
     let mut cfg = controller_config(&a.job, &data)?;
     cfg.pipeline = !a.no_pipeline;
-    catch_sigint(&mut cfg)?;
+    // A checkpoint of another run is an error before any worker starts.
+    controller::resume_from(&cfg, &data)?;
+    catch_signals(&mut cfg)?;
     let (report, outcomes) = train_local(data, cfg, launch, progress_bar(&a.job))?;
     for (i, o) in outcomes.iter().enumerate() {
         if let Err(e) = o {
@@ -670,7 +710,7 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         }
     }
     let mut speeds = a.speeds.clone();
-    speeds.resize(a.workers, 1.0);
+    speeds.resize(workers, 1.0);
     print_report(
         &report,
         a.job.json,
@@ -680,4 +720,34 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     )?;
     exit_if_interrupted(&report);
     Ok(())
+}
+
+/// Local workers when `--workers` is not given: `PACER_REPLICAS` (the replicas a
+/// scheduler service allocated), else [`DEFAULT_WORKERS`].
+fn replicas_from_env(v: Option<&str>) -> anyhow::Result<usize> {
+    match v {
+        None => Ok(DEFAULT_WORKERS),
+        Some(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => bail!("PACER_REPLICAS `{s}`: expected a number of workers ≥ 1"),
+        },
+    }
+}
+
+/// Local workers without `--workers` or `PACER_REPLICAS`.
+const DEFAULT_WORKERS: usize = 4;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_replicas_sets_the_local_workers() {
+        assert_eq!(replicas_from_env(None).unwrap(), DEFAULT_WORKERS);
+        assert_eq!(replicas_from_env(Some("2")).unwrap(), 2);
+        for bad in ["0", "-1", "two", ""] {
+            let e = replicas_from_env(Some(bad)).unwrap_err().to_string();
+            assert!(e.starts_with("PACER_REPLICAS"), "{bad}: {e}");
+        }
+    }
 }

@@ -8,7 +8,8 @@
 //!
 //! Policies (one file each; adding one is a new file plus a line in [`POLICIES`]):
 //! - [`fifo`]: first come, first served, gang-scheduled, non-preemptive;
-//! - [`fair`]: work-conserving max-min fair share, re-planned every round;
+//! - [`fair`]: work-conserving max-min fair share, re-planned every round (with a
+//!   time slice when there are more jobs than devices; `fair-qS`);
 //! - [`tiresias`]: discretised two-queue least-attained-service (Tiresias 2D-LAS);
 //! - [`pollux`]: goodput-driven, maximising the generalised mean (p = −1) of
 //!   per-job speedups over fair share, with each job's batch chosen for goodput;
@@ -442,8 +443,8 @@ pub const POLICIES: [PolicyEntry; 10] = [
     },
     PolicyEntry {
         name: "fair",
-        summary: "work-conserving max-min fair share, re-planned every round",
-        build: || Box::new(fair::FairShare),
+        summary: "work-conserving max-min fair share, re-planned every round (600 s time slice)",
+        build: || Box::new(fair::FairShare::default()),
         in_all: true,
     },
     PolicyEntry {
@@ -514,14 +515,18 @@ pub fn default_policy_names() -> impl Iterator<Item = &'static str> {
     POLICIES.iter().filter(|e| e.in_all).map(|e| e.name)
 }
 
-/// Builds a policy by registry name ([`POLICIES`]), or Themis with its fairness knob from
-/// `themis-fF` (e.g. `themis-f0.5`).
+/// Builds a policy by registry name ([`POLICIES`]), Themis with its fairness knob from
+/// `themis-fF` (e.g. `themis-f0.5`), or fair share with its time slice from `fair-qS`
+/// (seconds; `fair-q0`: none).
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
     match POLICIES.iter().find(|e| e.name == name) {
         Some(e) => Some((e.build)()),
-        None => {
-            themis::parse_knob(name).map(|f| Box::new(themis::Themis::with_f(f)) as Box<dyn Policy>)
-        }
+        None => themis::parse_knob(name)
+            .map(|f| Box::new(themis::Themis::with_f(f)) as Box<dyn Policy>)
+            .or_else(|| {
+                fair::parse_knob(name)
+                    .map(|q| Box::new(fair::FairShare::with_quantum(q)) as Box<dyn Policy>)
+            }),
     }
 }
 

@@ -24,6 +24,8 @@
 //! - [`emulation`]: speeds and interference emulated by padding after real compute.
 //! - [`sysinfo`]: thread CPU time and /proc signals.
 //! - [`train`]: controller + local worker threads in one call (`pacer train`).
+//! - [`checkpoint`]: the job's state on SIGTERM (`--checkpoint-dir`), resumed on start.
+//! - [`service`]: reports to a scheduler service (`PACER_SERVER`).
 //! - [`gns`]: the gradient noise scale of the running job, from the gradients the
 //!   controller aggregates (`pacer_predict::gns`).
 //!
@@ -32,6 +34,7 @@
 //! that they run on real processes. Time here is wall time, and training time
 //! excludes evaluation.
 
+pub mod checkpoint;
 pub mod controller;
 pub mod data;
 pub mod emulation;
@@ -41,6 +44,7 @@ pub mod interrupt;
 pub mod model;
 pub mod optim;
 pub mod protocol;
+pub mod service;
 pub mod sysinfo;
 pub mod train;
 pub mod worker;

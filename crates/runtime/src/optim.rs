@@ -5,8 +5,8 @@
 //! check (`Σ b_i/B · g_i` = gradient on the union) free of a regulariser term.
 
 /// Optimiser and its hyper-parameters.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum OptimSpec {
     /// `v ← μ·v + g + λ·p; p ← p − lr·v` (PyTorch's form).
     Sgd {
@@ -60,7 +60,7 @@ impl OptimSpec {
 }
 
 /// Optimiser state for one parameter vector.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Optimizer {
     spec: OptimSpec,
     m: Vec<f32>,
@@ -84,6 +84,29 @@ impl Optimizer {
 
     pub fn spec(&self) -> OptimSpec {
         self.spec
+    }
+
+    /// The state a checkpoint keeps: steps taken, first moment (SGD's momentum
+    /// buffer), second moment (Adam's; empty for SGD).
+    pub fn state(&self) -> (u32, &[f32], &[f32]) {
+        (self.t, &self.m, &self.v)
+    }
+
+    /// An optimiser with the state [`Self::state`] returned; an error when the
+    /// vectors do not fit the spec (`v` empty for SGD, as long as `m` for Adam).
+    pub fn restore(spec: OptimSpec, t: u32, m: Vec<f32>, v: Vec<f32>) -> Result<Self, String> {
+        let v_len = match spec {
+            OptimSpec::Adam { .. } => m.len(),
+            OptimSpec::Sgd { .. } => 0,
+        };
+        if v.len() != v_len {
+            return Err(format!(
+                "{} second-moment values for {} parameters, expected {v_len}",
+                v.len(),
+                m.len()
+            ));
+        }
+        Ok(Optimizer { spec, m, v, t })
     }
 
     /// One step of `params` along `grad`.

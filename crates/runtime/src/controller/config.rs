@@ -5,8 +5,10 @@ use crate::data::Data;
 use crate::error::RuntimeError;
 use crate::model::{ModelKind, ModelSpec};
 use crate::optim::OptimSpec;
+use crate::service::ServiceEnv;
 use pacer_control::worker::{make_controller, BatchBounds, BatchProblem};
 use pacer_predict::speed::make_predictor;
+use std::path::PathBuf;
 
 /// What the controller runs.
 #[derive(Debug, Clone)]
@@ -66,6 +68,11 @@ pub struct ControllerConfig {
     /// Largest global batch the reported goodput-optimal batch may take; `None`:
     /// 16 × `global_batch`, at most the training set.
     pub max_global_batch: Option<u64>,
+    /// Where the job's checkpoint lives ([`crate::checkpoint`]): resumed from when one
+    /// is there at the start; written when the run stops on a signal (`interrupt`).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Report to a scheduler service about once per second ([`crate::service`]).
+    pub service: Option<ServiceEnv>,
 }
 
 impl ControllerConfig {
@@ -99,6 +106,8 @@ impl ControllerConfig {
             pipeline: true,
             realtime_io: true,
             max_global_batch: None,
+            checkpoint_dir: None,
+            service: None,
         })
     }
 }

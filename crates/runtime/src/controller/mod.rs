@@ -58,6 +58,7 @@ pub use report::{
     EvalPoint, LedgerEntry, Overhead, Progress, ProgressFn, TrainReport, WorkerStats,
 };
 
+use crate::checkpoint::Checkpoint;
 use crate::data::Data;
 use crate::error::RuntimeError;
 use crate::model::Model;
@@ -149,6 +150,8 @@ pub async fn serve(
     mut progress: Option<ProgressFn>,
 ) -> Result<TrainReport, RuntimeError> {
     validate(&cfg, &data)?;
+    // A checkpoint of another run is an error before anything starts.
+    let resume = resume_from(&cfg, &data)?;
     let model: Box<dyn Model> = cfg.model.build();
     let n_params = model.n_params();
     let (ev_tx, mut events) = mpsc::unbounded_channel::<Event>();
@@ -188,6 +191,7 @@ pub async fn serve(
         &mut events,
         &mut progress,
         &grad_pool,
+        resume,
     )
     .await;
     acceptor.abort();
@@ -210,4 +214,20 @@ pub async fn serve(
     report.rejected = shared.rejected.lock().expect("rejected list").clone();
     report.admitted = shared.admitted.lock().expect("admitted list").clone();
     Ok(report)
+}
+
+/// The checkpoint in `cfg.checkpoint_dir` to resume from, checked against this run;
+/// `None` without a directory or a checkpoint in it.
+pub fn resume_from(
+    cfg: &ControllerConfig,
+    data: &Data,
+) -> Result<Option<Checkpoint>, RuntimeError> {
+    let Some(dir) = &cfg.checkpoint_dir else {
+        return Ok(None);
+    };
+    let Some(c) = Checkpoint::load(dir)? else {
+        return Ok(None);
+    };
+    c.check_matches(dir, data, &cfg.model, &cfg.optimizer, cfg.seed)?;
+    Ok(Some(c))
 }

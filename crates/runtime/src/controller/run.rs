@@ -12,12 +12,14 @@ use super::report::{
     WorkerStats,
 };
 use super::ControllerConfig;
+use crate::checkpoint::Checkpoint;
 use crate::data::Data;
 use crate::error::RuntimeError;
 use crate::gns::{sqr_norm, GnsTracker};
 use crate::model::{Model, Quality};
 use crate::optim::Optimizer;
 use crate::protocol::StepTiming;
+use crate::service::{reportable, JobReport, Reporter};
 use pacer_control::session::{IterationObservation, JobSession, SessionConfig, WorkerKey};
 use pacer_predict::speed::Exogenous;
 use std::collections::{BTreeMap, HashMap};
@@ -91,6 +93,10 @@ pub(super) struct Run<'a> {
     pub(super) deferred: bool,
     pub(super) gns: GnsTracker,
     pub(super) max_batch: f64,
+    /// Reports to a scheduler service, when there is one.
+    pub(super) reporter: Option<Reporter>,
+    /// Mean training loss of the last iteration.
+    pub(super) last_loss: Option<f64>,
 }
 
 /// Runs the job until a stop condition holds; the report and the members to shut
@@ -102,10 +108,31 @@ pub(super) async fn train_loop(
     events: &mut mpsc::UnboundedReceiver<Event>,
     progress: &mut Option<ProgressFn>,
     grad_pool: &Mutex<Vec<Vec<f32>>>,
+    resume: Option<Checkpoint>,
 ) -> Result<(TrainReport, Vec<Member>), RuntimeError> {
     let b_total = cfg.global_batch;
-    let params = model.init(cfg.seed, &data.train);
-    let optimizer = Optimizer::new(cfg.optimizer, params.len());
+    let (params, optimizer, k0, pos0) = match resume {
+        Some(c) => {
+            if let Some(dir) = &cfg.checkpoint_dir {
+                eprintln!(
+                    "pacer controller: resuming from {} at step {} ({} samples)",
+                    Checkpoint::path(dir).display(),
+                    c.meta.step,
+                    c.meta.samples
+                );
+            }
+            (c.params, c.optimizer, c.meta.step, c.meta.samples)
+        }
+        None => {
+            let params = model.init(cfg.seed, &data.train);
+            let optimizer = Optimizer::new(cfg.optimizer, params.len());
+            (params, optimizer, 0, 0)
+        }
+    };
+    let reporter = match &cfg.service {
+        Some(env) => Some(Reporter::start(env.clone(), k0, pos0)?),
+        None => None,
+    };
     let mut report = TrainReport::start(cfg, model.name(), &data.spec);
     let joiners = wait_for_first_workers(cfg, events, &mut report).await?;
     report.workers = joiners.len();
@@ -131,16 +158,16 @@ pub(super) async fn train_loop(
         acc: vec![0.0f32; params.len()],
         params,
         optimizer,
-        version: 0,
+        version: k0,
         active: Vec::new(),
         joiners,
         clock,
         sums: Sums::default(),
         batches: Vec::new(),
         session,
-        pos: 0,
+        pos: pos0,
         next_task: 0,
-        k: 0,
+        k: k0,
         last_end,
         last_quality: None,
         tail: Vec::new(),
@@ -151,13 +178,15 @@ pub(super) async fn train_loop(
             .max_global_batch
             .unwrap_or_else(|| (16 * b_total).min(data.train.n as u64))
             .max(b_total) as f64,
+        reporter,
+        last_loss: None,
     };
     match run.iterate(progress).await {
         Ok(()) => {}
         Err(Halt::Interrupted) => run.report.interrupted = true,
         Err(Halt::Failed(e)) => return Err(e),
     }
-    Ok(run.finish())
+    run.finish()
 }
 
 /// What the batch decision of an iteration produced besides the batches.
@@ -211,6 +240,9 @@ impl Run<'_> {
             let (observed, next_signals) = self.observe(&mut it, &decision);
             let t_eval = Instant::now();
             self.evaluate(now);
+            if self.reporter.as_ref().is_some_and(Reporter::due) {
+                self.send_report(false);
+            }
             if let Some(p) = progress.as_mut() {
                 p(&Progress {
                     iteration: self.k,
@@ -303,6 +335,9 @@ impl Run<'_> {
         it.optimizer_s = t_opt.elapsed().as_secs_f64() + it.overlapped_opt_s;
         self.pos += cfg.global_batch;
         self.k += 1;
+        if it.weight_sum > 0 {
+            self.last_loss = Some(it.loss_sum / it.weight_sum as f64);
+        }
         let now = self.clock.now();
         it.iter_s = now - self.last_end;
         self.last_end = now;
@@ -509,7 +544,7 @@ impl Run<'_> {
 
     /// The final numbers: the deferred step applied, the last evaluation (unless the
     /// last iteration had one), the noise scale and goodput-optimal batch, the means.
-    fn finish(mut self) -> (TrainReport, Vec<Member>) {
+    fn finish(mut self) -> Result<(TrainReport, Vec<Member>), RuntimeError> {
         let k = self.k;
         if self.deferred {
             self.optimizer.step(&mut self.params, &self.acc);
@@ -560,10 +595,69 @@ impl Run<'_> {
         report.epochs = self.pos as f64 / self.data.train.n as f64;
         report.train_time_s = self.last_end;
         report.fill_timing(&mut self.sums);
-        report.worker_stats = worker_means(self.wstats);
+        report.worker_stats = worker_means(std::mem::take(&mut self.wstats));
+        let interrupted = report.interrupted;
+        self.report = report;
+        // Stopped by a signal: the state after `k` steps, for the next start.
+        if let (Some(dir), true) = (&self.cfg.checkpoint_dir, interrupted) {
+            let c = Checkpoint::of_run(
+                self.data,
+                self.cfg,
+                k,
+                self.pos,
+                self.params.clone(),
+                self.optimizer.clone(),
+            );
+            let path = c.save(dir)?;
+            eprintln!(
+                "pacer controller: checkpoint of step {k} ({} samples) written to {}",
+                self.pos,
+                path.display()
+            );
+        }
+        if let Some(last) = self.job_report(!interrupted) {
+            if let Some(r) = self.reporter.take() {
+                r.finish(last);
+            }
+        }
+        let mut report = self.report;
         report.final_params = self.params;
         self.active.append(&mut self.joiners);
-        (report, self.active)
+        Ok((report, self.active))
+    }
+
+    /// A report for the service of where the run stands (closing the report window);
+    /// `None` without a service, or without a worker (nothing trains; the service
+    /// takes at least one replica).
+    fn job_report(&mut self, done: bool) -> Option<JobReport> {
+        if self.active.is_empty() {
+            return None;
+        }
+        let r = self.reporter.as_mut()?;
+        let (time_s, throughput, step_time_s) = r.close_window(self.k, self.pos);
+        Some(JobReport {
+            step: self.k,
+            samples: self.pos,
+            time_s,
+            replicas: self.active.len() as u64,
+            device_type: r.device_type.clone(),
+            global_batch: self.cfg.global_batch,
+            local_batches: self.batches.clone(),
+            throughput,
+            step_time_s,
+            noise_scale: reportable(self.gns.noise_scale()),
+            loss: reportable(self.last_loss),
+            done,
+        })
+    }
+
+    /// Hands the report of now to the reporting thread.
+    fn send_report(&mut self, done: bool) {
+        if let Some(j) = self.job_report(done) {
+            if let Some(r) = &self.reporter {
+                r.offer(j);
+            }
+        }
     }
 }
 

@@ -1,0 +1,493 @@
+//! Checkpoints of a training job (`--checkpoint-dir`), for running under a scheduler
+//! service that preempts and resizes jobs by SIGTERM and restart.
+//!
+//! A checkpoint is written when the controller stops on a signal (SIGTERM or SIGINT,
+//! [`crate::interrupt`]) at an iteration boundary: the iteration in flight is
+//! abandoned, the deferred optimiser step of the last completed one applied, so the
+//! checkpoint is the state after `step` optimiser steps. It holds the parameters, the
+//! optimiser's state (step count, momentum / Adam moments), the step and the sample
+//! position. The sample stream is a pure function of the seed and the position
+//! ([`crate::data::SampleStream`]: a seeded permutation per epoch), so the position
+//! *is* the data loader's and its RNG's state: a resumed run reads exactly the samples
+//! the uninterrupted run would have, with any number of workers. Not saved: the job
+//! session's speed predictors and controller state (they learn the — possibly new —
+//! workers again within a few iterations), the gradient-noise-scale estimate and the
+//! report's curves, which start again.
+//!
+//! File `pacer-checkpoint.bin` in the directory, written whole or not at all (a
+//! temporary file in the same directory, synced, then renamed over the old one):
+//! ```text
+//! magic "PACRCKPT" | u32 format | u32 n | n bytes of JSON (CheckpointMeta)
+//! | params: u64 count + count × f32 | optimiser t: u32
+//! | m: u64 count + count × f32 | v: u64 count + count × f32
+//! | u64 FNV-1a of everything before it
+//! ```
+//! all little-endian. On start, a checkpoint made for another dataset, model or
+//! optimiser, or with another seed, is an error naming the field that differs.
+
+use crate::controller::ControllerConfig;
+use crate::data::Data;
+use crate::error::RuntimeError;
+use crate::model::{ModelSpec, MAX_PARAMS};
+use crate::optim::{OptimSpec, Optimizer};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The file in the checkpoint directory.
+pub const FILE: &str = "pacer-checkpoint.bin";
+const MAGIC: &[u8; 8] = b"PACRCKPT";
+/// Version of the file layout; another is refused.
+pub const FORMAT: u32 = 1;
+/// Largest metadata section accepted (it is a few hundred bytes).
+const MAX_META: u32 = 1 << 20;
+
+/// What the run was (checked on resume) and where it stood.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointMeta {
+    pub dataset: String,
+    pub fingerprint: u64,
+    pub n_train: u64,
+    pub model: String,
+    pub dim: u32,
+    pub classes: u32,
+    pub width: u32,
+    pub optimizer: OptimSpec,
+    pub seed: u64,
+    /// The global batch of the run that wrote it (a resumed run may use another).
+    pub global_batch: u64,
+    /// Optimiser steps (iterations) done, across every run before.
+    pub step: u64,
+    /// Samples of the stream consumed, across every run before: where the next
+    /// iteration starts.
+    pub samples: u64,
+}
+
+/// A training job's state at an iteration boundary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub meta: CheckpointMeta,
+    pub params: Vec<f32>,
+    pub optimizer: Optimizer,
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
+    out.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    for x in v {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// Reads a checkpoint's fields in order; every failure names the file and the field.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    path: &'a Path,
+}
+
+impl Cursor<'_> {
+    fn err(&self, field: &str, message: impl std::fmt::Display) -> RuntimeError {
+        RuntimeError::config(
+            "--checkpoint-dir",
+            format!(
+                "{}: {field} at byte {}: {message}",
+                self.path.display(),
+                self.pos
+            ),
+        )
+    }
+    fn take(&mut self, n: usize, field: &str) -> Result<&[u8], RuntimeError> {
+        if self.buf.len() - self.pos < n {
+            return Err(self.err(
+                field,
+                format!("the file ends after {} bytes (truncated?)", self.buf.len()),
+            ));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn u32(&mut self, field: &str) -> Result<u32, RuntimeError> {
+        Ok(u32::from_le_bytes(
+            self.take(4, field)?.try_into().expect("4"),
+        ))
+    }
+    fn u64(&mut self, field: &str) -> Result<u64, RuntimeError> {
+        Ok(u64::from_le_bytes(
+            self.take(8, field)?.try_into().expect("8"),
+        ))
+    }
+    /// An `f32` vector of exactly `expect` values (checked before reading them).
+    fn f32s(&mut self, field: &str, expect: usize) -> Result<Vec<f32>, RuntimeError> {
+        let n = self.u64(field)?;
+        if n != expect as u64 {
+            return Err(self.err(field, format!("{n} values, expected {expect}")));
+        }
+        let bytes = self.take(expect * 4, field)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+            .collect())
+    }
+}
+
+impl Checkpoint {
+    /// The file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let meta = serde_json::to_vec(&self.meta).expect("plain data serialises");
+        let (t, m, v) = self.optimizer.state();
+        let mut out =
+            Vec::with_capacity(64 + meta.len() + 4 * (self.params.len() + m.len() + v.len()));
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT.to_le_bytes());
+        out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        out.extend_from_slice(&meta);
+        put_f32s(&mut out, &self.params);
+        out.extend_from_slice(&t.to_le_bytes());
+        put_f32s(&mut out, m);
+        put_f32s(&mut out, v);
+        let sum = fnv1a(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Parses the bytes of `path` (named in errors).
+    pub fn decode(buf: &[u8], path: &Path) -> Result<Checkpoint, RuntimeError> {
+        let mut c = Cursor { buf, pos: 0, path };
+        if c.take(8, "magic")? != MAGIC {
+            return Err(c.err("magic", "not a pacer checkpoint (expected \"PACRCKPT\")"));
+        }
+        let format = c.u32("format")?;
+        if format != FORMAT {
+            return Err(c.err(
+                "format",
+                format!("format {format}, this build reads format {FORMAT}"),
+            ));
+        }
+        if buf.len() < 8
+            || fnv1a(&buf[..buf.len() - 8])
+                != u64::from_le_bytes(buf[buf.len() - 8..].try_into().expect("8"))
+        {
+            return Err(c.err(
+                "checksum",
+                "the checksum does not match (damaged or truncated file)",
+            ));
+        }
+        let n = c.u32("metadata length")?;
+        if n > MAX_META {
+            return Err(c.err("metadata length", format!("{n} bytes, at most {MAX_META}")));
+        }
+        let meta: CheckpointMeta = serde_json::from_slice(c.take(n as usize, "metadata")?)
+            .map_err(|e| c.err("metadata", e))?;
+        let spec = ModelSpec::new(
+            &meta.model,
+            meta.dim as usize,
+            meta.classes as usize,
+            meta.width as usize,
+        )
+        .map_err(|e| c.err("metadata.model", e))?;
+        let n_params = spec
+            .n_params()
+            .filter(|&n| n <= MAX_PARAMS)
+            .expect("checked by ModelSpec::new") as usize;
+        let params = c.f32s("params", n_params)?;
+        let t = c.u32("optimiser step count")?;
+        let n_v = match meta.optimizer {
+            OptimSpec::Adam { .. } => n_params,
+            OptimSpec::Sgd { .. } => 0,
+        };
+        let m = c.f32s("optimiser state m", n_params)?;
+        let v = c.f32s("optimiser state v", n_v)?;
+        c.take(8, "checksum")?;
+        if c.pos != buf.len() {
+            return Err(c.err(
+                "(end)",
+                format!("{} bytes after the checksum", buf.len() - c.pos),
+            ));
+        }
+        let optimizer =
+            Optimizer::restore(meta.optimizer, t, m, v).map_err(|e| c.err("optimiser state", e))?;
+        Ok(Checkpoint {
+            meta,
+            params,
+            optimizer,
+        })
+    }
+
+    /// The checkpoint file of `dir`.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(FILE)
+    }
+
+    /// Writes it into `dir` atomically: a temporary file in `dir`, synced, renamed
+    /// over [`FILE`]; the directory is created if missing.
+    pub fn save(&self, dir: &Path) -> Result<PathBuf, RuntimeError> {
+        use std::io::Write;
+        let ctx = |what: &str| format!("--checkpoint-dir {}: {what}", dir.display());
+        std::fs::create_dir_all(dir).map_err(|e| RuntimeError::io(ctx("creating it"), e))?;
+        let path = Checkpoint::path(dir);
+        let tmp = dir.join(format!(".{FILE}.tmp-{}", std::process::id()));
+        let bytes = self.encode();
+        let written = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            // The rename itself is durable once the directory is synced.
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+            Ok(())
+        })();
+        written.map_err(|e: std::io::Error| {
+            let _ = std::fs::remove_file(&tmp);
+            RuntimeError::io(ctx(&format!("writing {}", path.display())), e)
+        })?;
+        Ok(path)
+    }
+
+    /// The checkpoint in `dir`, `None` when there is none.
+    pub fn load(dir: &Path) -> Result<Option<Checkpoint>, RuntimeError> {
+        let path = Checkpoint::path(dir);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(RuntimeError::io(
+                    format!("--checkpoint-dir: reading {}", path.display()),
+                    e,
+                ))
+            }
+        };
+        Checkpoint::decode(&bytes, &path).map(Some)
+    }
+
+    /// The state of a run of `cfg` on `data` that has done `step` iterations over
+    /// `samples` samples.
+    pub fn of_run(
+        data: &Data,
+        cfg: &ControllerConfig,
+        step: u64,
+        samples: u64,
+        params: Vec<f32>,
+        optimizer: Optimizer,
+    ) -> Checkpoint {
+        let (model, seed, global_batch) = (&cfg.model, cfg.seed, cfg.global_batch);
+        Checkpoint {
+            meta: CheckpointMeta {
+                dataset: data.spec.clone(),
+                fingerprint: data.fingerprint,
+                n_train: data.train.n as u64,
+                model: model.name().to_string(),
+                dim: model.dim,
+                classes: model.classes,
+                width: model.width,
+                optimizer: optimizer.spec(),
+                seed,
+                global_batch,
+                step,
+                samples,
+            },
+            params,
+            optimizer,
+        }
+    }
+
+    /// Whether this checkpoint can resume a run of `model` with `optimizer` and
+    /// `seed` on `data`: an error naming the first field that differs.
+    pub fn check_matches(
+        &self,
+        dir: &Path,
+        data: &Data,
+        model: &ModelSpec,
+        optimizer: &OptimSpec,
+        seed: u64,
+    ) -> Result<(), RuntimeError> {
+        let m = &self.meta;
+        let mismatch = |field: &str, theirs: String, ours: String| {
+            Err(RuntimeError::config(
+                "--checkpoint-dir",
+                format!(
+                    "{}: the checkpoint is of another run: its {field} is {theirs}, this run's is {ours}; \
+                     use another directory, or remove the checkpoint to start afresh",
+                    Checkpoint::path(dir).display()
+                ),
+            ))
+        };
+        if m.fingerprint != data.fingerprint || m.n_train != data.train.n as u64 {
+            return mismatch(
+                "dataset",
+                format!(
+                    "`{}` ({} training samples, fingerprint {:016x})",
+                    m.dataset, m.n_train, m.fingerprint
+                ),
+                format!(
+                    "`{}` ({} training samples, fingerprint {:016x})",
+                    data.spec, data.train.n, data.fingerprint
+                ),
+            );
+        }
+        let shape = |name: &str, d: u32, c: u32, w: u32| {
+            format!("{name} (dim {d}, classes {c}, width {w})")
+        };
+        if m.model != model.name()
+            || m.dim != model.dim
+            || m.classes != model.classes
+            || m.width != model.width
+        {
+            return mismatch(
+                "model",
+                shape(&m.model, m.dim, m.classes, m.width),
+                shape(model.name(), model.dim, model.classes, model.width),
+            );
+        }
+        if m.optimizer != *optimizer {
+            return mismatch(
+                "optimiser",
+                format!("{:?}", m.optimizer),
+                format!("{optimizer:?}"),
+            );
+        }
+        if m.seed != seed {
+            return mismatch("seed", m.seed.to_string(), seed.to_string());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pacer-ckpt-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    /// A checkpoint of a few optimiser steps of `spec` on the `tiny` data.
+    fn sample(spec: OptimSpec) -> (Data, ModelSpec, Checkpoint) {
+        let data = crate::data::load("tiny").unwrap();
+        let model = ModelSpec::new("mlp", data.train.dim, data.train.classes, 8).unwrap();
+        let m = model.build();
+        let mut params = m.init(3, &data.train);
+        let mut opt = Optimizer::new(spec, params.len());
+        for k in 0..3 {
+            let g: Vec<f32> = (0..params.len())
+                .map(|i| ((i * 7 + k) % 11) as f32 * 0.01 - 0.05)
+                .collect();
+            opt.step(&mut params, &g);
+        }
+        let mut cfg = ControllerConfig::new(model).unwrap();
+        cfg.seed = 3;
+        cfg.global_batch = 64;
+        let c = Checkpoint::of_run(&data, &cfg, 3, 192, params, opt);
+        (data, model, c)
+    }
+
+    fn adam() -> OptimSpec {
+        OptimSpec::Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_exactly_through_its_file() {
+        let sgd = OptimSpec::Sgd {
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 1e-4,
+        };
+        for spec in [adam(), sgd] {
+            let (_, _, c) = sample(spec);
+            let dir = scratch(&format!("{spec:?}").replace(' ', "")[..8]);
+            let path = c.save(&dir).unwrap();
+            let back = Checkpoint::load(&dir).unwrap().unwrap();
+            // Bit for bit: parameters, optimiser step count and moments, position.
+            assert_eq!(back, c);
+            assert_eq!(back.optimizer.state().0, 3);
+            // Nothing but the checkpoint is left in the directory.
+            let names: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(names, [std::ffi::OsString::from(FILE)], "{path:?}");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+        assert!(Checkpoint::load(&scratch("none")).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_damaged_file_is_an_error_naming_the_file_and_field() {
+        let (_, _, c) = sample(adam());
+        let bytes = c.encode();
+        let p = Path::new("/x/pacer-checkpoint.bin");
+        let e = Checkpoint::decode(&bytes[..bytes.len() - 100], p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/x/pacer-checkpoint.bin") && e.contains("checksum"),
+            "{e}"
+        );
+        let mut flipped = bytes.clone();
+        flipped[200] ^= 1;
+        let e = Checkpoint::decode(&flipped, p).unwrap_err().to_string();
+        assert!(e.contains("checksum"), "{e}");
+        let e = Checkpoint::decode(b"PACRCKP", p).unwrap_err().to_string();
+        assert!(e.contains("magic") && e.contains("truncated"), "{e}");
+        let mut other = bytes;
+        other[8] = 9;
+        let e = Checkpoint::decode(&other, p).unwrap_err().to_string();
+        assert!(e.contains("format 9"), "{e}");
+    }
+
+    #[test]
+    fn a_checkpoint_of_another_run_is_refused_naming_what_differs() {
+        let (data, model, c) = sample(adam());
+        let dir = Path::new("/ckpt");
+        c.check_matches(dir, &data, &model, &adam(), 3).unwrap();
+        let wider = ModelSpec::new("mlp", data.train.dim, data.train.classes, 16).unwrap();
+        let e = c
+            .check_matches(dir, &data, &wider, &adam(), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("its model is mlp (dim 64, classes 10, width 8)"),
+            "{e}"
+        );
+        assert!(e.contains("width 16"), "{e}");
+        let e = c
+            .check_matches(dir, &data, &model, &adam(), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("its seed is 3, this run's is 4"), "{e}");
+        let e = c
+            .check_matches(dir, &data, &model, &adam().with_lr(0.5), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("optimiser"), "{e}");
+        let mut other = data.clone();
+        other.fingerprint ^= 1;
+        let e = c
+            .check_matches(dir, &other, &model, &adam(), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--checkpoint-dir: /ckpt/pacer-checkpoint.bin") && e.contains("dataset"),
+            "{e}"
+        );
+    }
+}
