@@ -451,8 +451,12 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     });
     let typed_speeds = cluster.device_types.len() > 1
         && loads.iter().any(|(_, jobs)| {
-            jobs.iter()
-                .any(|j| matches!(j.work, Work::Throughput { .. }))
+            jobs.iter().any(|j| match &j.work {
+                Work::Throughput { .. } => true,
+                // Per-type tables (`--apps sia:DIR`): a speed per device type.
+                Work::Profiled { app } => !apps[*app].typed().is_empty(),
+                _ => false,
+            })
         });
     let notes: Vec<(String, String)> = policies
         .iter()

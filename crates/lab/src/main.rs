@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod itertime_eval;
 mod job_eval;
 mod narx_ablation;
+mod sia_eval;
 
 #[derive(Parser)]
 #[command(
@@ -34,6 +35,12 @@ enum Command {
     JobEval(job_eval::Args),
     /// Speed-prediction error of NARX variants next to the baselines on scenario files.
     NarxAblation(narx_ablation::Args),
+    /// Sia's workloads under sia, sia-exact and gavel-maxsum next to Sia's simulator's
+    /// numbers (docs/sia.md; writes experiments/sia/).
+    SiaEval(sia_eval::Args),
+    /// Where the fast Sia solver's choices differ from the exact optimum, round by
+    /// round, on one workload (docs/sia.md).
+    SiaGap(sia_eval::GapArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -41,5 +48,7 @@ fn main() -> anyhow::Result<()> {
         Command::ItertimeEval(a) => itertime_eval::run(a),
         Command::JobEval(a) => job_eval::run(a),
         Command::NarxAblation(a) => narx_ablation::run(a),
+        Command::SiaEval(a) => sia_eval::run(a),
+        Command::SiaGap(a) => sia_eval::gap(a),
     }
 }

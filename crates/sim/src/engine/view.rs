@@ -52,6 +52,7 @@ impl Simulation<'_> {
     ) -> JobView {
         let job = &self.jobs[i];
         let quality = kind.quality(st, uses_quality);
+        let iterations_per_work = kind.iterations_per_work(self, job, st, cap);
         let st = &*st;
         let adaptive = match mode.fixed {
             None => kind.adaptive_view(self, st, cap),
@@ -83,6 +84,7 @@ impl Simulation<'_> {
             goodput_by_type,
             goodput_version: st.goodput_version,
             speed: Some(speed.clone()),
+            iterations_per_work,
             work_done,
             work_left: (kind.total_work() - work_done).max(0.0),
             quality,

@@ -89,6 +89,16 @@ impl JobProgress for LossCurve<'_> {
         })
     }
 
+    fn iterations_per_work(
+        &self,
+        _sim: &Simulation<'_>,
+        _job: &SimJob,
+        _st: &mut JobState,
+        _cap: u32,
+    ) -> Option<f64> {
+        Some(1.0)
+    }
+
     fn advance(
         &self,
         sim: &Simulation<'_>,

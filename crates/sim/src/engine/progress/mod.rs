@@ -98,6 +98,18 @@ pub(crate) trait JobProgress {
         memo: &mut DedicatedMemo,
     ) -> f64;
 
+    /// Optimiser steps per unit of work ([`pacer_policy::JobView`]'s
+    /// `iterations_per_work`; may be computed once and kept in `st`); `None`: unknown.
+    fn iterations_per_work(
+        &self,
+        _sim: &Simulation<'_>,
+        _job: &SimJob,
+        _st: &mut JobState,
+        _cap: u32,
+    ) -> Option<f64> {
+        None
+    }
+
     /// Batch settings under a policy (`adaptive`: it lets jobs pick their batch).
     fn batch_mode(&self, _sim: &Simulation<'_>, job: &SimJob, _adaptive: bool) -> BatchMode {
         BatchMode {

@@ -5,8 +5,9 @@
 
 use super::{AdaptiveView, DedicatedMemo, JobProgress, JobState, Round, SimJob, Simulation};
 use crate::apps::AppModel;
-use crate::engine::{limits, pollux_fixed, split_fixed, BatchMode, SURPRISE};
+use crate::engine::{limits, pollux_fixed, split_fixed, split_fixed_on, BatchMode, SURPRISE};
 use pacer_model::Allocation;
+use pacer_model::DeviceTypeId;
 use pacer_policy::{SpeedCurve, SpeedTable};
 use pacer_predict::goodput::{fit_perf_params_from, GoodputFn, GradParams, PerfObservation};
 
@@ -23,17 +24,20 @@ impl JobProgress for Profiled {
         req: u32,
         memo: &mut DedicatedMemo,
     ) -> SpeedTable {
-        let types = sim.cluster.device_types.len().max(1);
         let app = self.app;
         let b = job.spec.requested_batch;
+        if !sim.apps[app].typed().is_empty() {
+            return sim.typed_speed_table(memo, app, b, req);
+        }
+        let types = sim.cluster.device_types.len().max(1);
         let sizes = SpeedCurve::doubling_sizes(req);
         let points = sizes
             .iter()
-            .map(|&r| (r, 1.0 / sim.dedicated_memo(memo, app, b, r, false)))
+            .map(|&r| (r, 1.0 / sim.dedicated_memo(memo, app, b, r, false, None)))
             .collect();
         let spread = if req > 1 {
-            sim.dedicated_memo(memo, app, b, req, false)
-                / sim.dedicated_memo(memo, app, b, req, true)
+            sim.dedicated_memo(memo, app, b, req, false, None)
+                / sim.dedicated_memo(memo, app, b, req, true, None)
         } else {
             1.0
         };
@@ -61,7 +65,30 @@ impl JobProgress for Profiled {
         replicas: u32,
         memo: &mut DedicatedMemo,
     ) -> f64 {
-        sim.dedicated_memo(memo, self.app, job.spec.requested_batch, replicas, false)
+        sim.dedicated_memo(
+            memo,
+            self.app,
+            job.spec.requested_batch,
+            replicas,
+            false,
+            None,
+        )
+    }
+
+    fn iterations_per_work(
+        &self,
+        sim: &Simulation<'_>,
+        job: &SimJob,
+        st: &mut JobState,
+        cap: u32,
+    ) -> Option<f64> {
+        Some(*st.iterations.get_or_insert_with(|| {
+            sim.job_iterations(
+                &sim.apps[self.app],
+                job.spec.requested_batch,
+                job.spec.requested_replicas.min(cap),
+            )
+        }))
     }
 
     fn batch_mode(&self, sim: &Simulation<'_>, job: &SimJob, adaptive: bool) -> BatchMode {
@@ -184,8 +211,11 @@ impl Simulation<'_> {
         if replicas == 0 {
             return;
         }
+        let ty = self
+            .alloc_type(&st.alloc)
+            .filter(|_| !app.typed().is_empty());
         let (atomic, accum) = match (mode.fixed, self.goodput_fn(app, st)) {
-            (Some(b), _) => split_fixed(app, b, replicas),
+            (Some(b), _) => split_fixed_on(app, ty, b, replicas),
             (None, Some(g)) => match g.optimize(nodes, replicas) {
                 Some(c) => (c.atomic_bsz, c.accum_steps),
                 None => split_fixed(
@@ -287,7 +317,14 @@ impl Simulation<'_> {
                     let (step, sync) = match st.fixed_step {
                         Some(s) => s,
                         None => {
-                            let s = app.step_time(&st.alloc.placement(), atomic);
+                            // Per-type applications: the tables of the type it runs on.
+                            let placement = st.alloc.placement();
+                            let s = match self.alloc_type(&st.alloc) {
+                                Some(ty) if !app.typed().is_empty() => {
+                                    app.step_time_on(ty, &placement, atomic)
+                                }
+                                _ => app.step_time(&placement, atomic),
+                            };
                             st.fixed_step = Some(s);
                             s
                         }
@@ -380,5 +417,60 @@ impl Simulation<'_> {
             st.perf = Some(p);
             st.goodput_version += 1;
         }
+    }
+
+    /// Speed table of a fixed-batch job of per-type application `app`: on each
+    /// cluster type with tables, one over its dedicated time on that type's tables
+    /// and nodes (at most the type's devices); no curve on the others.
+    fn typed_speed_table(
+        &self,
+        memo: &mut DedicatedMemo,
+        app: usize,
+        batch: u32,
+        req: u32,
+    ) -> SpeedTable {
+        let a = &self.apps[app];
+        SpeedTable {
+            per_type: (0..self.cluster.device_types.len())
+                .map(|t| {
+                    let ty = DeviceTypeId(t as u16);
+                    let cap = self.cluster.gpus_of_type(ty);
+                    if a.type_index(&self.cluster.device_types[t]).is_none() || cap == 0 {
+                        return SpeedCurve::default();
+                    }
+                    let top = req.min(cap);
+                    let points = SpeedCurve::doubling_sizes(top)
+                        .iter()
+                        .map(|&r| {
+                            (
+                                r,
+                                1.0 / self.dedicated_memo(memo, app, batch, r, false, Some(ty)),
+                            )
+                        })
+                        .collect();
+                    let spread = if top > 1 {
+                        self.dedicated_memo(memo, app, batch, top, false, Some(ty))
+                            / self.dedicated_memo(memo, app, batch, top, true, Some(ty))
+                    } else {
+                        1.0
+                    };
+                    SpeedCurve {
+                        points,
+                        spread_factor: spread.min(1.0),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Optimiser steps a fixed-batch profiled job takes to finish at its requested
+    /// batch on its requested devices (default tables' batch split).
+    fn job_iterations(&self, app: &AppModel, batch: u32, replicas: u32) -> f64 {
+        let replicas = replicas.max(1);
+        let (atomic, accum) = split_fixed(app, batch, replicas);
+        let atomic = atomic
+            .min((app.max_batch / (replicas * (accum + 1)) as f64) as u32)
+            .max(1);
+        crate::engine::dedicated::fixed_iterations(app, (replicas * atomic * (accum + 1)) as f64)
     }
 }

@@ -83,6 +83,16 @@ impl JobProgress for Throughput<'_> {
         self.steps / rate.max(1e-300)
     }
 
+    fn iterations_per_work(
+        &self,
+        _sim: &Simulation<'_>,
+        _job: &SimJob,
+        _st: &mut JobState,
+        _cap: u32,
+    ) -> Option<f64> {
+        Some(1.0)
+    }
+
     fn advance(
         &self,
         sim: &Simulation<'_>,
