@@ -43,10 +43,11 @@ export PACER_SERVER=http://127.0.0.1:$PORT
 
 # The jobs are crates/serve/tests/job.py: 0.1 s steps, a report every 5 steps.
 JOB_PY=$(pwd)/crates/serve/tests/job.py
+PYTHON=$(python3 -c 'import sys; print(sys.executable)')   # the interpreter, not a shim
 mkdir -p "$STATE/out"
 NAMES=(resnet-e2e bert-e2e tiny-mlp-e2e)
 for n in "${NAMES[@]}"; do
-  printf 'name = "%s"\ncommand = ["python3", "%s", "%s", "300"]\nreplicas = 1\n' "$n" "$JOB_PY" "$STATE/out" > "$STATE/$n.toml"
+  printf 'name = "%s"\ncommand = ["%s", "%s", "%s", "300"]\nreplicas = 1\n' "$n" "$PYTHON" "$JOB_PY" "$STATE/out" > "$STATE/$n.toml"
   "$PACER" submit "$STATE/$n.toml" --token-file "$STATE/token"
 done
 sleep 5

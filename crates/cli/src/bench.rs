@@ -28,6 +28,8 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::time::Instant;
 
+mod round_sim;
+
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
@@ -92,6 +94,21 @@ pub struct RoundArgs {
     pub rounds: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Time every round of a whole simulation of this Pollux-format workload CSV
+    /// instead of synthetic jobs (with `--apps` and `--cluster`; `--jobs`, `--gpus`,
+    /// `--gpus-per-node`, `--types` and `--rounds` do not apply).
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<String>,
+    /// Applications of `--workload`: `sia:DIR` or `sia-uncalibrated:DIR` (Sia's
+    /// per-type tables); absent: the embedded Pollux ones.
+    #[arg(long, value_name = "KIND:DIR")]
+    pub apps: Option<String>,
+    /// Cluster of `--workload` (spec or TOML file).
+    #[arg(long, default_value = "6x4:aws,2x8:dgx-ext,3x8:rtx")]
+    pub cluster: String,
+    /// Scheduling round of `--workload` (s).
+    #[arg(long, default_value_t = 60.0)]
+    pub round_s: f64,
     #[arg(long)]
     pub json: bool,
 }
@@ -121,6 +138,8 @@ struct RoundReport {
     /// Median of later rounds (10% of jobs changed model, allocations carried over).
     warm_round_ms: f64,
     allocated_gpus: u32,
+    /// The policy's own account ([`pacer_policy::Policy::notes`]).
+    notes: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -248,6 +267,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 const MAX_BENCH_JOBS: usize = 10_000_000;
 
 fn round(a: RoundArgs) -> Result<()> {
+    if let Some(file) = &a.workload {
+        return round_sim::round_sim(&a, file);
+    }
+    if a.apps.is_some() {
+        bail!("--apps: only with --workload (the synthetic jobs carry their own models)");
+    }
     if a.jobs == 0 || a.gpus == 0 || a.gpus_per_node == 0 || !a.gpus.is_multiple_of(a.gpus_per_node)
     {
         bail!("--jobs and --gpus must be ≥ 1 and --gpus a multiple of --gpus-per-node");
@@ -296,6 +321,7 @@ fn round(a: RoundArgs) -> Result<()> {
                 goodput_by_type: Vec::new(),
                 goodput_version: 1,
                 speed: Some(std::sync::Arc::new(bench_speed(&mut rng, a.types, r))),
+                iterations_per_work: None,
                 work_done: rng.random_range(0.0..10_000.0),
                 work_left: rng.random_range(100.0..100_000.0),
                 quality: Some(bench_quality(&mut rng)),
@@ -344,6 +370,7 @@ fn round(a: RoundArgs) -> Result<()> {
             round_ms: cold,
             warm_round_ms: median(warm),
             allocated_gpus: allocs.iter().map(|x| x.replicas()).sum(),
+            notes: policy.notes(),
         });
     }
     let lp = if policies.iter().any(|p| p.starts_with("gavel")) {
@@ -390,7 +417,7 @@ fn round(a: RoundArgs) -> Result<()> {
             );
         }
         putline!(
-            "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}",
+            "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}  notes",
             "policy",
             "jobs",
             "gpus",
@@ -400,13 +427,14 @@ fn round(a: RoundArgs) -> Result<()> {
         );
         for r in &reports {
             putline!(
-                "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}",
+                "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}  {}",
                 r.policy,
                 r.jobs,
                 r.gpus,
                 r.round_ms,
                 r.warm_round_ms,
-                r.allocated_gpus
+                r.allocated_gpus,
+                r.notes
             );
         }
     }

@@ -6,7 +6,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pacer_model::ClusterSpec;
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
-use pacer_sim::trace::{self, SyntheticSpec};
+use pacer_sim::trace;
 use pacer_sim::{
     embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation, Work,
 };
@@ -23,11 +23,9 @@ pub struct SimulateArgs {
     /// workloads. Default: `embedded:workload-1`.
     #[arg(long, value_name = "FILE")]
     pub workload: Vec<String>,
-    /// Other trace formats: `philly:FILE`, `gavel:FILE` (with --gavel-throughputs),
-    /// `synthetic:JOBS` (Poisson arrivals over the measured applications, Philly job
-    /// sizes), `synthetic-philly:JOBS` (duration-only jobs with Philly's size and
-    /// duration distributions).
-    #[arg(long, value_name = "KIND:FILE")]
+    /// Other trace formats, `KIND:ARG` (the list is in `--help`): `philly:FILE`,
+    /// `gavel:FILE` (with --gavel-throughputs), `synthetic:JOBS`, ...
+    #[arg(long, value_name = "KIND:ARG", long_help = trace_help())]
     pub trace: Vec<String>,
     /// Cluster: `COUNTxGPUS:TYPE[,...]`, e.g. `16x4:t4` (the default, Pollux's 64 T4s),
     /// or a TOML file with `[[nodes]]` tables of `count`, `gpus`, `type`.
@@ -66,9 +64,10 @@ pub struct SimulateArgs {
     /// Gavel's `simulation_throughputs.json`, for `gavel:` traces.
     #[arg(long, value_name = "FILE")]
     pub gavel_throughputs: Option<PathBuf>,
-    /// Device type whose Gavel throughputs set job durations.
-    #[arg(long, default_value = "v100")]
-    pub gavel_device: String,
+    /// Run Gavel jobs on this device type only (default: each job on every type
+    /// it has a throughput for, at that type's throughput).
+    #[arg(long, value_name = "TYPE")]
+    pub gavel_device: Option<String>,
     /// Print machine-readable JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -87,7 +86,10 @@ pub struct SimulateArgs {
 fn policy_about(name: &str) -> &'static str {
     match name {
         "fifo" => "first come, first served; each job gets the devices it asked for",
-        "fair" => "max-min fair share, water-filled up to each job's request",
+        "fair" => {
+            "max-min fair share, water-filled up to each job's request; with more jobs than \
+             devices one each, least attained service first, 600 s time slices (`fair-qS`)"
+        }
         "tiresias" => "Tiresias: 2-queue discretised least-attained-service",
         "pollux" => "Pollux-style: devices and batch for the best goodput (jobs adapt their batch)",
         "gavel-maxmin" => "Gavel's max-min fairness LP over effective throughput per device type",
@@ -102,11 +104,24 @@ fn policy_about(name: &str) -> &'static str {
     }
 }
 
+/// `--trace`'s long help: every registered trace format, one line each.
+fn trace_help() -> String {
+    let mut h = String::from(
+        "Other trace formats, KIND:ARG (repeatable); the kinds (pacer_sim::trace::TRACE_FORMATS):",
+    );
+    for f in trace::TRACE_FORMATS {
+        let k = format!("{}:{}", f.prefix, f.arg);
+        h.push_str(&format!("\n  {k:<23} {}", f.summary));
+    }
+    h
+}
+
 /// `--policy`'s long help: every registered policy, one line each.
 fn policy_help() -> String {
     let mut h = String::from(
         "Policies to compare, comma separated, or `all` (every one below). \
-         Parameterised: `themis-fF` with a fairness knob 0 <= F <= 1 (e.g. themis-f0.5).",
+         Parameterised: `themis-fF` with a fairness knob 0 <= F <= 1 (e.g. themis-f0.5); \
+         `fair-qS` with a time slice of S >= 0 seconds (`fair` is fair-q600; fair-q0: none).",
     );
     for n in pacer_policy::POLICY_NAMES {
         h.push_str(&format!("\n  {n:<13} {}", policy_about(n)));
@@ -142,8 +157,8 @@ fn inert_reason(policy: &str, typed_speeds: bool, any_loss_curve: bool) -> Optio
     if !any_loss_curve && pacer_policy::by_name(policy).is_some_and(|x| x.uses_quality()) {
         return Some(format!(
             "{policy}: driven by each job's loss curve, and these jobs carry none (only the \
-             recorded profiles of `pacer experiment slaq` do), so it falls back to equal shares: \
-             same allocations as `fair`"
+             recorded profiles of `pacer experiment slaq` do), so it falls back to equal shares \
+             as `fair` gives them (without its time slice)"
         ));
     }
     if policy == "gavel-ftf" && !typed_speeds {
@@ -263,57 +278,30 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
             ));
         }
     }
+    let gavel_tp = args
+        .gavel_throughputs
+        .as_ref()
+        .map(|p| p.display().to_string());
+    let ctx = trace::TraceContext {
+        apps,
+        cluster: &cluster,
+        load: args.load,
+        seed: args.seed,
+        arrivals_per_hour: args.arrivals_per_hour,
+        gavel_throughputs: gavel_tp.as_deref(),
+        gavel_device: args.gavel_device.as_deref(),
+    };
     for t in &args.trace {
-        let Some((kind, arg)) = t.split_once(':') else {
-            bail!(
-                "--trace {t}: expected KIND:FILE with KIND one of pollux, philly, gavel, synthetic"
-            );
-        };
-        let name = Path::new(arg)
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or(arg)
-            .to_string();
-        let jobs = match kind {
-            "pollux" => trace::load_pollux_workload(&read(arg)?, arg, apps, args.load)?,
-            "philly" => trace::load_philly(&read(arg)?, arg)?,
-            "gavel" => {
-                let Some(tp) = &args.gavel_throughputs else {
-                    bail!("--trace {t}: gavel traces need --gavel-throughputs FILE (Gavel's simulation_throughputs.json)");
-                };
-                let tp_text = read(&tp.display().to_string())?;
-                let tput = trace::load_gavel_throughputs(&tp_text, &tp.display().to_string())?;
-                trace::load_gavel_trace(
-                    &read(arg)?,
-                    arg,
-                    &tput,
-                    &args.gavel_device.to_ascii_lowercase(),
-                )?
-            }
-            "synthetic" => {
-                let n: usize = pacer_model::error::parse_whole(arg, 1).map_err(|e| {
-                    anyhow::anyhow!("--trace {t}: expected synthetic:JOBS with JOBS a whole number ≥ 1: {e}")
-                })?;
-                let spec = SyntheticSpec {
-                    jobs: n,
-                    arrivals_per_hour: args.arrivals_per_hour,
-                    seed: args.seed,
-                    max_replicas: Some(cluster.total_gpus()),
-                };
-                trace::synthetic(&spec, apps)
-            }
-            "synthetic-philly" => {
-                let n: usize = pacer_model::error::parse_whole(arg, 1).map_err(|e| {
-                    anyhow::anyhow!("--trace {t}: expected synthetic-philly:JOBS with JOBS a whole number ≥ 1: {e}")
-                })?;
-                trace::synthetic_philly(&SyntheticSpec { jobs: n, arrivals_per_hour: args.arrivals_per_hour, seed: args.seed, max_replicas: Some(cluster.total_gpus()) })
-            }
-            _ => bail!("--trace {t}: unknown kind `{kind}`; expected pollux, philly, gavel, synthetic or synthetic-philly"),
-        };
+        let jobs = trace::load_trace(t, &ctx).map_err(|e| anyhow::anyhow!("--trace {t}: {e}"))?;
+        let (kind, arg) = t.split_once(':').expect("loaded: KIND:ARG");
         let label = if kind.starts_with("synthetic") {
             format!("{kind}-{arg}-seed{}", args.seed)
         } else {
-            name
+            Path::new(arg)
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or(arg)
+                .to_string()
         };
         sources.push(format!("--trace {t}"));
         out.push((label, jobs));
@@ -383,8 +371,9 @@ pub fn policy_names(arg: &str) -> Result<Vec<String>> {
                 Ok(p.to_string())
             } else {
                 bail!(
-                    "--policy: unknown policy `{p}`; expected `all`, any of {}, or `themis-fF` \
-                     with a fairness knob 0 <= F <= 1 (e.g. themis-f0.8)",
+                    "--policy: unknown policy `{p}`; expected `all`, any of {}, `themis-fF` \
+                     with a fairness knob 0 <= F <= 1 (e.g. themis-f0.8), or `fair-qS` with a \
+                     time slice S >= 0 s (e.g. fair-q0)",
                     pacer_policy::POLICY_NAMES.join(", ")
                 )
             }
@@ -462,8 +451,12 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     });
     let typed_speeds = cluster.device_types.len() > 1
         && loads.iter().any(|(_, jobs)| {
-            jobs.iter()
-                .any(|j| matches!(j.work, Work::Throughput { .. }))
+            jobs.iter().any(|j| match &j.work {
+                Work::Throughput { .. } => true,
+                // Per-type tables (`--apps sia:DIR`): a speed per device type.
+                Work::Profiled { app } => !apps[*app].typed().is_empty(),
+                _ => false,
+            })
         });
     let notes: Vec<(String, String)> = policies
         .iter()

@@ -138,8 +138,9 @@ fn pollux_apps_run_only_on_the_types_they_were_measured_on() {
     );
 }
 
-/// A Gavel trace's durations are its `--gavel-device` throughputs: ground truth on
-/// that type only (it ran on the default T4 cluster at V100 speed).
+/// A Gavel job runs at its throughput on each type it was measured on, and only
+/// there (it ran on the default T4 cluster at V100 speed); `--gavel-device` pins
+/// it to one of them.
 #[test]
 fn gavel_durations_hold_on_their_device_type_only() {
     let t = tmp(
@@ -162,7 +163,14 @@ fn gavel_durations_hold_on_their_device_type_only() {
     assert_clean_error(
         &out,
         "on --cluster 16x4:t4: device type t4 in the cluster: no job of the workload has \
-         measurements for it; the workload's jobs were measured on v100",
+         measurements for it; the workload's jobs were measured on k80, v100",
+    );
+    let mut pinned = base.to_vec();
+    pinned.extend(["--cluster", "1x4:v100,1x4:k80", "--gavel-device", "v100"]);
+    assert_clean_error(
+        &pacer_within(60, &pinned),
+        "device type k80 in the cluster: no job of the workload has measurements for it; \
+         the workload's jobs were measured on v100",
     );
     for (cluster, device) in [("1x4:v100", "v100"), ("1x4:k80", "k80")] {
         let mut args = base.to_vec();

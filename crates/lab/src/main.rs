@@ -14,6 +14,7 @@ mod experiment;
 mod itertime_eval;
 mod job_eval;
 mod narx_ablation;
+mod sia_eval;
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +42,12 @@ enum Command {
     /// Themis vs fair share, Tiresias and Gavel on heterogeneous and Pollux traces
     /// (experiments/themis).
     Themis(experiment::themis::ThemisArgs),
+    /// Sia's workloads under sia, sia-exact and gavel-maxsum next to Sia's simulator's
+    /// numbers (docs/sia.md; writes experiments/sia/).
+    SiaEval(sia_eval::Args),
+    /// Where the fast Sia solver's choices differ from the exact optimum, round by
+    /// round, on one workload (docs/sia.md).
+    SiaGap(sia_eval::GapArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -50,6 +57,8 @@ fn main() -> std::process::ExitCode {
         Command::NarxAblation(a) => narx_ablation::run(a),
         Command::Slaq(a) => experiment::slaq::run(a),
         Command::Themis(a) => experiment::themis::run(a),
+        Command::SiaEval(a) => sia_eval::run(a),
+        Command::SiaGap(a) => sia_eval::gap(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

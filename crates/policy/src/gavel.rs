@@ -16,7 +16,12 @@
 //!   is bisection on the target ρ, each step a max-min LP (`T_i(x) ≥ λ·need_i(ρ)`,
 //!   feasible iff λ ≥ 1), which keeps everything linear (good_lp + Clarabel).
 //!
-//! Both objectives add a small efficiency term (ε·Σ normalised throughput) so the
+//! - `gavel-maxsum` (Gavel's `max_sum_throughput_perf`, the objective Sia's
+//!   simulator runs Gavel with): maximise `Σ_i Σ_t tput[i][t]·x[i][t]` with the
+//!   throughput in iterations per second (`JobView::iterations_per_work`), not
+//!   normalised per job: jobs with fast steps are worth more.
+//!
+//! The two fairness objectives add a small efficiency term (ε·Σ normalised throughput) so the
 //! solver does not leave capacity idle among the jobs that are not the bottleneck.
 //!
 //! Round-based realisation (Gavel's scheduler): each round, the priority of
@@ -55,6 +60,7 @@ use std::collections::HashMap;
 pub enum Objective {
     MaxMin,
     FinishTimeFair,
+    MaxSumThroughput,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -80,6 +86,9 @@ pub struct Gavel {
     pub round_s: f64,
     /// Start of the next Gavel round (s).
     next_round_s: f64,
+    /// `gavel-maxsum`: time handed out per type so far (s), Sia's simulator's
+    /// `cluster_time` (see [`realise_sia`]).
+    cluster_time: Vec<f64>,
 }
 
 /// Gavel's round length (the paper's 6 minutes).
@@ -98,6 +107,7 @@ impl Gavel {
             last_lp_count: 0,
             round_s: DEFAULT_ROUND_S,
             next_round_s: f64::NEG_INFINITY,
+            cluster_time: Vec::new(),
         }
     }
 
@@ -107,6 +117,10 @@ impl Gavel {
 
     pub fn finish_time_fair() -> Self {
         Self::new(Objective::FinishTimeFair)
+    }
+
+    pub fn max_sum_throughput() -> Self {
+        Self::new(Objective::MaxSumThroughput)
     }
 }
 
@@ -287,6 +301,65 @@ pub fn solve_max_min(inp: &LpInput) -> Vec<Vec<f64>> {
         .unwrap_or_else(|| vec![vec![0.0; inp.capacity.len()]; coef.len()])
 }
 
+/// Gavel's `max_sum_throughput_perf`: maximise `Σ_i weight_i·Σ_t tput[i][t]·x[i][t]`
+/// (`weight_i`: iterations per work unit, so the sum is in iterations per second)
+/// under the time-fraction constraints.
+pub fn solve_max_sum(inp: &LpInput, weight: &[f64]) -> Vec<Vec<f64>> {
+    let n = inp.tput.len();
+    let types = inp.capacity.len();
+    let empty = || vec![vec![0.0; types]; n];
+    let mut vars = variables!();
+    let x: Vec<Vec<Option<Variable>>> = inp
+        .tput
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&c| (c > 0.0).then(|| vars.add(variable().min(0.0).max(1.0))))
+                .collect()
+        })
+        .collect();
+    let mut objective = Expression::from(0.0);
+    for (i, row) in x.iter().enumerate() {
+        for (t, v) in row.iter().enumerate() {
+            if let Some(v) = v {
+                objective += (weight[i] * inp.tput[i][t]) * *v;
+            }
+        }
+    }
+    let mut model = vars.maximise(objective).using(clarabel);
+    for row in &x {
+        let mut time = Expression::from(0.0);
+        let mut any = false;
+        for v in row.iter().flatten() {
+            time += *v;
+            any = true;
+        }
+        if any {
+            model = model.with(constraint!(time <= 1.0));
+        }
+    }
+    for (t, &cap) in inp.capacity.iter().enumerate() {
+        let mut used = Expression::from(0.0);
+        for (row, &s) in x.iter().zip(&inp.scale) {
+            if let Some(v) = row[t] {
+                used += s * v;
+            }
+        }
+        model = model.with(constraint!(used <= cap));
+    }
+    match model.solve() {
+        Ok(sol) => x
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .map(|v| v.map_or(0.0, |v| sol.value(v).clamp(0.0, 1.0)))
+                    .collect()
+            })
+            .collect(),
+        Err(_) => empty(),
+    }
+}
+
 /// Finish-time-fair allocation: bisection on the largest ρ. `elapsed[i]` is the
 /// time since arrival, `remaining[i]` the work left. Returns (x, ρ bound, LPs solved).
 pub fn solve_ftf(
@@ -368,6 +441,7 @@ impl Policy for Gavel {
         match self.objective {
             Objective::MaxMin => "gavel-maxmin",
             Objective::FinishTimeFair => "gavel-ftf",
+            Objective::MaxSumThroughput => "gavel-maxsum",
         }
     }
 
@@ -378,7 +452,6 @@ impl Policy for Gavel {
             self.state.clear();
             return Vec::new();
         }
-        let types = view.cluster.device_types.len().max(1);
         let changed =
             jobs.len() != self.state.len() || jobs.iter().any(|j| !self.state.contains_key(&j.id));
         let live: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.id).collect();
@@ -402,11 +475,21 @@ impl Policy for Gavel {
                     self.last_lp_count = lps;
                     x
                 }
+                Objective::MaxSumThroughput => {
+                    self.last_lp_count = 1;
+                    let weight: Vec<f64> = jobs
+                        .iter()
+                        .map(|j| j.iterations_per_work.unwrap_or(1.0))
+                        .collect();
+                    solve_max_sum(&inp, &weight)
+                }
             };
             for (j, xi) in jobs.iter().zip(x) {
+                // `received` is sized by the realisation (it starts at 0 rounds, or
+                // at half a round of time for gavel-maxsum).
                 let st = self.state.entry(j.id).or_insert_with(|| JobState {
                     x: Vec::new(),
-                    received: vec![0.0; types],
+                    received: Vec::new(),
                     active: 0.0,
                 });
                 st.x = xi;
@@ -416,7 +499,17 @@ impl Policy for Gavel {
         if boundary {
             self.next_round_s = view.now_s + self.round_s;
         }
-        realise(view, &mut self.state, boundary)
+        if self.objective == Objective::MaxSumThroughput {
+            realise_sia(
+                view,
+                &mut self.state,
+                &mut self.cluster_time,
+                boundary,
+                self.round_s,
+            )
+        } else {
+            realise(view, &mut self.state, boundary)
+        }
     }
 }
 
@@ -430,7 +523,7 @@ fn realise(
     let jobs = view.jobs;
     let n = jobs.len();
     let types = view.cluster.device_types.len().max(1);
-    let mut pools = TypedPools::new(view.cluster);
+    let pools = TypedPools::new(view.cluster);
     // A gang larger than every type's capacity runs on the largest type.
     let largest = (0..types)
         .map(|t| pools.free(DeviceTypeId(t as u16)))
@@ -522,6 +615,26 @@ fn realise(
             }
         }
     }
+    let out = place_chosen(view, &chosen, &scale);
+    for (i, j) in jobs.iter().enumerate() {
+        let st = state.get_mut(&j.id).expect("enrolled");
+        st.active += 1.0;
+        if !out[i].is_empty() {
+            if let Some(t) = chosen[i] {
+                st.received[t] += 1.0;
+            }
+        }
+    }
+    out
+}
+
+/// Devices for the chosen (job → type) pairs: a job that keeps its type and gang
+/// keeps its devices (Gavel's lease extension); the others, largest gang first, are
+/// placed on free nodes of their type.
+fn place_chosen(view: &ClusterView, chosen: &[Option<usize>], scale: &[u32]) -> Vec<Allocation> {
+    let jobs = view.jobs;
+    let n = jobs.len();
+    let mut pools = TypedPools::new(view.cluster);
     let mut out = vec![Allocation::empty(); n];
     for (i, j) in jobs.iter().enumerate() {
         if let Some(t) = chosen[i] {
@@ -543,12 +656,102 @@ fn realise(
             out[i] = a;
         }
     }
-    for (i, j) in jobs.iter().enumerate() {
-        let st = state.get_mut(&j.id).expect("enrolled");
-        st.active += 1.0;
-        if !out[i].is_empty() {
-            if let Some(t) = chosen[i] {
-                st.received[t] += 1.0;
+    out
+}
+
+/// The realisation of Sia's simulator's Gavel (`gavel-maxsum`): at each Gavel round
+/// the priority of (job, type) is `x[i][t]` over the job's share of the type's time
+/// so far (`job_time / cluster_time`; a job enters with half a round on every type,
+/// and each round a job runs adds a round to both), every (job, type) pair with
+/// `x = 0` included at priority 0, so the scheduler is work-conserving in the order
+/// types then jobs. A job is placed on its first pair whose type has room for its
+/// gang. Between Gavel rounds the jobs holding devices keep them and freed devices
+/// go to waiting jobs in the same order.
+fn realise_sia(
+    view: &ClusterView,
+    state: &mut HashMap<JobId, JobState>,
+    cluster_time: &mut Vec<f64>,
+    boundary: bool,
+    round_s: f64,
+) -> Vec<Allocation> {
+    let jobs = view.jobs;
+    let n = jobs.len();
+    let types = view.cluster.device_types.len().max(1);
+    cluster_time.resize(types, 0.0);
+    let pools = TypedPools::new(view.cluster);
+    let largest = (0..types)
+        .map(|t| pools.free(DeviceTypeId(t as u16)))
+        .max()
+        .unwrap_or(0)
+        .max(1) as u32;
+    let scale: Vec<u32> = jobs
+        .iter()
+        .map(|j| j.requested_replicas.clamp(1, largest))
+        .collect();
+    for j in jobs {
+        let st = state.entry(j.id).or_insert_with(|| JobState {
+            x: vec![0.0; types],
+            received: Vec::new(),
+            active: 0.0,
+        });
+        st.x.resize(types, 0.0);
+        if st.received.is_empty() {
+            // Job time per type, starting at half a round (Sia's simulator).
+            st.received = vec![round_s / 2.0; types];
+            for c in cluster_time.iter_mut() {
+                *c += round_s / 2.0;
+            }
+        }
+    }
+    let mut pairs: Vec<(f64, f64, usize, usize)> = Vec::with_capacity(n * types);
+    for (t, &total) in cluster_time.iter().enumerate() {
+        for (i, j) in jobs.iter().enumerate() {
+            if !j.can_use(DeviceTypeId(t as u16)) {
+                continue;
+            }
+            let st = &state[&j.id];
+            let x = st.x[t];
+            let frac = st.received[t] / total.max(1e-12);
+            let prio = if x <= 0.0 {
+                0.0
+            } else if frac > 0.0 {
+                x / frac
+            } else {
+                x * 1e9
+            };
+            pairs.push((prio, x, i, t));
+        }
+    }
+    // Stable: ties keep the order types, then jobs (arrival order).
+    pairs.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    let mut chosen: Vec<Option<usize>> = vec![None; n];
+    let mut budget: Vec<u64> = (0..types)
+        .map(|t| pools.free(DeviceTypeId(t as u16)))
+        .collect();
+    let mut take = |chosen: &mut Vec<Option<usize>>, i: usize, t: usize| {
+        if chosen[i].is_none() && budget[t] >= scale[i] as u64 {
+            budget[t] -= scale[i] as u64;
+            chosen[i] = Some(t);
+        }
+    };
+    if !boundary {
+        for (i, j) in jobs.iter().enumerate() {
+            if j.current.replicas() == scale[i] {
+                if let Some(ty) = pools.type_of(&j.current) {
+                    take(&mut chosen, i, ty.0 as usize);
+                }
+            }
+        }
+    }
+    for &(_, _, i, t) in &pairs {
+        take(&mut chosen, i, t);
+    }
+    let out = place_chosen(view, &chosen, &scale);
+    if boundary {
+        for (i, j) in jobs.iter().enumerate() {
+            if let (Some(t), false) = (chosen[i], out[i].is_empty()) {
+                state.get_mut(&j.id).expect("enrolled").received[t] += round_s;
+                cluster_time[t] += round_s;
             }
         }
     }
@@ -641,6 +844,68 @@ mod tests {
         };
         assert!(rho_of(&x) <= rho_of(&mm) + 1e-6);
         assert!(rho_of(&x) <= rho * 1.0 + 1e-6);
+    }
+
+    #[test]
+    fn max_sum_counts_iterations_per_second() {
+        // One device. Job 0 finishes its work twice as fast, but job 1 does ten
+        // times as many iterations per unit of work: 100 vs 20 iterations/s.
+        let c = ClusterSpec::parse("1x1:v100", "t").unwrap();
+        let mut jobs = vec![job(0, [2.0, 0.0], 1, 100.0), job(1, [1.0, 0.0], 1, 100.0)];
+        for j in &mut jobs {
+            j.speed = Some(Arc::new(SpeedTable {
+                per_type: vec![j.speed.as_ref().unwrap().per_type[0].clone()],
+            }));
+        }
+        jobs[0].iterations_per_work = Some(10.0);
+        jobs[1].iterations_per_work = Some(100.0);
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let inp = LpInput::new(&view);
+        let x = solve_max_sum(&inp, &[10.0, 100.0]);
+        assert!(x[1][0] > 0.99 && x[0][0] < 0.01, "{x:?}");
+        // Unweighted, the faster job wins.
+        let x = solve_max_sum(&inp, &[1.0, 1.0]);
+        assert!(x[0][0] > 0.99, "{x:?}");
+        let mut p = Gavel::max_sum_throughput();
+        let out = p.allocate(&view);
+        assert!(out[0].is_empty() && out[1].replicas() == 1, "{out:?}");
+    }
+
+    #[test]
+    fn max_sum_realisation_is_work_conserving_and_shares_ties() {
+        // Two devices of one type, three equal single-device jobs: every round
+        // both devices are busy, and over 30 Gavel rounds every job runs.
+        let c = ClusterSpec::parse("1x2:v100", "t").unwrap();
+        let mut jobs: Vec<JobView> = (0..3)
+            .map(|i| {
+                let mut j = job(i, [1.0, 0.0], 1, 1e9);
+                j.speed = Some(Arc::new(SpeedTable {
+                    per_type: vec![SpeedCurve::single(1, 1.0, 1.0)],
+                }));
+                j
+            })
+            .collect();
+        let mut p = Gavel::max_sum_throughput();
+        let mut held = [0u32; 3];
+        for round in 0..30 {
+            let view = ClusterView {
+                now_s: round as f64 * DEFAULT_ROUND_S,
+                cluster: &c,
+                jobs: &jobs,
+            };
+            let out = p.allocate(&view);
+            crate::check_capacity(&c, &out).unwrap();
+            assert_eq!(out.iter().map(|a| a.replicas()).sum::<u32>(), 2);
+            for (i, (j, a)) in jobs.iter_mut().zip(&out).enumerate() {
+                held[i] += u32::from(!a.is_empty());
+                j.current = a.clone();
+            }
+        }
+        assert!(held.iter().all(|&h| h >= 10), "{held:?}");
     }
 
     #[test]

@@ -8,12 +8,13 @@
 //!
 //! Policies (one file each; adding one is a new file plus a line in [`POLICIES`]):
 //! - [`fifo`]: first come, first served, gang-scheduled, non-preemptive;
-//! - [`fair`]: work-conserving max-min fair share, re-planned every round;
+//! - [`fair`]: work-conserving max-min fair share, re-planned every round (with a
+//!   time slice when there are more jobs than devices; `fair-qS`);
 //! - [`tiresias`]: discretised two-queue least-attained-service (Tiresias 2D-LAS);
 //! - [`pollux`]: goodput-driven, maximising the generalised mean (p = −1) of
 //!   per-job speedups over fair share, with each job's batch chosen for goodput;
 //! - [`gavel`]: heterogeneity-aware LPs over effective throughput per device
-//!   type (`gavel-maxmin`, `gavel-ftf`), realised round by round;
+//!   type (`gavel-maxmin`, `gavel-ftf`, `gavel-maxsum`), realised round by round;
 //! - [`themis`]: finish-time fairness by partial-allocation auctions over
 //!   lease rounds (`themis`, knob f);
 //! - [`slaq`]: quality-driven, workers to the jobs whose predicted normalised
@@ -227,6 +228,11 @@ pub struct JobView {
     /// to `requested_replicas` devices of any type, finishing `work_left` units at
     /// one unit per second on its requested size.
     pub speed: Option<Arc<SpeedTable>>,
+    /// Optimiser steps (at the requested batch) per unit of work, so that
+    /// `rate × iterations_per_work` is the job's iteration rate: Gavel's max-sum
+    /// throughput objective sums iterations per second, as Sia's simulator does
+    /// (`None`: the rate itself is used).
+    pub iterations_per_work: Option<f64>,
     /// Work done and left, in the units of `speed` (steps, iterations, or the
     /// fraction of the job).
     pub work_done: f64,
@@ -251,6 +257,7 @@ impl JobView {
             goodput_by_type: Vec::new(),
             goodput_version: 0,
             speed: None,
+            iterations_per_work: None,
             work_done: 0.0,
             work_left: 1.0,
             quality: None,
@@ -372,6 +379,12 @@ pub trait Policy: Send {
     /// fit the cluster's capacity; drivers check it.
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation>;
 
+    /// The policy's own account of its work so far, for benchmarks (e.g. how
+    /// often an exact solver stopped at its bound and fell back); empty by default.
+    fn notes(&self) -> String {
+        String::new()
+    }
+
     /// A fresh event-driven form of this policy, when it has one: the driver tells
     /// it about arrivals, departures and attained service instead of handing it
     /// every active job each round, and it answers with the allocations that
@@ -433,7 +446,7 @@ pub struct PolicyEntry {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 10] = [
+pub const POLICIES: [PolicyEntry; 11] = [
     PolicyEntry {
         name: "fifo",
         summary: "first come, first served, gang-scheduled, non-preemptive",
@@ -442,8 +455,8 @@ pub const POLICIES: [PolicyEntry; 10] = [
     },
     PolicyEntry {
         name: "fair",
-        summary: "work-conserving max-min fair share, re-planned every round",
-        build: || Box::new(fair::FairShare),
+        summary: "work-conserving max-min fair share, re-planned every round (600 s time slice)",
+        build: || Box::new(fair::FairShare::default()),
         in_all: true,
     },
     PolicyEntry {
@@ -469,6 +482,12 @@ pub const POLICIES: [PolicyEntry; 10] = [
         summary: "Gavel's finish-time-fair LP over effective throughput per device type",
         build: || Box::new(gavel::Gavel::finish_time_fair()),
         in_all: true,
+    },
+    PolicyEntry {
+        name: "gavel-maxsum",
+        summary: "Gavel's max-sum-throughput LP (iterations/s), the Gavel of Sia's simulator",
+        build: || Box::new(gavel::Gavel::max_sum_throughput()),
+        in_all: false,
     },
     PolicyEntry {
         name: "themis",
@@ -514,14 +533,18 @@ pub fn default_policy_names() -> impl Iterator<Item = &'static str> {
     POLICIES.iter().filter(|e| e.in_all).map(|e| e.name)
 }
 
-/// Builds a policy by registry name ([`POLICIES`]), or Themis with its fairness knob from
-/// `themis-fF` (e.g. `themis-f0.5`).
+/// Builds a policy by registry name ([`POLICIES`]), Themis with its fairness knob from
+/// `themis-fF` (e.g. `themis-f0.5`), or fair share with its time slice from `fair-qS`
+/// (seconds; `fair-q0`: none).
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
     match POLICIES.iter().find(|e| e.name == name) {
         Some(e) => Some((e.build)()),
-        None => {
-            themis::parse_knob(name).map(|f| Box::new(themis::Themis::with_f(f)) as Box<dyn Policy>)
-        }
+        None => themis::parse_knob(name)
+            .map(|f| Box::new(themis::Themis::with_f(f)) as Box<dyn Policy>)
+            .or_else(|| {
+                fair::parse_knob(name)
+                    .map(|q| Box::new(fair::FairShare::with_quantum(q)) as Box<dyn Policy>)
+            }),
     }
 }
 

@@ -131,12 +131,52 @@ impl FreePool {
             .min()
     }
 
-    /// [`FreePool::take_most_free`] on the device types `job` can run on only.
+    /// [`FreePool::take_most_free`] on the device types `job` can run on only, and on
+    /// one type unless the job runs equally fast on all of them
+    /// ([`mixes_types_freely`]): a job spread over two types runs at the slower
+    /// one's speed. The type is the fastest for the job among those with `count`
+    /// free devices (lowest index on ties).
     pub fn take_most_free_for(&mut self, job: &JobView, count: u32) -> Option<Allocation> {
+        if self.typed.len() > 1 && !mixes_types_freely(job) {
+            let types = self.typed.len();
+            let best = (0..types)
+                .map(|t| DeviceTypeId(t as u16))
+                .filter(|&t| job.can_use(t) && self.typed[t.0 as usize].total >= count as u64)
+                .map(|t| (t, job.rate(t, count, true)))
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?;
+            let mut one = vec![false; types];
+            one[best.0 .0 as usize] = true;
+            return self.take_most_free_among(&one, count);
+        }
         let Some(usable) = self.restriction(job) else {
             return self.take_most_free(count);
         };
-        if (count as u64) > self.total_free_for(job) {
+        self.take_most_free_among(&usable, count)
+    }
+
+    /// Most devices [`FreePool::take_most_free_for`] could give `job` now: the free
+    /// devices of its types, or of its best-provided type when it is placed on one.
+    pub fn most_for(&self, job: &JobView) -> u64 {
+        if self.typed.len() > 1 && !mixes_types_freely(job) {
+            return (0..self.typed.len())
+                .filter(|&t| job.can_use(DeviceTypeId(t as u16)))
+                .map(|t| self.typed[t].total)
+                .max()
+                .unwrap_or(0);
+        }
+        self.total_free_for(job)
+    }
+
+    /// [`FreePool::take_most_free`] on the device types marked in `usable`.
+    fn take_most_free_among(&mut self, usable: &[bool], count: u32) -> Option<Allocation> {
+        let free: u64 = self
+            .typed
+            .iter()
+            .zip(usable)
+            .filter(|(_, &ok)| ok)
+            .map(|(b, _)| b.total)
+            .sum();
+        if (count as u64) > free {
             return None;
         }
         let mut left = count;
@@ -144,7 +184,7 @@ impl FreePool {
         while left > 0 {
             let (k, node) = (1..self.buckets.len())
                 .rev()
-                .find_map(|k| Some((k, self.first_of(&usable, k)?)))?;
+                .find_map(|k| Some((k, self.first_of(usable, k)?)))?;
             let take = left.min(k as u32);
             self.set(node, k as u32 - take);
             pairs.push((NodeId(node), take));
@@ -248,6 +288,17 @@ impl FreePool {
         self.set(node, k as u32 - count);
         Some(Allocation::from_pairs([(NodeId(node), count)]))
     }
+}
+
+/// Whether `job` runs at the same speed on every device type it can use (no speed
+/// table, or the same curve on each): spreading it over several types costs nothing,
+/// so placement may mix them.
+pub fn mixes_types_freely(job: &JobView) -> bool {
+    job.speed.as_ref().is_none_or(|s| {
+        let mut used = s.per_type.iter().filter(|c| !c.points.is_empty());
+        let first = used.next();
+        used.all(|c| Some(c) == first)
+    })
 }
 
 /// One [`FreePool`] per device type, so a job can be given devices of a single
@@ -451,5 +502,54 @@ mod tests {
         assert_eq!(p.total_free_for(&k80_only), 5);
         let e = p.take_most_free_for(&k80_only, 4).unwrap();
         assert_eq!((e.placement(), types(&e)), (vec![2, 2], vec![1, 1]));
+    }
+
+    /// FIFO and the others placed a typed job over two device types, where it ran at
+    /// the slower one's speed.
+    #[test]
+    fn typed_jobs_get_one_device_type() {
+        use crate::{SpeedCurve, SpeedTable};
+        use pacer_model::JobId;
+        use std::sync::Arc;
+        // Nodes 0-1: v100 (4 each), nodes 2-4: k80 (2 each).
+        let c = ClusterSpec::parse("2x4:v100,3x2:k80", "t").unwrap();
+        let typed = |v100: f64, k80: f64| {
+            let mut j = crate::JobView::basic(JobId(0), 0.0, 6);
+            j.speed = Some(Arc::new(SpeedTable {
+                per_type: vec![
+                    SpeedCurve::single(6, v100, 1.0),
+                    SpeedCurve::single(6, k80, 1.0),
+                ],
+            }));
+            j
+        };
+        let fast_v100 = typed(4.0, 1.0);
+        assert!(!mixes_types_freely(&fast_v100));
+        assert!(mixes_types_freely(&typed(2.0, 2.0)));
+        assert!(mixes_types_freely(&crate::JobView::basic(JobId(1), 0.0, 6)));
+        let ty = |a: &Allocation| -> Vec<u16> {
+            a.slots()
+                .iter()
+                .map(|s| c.nodes[s.0 .0 as usize].device_type.0)
+                .collect()
+        };
+        let mut p = FreePool::new(&c);
+        // The fastest type with room: V100.
+        let a = p.take_most_free_for(&fast_v100, 6).unwrap();
+        assert_eq!((a.replicas(), ty(&a)), (6, vec![0, 0]));
+        // 2 V100s and 6 K80s left: 6 devices only of the K80s, never 2 + 4.
+        let b = p.take_most_free_for(&fast_v100, 6).unwrap();
+        assert_eq!((b.replicas(), ty(&b)), (6, vec![1, 1, 1]));
+        assert_eq!(p.most_for(&fast_v100), 2);
+        assert!(p.take_most_free_for(&fast_v100, 2).is_some());
+        assert_eq!(p.most_for(&fast_v100), 0);
+        assert!(p.take_most_free_for(&fast_v100, 1).is_none());
+        // A job as fast on both may still be spread over them.
+        let mut q = FreePool::new(&c);
+        q.take_most_free(6).unwrap();
+        let any = crate::JobView::basic(JobId(2), 0.0, 8);
+        let m = q.take_most_free_for(&any, 8).unwrap();
+        assert_eq!(m.replicas(), 8);
+        assert!(ty(&m).contains(&0) && ty(&m).contains(&1));
     }
 }

@@ -72,6 +72,14 @@ async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Waits for the group commit of a staged change.
+async fn wait_durable(d: crate::core::Durable) -> Result<(), ApiError> {
+    match d.await {
+        Ok(true) => Ok(()),
+        _ => Err(ApiError::internal("the change could not be committed")),
+    }
+}
+
 async fn body_bytes(body: Body) -> Result<axum::body::Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         ApiError::with_status(
@@ -107,7 +115,8 @@ async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Ap
             .map_err(|_| ApiError::bad("body", "a TOML job spec must be UTF-8".into()))?;
         JobSpec::from_toml(text, "job spec")?
     };
-    let job = s.core.lock().await.submit(spec)?;
+    let (job, durable) = s.core.lock().await.submit(spec)?;
+    wait_durable(durable).await?;
     Ok((StatusCode::CREATED, Json(job.public_json())).into_response())
 }
 
@@ -204,16 +213,26 @@ async fn report(
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok()),
     );
+    // Authentication first: without the job's (or the service's) token the answer is
+    // 401 whatever the body or the id, so nobody learns which jobs exist.
+    let admin = token.is_some_and(|t| crate::auth::same(t, &s.token));
+    {
+        let core = s.core.lock().await;
+        let ok = match core.job(&id) {
+            Ok(job) => admin || token.is_some_and(|t| crate::auth::same(t, &job.report_token)),
+            Err(e) if admin => return Err(e),
+            Err(_) => false,
+        };
+        if !ok {
+            return Err(ApiError::unauthorized());
+        }
+    }
     let bytes = body_bytes(body).await?;
     let mut core = s.core.lock().await;
-    let job = core.job(&id)?;
-    let ok = token
-        .is_some_and(|t| crate::auth::same(t, &job.report_token) || crate::auth::same(t, &s.token));
-    if !ok {
-        return Err(ApiError::unauthorized());
-    }
     let r = Report::from_json(&bytes)?;
-    let n = core.report(&id, r)?;
+    let (n, durable) = core.report(&id, r)?;
+    drop(core);
+    wait_durable(durable).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"accepted": true, "index": n})),

@@ -23,6 +23,8 @@ pub struct Settings {
     pub policy: String,
     pub round_s: f64,
     pub grace_s: f64,
+    /// Shortest time a run keeps its devices before a policy may stop it.
+    pub min_run_s: f64,
     /// The `pacer` binary (runs `[trainer]` jobs).
     pub pacer_bin: String,
     /// This service's base URL as jobs reach it (`PACER_SERVER`).
@@ -59,7 +61,16 @@ pub struct Core {
     pub last_round: RoundInfo,
     last_account_ms: u64,
     pub metrics: Metrics,
+    /// Staged changes (group commit): already applied in memory, not yet durable; their
+    /// requests are answered by [`Core::flush`]. Every other commit includes them first.
+    pending: Changes,
+    waiters: Vec<tokio::sync::oneshot::Sender<bool>>,
+    /// Woken when something is staged (the flusher task waits on it).
+    pub flush_needed: std::sync::Arc<tokio::sync::Notify>,
 }
+
+/// Resolves to `true` once a staged change is durable.
+pub type Durable = tokio::sync::oneshot::Receiver<bool>;
 
 impl Core {
     /// Opens the state in `settings.state_dir` (creating it) and loads every job.
@@ -103,6 +114,9 @@ impl Core {
             epoch_ms,
             last_account_ms: now_ms(),
             metrics,
+            pending: Changes::default(),
+            waiters: Vec::new(),
+            flush_needed: Default::default(),
         })
     }
 
@@ -114,19 +128,60 @@ impl Core {
         c.meta(store::NEXT_EVENT, self.next_event);
     }
 
+    /// Commits the staged changes and `c` in one transaction, then applies `updated` in
+    /// memory. On failure nothing of `c` is applied.
     fn commit(&mut self, c: Changes, updated: Vec<JobRecord>) -> Result<(), ServeError> {
-        let before = self.next_event;
-        match self.store.commit(c) {
+        let mut all = std::mem::take(&mut self.pending);
+        let staged = !all.is_empty();
+        all.extend(c);
+        match self.store.commit(all) {
             Ok(()) => {
+                for w in self.waiters.drain(..) {
+                    let _ = w.send(true);
+                }
                 for j in updated {
                     self.jobs.insert(j.id.clone(), j);
                 }
                 Ok(())
             }
-            Err(e) => {
-                self.next_event = before;
-                Err(e)
-            }
+            Err(e) if staged => fail_stop(&e),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Applies `updated` in memory now and stages `c` for the next group commit; the
+    /// caller answers once the receiver says it is durable.
+    fn stage(&mut self, c: Changes, updated: Vec<JobRecord>) -> Durable {
+        self.pending.extend(c);
+        for j in updated {
+            self.jobs.insert(j.id.clone(), j);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.waiters.push(tx);
+        self.flush_needed.notify_one();
+        rx
+    }
+
+    /// Applies `updated` and stages `c` without anyone waiting for it.
+    fn stage_quiet(&mut self, c: Changes, updated: Vec<JobRecord>) {
+        self.pending.extend(c);
+        for j in updated {
+            self.jobs.insert(j.id.clone(), j);
+        }
+        self.flush_needed.notify_one();
+    }
+
+    /// Commits everything staged (one fsync for all of it) and wakes its requests.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let all = std::mem::take(&mut self.pending);
+        if let Err(e) = self.store.commit(all) {
+            fail_stop(&e);
+        }
+        for w in self.waiters.drain(..) {
+            let _ = w.send(true);
         }
     }
 
@@ -161,8 +216,8 @@ impl Core {
             .join(attempt.to_string())
     }
 
-    /// Accepts a job: validated against the cluster, committed, then answered.
-    pub fn submit(&mut self, spec: JobSpec) -> Result<JobRecord, ApiError> {
+    /// Accepts a job: validated against the cluster and staged; answer once durable.
+    pub fn submit(&mut self, spec: JobSpec) -> Result<(JobRecord, Durable), ApiError> {
         spec.validate(&self.settings.cluster)?;
         let seq = self.next_job;
         let id = format!("job-{seq}");
@@ -190,14 +245,14 @@ impl Core {
         c.job(&job);
         c.meta(store::NEXT_JOB, seq + 1);
         self.event(&mut c, &id, "submitted", job.spec.name.clone());
-        self.commit(c, vec![job.clone()])?;
+        let durable = self.stage(c, vec![job.clone()]);
         self.next_job = seq + 1;
         self.metrics.submissions.inc();
-        Ok(job)
+        Ok((job, durable))
     }
 
-    /// Stores a report of a running job (token checked by the caller).
-    pub fn report(&mut self, id: &str, r: Report) -> Result<u64, ApiError> {
+    /// Stages a report of a running job (token checked by the caller); answer once durable.
+    pub fn report(&mut self, id: &str, r: Report) -> Result<(u64, Durable), ApiError> {
         let job = self.job(id)?;
         if !matches!(job.state, JobState::Running | JobState::Stopping) {
             return Err(ApiError::conflict(
@@ -217,9 +272,9 @@ impl Core {
         let mut c = Changes::default();
         c.report(id, n, stored.to_string());
         c.job(&j);
-        self.commit(c, vec![j])?;
+        let durable = self.stage(c, vec![j]);
         self.metrics.reports.inc();
-        Ok(n)
+        Ok((n, durable))
     }
 
     /// Cancels a job: queued ones at once, running ones by SIGTERM (then SIGKILL after the grace).
@@ -368,7 +423,7 @@ impl Core {
         let mut c = Changes::default();
         c.round(round, rec.to_string());
         c.meta(store::ROUND, round);
-        self.store.commit(c)?;
+        self.stage_quiet(c, Vec::new());
         self.metrics
             .round_seconds
             .observe(t0.elapsed().as_secs_f64());
@@ -414,7 +469,9 @@ impl Core {
             c.job(&j);
             updated.push(j);
         }
-        self.commit(c, updated)?;
+        // Settling and accounting need not be durable before anything: the next commit
+        // (a launch's intent, a stop, or the flusher) carries them.
+        self.stage_quiet(c, updated);
         for h in kills {
             exec.signal(&h, StopSignal::Kill).await?;
         }
@@ -482,9 +539,9 @@ impl Core {
         (desired, policy_s)
     }
 
-    /// Shortest time a run keeps its devices before a policy may stop it: three rounds.
+    /// Shortest time a run keeps its devices before a policy may stop it.
     pub fn min_run_ms(&self) -> u64 {
-        (3.0 * self.settings.round_s * 1e3) as u64
+        (self.settings.min_run_s * 1e3) as u64
     }
 
     /// Slots held now, per node: `held[node][k]`.
@@ -669,8 +726,16 @@ impl Core {
             env,
             run_dir: self.run_dir(&j.id, run.attempt),
             log_path: self.log_path(&j.id),
+            alloc: run.alloc.clone(),
         }
     }
+}
+
+/// A staged change could not be made durable: memory is ahead of the database, so the
+/// service stops; a restart recovers from the last commit (nothing staged was answered).
+fn fail_stop(e: &ServeError) -> ! {
+    eprintln!("pacer serve: committing staged changes failed: {e}; stopping (a restart recovers from the last commit)");
+    std::process::exit(70)
 }
 
 /// First cluster-wide slot id of each node.

@@ -11,10 +11,12 @@
 pub mod api;
 pub mod args;
 pub mod auth;
+pub mod bench;
 pub mod client;
 pub mod core;
 pub mod error;
 pub mod executor;
+pub mod executor_slurm;
 pub mod job;
 pub mod metrics;
 pub mod spec;
@@ -32,9 +34,14 @@ pub struct ServeConfig {
     pub policy: String,
     pub round_s: f64,
     pub grace_s: f64,
+    /// Shortest time a run keeps its devices before a policy may stop or resize it.
+    pub min_run_s: f64,
     /// Defaults to `<state_dir>/token`.
     pub token_file: Option<PathBuf>,
     pub pacer_bin: String,
+    /// `--executor slurm`: the executor that read `cluster` from Slurm; `None` runs jobs
+    /// as local processes.
+    pub slurm: Option<Arc<executor_slurm::SlurmExecutor>>,
 }
 
 /// Runs the service until SIGINT or SIGTERM. Jobs keep running when it stops; the
@@ -61,6 +68,11 @@ pub async fn serve(
         cfg.policy,
         pacer_policy::POLICY_NAMES.join(", ")
     );
+    anyhow::ensure!(
+        cfg.min_run_s.is_finite() && (0.0..=86_400.0).contains(&cfg.min_run_s),
+        "--min-run-s: {} is out of range 0..=86400",
+        cfg.min_run_s
+    );
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
@@ -85,13 +97,19 @@ pub async fn serve(
         policy: cfg.policy.clone(),
         round_s: cfg.round_s,
         grace_s: cfg.grace_s,
+        min_run_s: cfg.min_run_s,
         pacer_bin: cfg.pacer_bin.clone(),
         server_url: format!("http://{addr}"),
     };
-    let exec: Arc<dyn executor::Executor> = Arc::new(executor::LocalExecutor::new());
+    let exec: Arc<dyn executor::Executor> = match &cfg.slurm {
+        Some(s) => s.clone(),
+        None => Arc::new(executor::LocalExecutor::new()),
+    };
     let mut core = core::Core::open(settings)?;
     core.recover(exec.as_ref()).await?;
+    let flush_needed = core.flush_needed.clone();
     let core = Arc::new(tokio::sync::Mutex::new(core));
+    let flusher = tokio::spawn(flush_loop(core.clone(), flush_needed));
     let state = api::AppState {
         core: core.clone(),
         exec: exec.clone(),
@@ -104,6 +122,7 @@ pub async fn serve(
         .with_graceful_shutdown(shutdown())
         .await;
     rounds.abort();
+    flusher.abort();
     served.context("serving the API")
 }
 
@@ -119,6 +138,18 @@ async fn round_loop(
         if let Err(e) = core.lock().await.round(exec.as_ref()).await {
             eprintln!("pacer serve: round failed: {e}");
         }
+    }
+}
+
+/// Group commit: whatever was staged while the previous commit ran is committed at
+/// once (one fsync), then its requests are answered.
+async fn flush_loop(
+    core: Arc<tokio::sync::Mutex<core::Core>>,
+    flush_needed: Arc<tokio::sync::Notify>,
+) {
+    loop {
+        flush_needed.notified().await;
+        core.lock().await.flush();
     }
 }
 

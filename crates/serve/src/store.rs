@@ -52,6 +52,15 @@ impl Changes {
     pub fn meta(&mut self, key: &'static str, v: u64) {
         self.meta.push((key, v));
     }
+    /// Appends `other` (its writes win where both write the same key).
+    pub fn extend(&mut self, other: Changes) {
+        self.jobs.extend(other.jobs);
+        self.reports.extend(other.reports);
+        self.events.extend(other.events);
+        self.rounds.extend(other.rounds);
+        self.meta.extend(other.meta);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
             && self.reports.is_empty()

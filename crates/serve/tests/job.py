@@ -8,7 +8,19 @@ OUT_DIR/<job>.lock   held (flock) while it runs: a second copy at once is record
                      in OUT_DIR/violations
 OUT_DIR/accepted.log one line "job index step" per report answered 202
 """
-import fcntl, json, os, signal, sys, time, urllib.request
+import signal
+
+stop = False
+
+
+def on_term(*_):
+    global stop
+    stop = True
+
+
+signal.signal(signal.SIGTERM, on_term)  # first: a SIGTERM during start-up is a stop too
+
+import fcntl, json, os, sys, time, urllib.request
 
 out, total = sys.argv[1], int(sys.argv[2])
 job = os.environ["PACER_JOB_ID"]
@@ -23,15 +35,6 @@ except OSError:
 ckpt = os.path.join(os.environ["PACER_CHECKPOINT_DIR"], "step")
 step = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
 replicas = int(os.environ["PACER_REPLICAS"])
-stop = False
-
-
-def on_term(*_):
-    global stop
-    stop = True
-
-
-signal.signal(signal.SIGTERM, on_term)
 
 
 def save():

@@ -9,7 +9,14 @@ use common::{test_dir, Service};
 use std::time::{Duration, Instant};
 
 /// A bad request: method, path, body, content type, expected status and field.
-type Case = (&'static str, String, Vec<u8>, &'static str, u16, &'static str);
+type Case = (
+    &'static str,
+    String,
+    Vec<u8>,
+    &'static str,
+    u16,
+    &'static str,
+);
 
 const REPORT: &str =
     r#"{"step":5,"samples":160,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":100.0}"#;
@@ -93,6 +100,8 @@ fn tokens_limits_and_malformed_input() {
         ("GET", "/v1/rounds"),
         ("GET", "/metrics"),
         ("GET", "/v1/no-such-thing"),
+        ("POST", "/v1/jobs/job-999/reports"),
+        ("POST", "/v1/jobs/..%2Fx/reports"),
     ];
     for (m, p) in endpoints {
         for (who, c) in [

@@ -335,9 +335,44 @@ pub fn load_sia_dir(root: &Path, calibrate: bool) -> Result<Vec<AppModel>, AppEr
         base.name = name.clone();
         let mut m = AppModel::with_types(base, types);
         m.restart_s = SIA_APPS.iter().find(|a| a.0 == name).map(|a| a.2);
-        out.push(m);
+        out.push((dir, m));
     }
-    Ok(out)
+    check_same_types(&out)?;
+    Ok(out.into_iter().map(|(_, m)| m).collect())
+}
+
+/// Every application of a Sia folder must have tables for every device type any of
+/// them has (Sia's simulator runs each application on each type): the first gap is
+/// an error naming the missing file.
+fn check_same_types(apps: &[(std::path::PathBuf, AppModel)]) -> Result<(), AppError> {
+    let mut all: Vec<&str> = apps
+        .iter()
+        .flat_map(|(_, m)| m.typed().iter().map(|t| t.device_type.as_str()))
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    for (dir, m) in apps {
+        if let Some(ty) = all.iter().find(|ty| m.type_index(ty).is_none()) {
+            let having: Vec<&str> = apps
+                .iter()
+                .filter(|(_, o)| o.type_index(ty).is_some())
+                .map(|(_, o)| o.name())
+                .collect();
+            let file = dir.join(format!("placements-{ty}.csv"));
+            return Err(ParseError::whole(
+                &file.display().to_string(),
+                format!(
+                    "missing: application `{}` has no table for device type `{ty}`, which {} \
+                     ha{} (every application needs a table for every device type of the folder)",
+                    m.name(),
+                    having.join(", "),
+                    if having.len() == 1 { "s" } else { "ve" }
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// (local batch, step time, sync time) samples per (nodes, replicas).
@@ -691,6 +726,22 @@ impl AppModel {
         self.typed.iter().position(|t| t.device_type == ty)
     }
 
+    /// Largest local batch on device type `ty` (a fixed-batch job's accumulation
+    /// steps follow it, as in Sia's simulator): the type's measured largest, capped
+    /// by the application's own limit where Pollux sets one (yolov3); the common
+    /// limit for a type without tables or `None`.
+    pub fn max_local_bsz_on(&self, ty: Option<&str>) -> f64 {
+        let cap = POLLUX_APPS
+            .iter()
+            .find(|a| a.0 == self.profile.name)
+            .and_then(|a| a.2)
+            .unwrap_or(f64::INFINITY);
+        ty.and_then(|t| self.type_index(t))
+            .map_or(self.max_local_bsz, |k| {
+                self.typed[k].max_local_bsz.min(cap).max(self.min_local_bsz)
+            })
+    }
+
     /// `(step_time_s, sync_time_s)` on device type `ty`: its own tables when the
     /// application has per-type tables for it, else the default ones.
     pub fn step_time_on(&self, ty: &str, placement: &[u32], atomic_bsz: f64) -> (f64, f64) {
@@ -917,6 +968,26 @@ mod tests {
         let root = sia_dir("no-types", &[("bert/validation-16.csv", VAL)]);
         let e = load_sia_dir(&root, true).unwrap_err().to_string();
         assert!(e.contains("placements-<type>.csv"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
+        // An application without a table for a type another one has.
+        let root = sia_dir(
+            "type-gap",
+            &[
+                ("bert/placements-aws.csv", PL),
+                ("bert/scalability-aws.csv", SC),
+                ("bert/placements-rtx.csv", PL),
+                ("bert/scalability-rtx.csv", SC),
+                ("bert/validation-16.csv", VAL),
+                ("ncf/placements-aws.csv", PL),
+                ("ncf/scalability-aws.csv", SC),
+                ("ncf/validation-16.csv", VAL),
+            ],
+        );
+        let e = load_sia_dir(&root, true).unwrap_err().to_string();
+        assert!(
+            e.contains("ncf/placements-rtx.csv") && e.contains("no table for device type `rtx`"),
+            "{e}"
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 

@@ -78,7 +78,9 @@ fn both_ways(cluster: &str, jobs: &[SimJob], replan: ArrivalReplan, round_s: f64
             ..SimConfig::default()
         },
     };
-    for name in ["fifo", "fair", "tiresias"] {
+    // `fair` with its default time slice, without one, and with one that is not a
+    // whole number of rounds.
+    for name in ["fifo", "fair", "fair-q0", "fair-q90", "tiresias"] {
         let mut inc = pacer_policy::by_name(name).unwrap();
         assert!(
             inc.incremental().is_some(),

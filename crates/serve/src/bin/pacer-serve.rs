@@ -8,11 +8,16 @@ use clap::Parser;
 enum Cmd {
     /// Run the service (same arguments as `pacer serve`).
     Run(pacer_serve::args::ServeArgs),
+    /// Load benchmark: submissions, then reports at a fixed rate, on loopback.
+    Bench(pacer_serve::bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let result = match Cmd::parse() {
         Cmd::Run(a) => a.run(),
+        Cmd::Bench(a) => std::env::current_exe()
+            .map_err(anyhow::Error::from)
+            .and_then(|exe| pacer_serve::bench::run(a, exe)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

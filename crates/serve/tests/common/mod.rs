@@ -24,12 +24,23 @@ pub fn test_dir(name: &str) -> PathBuf {
     d
 }
 
+/// A free port below the kernel's ephemeral range (32768–60999 on Linux), so that
+/// no outgoing connection or `:0` bind of another process is handed it while the
+/// service is down between a kill and its restart (restarts reuse the port: the jobs
+/// it re-adopts report to it). Chosen from the process id, probed for freedom.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let base = 20_000 + (std::process::id() % 10_000) as u16;
+    (0..2_000u16)
+        .map(|i| 20_000 + (base - 20_000 + i * 7) % 12_000)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("no free port in 20000..32000")
+}
+
+/// How many times the service has said where it listens in `log`.
+fn ready_lines(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .map(|s| s.matches("listening on").count())
+        .unwrap_or(0)
 }
 
 impl Service {
@@ -53,9 +64,11 @@ impl Service {
         self.dir.join("state")
     }
 
-    /// (Re)starts the process and waits (≤ 30 s) until `/healthz` answers.
+    /// (Re)starts the process and waits (≤ 30 s) until it has said it listens and
+    /// `/healthz` answers (both: a `/healthz` alone might be another process's).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "already running");
+        let ready_before = ready_lines(&self.dir.join("service.log"));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -77,9 +90,12 @@ impl Service {
         let c = Client::new(&format!("http://127.0.0.1:{}", self.port), "").unwrap();
         let t0 = Instant::now();
         loop {
-            if let Ok(a) = self.rt.block_on(c.get("/healthz")) {
-                if a.status == 200 {
-                    return;
+            let ours = ready_lines(&self.dir.join("service.log")) > ready_before;
+            if ours {
+                if let Ok(a) = self.rt.block_on(c.get("/healthz")) {
+                    if a.status == 200 {
+                        return;
+                    }
                 }
             }
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {

@@ -28,7 +28,7 @@ impl Simulation<'_> {
         let dedicated = match &job.work {
             Work::Duration { duration_s } => duration_s * req as f64 / replicas.min(req) as f64,
             Work::Profiled { app } => {
-                self.dedicated_memo(memo, *app, job.spec.requested_batch, replicas, false)
+                self.dedicated_memo(memo, *app, job.spec.requested_batch, replicas, false, None)
             }
             // The 1/N share is a slice of every device type in proportion to its
             // capacity (Gavel's isolated share), consolidated.
@@ -60,6 +60,7 @@ impl Simulation<'_> {
     /// [`Self::dedicated_time`] (`spread`: one device per node,
     /// [`Self::dedicated_time_on`]) of embedded app `app`, computed once per key: many
     /// jobs share an application, batch and size, and each costs a pass over its epochs.
+    /// `ty`: on that device type's tables ([`Self::dedicated_time_typed`]).
     pub(super) fn dedicated_memo(
         &self,
         memo: &mut DedicatedMemo,
@@ -67,38 +68,78 @@ impl Simulation<'_> {
         batch: u32,
         replicas: u32,
         spread: bool,
+        ty: Option<DeviceTypeId>,
     ) -> f64 {
-        *memo
-            .entry((app, batch, replicas, spread))
-            .or_insert_with(|| {
-                let a = &self.apps[app];
-                if spread {
-                    self.dedicated_time_on(a, batch, &vec![1; replicas as usize])
-                } else {
-                    self.dedicated_time(a, batch, replicas)
-                }
-            })
+        let key = (app, batch, replicas, spread, ty.map_or(u16::MAX, |t| t.0));
+        *memo.entry(key).or_insert_with(|| {
+            let a = &self.apps[app];
+            if spread {
+                let name = ty.map(|t| self.cluster.device_types[t.0 as usize].as_str());
+                self.dedicated_time_on_type(a, name, batch, &vec![1; replicas as usize])
+            } else {
+                self.dedicated_time_typed(a, ty, batch, replicas)
+            }
+        })
     }
 
     /// Time to train `app` at a fixed global batch on `replicas` consolidated devices.
     pub fn dedicated_time(&self, app: &AppModel, batch: u32, replicas: u32) -> f64 {
-        let per_node = self.cluster.max_gpus_per_node().max(1);
+        self.dedicated_time_typed(app, None, batch, replicas)
+    }
+
+    /// [`Self::dedicated_time`] on device type `ty` (its nodes' size, and its own
+    /// tables for a per-type application); `None`: the largest node, default tables.
+    pub fn dedicated_time_typed(
+        &self,
+        app: &AppModel,
+        ty: Option<DeviceTypeId>,
+        batch: u32,
+        replicas: u32,
+    ) -> f64 {
+        let per_node = match ty {
+            Some(t) => self
+                .cluster
+                .nodes
+                .iter()
+                .filter(|n| n.device_type == t)
+                .map(|n| n.gpus)
+                .max()
+                .unwrap_or(1),
+            None => self.cluster.max_gpus_per_node(),
+        }
+        .max(1);
         let mut placement = vec![per_node; (replicas / per_node) as usize];
         if !replicas.is_multiple_of(per_node) {
             placement.push(replicas % per_node);
         }
-        self.dedicated_time_on(app, batch, &placement)
+        let name = ty.map(|t| self.cluster.device_types[t.0 as usize].as_str());
+        self.dedicated_time_on_type(app, name, batch, &placement)
     }
 
     /// Time to train `app` at a fixed global batch on a given placement (devices per node).
     pub fn dedicated_time_on(&self, app: &AppModel, batch: u32, placement: &[u32]) -> f64 {
+        self.dedicated_time_on_type(app, None, batch, placement)
+    }
+
+    /// [`Self::dedicated_time_on`] on device type `ty`'s tables (per-type applications).
+    fn dedicated_time_on_type(
+        &self,
+        app: &AppModel,
+        ty: Option<&str>,
+        batch: u32,
+        placement: &[u32],
+    ) -> f64 {
+        let ty = ty.filter(|_| !app.typed().is_empty());
         let replicas: u32 = placement.iter().sum();
-        let (atomic, accum) = split_fixed(app, batch, replicas);
+        let (atomic, accum) = split_fixed_on(app, ty, batch, replicas);
         let atomic = atomic
             .min((app.max_batch / (replicas * (accum + 1)) as f64) as u32)
             .max(1);
         let global = (replicas * atomic * (accum + 1)) as f64;
-        let (step, sync) = app.step_time(placement, atomic as f64);
+        let (step, sync) = match ty {
+            Some(t) => app.step_time_on(t, placement, atomic as f64),
+            None => app.step_time(placement, atomic as f64),
+        };
         let total = step + (step - sync).max(0.0) * accum as f64;
         let mut t = 0.0;
         let mut progress = 0.0;
@@ -109,4 +150,17 @@ impl Simulation<'_> {
         }
         t
     }
+}
+
+/// Optimiser steps to train `app` to completion at global batch `global`: the
+/// progress of each epoch over the gain of one step at that batch.
+pub(super) fn fixed_iterations(app: &AppModel, global: f64) -> f64 {
+    let mut steps = 0.0;
+    let mut progress = 0.0;
+    for e in 0..app.max_epochs {
+        let next = app.epoch_end_progress(e);
+        steps += (next - progress) / app.gain(global, e);
+        progress = next;
+    }
+    steps
 }

@@ -161,6 +161,9 @@ struct JobState {
     /// in an epoch; cleared when the allocation changes.
     fixed_step: Option<(f64, f64)>,
     fixed_goodput: Option<(usize, f64)>,
+    /// Optimiser steps to finish at the requested batch (profiled jobs; computed
+    /// once, on the first view).
+    iterations: Option<f64>,
 }
 
 impl JobState {
@@ -188,12 +191,14 @@ impl JobState {
             loss: None,
             fixed_step: None,
             fixed_goodput: None,
+            iterations: None,
         }
     }
 }
 
-/// Dedicated training times by (app, batch, replicas, one device per node).
-type DedicatedMemo = HashMap<(usize, u32, u32, bool), f64>;
+/// Dedicated training times by (app, batch, replicas, one device per node, device
+/// type index or `u16::MAX` for the application's default tables).
+type DedicatedMemo = HashMap<(usize, u32, u32, bool, u16), f64>;
 
 /// Relative prediction error below which a new measurement does not trigger a refit.
 const SURPRISE: f64 = 0.02;
@@ -215,9 +220,16 @@ fn pollux_fixed(app: &AppModel) -> Option<(u32, u32)> {
 
 /// Splits a fixed global batch into (atomic, accum) the way Pollux's jobs do.
 fn split_fixed(app: &AppModel, batch: u32, replicas: u32) -> (u32, u32) {
+    split_fixed_on(app, None, batch, replicas)
+}
+
+/// [`split_fixed`] on device type `ty`: accumulation follows that type's largest
+/// local batch ([`AppModel::max_local_bsz_on`]).
+fn split_fixed_on(app: &AppModel, ty: Option<&str>, batch: u32, replicas: u32) -> (u32, u32) {
     let eps = 1e-8;
     let local = (batch as f64 / replicas as f64 - eps).ceil();
-    let mut accum = ((local / app.max_local_bsz - eps).ceil() - 1.0).max(0.0) as u32;
+    let max_local = app.max_local_bsz_on(ty);
+    let mut accum = ((local / max_local - eps).ceil() - 1.0).max(0.0) as u32;
     if replicas == 1 && batch as f64 > app.init_batch {
         accum = accum.max(1);
     }

@@ -25,11 +25,14 @@ impl Simulation<'_> {
         let adaptive = policy.adaptive_batch();
         let speeds = self.speed_tables();
         // The event-driven forms place jobs without looking at device types: they run
-        // only when every job can use every device type of the cluster (the full
-        // policies keep each job on the types it has measurements for).
-        let unrestricted = speeds
-            .iter()
-            .all(|sp| sp.per_type.iter().all(|c| !c.points.is_empty()));
+        // only when every job can use every device type of the cluster at the same
+        // speed (the full policies keep each job on the types it has measurements
+        // for, and a job whose speed depends on the type on one type).
+        let unrestricted = speeds.iter().all(|sp| {
+            sp.per_type
+                .iter()
+                .all(|c| !c.points.is_empty() && *c == sp.per_type[0])
+        });
         let mut incremental = if unrestricted {
             policy.incremental()
         } else {
@@ -67,6 +70,7 @@ impl Simulation<'_> {
         let mut decision = 0u64;
         let mut changed_at = vec![0u64; self.jobs.len()];
         let mut started: Vec<usize> = Vec::new();
+        let mut merged: Vec<usize> = Vec::new();
         let mut changes: Vec<(JobId, Allocation)> = Vec::new();
         let mut attained: Vec<(JobId, f64)> = Vec::new();
         let mut node_used = vec![0u32; self.cluster.nodes.len()];
@@ -214,12 +218,13 @@ impl Simulation<'_> {
                         inc.admit(&v);
                     }
                     attained.clear();
-                    attained.extend(
-                        running
-                            .iter()
-                            .filter(|_| inc.uses_attained())
-                            .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
-                    );
+                    if inc.uses_attained() {
+                        attained.extend(
+                            running
+                                .iter()
+                                .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
+                        );
+                    }
                     inc.decide(now, self.cluster, &attained, &mut changes);
                     decision += 1;
                     for (id, _) in &changes {
@@ -367,8 +372,8 @@ impl Simulation<'_> {
             if moved {
                 // Keep arrival order: jobs stepped in the same order give the same sums.
                 running.retain(|&i| !states[i].alloc.is_empty());
-                running.append(&mut started);
-                running.sort_unstable_by_key(|&i| rank[i]);
+                started.sort_unstable_by_key(|&i| rank[i]);
+                merge_by_rank(&mut running, &started, &rank, &mut merged);
             }
             // The round this allocation holds for; contention is weighted by it.
             until = next_round(now, used < self.cluster.total_gpus(), next_arrival);
@@ -430,5 +435,42 @@ impl Simulation<'_> {
             timeline,
             wall.elapsed().as_secs_f64() * 1e3,
         ))
+    }
+}
+
+/// Merges `add` into `into`, both sorted by `rank` (a round's starts into the running
+/// jobs: O(running) instead of a sort).
+fn merge_by_rank(into: &mut Vec<usize>, add: &[usize], rank: &[usize], scratch: &mut Vec<usize>) {
+    if add.is_empty() {
+        return;
+    }
+    scratch.clear();
+    scratch.reserve(into.len() + add.len());
+    let (mut a, mut b) = (into.iter().peekable(), add.iter().peekable());
+    while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
+        if rank[x] <= rank[y] {
+            scratch.push(x);
+            a.next();
+        } else {
+            scratch.push(y);
+            b.next();
+        }
+    }
+    scratch.extend(a);
+    scratch.extend(b);
+    std::mem::swap(into, scratch);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn merge_keeps_rank_order() {
+        let rank = [4, 0, 3, 1, 2];
+        let mut into = vec![1, 4, 0];
+        let mut scratch = Vec::new();
+        super::merge_by_rank(&mut into, &[3, 2], &rank, &mut scratch);
+        assert_eq!(into, vec![1, 3, 4, 2, 0]);
+        super::merge_by_rank(&mut into, &[], &rank, &mut scratch);
+        assert_eq!(into, vec![1, 3, 4, 2, 0]);
     }
 }

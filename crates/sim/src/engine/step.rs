@@ -78,8 +78,11 @@ impl Simulation<'_> {
         if replicas == 0 {
             return;
         }
+        let ty = self
+            .alloc_type(&st.alloc)
+            .filter(|_| !app.typed().is_empty());
         let (atomic, accum) = match (mode.fixed, self.goodput_fn(app, st)) {
-            (Some(b), _) => split_fixed(app, b, replicas),
+            (Some(b), _) => split_fixed_on(app, ty, b, replicas),
             (None, Some(g)) => match g.optimize(nodes, replicas) {
                 Some(c) => (c.atomic_bsz, c.accum_steps),
                 None => split_fixed(
@@ -181,7 +184,14 @@ impl Simulation<'_> {
                     let (step, sync) = match st.fixed_step {
                         Some(s) => s,
                         None => {
-                            let s = app.step_time(&st.alloc.placement(), atomic);
+                            // Per-type applications: the tables of the type it runs on.
+                            let placement = st.alloc.placement();
+                            let s = match self.alloc_type(&st.alloc) {
+                                Some(ty) if !app.typed().is_empty() => {
+                                    app.step_time_on(ty, &placement, atomic)
+                                }
+                                _ => app.step_time(&placement, atomic),
+                            };
                             st.fixed_step = Some(s);
                             s
                         }

@@ -20,17 +20,25 @@ impl Simulation<'_> {
                     Work::Duration { duration_s } => {
                         SpeedTable::uniform(types, SpeedCurve::single(req, 1.0 / duration_s, 1.0))
                     }
+                    Work::Profiled { app } if !self.apps[*app].typed().is_empty() => {
+                        self.typed_speed_table(&mut memo, *app, job.spec.requested_batch, req)
+                    }
                     Work::Profiled { app } => {
                         let app = *app;
                         let b = job.spec.requested_batch;
                         let sizes = SpeedCurve::doubling_sizes(req);
                         let points = sizes
                             .iter()
-                            .map(|&r| (r, 1.0 / self.dedicated_memo(&mut memo, app, b, r, false)))
+                            .map(|&r| {
+                                (
+                                    r,
+                                    1.0 / self.dedicated_memo(&mut memo, app, b, r, false, None),
+                                )
+                            })
                             .collect();
                         let spread = if req > 1 {
-                            self.dedicated_memo(&mut memo, app, b, req, false)
-                                / self.dedicated_memo(&mut memo, app, b, req, true)
+                            self.dedicated_memo(&mut memo, app, b, req, false, None)
+                                / self.dedicated_memo(&mut memo, app, b, req, true, None)
                         } else {
                             1.0
                         };
@@ -82,6 +90,61 @@ impl Simulation<'_> {
                 Arc::new(t)
             })
             .collect()
+    }
+
+    /// Speed table of a fixed-batch job of per-type application `app`: on each
+    /// cluster type with tables, one over its dedicated time on that type's tables
+    /// and nodes (at most the type's devices); no curve on the others.
+    fn typed_speed_table(
+        &self,
+        memo: &mut DedicatedMemo,
+        app: usize,
+        batch: u32,
+        req: u32,
+    ) -> SpeedTable {
+        let a = &self.apps[app];
+        SpeedTable {
+            per_type: (0..self.cluster.device_types.len())
+                .map(|t| {
+                    let ty = DeviceTypeId(t as u16);
+                    let cap = self.cluster.gpus_of_type(ty);
+                    if a.type_index(&self.cluster.device_types[t]).is_none() || cap == 0 {
+                        return SpeedCurve::default();
+                    }
+                    let top = req.min(cap);
+                    let points = SpeedCurve::doubling_sizes(top)
+                        .iter()
+                        .map(|&r| {
+                            (
+                                r,
+                                1.0 / self.dedicated_memo(memo, app, batch, r, false, Some(ty)),
+                            )
+                        })
+                        .collect();
+                    let spread = if top > 1 {
+                        self.dedicated_memo(memo, app, batch, top, false, Some(ty))
+                            / self.dedicated_memo(memo, app, batch, top, true, Some(ty))
+                    } else {
+                        1.0
+                    };
+                    SpeedCurve {
+                        points,
+                        spread_factor: spread.min(1.0),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Optimiser steps a fixed-batch profiled job takes to finish at its requested
+    /// batch on its requested devices (default tables' batch split).
+    fn job_iterations(&self, app: &AppModel, batch: u32, replicas: u32) -> f64 {
+        let replicas = replicas.max(1);
+        let (atomic, accum) = split_fixed(app, batch, replicas);
+        let atomic = atomic
+            .min((app.max_batch / (replicas * (accum + 1)) as f64) as u32)
+            .max(1);
+        super::dedicated::fixed_iterations(app, (replicas * atomic * (accum + 1)) as f64)
     }
 
     /// Total work of job `i` in its speed table's units.
@@ -147,6 +210,17 @@ impl Simulation<'_> {
             }
             _ => None,
         };
+        let iterations_per_work = match &job.work {
+            Work::Profiled { app } => Some(*st.iterations.get_or_insert_with(|| {
+                self.job_iterations(
+                    &self.apps[*app],
+                    job.spec.requested_batch,
+                    job.spec.requested_replicas.min(cap),
+                )
+            })),
+            Work::Throughput { .. } | Work::LossCurve { .. } => Some(1.0),
+            Work::Duration { .. } => None,
+        };
         let st = &*st;
         let (max_replicas, goodput, goodput_by_type) = match (&job.work, mode.fixed) {
             (Work::Profiled { app }, None) => {
@@ -185,6 +259,7 @@ impl Simulation<'_> {
             goodput_by_type,
             goodput_version: st.goodput_version,
             speed: Some(speed.clone()),
+            iterations_per_work,
             work_done: self.work_done(job, st),
             work_left: (self.total_work(job) - self.work_done(job, st)).max(0.0),
             quality,

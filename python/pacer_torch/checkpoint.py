@@ -1,0 +1,132 @@
+"""Checkpoints: model, optimiser, sampler position, session and noise-scale state.
+
+Rank 0 writes ``<dir>/checkpoint.pt`` (to a temporary name, then renamed, so a
+checkpoint is either whole or absent); every rank waits for it. A checkpoint is checked
+whole against the running job before any of it is applied: another model (parameter
+names or shapes), another optimiser layout or another data set size is a ValueError
+naming ``checkpoint`` and nothing changes. The world size may differ: the session keeps
+the workers (ranks) both runs have, drops the others and adds the new ones.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Dict, List, Tuple
+
+import torch
+import torch.distributed as dist
+
+from . import _native
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .job import Job
+
+FORMAT = "pacer_torch-checkpoint-1"
+FILE = "checkpoint.pt"
+
+
+def checkpoint_file(directory: str) -> str:
+    return os.path.join(directory, FILE)
+
+
+def _signature(model: torch.nn.Module) -> List[Tuple[str, List[int]]]:
+    return [(k, list(v.shape)) for k, v in model.state_dict().items()]
+
+
+def _optimizer_layout(opt: torch.optim.Optimizer) -> List[int]:
+    return [len(g["params"]) for g in opt.param_groups]
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def save(job: "Job", directory: str) -> str:
+    """Writes the job's checkpoint (collective: every rank calls it at the same step)."""
+    path = checkpoint_file(directory)
+    if job.rank == 0:
+        if job.model is None:
+            raise RuntimeError("pacer_torch: no DataParallel model to checkpoint")
+        os.makedirs(directory, exist_ok=True)
+        state = {
+            "format": FORMAT,
+            "model_signature": _signature(job.model.module),
+            "model": job.model.module.state_dict(),
+            "optimizer": job.optimizer.state_dict() if job.optimizer is not None else None,
+            "optimizer_layout": _optimizer_layout(job.optimizer) if job.optimizer else None,
+            "sampler": job.sampler.state_dict(),
+            "session": job.session.state(),
+            "gns": job.gns.state(),
+            "steps": job.steps,
+            "samples": job.samples,
+            "base_batch": job.base_batch,
+            "lr_gain": job.lr_gain,
+            "world_size": job.world,
+        }
+        tmp = path + ".tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    _barrier()
+    return path
+
+
+def _check(job: "Job", state: Dict) -> None:
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"checkpoint: not a {FORMAT} file")
+    if job.model is None:
+        raise RuntimeError("pacer_torch: wrap the model in DataParallel before resuming")
+    want = _signature(job.model.module)
+    got = [(k, list(s)) for k, s in state["model_signature"]]
+    if got != want:
+        diff = next(
+            (f"{a} vs this model's {b}" for a, b in zip(got, want) if a != b),
+            f"{len(got)} tensors vs this model's {len(want)}",
+        )
+        raise ValueError(f"checkpoint: saved from another model ({diff})")
+    if (job.optimizer is None) != (state["optimizer"] is None):
+        raise ValueError("checkpoint: optimiser state present in only one of checkpoint and job")
+    if job.optimizer is not None and state["optimizer_layout"] != _optimizer_layout(job.optimizer):
+        raise ValueError(
+            f"checkpoint: optimiser parameter groups {state['optimizer_layout']} vs this "
+            f"job's {_optimizer_layout(job.optimizer)}"
+        )
+    job.sampler.check_state(state["sampler"])
+
+
+def load(job: "Job", path: str) -> None:
+    """Resumes the job from ``path`` (every rank reads it)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError) as e:
+        raise ValueError(f"checkpoint: cannot read {path}: {e}") from None
+    _check(job, state)
+    # Build everything before changing anything.
+    try:
+        session = _native.Session.from_state(state["session"])
+        gns = _native.Gns.from_state(state["gns"])
+    except ValueError as e:
+        raise ValueError(f"checkpoint: {e}") from None
+    members = session.workers()
+    caps = job.caps
+    for w in members:
+        if w >= job.world:
+            session.leave(w)
+    for r in range(job.world):
+        if r not in members:
+            if caps[r] is None:
+                session.join(r)
+            else:
+                session.join(r, 1, caps[r])
+    try:
+        batches = list(session.decide()[0])
+    except ValueError as e:
+        raise ValueError(f"max_local_batch: the checkpoint's batches do not fit: {e}") from None
+    job.model.module.load_state_dict(state["model"])
+    if job.optimizer is not None:
+        job.optimizer.load_state_dict(state["optimizer"])
+    job.sampler.load_state_dict(state["sampler"])
+    job.session, job.gns, job.batches = session, gns, batches
+    job.steps, job.samples = int(state["steps"]), int(state["samples"])
+    job.lr_gain = float(state["lr_gain"])
+    job.restored = True

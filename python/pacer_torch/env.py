@@ -1,0 +1,90 @@
+"""Process-group initialisation from torchrun's or Slurm's environment."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Dict, Optional
+
+import torch
+import torch.distributed as dist
+
+
+def _int_env(env: Dict[str, str], name: str) -> Optional[int]:
+    v = env.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"environment variable {name}: {v!r} is not an integer") from None
+
+
+def rendezvous(env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
+    """Rank, world size, local rank and master address from the environment:
+    torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``,
+    else Slurm's ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID`` (master: ``MASTER_ADDR``
+    or the first host of ``SLURM_JOB_NODELIST`` when it is a plain name; port
+    ``MASTER_PORT`` or 29500), else a single process."""
+    env = dict(os.environ if env is None else env)
+    rank = _int_env(env, "RANK")
+    world = _int_env(env, "WORLD_SIZE")
+    local = _int_env(env, "LOCAL_RANK")
+    source = "torchrun"
+    if rank is None or world is None:
+        rank = _int_env(env, "SLURM_PROCID")
+        world = _int_env(env, "SLURM_NTASKS")
+        local = _int_env(env, "SLURM_LOCALID")
+        source = "slurm"
+    if rank is None or world is None:
+        rank, world, local, source = 0, 1, 0, "single"
+    if world < 1 or not (0 <= rank < world):
+        raise ValueError(f"environment: rank {rank} of world size {world} ({source})")
+    addr = env.get("MASTER_ADDR")
+    if not addr and source == "slurm":
+        nodes = env.get("SLURM_JOB_NODELIST", "")
+        first = nodes.split(",")[0]
+        addr = first if first and "[" not in first else None
+        if addr is None:
+            raise ValueError(
+                "environment: MASTER_ADDR is not set and SLURM_JOB_NODELIST "
+                f"({nodes!r}) is not a plain host name; set MASTER_ADDR"
+            )
+    port = _int_env(env, "MASTER_PORT") or 29500
+    return {
+        "rank": rank,
+        "world_size": world,
+        "local_rank": local if local is not None else 0,
+        "master_addr": addr or "127.0.0.1",
+        "master_port": port,
+        "source": source,
+    }
+
+
+def init_process_group(backend: Optional[str] = None, timeout_s: float = 300.0) -> Dict[str, object]:
+    """Joins the job's process group (``nccl`` on CUDA, else ``gloo``) from the
+    environment (``rendezvous``); on CUDA selects device ``LOCAL_RANK``. Returns what
+    ``rendezvous`` found, plus ``backend`` and ``device``."""
+    info = rendezvous()
+    cuda = torch.cuda.is_available()
+    if backend is None:
+        backend = "nccl" if cuda else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend: {backend!r} (expected 'gloo' or 'nccl')")
+    device = torch.device("cpu")
+    if backend == "nccl":
+        # Untested here: no GPU on the machines this was built on (python/README.md).
+        device = torch.device("cuda", int(info["local_rank"]))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", str(info["master_addr"]))
+        os.environ.setdefault("MASTER_PORT", str(info["master_port"]))
+        dist.init_process_group(
+            backend,
+            rank=int(info["rank"]),
+            world_size=int(info["world_size"]),
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+    info["backend"] = backend
+    info["device"] = device
+    return info

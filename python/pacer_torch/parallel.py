@@ -1,0 +1,351 @@
+"""The drop-in pieces: ``DataParallel``, ``DataLoader``, ``remaining_epochs``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset, TensorDataset, default_collate
+
+from . import _native
+from .checkpoint import checkpoint_file, load, save
+from .job import ROW, Job, _world, current, set_current
+from .signals import Emulation
+
+
+#: The last DataParallel made: a DataLoader made after it attaches it to its job.
+_LAST_MODEL: Optional["DataParallel"] = None
+
+
+def _dist_on() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+class DataParallel(torch.nn.Module):
+    """Wraps a model for data-parallel training with unequal local batches.
+
+    At the end of each ``backward()`` the local mean gradients ``g_i`` are combined as
+    ``g = sum_i (b_i / B) g_i`` in one all-reduce (which also carries every rank's
+    measurements, ``job.py``), so ``g`` is exactly the mean gradient over the global
+    batch whatever the local batches are. The loss must be the *mean* over the local
+    batch (PyTorch's default reduction). ``optimizer``, when given, is checkpointed
+    with the model and gets the AdaScale LR gain of the adaptive global batch.
+    Parameters and buffers are broadcast from rank 0 once, here.
+    """
+
+    def __init__(self, module: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None):
+        super().__init__()
+        self.module = module
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        if not self._params:
+            raise ValueError("module: has no parameter that requires a gradient")
+        if _dist_on():
+            with torch.no_grad():
+                for t in list(module.parameters()) + list(module.buffers()):
+                    dist.broadcast(t.data, src=0)
+        self._queued = False
+        for p in self._params:
+            p.register_post_accumulate_grad_hook(self._on_grad)
+        self._optimizer = optimizer
+        global _LAST_MODEL
+        _LAST_MODEL = self
+        job = current()
+        if job is not None:
+            job.attach(self, optimizer)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        job = current()
+        if job is not None and job.model is not self:
+            job.attach(self, self._optimizer)
+        return self.module(*args, **kwargs)
+
+    def _on_grad(self, _p: torch.Tensor) -> None:
+        if not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._sync)
+
+    def _sync(self) -> None:
+        self._queued = False
+        job = current()
+        ctx = job.step_ctx if job is not None else None
+        if ctx is None:
+            raise RuntimeError(
+                "pacer_torch.DataParallel: backward() outside a step of a pacer_torch.DataLoader"
+            )
+        if ctx.synced:
+            raise RuntimeError(
+                "pacer_torch.DataParallel: a second backward() in one step (gradient "
+                "accumulation across backward calls is not supported)"
+            )
+        measured = job.end_compute()
+        params = self._params
+        dtype = params[0].dtype
+        if dtype in (torch.float16, torch.bfloat16):
+            dtype = torch.float32
+        device = params[0].device
+        rank, world = job.rank, job.world
+        b = ctx.sizes[rank]
+        total = sum(ctx.sizes)
+        sizes = [p.numel() for p in params]
+        n_par = sum(sizes)
+        buf = torch.zeros(n_par + ROW * world, dtype=dtype, device=device)
+        flat = buf[:n_par]
+        if b > 0:
+            torch.cat(
+                [
+                    (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(dtype)
+                    for p in params
+                ],
+                out=flat,
+            )
+            sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
+            flat.mul_(b / total)
+        else:
+            sqr = 0.0
+        row = job.local_row(measured, sqr)
+        buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
+        if _dist_on():
+            dist.all_reduce(buf)
+        agg_sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
+        rows = buf[n_par:].view(world, ROW).cpu().tolist()
+        at = 0
+        with torch.no_grad():
+            for p, n in zip(params, sizes):
+                g = flat[at : at + n].view_as(p).to(p.dtype)
+                if p.grad is None:
+                    p.grad = g.clone()
+                else:
+                    p.grad.copy_(g)
+                at += n
+        job.gathered(rows, agg_sqr)
+
+
+def _speed_for(rank: int, speed: Union[None, float, Sequence[float]]) -> float:
+    if speed is None:
+        return 1.0
+    if isinstance(speed, (int, float)):
+        return float(speed)
+    speeds = list(speed)
+    if rank >= len(speeds):
+        raise ValueError(f"speed: {len(speeds)} speeds for rank {rank} (one per rank expected)")
+    return float(speeds[rank])
+
+
+def _gather_caps(cap: Optional[int], world: int) -> List[Optional[int]]:
+    if not _dist_on():
+        return [cap]
+    t = torch.zeros(world, dtype=torch.int64)
+    t[dist.get_rank()] = -1 if cap is None else cap
+    if dist.get_backend() == "nccl":  # pragma: no cover - no GPU here
+        t = t.cuda()
+    dist.all_reduce(t)
+    return [None if v < 0 else int(v) for v in t.cpu().tolist()]
+
+
+class DataLoader:
+    """Yields this rank's local batch of every step (module docs of ``sampler.py``).
+
+    ``global_batch`` samples per step, split by ``controller`` (``uniform``, ``lbbsp``,
+    ``pid``) from speeds predicted by ``predictor`` (``last``, ``ewma``, ``ets``,
+    ``narx``). ``max_local_batch``: this rank's cap (each rank passes its own).
+    ``speed``: heterogeneity emulation (a number, or one per rank), with ``time_scale``
+    (``signals.py``). ``adaptive_batch``: move the global batch to the goodput-optimal
+    one in ``[global_batch, max_global_batch]`` every ``adapt_every`` steps
+    (python/README.md). ``checkpoint_dir`` (default ``PACER_CHECKPOINT_DIR``): where a
+    stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        global_batch: int,
+        *,
+        controller: str = "lbbsp",
+        predictor: str = "ewma",
+        seed: int = 0,
+        max_local_batch: Optional[int] = None,
+        speed: Union[None, float, Sequence[float]] = None,
+        time_scale: float = 1.0,
+        adaptive_batch: bool = False,
+        max_global_batch: Optional[int] = None,
+        adapt_every: int = 50,
+        collate_fn: Optional[Callable] = None,
+        device: Optional[torch.device] = None,
+        checkpoint_dir: Optional[str] = None,
+        gpu_like: bool = False,
+    ):
+        rank, world = _world()
+        if isinstance(global_batch, bool) or not isinstance(global_batch, int):
+            raise ValueError(f"global_batch: {global_batch!r} (expected an integer)")
+        if global_batch < world:
+            raise ValueError(
+                f"global_batch: {global_batch} is smaller than the world size {world} "
+                "(expected at least one sample per rank)"
+            )
+        if controller not in _native.CONTROLLERS:
+            raise ValueError(
+                f"controller: unknown `{controller}` (expected one of "
+                f"{', '.join(_native.CONTROLLERS)})"
+            )
+        if predictor not in _native.PREDICTORS:
+            raise ValueError(
+                f"predictor: unknown `{predictor}` (expected one of "
+                f"{', '.join(_native.PREDICTORS)})"
+            )
+        if max_local_batch is not None and (
+            isinstance(max_local_batch, bool)
+            or not isinstance(max_local_batch, int)
+            or max_local_batch < 1
+        ):
+            raise ValueError(f"max_local_batch: {max_local_batch!r} (expected an integer >= 1)")
+        if adaptive_batch and max_global_batch is not None and max_global_batch < global_batch:
+            raise ValueError(
+                f"max_global_batch: {max_global_batch} is below global_batch {global_batch}"
+            )
+        if not isinstance(adapt_every, int) or adapt_every < 1:
+            raise ValueError(f"adapt_every: {adapt_every!r} (expected an integer >= 1)")
+        emulation = Emulation(_speed_for(rank, speed), time_scale)
+        try:
+            num_samples = len(dataset)  # type: ignore[arg-type]
+        except TypeError:
+            raise ValueError("dataset: has no length (a map-style dataset is expected)") from None
+        caps = _gather_caps(max_local_batch, world)
+        if all(c is not None for c in caps) and sum(caps) < global_batch:  # type: ignore[misc]
+            raise ValueError(
+                f"max_local_batch: the ranks' caps {caps} hold {sum(caps)} samples, "  # type: ignore[arg-type]
+                f"less than the global batch {global_batch}"
+            )
+        if checkpoint_dir is None:
+            checkpoint_dir = os.environ.get("PACER_CHECKPOINT_DIR") or None
+        self.dataset = dataset
+        self.collate_fn = collate_fn or default_collate
+        self.device = device
+        self.job = Job(
+            num_samples=num_samples,
+            global_batch=global_batch,
+            controller=controller,
+            predictor=predictor,
+            seed=seed,
+            caps=caps,
+            gpu_like=gpu_like,
+            emulation=emulation,
+            adaptive_batch=adaptive_batch,
+            max_global_batch=max_global_batch,
+            adapt_every=adapt_every,
+            checkpoint_dir=checkpoint_dir,
+        )
+        set_current(self.job)
+        if _LAST_MODEL is not None:
+            self.job.attach(_LAST_MODEL, _LAST_MODEL._optimizer)
+
+    @property
+    def batch_sizes(self) -> List[int]:
+        """Every rank's local batch of the coming step."""
+        return list(self.job.batches)
+
+    def set_batches(self, batches: Sequence[int]) -> None:
+        """Runs ``batches`` (one per rank, summing to the global batch) in the coming
+        step instead of the decided ones; the controller continues from them."""
+        self.job.session.override_batches([int(b) for b in batches])
+        self.job.batches = [int(b) for b in batches]
+
+    @property
+    def local_batch(self) -> int:
+        return self.job.batches[self.job.rank]
+
+    def _fetch(self, idx: torch.Tensor) -> Any:
+        if isinstance(self.dataset, TensorDataset):
+            out = tuple(t[idx] for t in self.dataset.tensors)
+        else:
+            out = self.collate_fn([self.dataset[i] for i in idx.tolist()])
+        if self.device is not None:
+            out = _to(out, self.device)
+        return out
+
+    def __len__(self) -> int:
+        b = self.job.session.global_batch
+        return -(-self.job.sampler.remaining() // b)
+
+    def __iter__(self) -> Iterator[Any]:
+        job = self.job
+        restore_if_needed(job)
+        sampler = job.sampler
+        if sampler.remaining() == 0:
+            sampler.next_epoch()
+        while True:
+            idx = job.begin_step()[job.rank]
+            yield self._fetch(idx)
+            last = sampler.remaining() == 0
+            if last:
+                sampler.next_epoch()
+            job.end_step()
+            if last:
+                return
+
+
+def _to(x: Any, device: torch.device) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device, non_blocking=True)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: _to(v, device) for k, v in x.items()}
+    return x
+
+
+def restore_if_needed(job: Optional[Job] = None) -> bool:
+    """Resumes from the checkpoint directory's checkpoint once, if there is one."""
+    job = job or current()
+    if job is None or job.restored:
+        return False
+    job.restored = True
+    if job.checkpoint_dir is None:
+        return False
+    path = checkpoint_file(job.checkpoint_dir)
+    if not os.path.exists(path):
+        return False
+    load(job, path)
+    return True
+
+
+def remaining_epochs(num_epochs: int) -> Iterator[int]:
+    """Epochs ``e .. num_epochs-1`` where ``e`` is the (resumed) current epoch; sends the
+    final report when done."""
+    job = current()
+    if job is None:
+        raise RuntimeError("pacer_torch.remaining_epochs: create the pacer_torch.DataLoader first")
+    restore_if_needed(job)
+    while job.sampler.epoch < num_epochs:
+        e = job.sampler.epoch
+        yield e
+        if job.sampler.epoch == e:  # the loop left the epoch early
+            job.sampler.next_epoch()
+    job.finish()
+
+
+def save_checkpoint(directory: Optional[str] = None) -> str:
+    """Checkpoints the job now (every rank calls it, between steps)."""
+    job = current()
+    if job is None:
+        raise RuntimeError("pacer_torch.save_checkpoint: no pacer_torch.DataLoader")
+    directory = directory or job.checkpoint_dir
+    if directory is None:
+        raise ValueError("directory: none given and no PACER_CHECKPOINT_DIR")
+    return save(job, directory)
+
+
+def resume(path: str) -> None:
+    """Resumes the job from checkpoint file ``path`` (every rank calls it)."""
+    job = current()
+    if job is None:
+        raise RuntimeError("pacer_torch.resume: no pacer_torch.DataLoader")
+    load(job, path)
+
+
+def request_stop() -> None:
+    """Checkpoint to the checkpoint directory and exit after the current step."""
+    job = current()
+    if job is not None:
+        job.request_stop()

@@ -1,0 +1,720 @@
+//! `pacer_torch._native`: the Rust side of the `pacer_torch` package (python/README.md).
+//!
+//! Thin bindings, no decision logic of their own:
+//! - [`Session`]: `pacer_control::session::JobSession` (join / leave / decide / observe /
+//!   predicted speeds / override batches), plus a checkpointable state: the session is
+//!   deterministic for its seed, so its state is the log of the calls that succeeded, and
+//!   replaying that log through a fresh session rebuilds it exactly ([`SessionState`]);
+//! - [`Predictor`]: one speed predictor by registry name;
+//! - [`Gns`]: the gradient-noise-scale estimator as the runtime uses it (batch-weighted
+//!   aggregation, EMA decay per global batch) and the goodput-optimal global batch;
+//! - [`Perf`], [`fit_perf`], [`efficiency`], [`adascale_gain`], [`best_global_batch`]: the
+//!   goodput model of `pacer_predict::goodput`.
+//!
+//! Every error is a Python `ValueError` that says which argument was wrong.
+
+use std::sync::{Mutex, MutexGuard};
+
+use pacer_control::session::{
+    IterationObservation, JobSession, SessionConfig, SessionError, WorkerKey,
+};
+use pacer_control::worker::{BatchBounds, CONTROLLERS};
+use pacer_predict::gns::{Aggregation, GnsEstimator};
+use pacer_predict::goodput::{self, GradParams, PerfObservation, PerfParams};
+use pacer_predict::speed::{make_predictor, Exogenous, SpeedPredictor, PREDICTORS};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Version of [`SessionState`]'s JSON; a state of another version is refused.
+const STATE_VERSION: u32 = 1;
+
+fn value_error(what: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(what.to_string())
+}
+
+fn session_error(e: SessionError) -> PyErr {
+    value_error(e)
+}
+
+/// One call that changed a session (only calls that succeeded are logged).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Event {
+    Join {
+        worker: u64,
+        bounds: Option<(u64, u64)>,
+    },
+    Leave {
+        worker: u64,
+    },
+    Signals {
+        worker: u64,
+        cpu_load: f64,
+        mem_load: f64,
+    },
+    Decide,
+    /// `(worker, samples, compute_s, cpu_load, mem_load)` per worker.
+    Observe(Vec<(u64, u64, f64, f64, f64)>),
+    Override(Vec<u64>),
+}
+
+/// A session as JSON: its configuration and the calls that built its state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionState {
+    version: u32,
+    global_batch: u64,
+    controller: String,
+    predictor: String,
+    seed: u64,
+    gpu_like: bool,
+    events: Vec<Event>,
+}
+
+type DecisionOut = (Vec<u64>, Vec<f64>, bool);
+
+struct Inner {
+    session: JobSession,
+    state: SessionState,
+}
+
+impl Inner {
+    fn new(
+        global_batch: u64,
+        controller: &str,
+        predictor: &str,
+        seed: u64,
+        gpu_like: bool,
+    ) -> PyResult<Self> {
+        let mut cfg = SessionConfig::new(global_batch, controller, predictor, seed);
+        cfg.gpu_like = gpu_like;
+        let session = JobSession::new(cfg).map_err(|e| match e {
+            SessionError::UnknownController(_) => value_error(format!("controller: {e}")),
+            SessionError::UnknownPredictor(_) => value_error(format!("predictor: {e}")),
+            _ => value_error(format!("global_batch: {e}")),
+        })?;
+        Ok(Inner {
+            session,
+            state: SessionState {
+                version: STATE_VERSION,
+                global_batch,
+                controller: controller.to_string(),
+                predictor: predictor.to_string(),
+                seed,
+                gpu_like,
+                events: Vec::new(),
+            },
+        })
+    }
+
+    /// Applies one call to the session; logs it when it succeeded. A decision is
+    /// returned as `(batches, predicted speeds, rebalanced)`.
+    fn apply(&mut self, event: Event) -> Result<Option<DecisionOut>, SessionError> {
+        let s = &mut self.session;
+        let mut out = None;
+        match &event {
+            Event::Join { worker, bounds } => s.join(
+                WorkerKey(*worker),
+                bounds.map(|(min, max)| BatchBounds { min, max }),
+            )?,
+            Event::Leave { worker } => s.leave(WorkerKey(*worker))?,
+            Event::Signals {
+                worker,
+                cpu_load,
+                mem_load,
+            } => s.set_next_signals(
+                WorkerKey(*worker),
+                Exogenous {
+                    cpu_load: *cpu_load,
+                    mem_load: *mem_load,
+                },
+            )?,
+            Event::Decide => {
+                let d = s.decide()?;
+                out = Some((d.batches.to_vec(), d.predicted_speed.to_vec(), d.rebalanced));
+            }
+            Event::Observe(rows) => {
+                let obs: Vec<IterationObservation> = rows
+                    .iter()
+                    .map(
+                        |&(w, samples, compute_s, cpu_load, mem_load)| IterationObservation {
+                            worker: WorkerKey(w),
+                            samples,
+                            compute_s,
+                            signals: Exogenous { cpu_load, mem_load },
+                        },
+                    )
+                    .collect();
+                s.observe(&obs)?
+            }
+            Event::Override(b) => s.override_batches(b)?,
+        }
+        self.state.events.push(event);
+        Ok(out)
+    }
+
+    fn replay(state: SessionState) -> PyResult<Self> {
+        if state.version != STATE_VERSION {
+            return Err(value_error(format!(
+                "state: version {} (expected {STATE_VERSION})",
+                state.version
+            )));
+        }
+        let mut inner = Inner::new(
+            state.global_batch,
+            &state.controller,
+            &state.predictor,
+            state.seed,
+            state.gpu_like,
+        )?;
+        for (i, e) in state.events.into_iter().enumerate() {
+            inner
+                .apply(e)
+                .map_err(|err| value_error(format!("state: call {i} does not replay: {err}")))?;
+        }
+        Ok(inner)
+    }
+}
+
+/// One job's worker-level decisions (`pacer_control::session::JobSession`).
+///
+/// `Session(global_batch, controller="lbbsp", predictor="ewma", seed=0, gpu_like=False)`;
+/// workers are integer keys (the PyTorch driver uses ranks).
+#[pyclass(module = "pacer_torch._native")]
+struct Session {
+    inner: Mutex<Inner>,
+}
+
+impl Session {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while locked cannot leave the session half-changed (calls are
+        // checked whole before they change anything), so a poisoned lock is usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[pymethods]
+impl Session {
+    #[new]
+    #[pyo3(signature = (global_batch, controller="lbbsp", predictor="ewma", seed=0, gpu_like=false))]
+    fn new(
+        global_batch: u64,
+        controller: &str,
+        predictor: &str,
+        seed: u64,
+        gpu_like: bool,
+    ) -> PyResult<Self> {
+        Ok(Session {
+            inner: Mutex::new(Inner::new(
+                global_batch,
+                controller,
+                predictor,
+                seed,
+                gpu_like,
+            )?),
+        })
+    }
+
+    /// A worker joins, with its local-batch limits `[min_batch, max_batch]` (default: at
+    /// least one sample when the global batch allows, at most the global batch).
+    #[pyo3(signature = (worker, min_batch=None, max_batch=None))]
+    fn join(&self, worker: u64, min_batch: Option<u64>, max_batch: Option<u64>) -> PyResult<()> {
+        let g = self.lock().state.global_batch;
+        let bounds = match (min_batch, max_batch) {
+            (None, None) => None,
+            (min, max) => {
+                let (min, max) = (min.unwrap_or(1), max.unwrap_or(g));
+                if min > max {
+                    return Err(value_error(format!(
+                        "max_batch: {max} is below min_batch {min}"
+                    )));
+                }
+                Some((min, max))
+            }
+        };
+        self.lock()
+            .apply(Event::Join { worker, bounds })
+            .map(drop)
+            .map_err(session_error)
+    }
+
+    /// A worker leaves; its share goes to the others at the next decision.
+    fn leave(&self, worker: u64) -> PyResult<()> {
+        self.lock()
+            .apply(Event::Leave { worker })
+            .map(drop)
+            .map_err(session_error)
+    }
+
+    /// Load signals (fractions in [0, 1]) of a worker's machine before the coming step.
+    fn set_next_signals(&self, worker: u64, cpu_load: f64, mem_load: f64) -> PyResult<()> {
+        for (name, v) in [("cpu_load", cpu_load), ("mem_load", mem_load)] {
+            if !v.is_finite() {
+                return Err(value_error(format!("{name}: {v} is not a finite number")));
+            }
+        }
+        self.lock()
+            .apply(Event::Signals {
+                worker,
+                cpu_load,
+                mem_load,
+            })
+            .map(drop)
+            .map_err(session_error)
+    }
+
+    /// The local batches of the coming step: `(batches, predicted_speeds, rebalanced)`,
+    /// in the order of `workers()`.
+    fn decide(&self) -> PyResult<DecisionOut> {
+        let out = self
+            .lock()
+            .apply(Event::Decide)
+            .map_err(|e| value_error(format!("batch bounds: {e}")))?;
+        Ok(out.expect("a decision returns its batches"))
+    }
+
+    /// What the workers measured in the step that ran: a list of
+    /// `(worker, samples, compute_s, cpu_load, mem_load)`; checked whole first.
+    fn observe(&self, observations: Vec<(u64, u64, f64, f64, f64)>) -> PyResult<()> {
+        self.lock()
+            .apply(Event::Observe(observations))
+            .map(drop)
+            .map_err(|e| value_error(format!("observations: {e}")))
+    }
+
+    /// Every worker's predicted speed (samples/s) for the coming step; changes nothing.
+    fn predicted_speeds(&self) -> Vec<f64> {
+        self.lock().session.predicted_speeds()
+    }
+
+    /// The batches that will run instead of the decided ones; the controller continues
+    /// from them.
+    fn override_batches(&self, batches: Vec<u64>) -> PyResult<()> {
+        self.lock()
+            .apply(Event::Override(batches))
+            .map(drop)
+            .map_err(|e| value_error(format!("batches: {e}")))
+    }
+
+    /// The workers, in the order of the decided batches.
+    fn workers(&self) -> Vec<u64> {
+        self.lock().session.workers().map(|w| w.0).collect()
+    }
+
+    /// The controller rule in force (`lbbsp` resolves to `lbbsp-cpu` or `lbbsp-gpu`).
+    #[getter]
+    fn controller_variant(&self) -> &'static str {
+        self.lock().session.controller_variant()
+    }
+
+    #[getter]
+    fn global_batch(&self) -> u64 {
+        self.lock().state.global_batch
+    }
+
+    #[getter]
+    fn controller(&self) -> String {
+        self.lock().state.controller.clone()
+    }
+
+    #[getter]
+    fn predictor(&self) -> String {
+        self.lock().state.predictor.clone()
+    }
+
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.lock().state.seed
+    }
+
+    /// Calls logged so far (the size of `state()`).
+    fn logged_calls(&self) -> usize {
+        self.lock().state.events.len()
+    }
+
+    /// The session as JSON text; `Session.from_state` rebuilds the same session.
+    fn state(&self) -> PyResult<String> {
+        serde_json::to_string(&self.lock().state).map_err(value_error)
+    }
+
+    /// The session `state()` described, rebuilt by replaying its calls.
+    #[staticmethod]
+    fn from_state(state: &str) -> PyResult<Self> {
+        let st: SessionState = serde_json::from_str(state)
+            .map_err(|e| value_error(format!("state: not a session state: {e}")))?;
+        Ok(Session {
+            inner: Mutex::new(Inner::replay(st)?),
+        })
+    }
+
+    /// A new session with global batch `global_batch` and this one's configuration and
+    /// members; its predictors have seen this session's last `recent` observations (a
+    /// changed global batch changes the batching problem, so the controller starts anew).
+    #[pyo3(signature = (global_batch, recent=32))]
+    fn with_global_batch(&self, global_batch: u64, recent: usize) -> PyResult<Self> {
+        let g = self.lock();
+        let st = &g.state;
+        let mut inner = Inner::new(
+            global_batch,
+            &st.controller,
+            &st.predictor,
+            st.seed,
+            st.gpu_like,
+        )?;
+        // The members as they are now, with their bounds.
+        let mut joined: Vec<(u64, Option<(u64, u64)>)> = Vec::new();
+        for e in &st.events {
+            match e {
+                Event::Join { worker, bounds } => joined.push((*worker, *bounds)),
+                Event::Leave { worker } => joined.retain(|(w, _)| w != worker),
+                _ => {}
+            }
+        }
+        for (worker, bounds) in joined {
+            let bounds = bounds.map(|(min, max)| (min, max.min(global_batch)));
+            inner
+                .apply(Event::Join { worker, bounds })
+                .map_err(|e| value_error(format!("global_batch: {e}")))?;
+        }
+        let members: Vec<u64> = inner.session.workers().map(|w| w.0).collect();
+        let observed: Vec<&Event> = st
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Observe(_)))
+            .collect();
+        for e in &observed[observed.len().saturating_sub(recent)..] {
+            if let Event::Observe(rows) = e {
+                let rows: Vec<_> = rows
+                    .iter()
+                    .copied()
+                    .filter(|r| members.contains(&r.0))
+                    .collect();
+                inner.apply(Event::Observe(rows)).map_err(session_error)?;
+            }
+        }
+        // Refuse a global batch the members' bounds cannot hold now, not at the next step.
+        let mut probe = Inner::replay(inner.state.clone())?;
+        probe
+            .apply(Event::Decide)
+            .map_err(|e| value_error(format!("global_batch: {e}")))?;
+        Ok(Session {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let g = self.lock();
+        format!(
+            "Session(global_batch={}, controller={:?}, predictor={:?}, seed={}, workers={:?})",
+            g.state.global_batch,
+            g.state.controller,
+            g.state.predictor,
+            g.state.seed,
+            g.session.workers().map(|w| w.0).collect::<Vec<_>>()
+        )
+    }
+}
+
+/// One worker's speed predictor by registry name (`last`, `ewma`, `ets`, `narx`).
+#[pyclass(module = "pacer_torch._native")]
+struct Predictor {
+    inner: Mutex<Box<dyn SpeedPredictor>>,
+}
+
+#[pymethods]
+impl Predictor {
+    #[new]
+    #[pyo3(signature = (name, seed=0, worker=0))]
+    fn new(name: &str, seed: u64, worker: u64) -> PyResult<Self> {
+        let p = make_predictor(name, seed, worker).ok_or_else(|| {
+            value_error(format!(
+                "name: unknown predictor `{name}`; known: {}",
+                PREDICTORS.join(", ")
+            ))
+        })?;
+        Ok(Predictor {
+            inner: Mutex::new(p),
+        })
+    }
+
+    /// A finished step's measured speed (samples/s) and the load signals at its start.
+    #[pyo3(signature = (samples_per_s, cpu_load=0.0, mem_load=0.0))]
+    fn observe(&self, samples_per_s: f64, cpu_load: f64, mem_load: f64) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(samples_per_s, &Exogenous { cpu_load, mem_load });
+    }
+
+    /// The next step's speed given its starting signals; `None` before any observation.
+    #[pyo3(signature = (cpu_load=0.0, mem_load=0.0))]
+    fn predict_next(&self, cpu_load: f64, mem_load: f64) -> Option<f64> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .predict_next(&Exogenous { cpu_load, mem_load })
+    }
+}
+
+/// The gradient noise scale of a running job, from the per-worker gradient norms, as the
+/// Rust runtime estimates it (`pacer_runtime::gns`): local mean gradients aggregated as
+/// `g = Σ (b_i/B) g_i`, the two-batch estimator, bias-corrected EMAs decaying by
+/// `smoothing` per `base_batch` samples.
+#[pyclass(module = "pacer_torch._native")]
+#[derive(Clone)]
+struct Gns {
+    est: GnsEstimator,
+}
+
+#[pymethods]
+impl Gns {
+    /// `smoothing` 0.99 is the runtime's (an effective window of ~100 steps).
+    #[new]
+    #[pyo3(signature = (base_batch, smoothing=0.99))]
+    fn new(base_batch: f64, smoothing: f64) -> PyResult<Self> {
+        if !(base_batch.is_finite() && base_batch > 0.0) {
+            return Err(value_error(format!(
+                "base_batch: {base_batch} (expected a finite number > 0)"
+            )));
+        }
+        if !(0.0..1.0).contains(&smoothing) {
+            return Err(value_error(format!(
+                "smoothing: {smoothing} (expected 0 <= smoothing < 1)"
+            )));
+        }
+        Ok(Gns {
+            est: GnsEstimator::new(smoothing, base_batch),
+        })
+    }
+
+    /// One step: each worker's local batch and `|g_i|²` of its local mean gradient, and
+    /// `|g|²` of the aggregate. Returns the step's unsmoothed `(grad_sqr, trace_cov)`;
+    /// a rejected step (fewer than two workers, a non-finite norm) leaves the estimate
+    /// as it was and raises ValueError.
+    fn observe(
+        &mut self,
+        local_batches: Vec<f64>,
+        local_sqr: Vec<f64>,
+        aggregate_sqr: f64,
+    ) -> PyResult<(f64, f64)> {
+        let s = self
+            .est
+            .observe_norms(
+                &local_batches,
+                &local_sqr,
+                aggregate_sqr,
+                Aggregation::BatchWeighted,
+            )
+            .map_err(value_error)?;
+        Ok((s.grad_sqr, s.trace_cov))
+    }
+
+    #[getter]
+    fn steps(&self) -> u64 {
+        self.est.steps()
+    }
+
+    #[getter]
+    fn base_batch(&self) -> f64 {
+        self.est.base_batch
+    }
+
+    /// `B_noise = tr Σ / |G|²` in samples; `None` before the first step.
+    fn noise_scale(&self) -> Option<f64> {
+        self.est.noise_scale()
+    }
+
+    fn grad_sqr(&self) -> Option<f64> {
+        self.est.grad_sqr()
+    }
+
+    fn trace_cov(&self) -> Option<f64> {
+        self.est.trace_cov()
+    }
+
+    /// Whether `|G|²` is above its floor (otherwise `B_noise` is only known to be large).
+    fn resolved(&self) -> bool {
+        self.est.resolved()
+    }
+
+    /// Statistical efficiency of global batch `batch` against the base batch.
+    fn efficiency(&self, batch: f64) -> Option<f64> {
+        Some(
+            self.est
+                .grad_params()?
+                .efficiency(batch, self.est.base_batch),
+        )
+    }
+
+    /// AdaScale gain `r ∈ [1, batch/base_batch]`: base-batch steps one step at `batch` is worth.
+    fn gain(&self, batch: f64) -> Option<f64> {
+        Some(self.est.grad_params()?.gain(batch, self.est.base_batch))
+    }
+
+    /// The goodput-optimal global batch in `[base_batch, max_batch]` for a step of
+    /// `batch / samples_per_s + overhead_s` seconds: `(batch, goodput, gain)`, or `None`
+    /// while the estimate is unresolved (as the runtime's `GnsTracker::best_batch`).
+    fn best_global_batch(
+        &self,
+        samples_per_s: f64,
+        overhead_s: f64,
+        max_batch: f64,
+    ) -> Option<(f64, f64, f64)> {
+        if !self.est.resolved() || !samples_per_s.is_finite() || samples_per_s <= 0.0 {
+            return None;
+        }
+        let grad = self.est.grad_params()?;
+        goodput::best_global_batch(&grad, self.est.base_batch, max_batch, |b| {
+            b / samples_per_s + overhead_s
+        })
+        .map(|c| (c.batch, c.goodput, c.gain))
+    }
+
+    /// The estimator as JSON text (for checkpoints).
+    fn state(&self) -> PyResult<String> {
+        serde_json::to_string(&self.est).map_err(value_error)
+    }
+
+    #[staticmethod]
+    fn from_state(state: &str) -> PyResult<Self> {
+        let est: GnsEstimator = serde_json::from_str(state)
+            .map_err(|e| value_error(format!("state: not a noise-scale state: {e}")))?;
+        Ok(Gns { est })
+    }
+}
+
+/// The Pollux step-time model (`pacer_predict::goodput::PerfParams`), seconds.
+#[pyclass(module = "pacer_torch._native", get_all)]
+#[derive(Clone)]
+struct Perf {
+    alpha_c: f64,
+    beta_c: f64,
+    alpha_n: f64,
+    beta_n: f64,
+    alpha_r: f64,
+    beta_r: f64,
+    gamma: f64,
+}
+
+impl Perf {
+    fn params(&self) -> PerfParams {
+        PerfParams {
+            alpha_c: self.alpha_c,
+            beta_c: self.beta_c,
+            alpha_n: self.alpha_n,
+            beta_n: self.beta_n,
+            alpha_r: self.alpha_r,
+            beta_r: self.beta_r,
+            gamma: self.gamma,
+        }
+    }
+}
+
+#[pymethods]
+impl Perf {
+    #[new]
+    #[pyo3(signature = (alpha_c, beta_c, alpha_n=0.0, beta_n=0.0, alpha_r=0.0, beta_r=0.0, gamma=1.0))]
+    fn new(
+        alpha_c: f64,
+        beta_c: f64,
+        alpha_n: f64,
+        beta_n: f64,
+        alpha_r: f64,
+        beta_r: f64,
+        gamma: f64,
+    ) -> Self {
+        Perf {
+            alpha_c,
+            beta_c,
+            alpha_n,
+            beta_n,
+            alpha_r,
+            beta_r,
+            gamma,
+        }
+    }
+
+    fn step_time(&self, nodes: u32, replicas: u32, atomic_bsz: f64, accum_steps: u32) -> f64 {
+        self.params()
+            .step_time(nodes, replicas, atomic_bsz, accum_steps)
+    }
+
+    fn throughput(&self, nodes: u32, replicas: u32, atomic_bsz: f64, accum_steps: u32) -> f64 {
+        self.params()
+            .throughput(nodes, replicas, atomic_bsz, accum_steps)
+    }
+}
+
+/// Fits [`Perf`] to observed steps `(nodes, replicas, atomic_bsz, compute_time_s,
+/// step_time_s)`.
+#[pyfunction]
+fn fit_perf(observations: Vec<(u32, u32, f64, f64, f64)>) -> PyResult<Perf> {
+    let obs: Vec<PerfObservation> = observations
+        .into_iter()
+        .map(
+            |(nodes, replicas, atomic_bsz, compute_time_s, step_time_s)| PerfObservation {
+                nodes,
+                replicas,
+                atomic_bsz,
+                compute_time_s,
+                step_time_s,
+            },
+        )
+        .collect();
+    let p =
+        goodput::fit_perf_params(&obs).map_err(|e| value_error(format!("observations: {e}")))?;
+    Ok(Perf {
+        alpha_c: p.alpha_c,
+        beta_c: p.beta_c,
+        alpha_n: p.alpha_n,
+        beta_n: p.beta_n,
+        alpha_r: p.alpha_r,
+        beta_r: p.beta_r,
+        gamma: p.gamma,
+    })
+}
+
+/// Statistical efficiency of `batch` against `base_batch` for gradient statistics
+/// `sqr = |G|²`, `var = tr Σ / base_batch`.
+#[pyfunction]
+fn efficiency(sqr: f64, var: f64, batch: f64, base_batch: f64) -> f64 {
+    GradParams { sqr, var }.efficiency(batch, base_batch)
+}
+
+/// AdaScale gain of `batch` against `base_batch` (same statistics as [`efficiency`]).
+#[pyfunction]
+fn adascale_gain(sqr: f64, var: f64, batch: f64, base_batch: f64) -> f64 {
+    GradParams { sqr, var }.gain(batch, base_batch)
+}
+
+/// The goodput-optimal global batch in `[base_batch, max_batch]` for a step of
+/// `batch / samples_per_s + overhead_s`: `(batch, goodput, gain)` or `None`.
+#[pyfunction]
+fn best_global_batch(
+    sqr: f64,
+    var: f64,
+    base_batch: f64,
+    max_batch: f64,
+    samples_per_s: f64,
+    overhead_s: f64,
+) -> Option<(f64, f64, f64)> {
+    goodput::best_global_batch(&GradParams { sqr, var }, base_batch, max_batch, |b| {
+        b / samples_per_s + overhead_s
+    })
+    .map(|c| (c.batch, c.goodput, c.gain))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Session>()?;
+    m.add_class::<Predictor>()?;
+    m.add_class::<Gns>()?;
+    m.add_class::<Perf>()?;
+    m.add_function(wrap_pyfunction!(fit_perf, m)?)?;
+    m.add_function(wrap_pyfunction!(efficiency, m)?)?;
+    m.add_function(wrap_pyfunction!(adascale_gain, m)?)?;
+    m.add_function(wrap_pyfunction!(best_global_batch, m)?)?;
+    m.add("CONTROLLERS", CONTROLLERS.to_vec())?;
+    m.add("PREDICTORS", PREDICTORS.to_vec())?;
+    Ok(())
+}

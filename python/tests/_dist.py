@@ -1,0 +1,45 @@
+"""Runs a test body in N real processes with a gloo process group (torchrun's env)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank, fn, world, port, args):
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    import torch
+
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+
+    pacer.init_process_group(timeout_s=120)
+    try:
+        fn(rank, world, *args)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run(fn, world: int, *args) -> None:
+    """``fn(rank, world, *args)`` in ``world`` spawned processes; raises if any fails."""
+    mp.start_processes(_entry, args=(fn, world, free_port(), args), nprocs=world, start_method="spawn")

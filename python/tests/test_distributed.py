@@ -1,0 +1,188 @@
+"""Real gloo processes: exact weighted aggregation at unequal batches, and a checkpoint
+taken with 4 ranks resumed with 2."""
+
+import os
+
+import torch
+
+import _dist
+
+BATCHES = [200, 150, 100, 62]
+
+
+def make_model(dtype=torch.float32):
+    torch.manual_seed(5)
+    return torch.nn.Sequential(
+        torch.nn.Linear(20, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5)
+    ).to(dtype)
+
+
+def make_data(n, dtype=torch.float32):
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(n, 20, generator=g).to(dtype)
+    y = torch.randint(0, 5, (n,), generator=g)
+    idx = torch.arange(n)
+    return torch.utils.data.TensorDataset(x, y, idx)
+
+
+def _exactness(rank, world, out):
+    import pacer_torch as pacer
+
+    data = make_data(512)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(data, global_batch=512, controller="lbbsp", seed=3)
+    loader.set_batches(BATCHES)
+    for x, y, idx in loader:
+        assert len(x) == BATCHES[rank]
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        torch.save({"grads": grads, "idx": idx, "gns_steps": pacer.current().gns.steps},
+                   os.path.join(out, f"rank{rank}.pt"))
+        break
+
+
+def test_weighted_gradient_equals_the_single_process_gradient(tmp_path):
+    _dist.run(_exactness, 4, str(tmp_path))
+    data = make_data(512)
+    ref_model = make_model()
+    x, y, _ = data.tensors
+    torch.nn.functional.cross_entropy(ref_model(x), y).backward()
+    ref = torch.cat([p.grad.reshape(-1) for p in ref_model.parameters()])
+    seen = []
+    for r in range(4):
+        got = torch.load(tmp_path / f"rank{r}.pt")
+        g = torch.cat([t.reshape(-1) for t in got["grads"]])
+        rel = float((g.double() - ref.double()).norm() / ref.double().norm())
+        print(f"rank {r}: relative error {rel:.3e}")
+        assert rel <= 1e-5, rel
+        assert len(got["idx"]) == BATCHES[r]
+        assert got["gns_steps"] == 1
+        seen.extend(got["idx"].tolist())
+    assert sorted(seen) == list(range(512)), "disjoint shares covering the global batch"
+
+
+N = 2000
+K = 5
+
+
+def _train_then_checkpoint(rank, world, out):
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(make_data(N), global_batch=256, controller="pid", predictor="ewma",
+                              seed=9, checkpoint_dir=os.path.join(out, "ckpt"))
+    step = 0
+    stream = []
+    for x, y, idx in loader:
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        parts = [None] * world
+        dist.all_gather_object(parts, idx.tolist())
+        stream.append(sum(parts, []))
+        step += 1
+        if step == K:
+            pacer.save_checkpoint()
+            if rank == 0:
+                torch.save({"opt": opt.state_dict(), "model": model.state_dict(),
+                            "sampler": loader.job.sampler.state_dict()},
+                           os.path.join(out, "at_k.pt"))
+        if step == K + 2:
+            break
+    if rank == 0:
+        torch.save(stream, os.path.join(out, "stream4.pt"))
+
+
+def _resume(rank, world, out):
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+
+    model = make_model()
+    torch.manual_seed(100 + rank)  # a different start: the checkpoint must overwrite it
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(make_data(N), global_batch=256, controller="pid", predictor="ewma",
+                              seed=9, checkpoint_dir=os.path.join(out, "ckpt"))
+    assert pacer.restore_if_needed()
+    if rank == 0:
+        torch.save({"opt": opt.state_dict(), "model": model.state_dict(),
+                    "sampler": loader.job.sampler.state_dict(), "workers": loader.job.session.workers(),
+                    "batches": loader.batch_sizes},
+                   os.path.join(out, "resumed.pt"))
+    stream = []
+    for x, y, idx in loader:
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        parts = [None] * world
+        dist.all_gather_object(parts, idx.tolist())
+        stream.append(sum(parts, []))
+        if len(stream) == 2:
+            break
+    if rank == 0:
+        torch.save(stream, os.path.join(out, "stream2.pt"))
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_checkpoint_with_four_ranks_resumes_with_two(tmp_path):
+    _dist.run(_train_then_checkpoint, 4, str(tmp_path))
+    _dist.run(_resume, 2, str(tmp_path))
+    at_k = torch.load(tmp_path / "at_k.pt")
+    resumed = torch.load(tmp_path / "resumed.pt")
+    assert _same(at_k["opt"], resumed["opt"]), "optimiser state identical"
+    assert _same(at_k["model"], resumed["model"])
+    assert at_k["sampler"] == resumed["sampler"] and at_k["sampler"]["offset"] == K * 256
+    assert resumed["workers"] == [0, 1] and sum(resumed["batches"]) == 256
+    s4 = torch.load(tmp_path / "stream4.pt")
+    s2 = torch.load(tmp_path / "stream2.pt")
+    # The global sample stream continues where it stopped, whatever the world size.
+    assert s2 == s4[K : K + 2]
+    seen = sum(s4[:K], []) + sum(s2, [])
+    assert len(set(seen)) == len(seen) == (K + 2) * 256
+
+
+def _sigterm(rank, world, out):
+    import signal
+
+    import pacer_torch as pacer
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(make_data(N), global_batch=128, seed=4,
+                              checkpoint_dir=os.path.join(out, "ckpt"))
+    for step, (x, y, idx) in enumerate(loader, 1):
+        if step == 3 and rank == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # only one rank is told
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    open(os.path.join(out, f"not-stopped-{rank}"), "w").close()
+
+
+def test_sigterm_on_one_rank_checkpoints_all_after_that_step_and_exits(tmp_path):
+    _dist.run(_sigterm, 2, str(tmp_path))
+    assert not list(tmp_path.glob("not-stopped-*"))
+    state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)
+    assert state["steps"] == 3 and state["sampler"]["offset"] == 3 * 128
+    assert state["world_size"] == 2 and "momentum_buffer" in state["optimizer"]["state"][0]
