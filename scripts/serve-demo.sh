@@ -13,7 +13,8 @@
 # job: job type = its name, total steps = its iterations, scale factor = its requested
 # replicas, all arriving at 0) and a throughputs file of what the jobs measured (steps/s
 # per replica count on type `cpu`, the mean over the policies' runs), simulated on
-# 4x2:cpu with 2 s rounds; real and simulated JCTs are printed side by side.
+# 4x2:cpu with 2 s rounds; real and simulated JCTs are printed side by side
+# (docs/serve.md explains why they differ).
 #
 # Usage: scripts/serve-demo.sh [OUT_DIR] [POLICY...]
 set -euo pipefail

@@ -221,7 +221,6 @@ impl Core {
             .collect()
     }
 
-
     /// Shortest time a run keeps its devices before a policy may stop it.
     pub fn min_run_ms(&self) -> u64 {
         (self.settings.min_run_s * 1e3) as u64

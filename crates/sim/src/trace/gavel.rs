@@ -413,11 +413,20 @@ mod tests {
             panic!()
         };
         assert_eq!((*steps, rates.len()), (70.0, 1));
-        assert_eq!((rates[0].device_type.as_str(), rates[0].consolidated), ("cpu", 3.5));
-        assert!(load_jobs("B\tc\t-n\t1\t7\t0\t1\n", "m.trace", &t, ScaleFallback::OneDevice, None)
-            .unwrap_err()
-            .to_string()
-            .contains("on any of v100, p100, k80, cpu"));
+        assert_eq!(
+            (rates[0].device_type.as_str(), rates[0].consolidated),
+            ("cpu", 3.5)
+        );
+        assert!(load_jobs(
+            "B\tc\t-n\t1\t7\t0\t1\n",
+            "m.trace",
+            &t,
+            ScaleFallback::OneDevice,
+            None
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("on any of v100, p100, k80, cpu"));
     }
 
     #[test]
