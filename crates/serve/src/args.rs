@@ -28,7 +28,9 @@ pub struct ServeArgs {
     /// (default: three rounds), so policies that rotate devices do not thrash restarts.
     #[arg(long)]
     pub min_run_s: Option<f64>,
-    /// Executor (only `local`: child processes on this machine).
+    /// Executor: `local` (child processes on this machine) or `slurm[:PARTITION]` (Slurm
+    /// jobs pinned to the chosen nodes and GPUs; partition `gpu` unless named; needs
+    /// `--cluster slurm`: the nodes, GPU counts and types are read from Slurm).
     #[arg(long, default_value = "local")]
     pub executor: String,
     /// Bearer token file (default <state>/token, generated with mode 0600 if absent).
@@ -42,11 +44,31 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     pub fn config(&self) -> anyhow::Result<ServeConfig> {
+        let slurm_partition = match self.executor.split_once(':') {
+            _ if self.executor == "local" => None,
+            _ if self.executor == "slurm" => Some("gpu"),
+            Some(("slurm", p)) if !p.is_empty() => Some(p),
+            _ => anyhow::bail!(
+                "--executor {}: expected `local`, `slurm` or `slurm:PARTITION`",
+                self.executor
+            ),
+        };
         anyhow::ensure!(
-            self.executor == "local",
-            "--executor {}: only `local` is built in",
+            (slurm_partition.is_some()) == (self.cluster == "slurm"),
+            "--cluster {} with --executor {}: `--cluster slurm` (read the cluster from Slurm) goes with `--executor slurm`, and only with it",
+            self.cluster,
             self.executor
         );
+        let (slurm, cluster) = match slurm_partition {
+            Some(p) => {
+                let (ex, cluster) = crate::executor_slurm::SlurmExecutor::discover(
+                    pacer_slurm::SlurmClient::new(),
+                    p,
+                )?;
+                (Some(std::sync::Arc::new(ex)), cluster)
+            }
+            None => (None, crate::spec::load_cluster(&self.cluster)?),
+        };
         let pacer_bin = match &self.pacer_bin {
             Some(b) => b.clone(),
             None => std::env::current_exe()
@@ -57,13 +79,14 @@ impl ServeArgs {
         Ok(ServeConfig {
             listen: self.listen.clone(),
             state_dir: self.state.clone(),
-            cluster: crate::spec::load_cluster(&self.cluster)?,
+            cluster,
             policy: self.policy.clone(),
             round_s: self.round_s,
             grace_s: self.grace_s,
             min_run_s: self.min_run_s.unwrap_or(3.0 * self.round_s),
             token_file: self.token_file.clone(),
             pacer_bin,
+            slurm,
         })
     }
 

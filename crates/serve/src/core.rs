@@ -451,6 +451,7 @@ impl Core {
             env,
             run_dir: self.run_dir(&j.id, run.attempt),
             log_path: self.log_path(&j.id),
+            alloc: run.alloc.clone(),
         }
     }
 }

@@ -36,6 +36,9 @@ pub struct LaunchRequest {
     pub run_dir: PathBuf,
     /// stdout and stderr are appended here.
     pub log_path: PathBuf,
+    /// The placement: `(node index in the cluster spec, devices on it)`. The local
+    /// executor runs on this machine whatever it says; the Slurm executor pins to it.
+    pub alloc: Vec<(u32, u32)>,
 }
 
 /// How a run stands.
@@ -294,6 +297,7 @@ mod tests {
             env: vec![],
             run_dir: dir.join("run"),
             log_path: dir.join("log"),
+            alloc: vec![(0, 1)],
         };
         std::fs::create_dir_all(&dir).unwrap();
         let h = ex.launch(&req).await.unwrap();

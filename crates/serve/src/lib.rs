@@ -16,6 +16,7 @@ pub mod client;
 pub mod core;
 pub mod error;
 pub mod executor;
+pub mod executor_slurm;
 pub mod job;
 pub mod metrics;
 pub mod spec;
@@ -38,6 +39,9 @@ pub struct ServeConfig {
     /// Defaults to `<state_dir>/token`.
     pub token_file: Option<PathBuf>,
     pub pacer_bin: String,
+    /// `--executor slurm`: the executor that read `cluster` from Slurm; `None` runs jobs
+    /// as local processes.
+    pub slurm: Option<Arc<executor_slurm::SlurmExecutor>>,
 }
 
 /// Runs the service until SIGINT or SIGTERM. Jobs keep running when it stops; the
@@ -97,7 +101,10 @@ pub async fn serve(
         pacer_bin: cfg.pacer_bin.clone(),
         server_url: format!("http://{addr}"),
     };
-    let exec: Arc<dyn executor::Executor> = Arc::new(executor::LocalExecutor::new());
+    let exec: Arc<dyn executor::Executor> = match &cfg.slurm {
+        Some(s) => s.clone(),
+        None => Arc::new(executor::LocalExecutor::new()),
+    };
     let mut core = core::Core::open(settings)?;
     core.recover(exec.as_ref()).await?;
     let flush_needed = core.flush_needed.clone();

@@ -64,6 +64,9 @@ pub const LAYERS: &[(&str, u8)] = &[
     ("pacer-workersim", 3),
     ("pacer-runtime", 3),
     ("pacer-serve", 3),
+    // An I/O client of Slurm's command line, depending on no pacer crate; below the
+    // drivers so that the service (serve) can run jobs through it.
+    ("pacer-slurm", 2),
     ("pacer-cli", 4),
     // Dev-only crates: nothing may depend on them.
     ("pacer-fuzz", 9),

@@ -1,0 +1,319 @@
+//! [`SlurmExecutor`]: runs the service's jobs as Slurm batch jobs pinned to the nodes and
+//! GPU counts the policy chose, through the `pacer-slurm` client (`sbatch`, `squeue`,
+//! `scancel`). The cluster the policy sees is read from Slurm at start
+//! ([`SlurmExecutor::discover`]): the nodes of one partition, in Slurm's order, each with
+//! its GPU count and device type (GRES type, else first node feature).
+//!
+//! A run is one Slurm job named `pacer-<job>.<attempt>`; its handle is the Slurm job id. The
+//! job's command runs once, in the batch step on the first allocated node, under the same
+//! wrapper contract as the local executor (`pid` and `exit` files in the run directory, the
+//! wrapper survives SIGTERM), so a run that ended while the service was down is settled from
+//! its exit file. The run directory must be on a file system every node shares (on the dev
+//! cluster all nodes are this machine). `MASTER_ADDR` is the first node's Slurm address; a
+//! multi-node job starts its per-node processes itself (`srun`, with `SLURM_*`).
+//!
+//! Limits: Slurm's `--gres=gpu:N` is per node, so an uneven placement (3 GPUs on one node,
+//! 1 on another) holds the larger count on every node of the job in Slurm.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pacer_model::{ClusterSpec, DeviceTypeId, NodeSpec};
+use pacer_slurm::{JobRequest, JobState as SlurmState, SignalTarget, SlurmClient};
+
+use crate::error::ServeError;
+use crate::executor::{ExecFuture, Executor, LaunchRequest, RunHandle, RunStatus, StopSignal};
+
+/// The wrapper around a job's command, as the local executor's: records that it started
+/// (the Slurm job id as `pid`), keeps itself alive through SIGTERM, records the exit status.
+const WRAPPER: &str = r#"d="$0"; echo "$SLURM_JOB_ID" > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; trap : TERM; "$@"; s=$?; echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit""#;
+
+/// Runs jobs through Slurm.
+#[derive(Debug)]
+pub struct SlurmExecutor {
+    client: Arc<SlurmClient>,
+    partition: String,
+    /// Slurm node name of each `NodeId` of the cluster spec.
+    nodes: Vec<String>,
+    /// Slurm address of each node (rendezvous).
+    addresses: Vec<String>,
+    /// GRES type of each node's GPUs, when Slurm gives one.
+    gpu_types: Vec<Option<String>>,
+}
+
+impl SlurmExecutor {
+    /// Reads partition `partition` from Slurm (nodes with GPUs; the errors name a missing
+    /// Slurm, an unreachable controller, a missing partition or a node without GPUs) and
+    /// returns the executor and the cluster the policy plans on.
+    pub fn discover(
+        client: SlurmClient,
+        partition: &str,
+    ) -> Result<(Self, ClusterSpec), ServeError> {
+        let cluster = client
+            .discover_for(partition, true)
+            .map_err(|e| ServeError::Exec(format!("--executor slurm: {e}")))?;
+        let nodes = cluster
+            .partition_nodes(partition)
+            .map_err(|e| ServeError::Exec(format!("--executor slurm: {e}")))?;
+        let mut spec = ClusterSpec {
+            device_types: Vec::new(),
+            nodes: Vec::new(),
+        };
+        let mut ex = SlurmExecutor {
+            client: Arc::new(client),
+            partition: partition.to_string(),
+            nodes: Vec::new(),
+            addresses: Vec::new(),
+            gpu_types: Vec::new(),
+        };
+        for n in nodes {
+            let ty = n
+                .device_type()
+                .unwrap_or_else(|| "gpu".into())
+                .to_ascii_lowercase();
+            let id = match spec.device_types.iter().position(|t| *t == ty) {
+                Some(i) => i,
+                None => {
+                    spec.device_types.push(ty.clone());
+                    spec.device_types.len() - 1
+                }
+            };
+            let gres_type = n
+                .gres
+                .iter()
+                .find(|g| g.name == "gpu")
+                .and_then(|g| g.kind.clone());
+            spec.nodes.push(NodeSpec {
+                device_type: DeviceTypeId(id as u16),
+                gpus: n.gpus(gres_type.as_deref()),
+            });
+            ex.nodes.push(n.name.clone());
+            ex.addresses.push(n.address.clone());
+            ex.gpu_types.push(gres_type);
+        }
+        Ok((ex, spec))
+    }
+
+    /// The Slurm job name of a run (`<job>:<attempt>` → `<job>.<attempt>`, prefixed).
+    fn run_name(run_id: &str) -> String {
+        run_id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '.'
+                }
+            })
+            .collect()
+    }
+
+    fn job_request(&self, req: &LaunchRequest) -> Result<JobRequest, ServeError> {
+        let bad = |why: String| ServeError::Exec(format!("slurm launch of {}: {why}", req.run_id));
+        let mut nodes = Vec::new();
+        let mut gpus = 0;
+        for &(n, k) in &req.alloc {
+            let name = self
+                .nodes
+                .get(n as usize)
+                .ok_or_else(|| bad(format!("no node {n}")))?;
+            nodes.push(name.as_str());
+            gpus = gpus.max(k);
+        }
+        let first = *req
+            .alloc
+            .first()
+            .ok_or_else(|| bad("empty allocation".into()))?;
+        let mut command = vec!["/bin/sh".to_string(), "-c".into(), WRAPPER.into()];
+        command.push(req.run_dir.display().to_string());
+        command.extend(req.argv.iter().cloned());
+        let mut r = JobRequest::new(
+            &Self::run_name(&req.run_id),
+            &self.partition,
+            &nodes,
+            gpus,
+            &[],
+        );
+        r.command = command;
+        r.gpu_type = self.gpu_types[first.0 as usize].clone();
+        r.output = req.log_path.clone();
+        r.append_output = true;
+        r.requeue = false;
+        r.workdir = std::env::current_dir().ok();
+        for (k, v) in &req.env {
+            // Slurm sets CUDA_VISIBLE_DEVICES itself from the GRES it allocates.
+            if k != "CUDA_VISIBLE_DEVICES" && k != "MASTER_ADDR" {
+                r.env.insert(k.clone(), v.clone());
+            }
+        }
+        r.env.insert(
+            "MASTER_ADDR".into(),
+            self.addresses[first.0 as usize].clone(),
+        );
+        r.env.insert("PACER_RUN_ID".into(), req.run_id.clone());
+        Ok(r)
+    }
+
+    /// Runs a blocking client call off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&SlurmClient) -> Result<T, pacer_slurm::SlurmError> + Send + 'static,
+    ) -> Result<T, ServeError> {
+        let client = self.client.clone();
+        tokio::task::spawn_blocking(move || f(&client))
+            .await
+            .map_err(|e| ServeError::Exec(format!("slurm call: {e}")))?
+            .map_err(|e| ServeError::Exec(e.to_string()))
+    }
+}
+
+fn slurm_id(run: &RunHandle) -> Result<u64, ServeError> {
+    run.id
+        .parse()
+        .map_err(|_| ServeError::Exec(format!("bad Slurm job id `{}`", run.id)))
+}
+
+impl Executor for SlurmExecutor {
+    fn name(&self) -> &'static str {
+        "slurm"
+    }
+
+    fn launch<'a>(&'a self, req: &'a LaunchRequest) -> ExecFuture<'a, RunHandle> {
+        Box::pin(async move {
+            std::fs::create_dir_all(&req.run_dir)
+                .map_err(|e| ServeError::io(format!("creating {}", req.run_dir.display()), e))?;
+            let job = self.job_request(req)?;
+            let id = self.blocking(move |c| c.submit(&job)).await?;
+            Ok(RunHandle {
+                id: id.to_string(),
+                start_ticks: 0,
+            })
+        })
+    }
+
+    fn signal<'a>(&'a self, run: &'a RunHandle, sig: StopSignal) -> ExecFuture<'a, ()> {
+        Box::pin(async move {
+            let id = slurm_id(run)?;
+            match sig {
+                StopSignal::Term => {
+                    self.blocking(move |c| c.signal(id, "TERM", SignalTarget::Batch))
+                        .await
+                }
+                StopSignal::Kill => self.blocking(move |c| c.cancel(id)).await,
+            }
+        })
+    }
+
+    fn poll<'a>(&'a self, run: &'a RunHandle, run_dir: &'a Path) -> ExecFuture<'a, RunStatus> {
+        Box::pin(async move {
+            let id = slurm_id(run)?;
+            let job = self.blocking(move |c| c.job(id)).await?;
+            let Some(job) = job else {
+                return Ok(crate::executor::exit_status(run_dir));
+            };
+            if job.was_requeued() && !job.state.is_terminal() {
+                // Its node failed: Slurm would rerun it ~2 minutes later behind the
+                // service's back. End it; the service relaunches from the checkpoint.
+                self.blocking(move |c| c.cancel(id)).await?;
+                return Ok(RunStatus::Killed);
+            }
+            Ok(match job.state {
+                s if !s.is_terminal() => RunStatus::Running,
+                SlurmState::Completed | SlurmState::Failed => {
+                    // The wrapper's exit file has the job's own status; give a file system
+                    // shared over the network a moment to show it.
+                    let mut st = crate::executor::exit_status(run_dir);
+                    for _ in 0..20 {
+                        if st != RunStatus::Killed {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        st = crate::executor::exit_status(run_dir);
+                    }
+                    st
+                }
+                _ => RunStatus::Killed,
+            })
+        })
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        run_id: &'a str,
+        recorded: Option<&'a RunHandle>,
+        _run_dir: &'a Path,
+    ) -> ExecFuture<'a, Option<RunHandle>> {
+        Box::pin(async move {
+            let name = format!("{}{}", self.client.prefix(), Self::run_name(run_id));
+            let jobs = self.blocking(|c| c.jobs()).await?;
+            let found = jobs
+                .iter()
+                .filter(|j| j.name == name && !j.state.is_terminal())
+                .filter(|j| recorded.is_none_or(|h| h.id == j.id.to_string()))
+                .max_by_key(|j| j.id);
+            Ok(found.map(|j| RunHandle {
+                id: j.id.to_string(),
+                start_ticks: 0,
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn executor() -> SlurmExecutor {
+        SlurmExecutor {
+            client: Arc::new(SlurmClient::new()),
+            partition: "gpu".into(),
+            nodes: vec!["n1".into(), "n2".into()],
+            addresses: vec!["10.0.0.1".into(), "10.0.0.2".into()],
+            gpu_types: vec![Some("t4".into()), Some("t4".into())],
+        }
+    }
+
+    #[test]
+    fn a_launch_is_pinned_to_the_allocated_nodes_and_gpus() {
+        let req = LaunchRequest {
+            job_id: "j".into(),
+            run_id: "j:3".into(),
+            argv: vec!["python3".into(), "train.py".into()],
+            env: vec![
+                ("MASTER_ADDR".into(), "127.0.0.1".into()),
+                ("CUDA_VISIBLE_DEVICES".into(), "0,1".into()),
+                ("WORLD_SIZE".into(), "4".into()),
+            ],
+            run_dir: "/state/runs/j/3".into(),
+            log_path: "/state/logs/j.log".into(),
+            alloc: vec![(1, 2), (0, 2)],
+        };
+        let r = executor().job_request(&req).unwrap();
+        assert_eq!(
+            (r.nodes.clone(), r.gpus_per_node),
+            (vec!["n2".to_string(), "n1".to_string()], 2)
+        );
+        assert_eq!(r.gpu_type.as_deref(), Some("t4"));
+        assert_eq!(r.env["MASTER_ADDR"], "10.0.0.2");
+        assert!(!r.env.contains_key("CUDA_VISIBLE_DEVICES"));
+        assert_eq!(r.env["PACER_RUN_ID"], "j:3");
+        let args = r.sbatch_args("pacer-").unwrap();
+        assert!(
+            args.contains(&"--job-name=pacer-j.3".to_string()),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--nodelist=n2,n1".to_string()), "{args:?}");
+        assert!(args.contains(&"--gres=gpu:t4:2".to_string()), "{args:?}");
+        assert!(args.contains(&"--open-mode=append".to_string()), "{args:?}");
+        let bad = LaunchRequest {
+            alloc: vec![(5, 1)],
+            ..req
+        };
+        assert!(executor()
+            .job_request(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("no node 5"));
+    }
+}
