@@ -150,6 +150,8 @@ fn unknown_policy_and_bad_cluster_and_trace_kind() {
         "cannot read /no/such/file.csv",
     );
     assert_clean_error(&pacer(&["simulate", "--round-s", "0"]), "--round-s");
+    assert_clean_error(&pacer(&["simulate", "--restart-s=-1"]), "--restart-s");
+    assert_clean_error(&pacer(&["simulate", "--restart-s", "NaN"]), "--restart-s");
     assert_clean_error(
         &pacer(&["simulate", "--workload", "embedded:workload-9"]),
         "unknown embedded workload",
