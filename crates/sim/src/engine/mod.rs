@@ -23,6 +23,8 @@
 //! [`JobView::quality`].
 
 mod dedicated;
+mod online;
+pub use online::ProfileMode;
 mod run;
 mod step;
 mod view;
@@ -55,6 +57,8 @@ pub struct SimConfig {
     pub record_timeline: bool,
     /// When the policy is asked besides round boundaries ([`ArrivalReplan`]).
     pub replan_on_arrival: ArrivalReplan,
+    /// Per-type models policies see for per-type applications ([`ProfileMode`]).
+    pub profiles: ProfileMode,
 }
 
 /// Whether a job's arrival starts a new round before the current one ends. Rounds
@@ -92,6 +96,7 @@ impl Default for SimConfig {
             max_time_s: 400.0 * 24.0 * 3600.0,
             record_timeline: true,
             replan_on_arrival: ArrivalReplan::Never,
+            profiles: ProfileMode::Fitted,
         }
     }
 }
@@ -164,6 +169,8 @@ struct JobState {
     /// Optimiser steps to finish at the requested batch (profiled jobs; computed
     /// once, on the first view).
     iterations: Option<f64>,
+    /// Per-type profiles learned online (`ProfileMode::Online`).
+    online: online::OnlineProfiles,
 }
 
 impl JobState {
@@ -192,6 +199,7 @@ impl JobState {
             fixed_step: None,
             fixed_goodput: None,
             iterations: None,
+            online: online::OnlineProfiles::default(),
         }
     }
 }

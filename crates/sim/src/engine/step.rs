@@ -23,8 +23,9 @@ impl Simulation<'_> {
     }
 
     pub(super) fn goodput_fn(&self, app: &AppModel, st: &JobState) -> Option<GoodputFn> {
-        // Per-type applications: the model fitted to the tables of the type it runs on.
-        if !app.typed().is_empty() {
+        // Per-type applications: the model fitted to the tables of the type it runs
+        // on; with online profiles, the job's own fit there (below), as for others.
+        if !app.typed().is_empty() && self.config.profiles == ProfileMode::Fitted {
             let ty = self.alloc_type(&st.alloc)?;
             return Some(GoodputFn {
                 perf: app.typed()[app.type_index(ty)?].perf?,

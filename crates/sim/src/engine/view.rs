@@ -221,16 +221,20 @@ impl Simulation<'_> {
             Work::Throughput { .. } | Work::LossCurve { .. } => Some(1.0),
             Work::Duration { .. } => None,
         };
-        let st = &*st;
         let (max_replicas, goodput, goodput_by_type) = match (&job.work, mode.fixed) {
             (Work::Profiled { app }, None) => {
                 let app = &self.apps[*app];
                 let by_batch = (app.max_batch / app.min_local_bsz) as u32;
                 let explore = (2 * st.max_profiled_replicas).max(1);
+                let by_type = if self.config.profiles == ProfileMode::Online {
+                    self.online_goodput_by_type(app, st)
+                } else {
+                    self.goodput_by_type(app, st)
+                };
                 (
                     explore.min(64).min(by_batch).min(cap).max(1),
                     self.goodput_fn(app, st),
-                    self.goodput_by_type(app, st),
+                    by_type,
                 )
             }
             _ => (
@@ -241,6 +245,7 @@ impl Simulation<'_> {
                 Vec::new(),
             ),
         };
+        let st = &*st;
         JobView {
             id: JobId(i as u32),
             arrival_s: job.spec.arrival_s,
