@@ -38,6 +38,9 @@ impl std::str::FromStr for ProfileMode {
     }
 }
 
+/// One measurement: (nodes, replicas, atomic batch) → (step, sync) seconds.
+type Point = ((u32, u32, u32), (f64, f64));
+
 /// (nodes, replicas, atomic batch) → (step, sync) seconds.
 type Points = BTreeMap<(u32, u32, u32), (f64, f64)>;
 
@@ -52,11 +55,7 @@ pub(super) struct OnlineProfiles {
 impl OnlineProfiles {
     /// Adds the points measured on application type `t`; refits that type when
     /// some are new. Returns whether the type's model changed.
-    pub(super) fn record(
-        &mut self,
-        t: usize,
-        measured: impl IntoIterator<Item = ((u32, u32, u32), (f64, f64))>,
-    ) -> bool {
+    pub(super) fn record(&mut self, t: usize, measured: impl IntoIterator<Item = Point>) -> bool {
         if self.points.len() <= t {
             self.points.resize_with(t + 1, Points::new);
             self.fits.resize(t + 1, None);
@@ -199,7 +198,7 @@ mod tests {
         apps.into_iter().next().expect("one app")
     }
 
-    fn fit_of(points: &[((u32, u32, u32), (f64, f64))]) -> PerfParams {
+    fn fit_of(points: &[Point]) -> PerfParams {
         let mut p = OnlineProfiles::default();
         p.record(0, points.iter().copied());
         p.fits[0].expect("fits")
