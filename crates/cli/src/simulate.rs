@@ -163,7 +163,7 @@ fn inert_reason(policy: &str, typed_speeds: bool, any_loss_curve: bool) -> Optio
     if !any_loss_curve && pacer_policy::by_name(policy).is_some_and(|x| x.uses_quality()) {
         return Some(format!(
             "{policy}: driven by each job's loss curve, and these jobs carry none (only the \
-             recorded profiles of `pacer experiment slaq` do), so it falls back to equal shares \
+             recorded profiles of `pacer-lab slaq` do), so it falls back to equal shares \
              as `fair` gives them (without its time slice)"
         ));
     }

@@ -15,6 +15,7 @@
 //! to the type's whole table from the start: more than Sia knows.
 
 use super::*;
+use pacer_predict::goodput::{fit_perf_params_from, GoodputFn, PerfObservation};
 use std::collections::BTreeMap;
 
 /// Which per-type performance model policies see for per-type applications.
@@ -131,24 +132,30 @@ pub(super) fn scale_perf(p: &PerfParams, k: f64) -> PerfParams {
 }
 
 impl Simulation<'_> {
-    /// Online goodput models per cluster device type of a per-type application:
-    /// first records what the job measured on its current type since it moved
-    /// there (the engine's `JobState::profile`), bumping the goodput version when
-    /// a model changed.
+    /// Records what job state `st` measured on its current type since it moved
+    /// there (the engine's `JobState::profile`) into its online profiles, bumping
+    /// the goodput version when a model changed. Called when the job is viewed,
+    /// each round, before a move clears that profile.
+    pub(super) fn record_online(&self, app: &AppModel, st: &mut JobState) {
+        let Some(t) = st.alloc.slots().first().and_then(|&(node, _)| {
+            let ty = self.cluster.nodes[node.0 as usize].device_type;
+            app.type_index(&self.cluster.device_types[ty.0 as usize])
+        }) else {
+            return;
+        };
+        let measured: Vec<Point> = st.profile.iter().map(|(&k, &v)| (k, v)).collect();
+        if st.online.record(t, measured) {
+            st.goodput_version += 1;
+        }
+    }
+
+    /// Online goodput models per cluster device type of a per-type application
+    /// (`None` for the types it has no tables for).
     pub(super) fn online_goodput_by_type(
         &self,
         app: &AppModel,
-        st: &mut JobState,
+        st: &JobState,
     ) -> Vec<Option<GoodputFn>> {
-        if let Some(t) = self
-            .alloc_type(&st.alloc)
-            .and_then(|name| app.type_index(name))
-        {
-            let measured: Vec<_> = st.profile.iter().map(|(&k, &v)| (k, v)).collect();
-            if st.online.record(t, measured) {
-                st.goodput_version += 1;
-            }
-        }
         let models = st.online.models(app);
         let grad = st.grad.unwrap_or_else(|| {
             let (sqr, var) = app.grad_stats(app.init_batch, st.epoch);
