@@ -37,6 +37,10 @@ pub struct SimulateArgs {
     /// Scheduling round length in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub round_s: f64,
+    /// Seconds a job loses whenever its allocation changes, its first start included
+    /// (checkpoint, relaunch, reload; Pollux's simulator charges 30 s).
+    #[arg(long, default_value_t = 30.0)]
+    pub restart_s: f64,
     /// Also start a round at a job's arrival: `never` (rounds only, as Pollux's and
     /// Gavel's simulators), `idle` (when the last allocation left devices idle) or
     /// `always` (event-driven; the policy decides whether to preempt).
@@ -223,6 +227,7 @@ fn read(path: &str) -> Result<String> {
 fn sim_config(args: &SimulateArgs) -> SimConfig {
     SimConfig {
         round_s: args.round_s,
+        restart_s: args.restart_s,
         replan_on_arrival: args.replan_on_arrival,
         profiles: args.profiles,
         ..SimConfig::default()
@@ -429,6 +434,12 @@ pub fn check_round_s(flag: &str, round_s: f64) -> Result<()> {
 
 pub fn run(args: SimulateArgs) -> Result<()> {
     check_round_s("--round-s", args.round_s)?;
+    if !(args.restart_s >= 0.0 && args.restart_s <= 86_400.0) {
+        bail!(
+            "--restart-s: expected seconds in 0..=86400, got {}",
+            args.restart_s
+        );
+    }
     if let Some(dir) = &args.out {
         check_out_dir("--out", dir)?;
     }
