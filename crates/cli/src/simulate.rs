@@ -46,6 +46,12 @@ pub struct SimulateArgs {
     /// `always` (event-driven; the policy decides whether to preempt).
     #[arg(long, default_value = "never")]
     pub replan_on_arrival: pacer_sim::ArrivalReplan,
+    /// Per-type models the policies see for per-type applications (`--apps sia:DIR`):
+    /// `fitted` (each type's model fitted to its whole table, from the start) or
+    /// `online` (learned from the points each job has run at, as Sia does;
+    /// docs/sia.md).
+    #[arg(long, default_value = "fitted")]
+    pub profiles: pacer_sim::ProfileMode,
     /// Seed for synthetic workloads.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -223,6 +229,7 @@ fn sim_config(args: &SimulateArgs) -> SimConfig {
         round_s: args.round_s,
         restart_s: args.restart_s,
         replan_on_arrival: args.replan_on_arrival,
+        profiles: args.profiles,
         ..SimConfig::default()
     }
 }

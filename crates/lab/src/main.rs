@@ -15,6 +15,7 @@ mod itertime_eval;
 mod job_eval;
 mod narx_ablation;
 mod sia_eval;
+mod sia_profiles;
 
 #[derive(Parser)]
 #[command(

@@ -9,7 +9,7 @@
 
 use anyhow::{bail, Context, Result};
 use pacer_model::ClusterSpec;
-use pacer_sim::{SimConfig, Simulation};
+use pacer_sim::{ProfileMode, SimConfig, Simulation};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -29,23 +29,28 @@ pub struct Args {
     /// Traces to run, comma separated (`saturn`, `philly`).
     #[arg(long, default_value = "saturn,philly")]
     pub traces: String,
+    /// Instead: run `sia` and `sia-exact` with the fitted per-type models and with
+    /// profiles learned online (`--profiles online`), and write `profiles.md` and
+    /// `profiles.json` (`crates/lab/src/sia_profiles.rs`).
+    #[arg(long)]
+    pub compare_profiles: bool,
 }
 
 /// One run's numbers (hours, seconds of wall time).
 #[derive(Debug, Clone, Serialize)]
-struct Run {
-    avg_jct_h: f64,
-    p99_jct_h: f64,
-    makespan_h: f64,
-    finished: usize,
-    jobs: usize,
-    wall_s: f64,
+pub(crate) struct Run {
+    pub(crate) avg_jct_h: f64,
+    pub(crate) p99_jct_h: f64,
+    pub(crate) makespan_h: f64,
+    pub(crate) finished: usize,
+    pub(crate) jobs: usize,
+    pub(crate) wall_s: f64,
 }
 
 /// Sia's simulator's numbers for one (policy, trace, workload).
 #[derive(Debug, Clone, Serialize)]
-struct Anchor {
-    avg_jct_h: f64,
+pub(crate) struct Anchor {
+    pub(crate) avg_jct_h: f64,
     p99_jct_h: f64,
     makespan_h: f64,
 }
@@ -62,7 +67,7 @@ struct Row {
 }
 
 /// Rows `| policy | trace | workload | done | avg | p99 | makespan | …` of the anchor table.
-fn anchors(path: &Path) -> Result<Vec<(String, String, String, Anchor)>> {
+pub(crate) fn anchors(path: &Path) -> Result<Vec<(String, String, String, Anchor)>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read Sia's anchor numbers", path.display()))?;
     let mut out = Vec::new();
@@ -99,12 +104,13 @@ fn anchors(path: &Path) -> Result<Vec<(String, String, String, Anchor)>> {
     Ok(out)
 }
 
-fn run_one(
+pub(crate) fn run_one(
     cluster: &ClusterSpec,
     apps: &[pacer_sim::AppModel],
     file: &Path,
     policy: &str,
     round_s: f64,
+    profiles: ProfileMode,
 ) -> Result<Run> {
     let origin = file.display().to_string();
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {origin}"))?;
@@ -115,6 +121,7 @@ fn run_one(
         jobs: &jobs,
         config: SimConfig {
             round_s,
+            profiles,
             ..SimConfig::default()
         },
     };
@@ -130,6 +137,30 @@ fn run_one(
         jobs: s.jobs,
         wall_s: t.elapsed().as_secs_f64(),
     })
+}
+
+/// (trace, workload number, file) of every `workload-N.csv` of `--traces`, in order.
+pub(crate) fn workload_files(a: &Args) -> Result<Vec<(String, u32, PathBuf)>> {
+    let mut out = Vec::new();
+    for trace in a.traces.split(',').map(str::trim) {
+        let dir = a.data.join("workloads").join(trace);
+        let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter_map(|p| {
+                let n = p
+                    .file_stem()?
+                    .to_str()?
+                    .strip_prefix("workload-")?
+                    .parse()
+                    .ok()?;
+                Some((n, p))
+            })
+            .collect();
+        files.sort();
+        out.extend(files.into_iter().map(|(n, p)| (trace.to_string(), n, p)));
+    }
+    Ok(out)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -148,36 +179,23 @@ pub fn run(a: Args) -> Result<()> {
             .find(|x| x.0 == policy && x.1 == trace && x.2 == w)
             .map(|x| x.3.clone())
     };
+    if a.compare_profiles {
+        return crate::sia_profiles::run(&a, &cluster, &apps, &find);
+    }
     let mut rows = Vec::new();
-    for trace in a.traces.split(',').map(str::trim) {
-        let dir = a.data.join("workloads").join(trace);
-        let mut files: Vec<(u32, PathBuf)> = std::fs::read_dir(&dir)
-            .with_context(|| format!("cannot read {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter_map(|p| {
-                let n = p
-                    .file_stem()?
-                    .to_str()?
-                    .strip_prefix("workload-")?
-                    .parse()
-                    .ok()?;
-                Some((n, p))
-            })
-            .collect();
-        files.sort();
-        for (n, file) in files {
-            let w = format!("workload-{n}");
-            eprintln!("{trace} {w}");
-            rows.push(Row {
-                trace: trace.to_string(),
-                sia_anchor: find("sia", trace, &w),
-                sia: run_one(&cluster, &apps, &file, "sia", 60.0)?,
-                sia_exact: run_one(&cluster, &apps, &file, "sia-exact", 60.0)?,
-                gavel_anchor: find("gavel", trace, &w),
-                gavel_maxsum: run_one(&cluster, &apps, &file, "gavel-maxsum", 360.0)?,
-                workload: w,
-            });
-        }
+    for (trace, n, file) in workload_files(&a)? {
+        let w = format!("workload-{n}");
+        eprintln!("{trace} {w}");
+        let fitted = ProfileMode::Fitted;
+        rows.push(Row {
+            trace: trace.to_string(),
+            sia_anchor: find("sia", &trace, &w),
+            sia: run_one(&cluster, &apps, &file, "sia", 60.0, fitted)?,
+            sia_exact: run_one(&cluster, &apps, &file, "sia-exact", 60.0, fitted)?,
+            gavel_anchor: find("gavel", &trace, &w),
+            gavel_maxsum: run_one(&cluster, &apps, &file, "gavel-maxsum", 360.0, fitted)?,
+            workload: w,
+        });
     }
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;

@@ -479,6 +479,15 @@ pub struct TypedTables {
     /// The Pollux step-time model fitted to every measured row of this type, the
     /// per-type performance model policies see (`JobView::goodput_by_type`).
     pub perf: Option<pacer_predict::goodput::PerfParams>,
+    /// Sia's "min-GPU throughput" on this type: largest local batch over largest
+    /// step time among the one-device rows (samples/s). What Sia's simulator knows
+    /// of every type before a job has run there; it projects one type's profile to
+    /// another by the ratio of these (`cluster.py`: `compute_throughput_ratios`).
+    pub min_gpu_xput: f64,
+    /// The step-time model fitted to this type's one-device rows only: the profile
+    /// a job starts with on a type it has not run on anywhere (online profiles,
+    /// `crates/sim/src/engine/online.rs`).
+    pub bootstrap: Option<pacer_predict::goodput::PerfParams>,
 }
 
 /// One device type's measured tables, as read from `placements-<type>.csv` and
@@ -693,8 +702,19 @@ impl AppModel {
                 });
             min_local = min_local.max(lo);
             max_local = max_local.min(hi);
+            let one: Vec<profile::PlacementRow> = t
+                .placements
+                .iter()
+                .filter(|r| r.num_replicas() == 1)
+                .cloned()
+                .collect();
+            let (bsz, step) = one.iter().fold((0.0f64, 0.0f64), |(b, s), r| {
+                (b.max(r.local_bsz), s.max(r.step_time_s))
+            });
             m.typed.push(TypedTables {
                 perf: fit_table(&t.placements),
+                min_gpu_xput: if step > 0.0 { bsz / step } else { 0.0 },
+                bootstrap: fit_table(&one),
                 device_type: t.device_type,
                 exact,
                 max_exact_nodes,

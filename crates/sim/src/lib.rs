@@ -27,5 +27,5 @@ pub mod quality;
 pub mod trace;
 
 pub use apps::{embedded_profiles, load_app_dir, AppModel};
-pub use engine::{ArrivalReplan, SimConfig, SimJob, Simulation, TypeRate, Work};
+pub use engine::{ArrivalReplan, ProfileMode, SimConfig, SimJob, Simulation, TypeRate, Work};
 pub use metrics::{SimResult, Summary};

@@ -28,7 +28,9 @@
 //! names its restart delay and its time alone.
 
 mod dedicated;
+mod online;
 mod progress;
+pub use online::ProfileMode;
 mod run;
 mod view;
 
@@ -58,6 +60,8 @@ pub struct SimConfig {
     pub record_timeline: bool,
     /// When the policy is asked besides round boundaries ([`ArrivalReplan`]).
     pub replan_on_arrival: ArrivalReplan,
+    /// Per-type models policies see for per-type applications ([`ProfileMode`]).
+    pub profiles: ProfileMode,
 }
 
 /// Whether a job's arrival starts a new round before the current one ends. Rounds
@@ -95,6 +99,7 @@ impl Default for SimConfig {
             max_time_s: 400.0 * 24.0 * 3600.0,
             record_timeline: true,
             replan_on_arrival: ArrivalReplan::Never,
+            profiles: ProfileMode::Fitted,
         }
     }
 }
@@ -167,6 +172,8 @@ struct JobState {
     /// Optimiser steps to finish at the requested batch (profiled jobs; computed
     /// once, on the first view).
     iterations: Option<f64>,
+    /// Per-type profiles learned online (`ProfileMode::Online`).
+    online: online::OnlineProfiles,
 }
 
 impl JobState {
@@ -195,6 +202,7 @@ impl JobState {
             fixed_step: None,
             fixed_goodput: None,
             iterations: None,
+            online: online::OnlineProfiles::default(),
         }
     }
 }

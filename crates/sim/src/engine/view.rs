@@ -53,6 +53,9 @@ impl Simulation<'_> {
         let job = &self.jobs[i];
         let quality = kind.quality(st, uses_quality);
         let iterations_per_work = kind.iterations_per_work(self, job, st, cap);
+        if let (Work::Profiled { app }, ProfileMode::Online) = (&job.work, self.config.profiles) {
+            self.record_online(&self.apps[*app], st);
+        }
         let st = &*st;
         let adaptive = match mode.fixed {
             None => kind.adaptive_view(self, st, cap),

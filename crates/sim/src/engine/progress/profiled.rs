@@ -5,7 +5,9 @@
 
 use super::{AdaptiveView, DedicatedMemo, JobProgress, JobState, Round, SimJob, Simulation};
 use crate::apps::AppModel;
-use crate::engine::{limits, pollux_fixed, split_fixed, split_fixed_on, BatchMode, SURPRISE};
+use crate::engine::{
+    limits, pollux_fixed, split_fixed, split_fixed_on, BatchMode, ProfileMode, SURPRISE,
+};
 use pacer_model::Allocation;
 use pacer_model::DeviceTypeId;
 use pacer_policy::{SpeedCurve, SpeedTable};
@@ -156,8 +158,9 @@ impl JobProgress for Profiled {
 /// The batch choice, online fit and round arithmetic of profiled jobs.
 impl Simulation<'_> {
     fn goodput_fn(&self, app: &AppModel, st: &JobState) -> Option<GoodputFn> {
-        // Per-type applications: the model fitted to the tables of the type it runs on.
-        if !app.typed().is_empty() {
+        // Per-type applications: the model fitted to the tables of the type it runs
+        // on; with online profiles, the job's own fit there (below), as for others.
+        if !app.typed().is_empty() && self.config.profiles == ProfileMode::Fitted {
             let ty = self.alloc_type(&st.alloc)?;
             return Some(GoodputFn {
                 perf: app.typed()[app.type_index(ty)?].perf?,
@@ -185,6 +188,9 @@ impl Simulation<'_> {
     fn goodput_by_type(&self, app: &AppModel, st: &JobState) -> Vec<Option<GoodputFn>> {
         if app.typed().is_empty() {
             return Vec::new();
+        }
+        if self.config.profiles == ProfileMode::Online {
+            return self.online_goodput_by_type(app, st);
         }
         let grad = st.grad.unwrap_or_else(|| {
             let (sqr, var) = app.grad_stats(app.init_batch, st.epoch);

@@ -1,0 +1,260 @@
+//! Per-device-type performance profiles learned online, as Sia's simulator learns
+//! them (`SimConfig::profiles` = [`ProfileMode::Online`]).
+//!
+//! Sia's simulator (`sia-simulator/job.py`, `sia.py` with `--project_throughput`)
+//! starts every job with an empty profile per device type, adds a point
+//! (nodes, replicas, local batch) → (step, sync) each time the job runs there and
+//! refits that type's step-time model from those points only. A type the job has
+//! not run on is projected from a type it has run on (the first in cluster order)
+//! by the ratio of the two types' one-device throughputs from the tables
+//! ([`crate::apps::TypedTables::min_gpu_xput`]); before the job has run anywhere
+//! Sia knows only those one-device throughputs. Here that start is the model
+//! fitted to the type's one-device rows ([`crate::apps::TypedTables::bootstrap`]).
+//!
+//! With [`ProfileMode::Fitted`] (the default) policies get each type's model fitted
+//! to the type's whole table from the start: more than Sia knows.
+
+use super::*;
+use pacer_predict::goodput::{fit_perf_params_from, GoodputFn, PerfObservation};
+use std::collections::BTreeMap;
+
+/// Which per-type performance model policies see for per-type applications.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProfileMode {
+    /// Each type's model fitted to its whole table, known from the start.
+    #[default]
+    Fitted,
+    /// Learned from the points the job has run at (Sia's online profiles).
+    Online,
+}
+
+impl std::str::FromStr for ProfileMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fitted" => Ok(ProfileMode::Fitted),
+            "online" => Ok(ProfileMode::Online),
+            _ => Err(format!("`{s}`: expected fitted or online")),
+        }
+    }
+}
+
+/// One measurement: (nodes, replicas, atomic batch) → (step, sync) seconds.
+type Point = ((u32, u32, u32), (f64, f64));
+
+/// (nodes, replicas, atomic batch) → (step, sync) seconds.
+type Points = BTreeMap<(u32, u32, u32), (f64, f64)>;
+
+/// One job's online profiles, indexed by the application's type index
+/// ([`AppModel::typed`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct OnlineProfiles {
+    points: Vec<Points>,
+    fits: Vec<Option<PerfParams>>,
+}
+
+impl OnlineProfiles {
+    /// Adds the points measured on application type `t`; refits that type when
+    /// some are new. Returns whether the type's model changed.
+    pub(super) fn record(&mut self, t: usize, measured: impl IntoIterator<Item = Point>) -> bool {
+        if self.points.len() <= t {
+            self.points.resize_with(t + 1, Points::new);
+            self.fits.resize(t + 1, None);
+        }
+        let before = self.points[t].len();
+        for (k, v) in measured {
+            self.points[t].entry(k).or_insert(v);
+        }
+        if self.points[t].len() == before {
+            return false;
+        }
+        let obs: Vec<PerfObservation> = self.points[t]
+            .iter()
+            .map(|(&(n, r, b), &(s, y))| PerfObservation {
+                nodes: n,
+                replicas: r,
+                atomic_bsz: b as f64,
+                compute_time_s: (s - y).max(1e-9),
+                step_time_s: s,
+            })
+            .collect();
+        let fit = fit_perf_params_from(&obs, None).ok();
+        let changed = fit != self.fits[t];
+        self.fits[t] = fit;
+        changed
+    }
+
+    /// The points recorded on application type `t`.
+    #[cfg(test)]
+    pub(super) fn points(&self, t: usize) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.points
+            .get(t)
+            .into_iter()
+            .flat_map(|p| p.keys().copied())
+    }
+
+    /// The job's step-time model per application type: its own fit where it has
+    /// run; else the first type with a fit, its step times scaled by the ratio of
+    /// one-device throughputs; else the type's one-device bootstrap.
+    pub(super) fn models(&self, app: &AppModel) -> Vec<Option<PerfParams>> {
+        let typed = app.typed();
+        let seen = (0..typed.len()).find_map(|s| Some((s, self.fits.get(s).copied()??)));
+        (0..typed.len())
+            .map(|t| {
+                if let Some(Some(p)) = self.fits.get(t) {
+                    return Some(*p);
+                }
+                match seen {
+                    Some((s, p)) if typed[t].min_gpu_xput > 0.0 => Some(scale_perf(
+                        &p,
+                        typed[s].min_gpu_xput / typed[t].min_gpu_xput,
+                    )),
+                    _ => typed[t].bootstrap,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `p` with every step and sync time multiplied by `k` (throughput divided by
+/// `k` at every configuration and batch: the model's times are homogeneous of
+/// degree one in its α and β parameters).
+pub(super) fn scale_perf(p: &PerfParams, k: f64) -> PerfParams {
+    PerfParams {
+        alpha_c: p.alpha_c * k,
+        beta_c: p.beta_c * k,
+        alpha_n: p.alpha_n * k,
+        beta_n: p.beta_n * k,
+        alpha_r: p.alpha_r * k,
+        beta_r: p.beta_r * k,
+        gamma: p.gamma,
+    }
+}
+
+impl Simulation<'_> {
+    /// Records what job state `st` measured on its current type since it moved
+    /// there (the engine's `JobState::profile`) into its online profiles, bumping
+    /// the goodput version when a model changed. Called when the job is viewed,
+    /// each round, before a move clears that profile.
+    pub(super) fn record_online(&self, app: &AppModel, st: &mut JobState) {
+        let Some(t) = st.alloc.slots().first().and_then(|&(node, _)| {
+            let ty = self.cluster.nodes[node.0 as usize].device_type;
+            app.type_index(&self.cluster.device_types[ty.0 as usize])
+        }) else {
+            return;
+        };
+        let measured: Vec<Point> = st.profile.iter().map(|(&k, &v)| (k, v)).collect();
+        if st.online.record(t, measured) {
+            st.goodput_version += 1;
+        }
+    }
+
+    /// Online goodput models per cluster device type of a per-type application
+    /// (`None` for the types it has no tables for).
+    pub(super) fn online_goodput_by_type(
+        &self,
+        app: &AppModel,
+        st: &JobState,
+    ) -> Vec<Option<GoodputFn>> {
+        let models = st.online.models(app);
+        let grad = st.grad.unwrap_or_else(|| {
+            let (sqr, var) = app.grad_stats(app.init_batch, st.epoch);
+            GradParams { sqr, var }
+        });
+        self.cluster
+            .device_types
+            .iter()
+            .map(|name| {
+                Some(GoodputFn {
+                    perf: models[app.type_index(name)?]?,
+                    grad,
+                    limits: limits(app),
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `bert` with a `fast` type and a `slow` one (3× the step time), from a
+    /// temporary folder in Sia's layout.
+    fn app() -> AppModel {
+        const PL: &str = "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n1,16,0.2,0.01\n2,8,0.12,0.03\n2,16,0.22,0.03\n";
+        const SC: &str =
+            "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,8,8,0.3,0.1\n2,8,16,0.4,0.1\n";
+        const VAL: &str = "progress,iteration,metric,grad_sqr,grad_var\n100,100,0.5,1.0,2.0\n";
+        let root = std::env::temp_dir().join(format!("pacer-online-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let slow = PL.replace("0.1,", "0.3,").replace("0.2,", "0.6,");
+        for (f, text) in [
+            ("bert/placements-fast.csv", PL),
+            ("bert/scalability-fast.csv", SC),
+            ("bert/placements-slow.csv", slow.as_str()),
+            ("bert/scalability-slow.csv", SC),
+            ("bert/validation-16.csv", VAL),
+        ] {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+            std::fs::write(p, text).expect("write");
+        }
+        let apps = crate::apps::load_sia_dir(&root, false).expect("test tables");
+        let _ = std::fs::remove_dir_all(&root);
+        apps.into_iter().next().expect("one app")
+    }
+
+    fn fit_of(points: &[Point]) -> PerfParams {
+        let mut p = OnlineProfiles::default();
+        p.record(0, points.iter().copied());
+        p.fits[0].expect("fits")
+    }
+
+    #[test]
+    fn online_models_use_only_the_points_run_at() {
+        let app = app();
+        assert!(app.typed().len() >= 2, "test app needs two types");
+        let mut p = OnlineProfiles::default();
+        // Before any run: the one-device bootstrap of every type.
+        let boot: Vec<_> = app.typed().iter().map(|t| t.bootstrap).collect();
+        assert_eq!(p.models(&app), boot);
+        // Ran on type 1 at one and two devices of one node.
+        let run = [((1, 1, 32), (0.20, 0.0)), ((1, 2, 32), (0.26, 0.05))];
+        assert!(p.record(1, run));
+        assert!(
+            !p.record(1, run[..1].iter().copied()),
+            "no new point, no refit"
+        );
+        let models = p.models(&app);
+        let own = fit_of(&run);
+        assert_eq!(models[1], Some(own));
+        assert_ne!(models[1], app.typed()[1].perf, "not the table's fit");
+        // Type 0 is projected from type 1 by the one-device throughput ratio.
+        let k = app.typed()[1].min_gpu_xput / app.typed()[0].min_gpu_xput;
+        assert_eq!(models[0], Some(scale_perf(&own, k)));
+        // The recorded points are exactly the ones run at.
+        let mut seen: Vec<_> = p.points(1).collect();
+        seen.sort();
+        assert_eq!(seen, vec![(1, 1, 32), (1, 2, 32)]);
+        assert_eq!(p.points(0).count(), 0);
+    }
+
+    #[test]
+    fn scaling_divides_throughput() {
+        let p = fit_of(&[((1, 1, 16), (0.1, 0.0)), ((1, 2, 16), (0.15, 0.03))]);
+        let q = scale_perf(&p, 2.0);
+        let (a, b) = (p.step_time(1, 2, 16.0, 0), q.step_time(1, 2, 16.0, 0));
+        assert!((b / a - 2.0).abs() < 1e-9, "{a} {b}");
+    }
+
+    #[test]
+    fn mode_parses() {
+        assert_eq!("online".parse(), Ok(ProfileMode::Online));
+        assert_eq!("fitted".parse(), Ok(ProfileMode::Fitted));
+        assert!("oracle"
+            .parse::<ProfileMode>()
+            .unwrap_err()
+            .contains("fitted or online"));
+    }
+}
