@@ -371,6 +371,7 @@ impl Core {
         let how = match status {
             RunStatus::Exited(code) => format!("exit {code}"),
             RunStatus::Killed | RunStatus::Running => "killed".to_string(),
+            RunStatus::Lost => "lost (node failure): relaunched from its checkpoint".to_string(),
         };
         let id = j.id.clone();
         let next = match (j.state, j.stop.as_ref().map(|s| s.then)) {
@@ -379,6 +380,10 @@ impl Core {
                 JobState::Queued
             }
             (JobState::Stopping, _) => JobState::Cancelled,
+            _ if status == RunStatus::Lost => {
+                j.restarts += 1;
+                JobState::Queued
+            }
             _ if status == RunStatus::Exited(0) => JobState::Succeeded,
             _ => JobState::Failed,
         };
@@ -397,8 +402,9 @@ impl Core {
     pub async fn round(&mut self, exec: &dyn Executor) -> Result<(), ServeError> {
         let t0 = Instant::now();
         self.reconcile(exec).await?;
-        let (desired, policy_s) = self.plan();
-        let (launched, stopped) = self.apply(exec, desired).await?;
+        let taken = exec.taken().await?;
+        let (desired, policy_s) = self.plan(&taken);
+        let (launched, stopped) = self.apply(exec, desired, &taken).await?;
         let round = self.last_round.round + 1;
         let info = RoundInfo {
             round,
@@ -480,8 +486,8 @@ impl Core {
 
     /// The policy's allocation for every active job (queued or running), with the
     /// job's own limits applied, and the policy's time.
-    fn plan(&mut self) -> (Vec<(String, Allocation)>, f64) {
-        let cluster = &self.settings.cluster;
+    fn plan(&mut self, taken: &[u32]) -> (Vec<(String, Allocation)>, f64) {
+        let cluster = &crate::executor::without_taken(&self.settings.cluster, taken);
         let mut active: Vec<&JobRecord> = self
             .jobs
             .values()
@@ -570,6 +576,7 @@ impl Core {
         &mut self,
         exec: &dyn Executor,
         desired: Vec<(String, Allocation)>,
+        taken: &[u32],
     ) -> Result<(Vec<String>, Vec<String>), ServeError> {
         let mut stopped = Vec::new();
         let mut launched = Vec::new();
@@ -613,6 +620,7 @@ impl Core {
             exec.signal(&h, StopSignal::Term).await?;
         }
         let mut held = self.held_slots();
+        crate::executor::hold_taken(&mut held, taken);
         for (id, want) in desired {
             if self.jobs[&id].state != JobState::Queued || want.replicas() == 0 {
                 continue;
