@@ -194,22 +194,24 @@ for ((i = 0; i < 40; i++)); do
     sleep 0.5
 done
 start_serve fair
-submit a 4 2 40 0.5 4
-submit b 4 2 40 0.5 4
-submit c 4 2 40 0.5 4
+submit a 4 2 70 0.5 4
+submit b 4 2 70 0.5 4
+submit c 4 2 70 0.5 4
 watch_until 30 running
 sleep 6
-victim=$("$PACER_BIN" jobs --json | python3 -c 'import json,sys
+read -r victim_job victim < <("$PACER_BIN" jobs --json | python3 -c 'import json,sys
 d=json.load(sys.stdin); j=d["jobs"] if isinstance(d,dict) else d
-print("n%d" % (j[0]["run"]["alloc"][0][0] + 1))')
+print(j[0]["id"], "n%d" % (j[0]["run"]["alloc"][0][0] + 1))')
 deploy/slurm/dev-cluster.sh fail-node "$victim"
 t_fail=$SECONDS
 watch_until 240 succeeded failed cancelled
 python3 "$CHECK" lost "$STATE/jobs.json" "$STATE/logs" 4 n4 2 "$STATE/seen.json"
-for id in job-1 job-2 job-3; do "$PACER_BIN" job "$id" | grep -E "lost|launched|succeeded" || true; done
+"$PACER_BIN" job "$victim_job" | grep -E '"(kind|detail)"' | paste - - | sed 's/  */ /g'
+"$PACER_BIN" job "$victim_job" | grep -q 'lost (node failure)' ||
+    { echo "slurm-e2e: $victim_job ran on $victim but no run of it was lost" >&2; exit 1; }
 stop_serve
 scancel "$other"
-echo "slurm-e2e: $victim failed: its jobs relaunched and all finished $((SECONDS - t_fail)) s later (phase $((SECONDS - t4)) s)"
+echo "slurm-e2e: $victim failed: $victim_job lost and relaunched, all finished $((SECONDS - t_fail)) s later (phase $((SECONDS - t4)) s)"
 "$CLUSTER" up >/dev/null # bring the failed node's slurmd back
 rm -rf "$STATE"
 echo "slurm-e2e: all passed in $((SECONDS - T_START)) s"

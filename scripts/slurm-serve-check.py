@@ -147,13 +147,15 @@ def lost(jobs_path, log_dir, every, taken=None):
     if not relaunched or not lost_runs:
         sys.exit("no job was relaunched")
     if taken:
-        node, gpus = taken
-        runs = load(taken[2])["runs"] if len(taken) > 2 else {}
+        node, gpus, seen_path = taken
+        runs = load(seen_path)["runs"]
         for name, r in runs.items():
             on = sum(k for n, k in r["alloc"] if "n%d" % (n + 1) == node)
             if on > 4 - gpus:
                 sys.exit("%s used %d GPUs of %s, where another user's job held %d"
                          % (name, on, node, gpus))
+        print("no pacer run used more than %d GPUs of %s (another user's job held %d)"
+              % (4 - gpus, node, gpus))
 
 
 if __name__ == "__main__":

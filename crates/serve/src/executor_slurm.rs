@@ -14,7 +14,8 @@
 //! system every node shares (on the dev cluster all nodes are this machine). `MASTER_ADDR`
 //! is the first node's Slurm address.
 //!
-//! A run whose node failed (Slurm requeued it or ended it `NODE_FAIL`) is cancelled in
+//! A run whose node failed (Slurm has the node down or not responding, requeued the run or
+//! ended it `NODE_FAIL`) is cancelled in
 //! Slurm and reported [`RunStatus::Lost`]: the service relaunches it from its checkpoint on
 //! the nodes left. Nodes that are down, and GPUs other users' Slurm jobs hold, are reported
 //! as taken ([`Executor::taken`]), so the policy plans without them.
@@ -48,6 +49,8 @@ pub struct SlurmExecutor {
     addresses: Vec<String>,
     /// GRES type of each node's GPUs, when Slurm gives one.
     gpu_types: Vec<Option<String>>,
+    /// Nodes Slurm had down or not responding at the last look ([`Executor::taken`]).
+    failed: std::sync::Mutex<Vec<String>>,
 }
 
 impl SlurmExecutor {
@@ -74,6 +77,7 @@ impl SlurmExecutor {
             nodes: Vec::new(),
             addresses: Vec::new(),
             gpu_types: Vec::new(),
+            failed: Default::default(),
         };
         for n in nodes {
             let ty = n
@@ -240,6 +244,16 @@ impl Executor for SlurmExecutor {
             if job.state == SlurmState::NodeFail {
                 return Ok(RunStatus::Lost);
             }
+            let on_failed = {
+                let failed = self.failed.lock().expect("failed nodes lock");
+                job.nodes.iter().any(|n| failed.contains(n))
+            };
+            if on_failed && !job.state.is_terminal() {
+                // Its node stopped answering: its processes are gone or cut off. Slurm
+                // ends the job only ~30 s later; end it now and relaunch elsewhere.
+                self.blocking(move |c| c.cancel(id)).await?;
+                return Ok(RunStatus::Lost);
+            }
             Ok(match job.state {
                 s if !s.is_terminal() => RunStatus::Running,
                 SlurmState::Completed | SlurmState::Failed => {
@@ -285,6 +299,14 @@ impl Executor for SlurmExecutor {
         Box::pin(async move {
             let cluster = self.blocking(|c| c.discover()).await?;
             let foreign = cluster.foreign_gpus(self.client.prefix());
+            *self.failed.lock().expect("failed nodes lock") = cluster
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.state.base == "down" || n.state.flags.iter().any(|f| f == "NOT_RESPONDING")
+                })
+                .map(|n| n.name.clone())
+                .collect();
             Ok(self.taken_of(&cluster, &foreign))
         })
     }
@@ -321,6 +343,7 @@ mod tests {
             nodes: vec!["n1".into(), "n2".into()],
             addresses: vec!["10.0.0.1".into(), "10.0.0.2".into()],
             gpu_types: vec![Some("t4".into()), Some("t4".into())],
+            failed: Default::default(),
         }
     }
 
@@ -360,14 +383,18 @@ mod tests {
             alloc: vec![(5, 1)],
             ..req.clone()
         };
-        assert!(!r.per_task, "one node: the batch step runs it");
-        let two = LaunchRequest {
-            alloc: vec![(0, 4), (1, 4)],
+        assert!(r.per_task, "two nodes: one rank per node under srun");
+        let one = LaunchRequest {
+            alloc: vec![(0, 4)],
             ..req.clone()
         };
-        let r2 = executor().job_request(&two).unwrap();
-        assert!(r2.per_task, "two nodes: one rank per node under srun");
-        let args = r2.sbatch_args("pacer-").unwrap();
+        let r1 = executor().job_request(&one).unwrap();
+        assert!(!r1.per_task, "one node: the batch step runs it");
+        assert!(!r1
+            .sbatch_args("pacer-")
+            .unwrap()
+            .iter()
+            .any(|a| a.contains("srun")));
         assert!(args.contains(&"--nodes=2".to_string()), "{args:?}");
         assert!(
             args.iter().any(|a| a.starts_with("--wrap=exec srun ")),
