@@ -2,11 +2,11 @@
 //! command lines, JSON output and files written for people.
 
 #[macro_use]
-mod out;
+extern crate pacer_cli;
+use pacer_cli::out;
 
 mod batching;
 mod bench;
-mod experiment;
 mod fit;
 mod recommend;
 mod report;
@@ -43,8 +43,6 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Measure speed: one scheduling round at scale, or whole simulations.
     Bench(bench::BenchArgs),
-    /// Cluster-policy experiments (SLAQ, Themis) with tables and plots.
-    Experiment(experiment::ExperimentArgs),
     /// Coordinate a real training job: admit workers, set per-worker batches, aggregate.
     Controller(runtime_cmd::ControllerArgs),
     /// Join a controller as a worker process.
@@ -84,7 +82,6 @@ fn main() -> std::process::ExitCode {
         Command::Batching(a) => batching::run(a),
         Command::Fit(a) => fit::run(a),
         Command::Recommend(a) => recommend::run(a),
-        Command::Experiment(a) => experiment::run(a),
         Command::Controller(a) => runtime_cmd::run_controller(a),
         Command::Worker(a) => runtime_cmd::run_worker(a),
         Command::Train(a) => runtime_cmd::run_train(a),

@@ -1,4 +1,4 @@
-//! Everything the binary writes for people goes through here: standard output and
+//! Everything the `pacer` and `pacer-lab` binaries write for people goes through here: standard output and
 //! files. Nothing in the output paths uses `println!`, which panics when stdout
 //! cannot be written (`pacer simulate > /dev/full`); a write error becomes an
 //! error that names what could not be written.
@@ -106,6 +106,26 @@ pub fn check_targets<S: AsRef<str>>(flag: &str, dir: &Path, names: &[S]) -> Resu
     Ok(())
 }
 
+/// Before any work: `dir` (given by `flag`) is a folder or can be created as one:
+/// neither it nor any of its existing ancestors is a file.
+pub fn check_out_dir(flag: &str, dir: &Path) -> Result<()> {
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        if p.exists() {
+            if !p.is_dir() {
+                return Err(anyhow!(
+                    "{flag} {}: {} is a file; expected a folder (created if missing)",
+                    dir.display(),
+                    p.display()
+                ));
+            }
+            break;
+        }
+        d = p.parent();
+    }
+    Ok(())
+}
+
 /// Before any work: `path` (given by `flag`) can be written as a file: it is not
 /// a folder, and its parent is an existing folder (not a file).
 pub fn check_file(flag: &str, path: &Path) -> Result<()> {
@@ -137,6 +157,7 @@ pub fn check_file(flag: &str, path: &Path) -> Result<()> {
 /// `println!` for the output paths (same width, so swapping one for the other
 /// leaves the formatting of the call alone): formats one line, writes it with [`print`] and
 /// returns from the enclosing function (`?`) if stdout cannot be written.
+#[macro_export]
 macro_rules! putline {
     ($($arg:tt)*) => {
         $crate::out::print(&format!("{}\n", format_args!($($arg)*)))?

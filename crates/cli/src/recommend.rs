@@ -94,7 +94,12 @@ fn fixed(x: f64, decimals: usize) -> String {
     }
 }
 
-pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
+/// Every flag checked before any file is read: the machine types to consider
+/// (a single `measured` one without `--price`), whether prices were given, and
+/// the objective (`None`: accuracy, Courier).
+fn check_flags(
+    args: &RecommendArgs,
+) -> anyhow::Result<(Vec<MachineType>, bool, Option<Objective>)> {
     // An infinite budget admitted every configuration, NaN none.
     if !(args.slo_s.is_finite() && args.slo_s > 0.0) {
         bail!(
@@ -146,6 +151,11 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         "cost" => Some(Objective::Cost),
         o => bail!("--objective {o}: expected accuracy, time or cost"),
     };
+    Ok((machines, priced, objective))
+}
+
+pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
+    let (machines, priced, objective) = check_flags(&args)?;
     let profile = pacer_sim::load_app_dir(&args.app)
         .with_context(|| format!("--app {}", args.app.display()))?;
     let dir = args.app.display().to_string();
@@ -284,9 +294,14 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
             }
         );
     }
+    crate::out::print(&render(&out, args.json, priced)?)
+}
+
+/// The answer as printed: pretty JSON (`--json`), else one line per pick.
+fn render(out: &serde_json::Value, json: bool, priced: bool) -> anyhow::Result<String> {
     let mut text = String::new();
-    if args.json {
-        writeln!(text, "{}", serde_json::to_string_pretty(&out)?)?;
+    if json {
+        writeln!(text, "{}", serde_json::to_string_pretty(out)?)?;
     } else {
         for key in ["choice", "runner_up", "oracle"] {
             let v = &out[key];
@@ -308,5 +323,5 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
             )?;
         }
     }
-    crate::out::print(&text)
+    Ok(text)
 }

@@ -37,6 +37,10 @@ pub struct SimulateArgs {
     /// Scheduling round length in seconds.
     #[arg(long, default_value_t = 60.0)]
     pub round_s: f64,
+    /// Seconds a job loses whenever its allocation changes, its first start included
+    /// (checkpoint, relaunch, reload; Pollux's simulator charges 30 s).
+    #[arg(long, default_value_t = 30.0)]
+    pub restart_s: f64,
     /// Also start a round at a job's arrival: `never` (rounds only, as Pollux's and
     /// Gavel's simulators), `idle` (when the last allocation left devices idle) or
     /// `always` (event-driven; the policy decides whether to preempt).
@@ -157,7 +161,7 @@ fn inert_reason(policy: &str, typed_speeds: bool, any_loss_curve: bool) -> Optio
     if !any_loss_curve && pacer_policy::by_name(policy).is_some_and(|x| x.uses_quality()) {
         return Some(format!(
             "{policy}: driven by each job's loss curve, and these jobs carry none (only the \
-             recorded profiles of `pacer experiment slaq` do), so it falls back to equal shares \
+             recorded profiles of `pacer-lab slaq` do), so it falls back to equal shares \
              as `fair` gives them (without its time slice)"
         ));
     }
@@ -217,6 +221,7 @@ fn read(path: &str) -> Result<String> {
 fn sim_config(args: &SimulateArgs) -> SimConfig {
     SimConfig {
         round_s: args.round_s,
+        restart_s: args.restart_s,
         replan_on_arrival: args.replan_on_arrival,
         ..SimConfig::default()
     }
@@ -422,6 +427,12 @@ pub fn check_round_s(flag: &str, round_s: f64) -> Result<()> {
 
 pub fn run(args: SimulateArgs) -> Result<()> {
     check_round_s("--round-s", args.round_s)?;
+    if !(args.restart_s >= 0.0 && args.restart_s <= 86_400.0) {
+        bail!(
+            "--restart-s: expected seconds in 0..=86400, got {}",
+            args.restart_s
+        );
+    }
     if let Some(dir) = &args.out {
         check_out_dir("--out", dir)?;
     }

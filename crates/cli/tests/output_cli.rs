@@ -240,80 +240,12 @@ fn simulate_out_under_a_file_names_the_file() {
 }
 
 #[test]
-fn experiment_outputs_fail_first_and_leave_old_results_alone() {
-    // Was: 20 s of simulation, then results.md written over, then
-    // "error: Is a directory (os error 21)" with no path.
-    for (what, file) in [("slaq", "quality.svg"), ("themis", "themis.svg")] {
-        let dir = tmp_dir(&format!("exp-{what}"));
-        std::fs::write(dir.join("results.md"), "old results\n").unwrap();
-        std::fs::create_dir(dir.join(file)).unwrap();
-        let out = pacer(&["experiment", what, "--out", dir.to_str().unwrap()]);
-        fails_with(
-            &out,
-            &format!("{}: it is a folder", dir.join(file).display()),
-        );
-        assert_eq!(
-            std::fs::read_to_string(dir.join("results.md")).unwrap(),
-            "old results\n"
-        );
-        let mut want = vec![file.to_string(), "results.md".into()];
-        want.sort();
-        assert_eq!(files_in(&dir), want);
-    }
-}
-
-#[test]
 fn validate_markdown_under_a_file_names_the_path() {
     let dir = tmp_dir("validate-md");
     std::fs::write(dir.join("plain"), "x").unwrap();
     let target = dir.join("plain").join("out.md");
     let out = pacer(&["validate", "pollux", "--markdown", target.to_str().unwrap()]);
     fails_with(&out, &target.display().to_string());
-}
-
-// ------------------------------------------------- 3. experiments' default --out
-
-#[test]
-fn experiment_defaults_write_outside_the_committed_results() {
-    // Was: `pacer experiment slaq` (as the README shows it) overwrote the
-    // committed experiments/slaq/. Run from a scratch folder holding a copy of
-    // the committed layout: the default must not touch experiments/.
-    let dir = tmp_dir("exp-default");
-    std::fs::create_dir_all(dir.join("experiments/slaq")).unwrap();
-    std::fs::write(dir.join("experiments/slaq/results.md"), "committed\n").unwrap();
-    let out = Command::new(bin())
-        .args(["experiment", "slaq", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        help.contains("[default: pacer-out/experiment-slaq]"),
-        "{help}"
-    );
-    let out = Command::new(bin())
-        .args(["experiment", "themis", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        help.contains("[default: pacer-out/experiment-themis]"),
-        "{help}"
-    );
-    let out = pacer_in(&dir, &["experiment", "slaq", "--jobs", "20"]);
-    assert_ok(&out);
-    assert_eq!(
-        std::fs::read_to_string(dir.join("experiments/slaq/results.md")).unwrap(),
-        "committed\n"
-    );
-    assert_eq!(
-        files_in(&dir.join("pacer-out/experiment-slaq")),
-        vec!["quality.svg", "results.json", "results.md"]
-    );
-    let md = std::fs::read_to_string(dir.join("pacer-out/experiment-slaq/results.md")).unwrap();
-    assert!(
-        md.contains("Regenerate: `pacer experiment slaq --out pacer-out/experiment-slaq"),
-        "{md}"
-    );
 }
 
 // ------------------------------------------------------- 4. whole-number limits

@@ -10,6 +10,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod experiment;
 mod itertime_eval;
 mod job_eval;
 mod narx_ablation;
@@ -35,6 +36,12 @@ enum Command {
     JobEval(job_eval::Args),
     /// Speed-prediction error of NARX variants next to the baselines on scenario files.
     NarxAblation(narx_ablation::Args),
+    /// SLAQ vs fair share on recorded loss curves; loss-prediction error
+    /// (experiments/slaq).
+    Slaq(experiment::slaq::SlaqArgs),
+    /// Themis vs fair share, Tiresias and Gavel on heterogeneous and Pollux traces
+    /// (experiments/themis).
+    Themis(experiment::themis::ThemisArgs),
     /// Sia's workloads under sia, sia-exact and gavel-maxsum next to Sia's simulator's
     /// numbers (docs/sia.md; writes experiments/sia/).
     SiaEval(sia_eval::Args),
@@ -43,12 +50,23 @@ enum Command {
     SiaGap(sia_eval::GapArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().command {
         Command::ItertimeEval(a) => itertime_eval::run(a),
         Command::JobEval(a) => job_eval::run(a),
         Command::NarxAblation(a) => narx_ablation::run(a),
+        Command::Slaq(a) => experiment::slaq::run(a),
+        Command::Themis(a) => experiment::themis::run(a),
         Command::SiaEval(a) => sia_eval::run(a),
         Command::SiaGap(a) => sia_eval::gap(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of stdout stopped reading (`| head -1`): what it wanted it got.
+        Err(e) if pacer_cli::out::is_stdout_closed(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

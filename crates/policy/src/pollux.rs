@@ -112,6 +112,39 @@ impl Ord for Move {
     }
 }
 
+/// Placement of the chosen replica counts: keepers on their devices first, then
+/// the rest largest first (on one node when it fits, else on the nodes with most free).
+fn place(view: &ClusterView, replicas: &[u32], per_node: u32) -> Vec<Allocation> {
+    let jobs = view.jobs;
+    let n = jobs.len();
+    let mut pool = FreePool::new(view.cluster);
+    let mut out: Vec<Allocation> = vec![Allocation::empty(); n];
+    let mut todo = Vec::new();
+    for i in 0..n {
+        if replicas[i] == 0 {
+            continue;
+        }
+        if replicas[i] == jobs[i].current.replicas() && pool.take_exact(&jobs[i].current) {
+            out[i] = jobs[i].current.clone();
+        } else {
+            todo.push(i);
+        }
+    }
+    todo.sort_by(|&a, &b| replicas[b].cmp(&replicas[a]).then(a.cmp(&b)));
+    for i in todo {
+        let r = replicas[i];
+        let a = if r <= per_node {
+            pool.take_best_fit_one_node_for(&jobs[i], r)
+        } else {
+            None
+        };
+        if let Some(a) = a.or_else(|| pool.take_most_free_for(&jobs[i], r)) {
+            out[i] = a;
+        }
+    }
+    out
+}
+
 impl Policy for Pollux {
     fn name(&self) -> &'static str {
         "pollux"
@@ -244,32 +277,7 @@ impl Policy for Pollux {
             }
         }
 
-        // Placement: keepers first, then the rest largest first.
-        let mut pool = FreePool::new(view.cluster);
-        let mut out: Vec<Allocation> = vec![Allocation::empty(); n];
-        let mut todo = Vec::new();
-        for i in 0..n {
-            if replicas[i] == 0 {
-                continue;
-            }
-            if replicas[i] == jobs[i].current.replicas() && pool.take_exact(&jobs[i].current) {
-                out[i] = jobs[i].current.clone();
-            } else {
-                todo.push(i);
-            }
-        }
-        todo.sort_by(|&a, &b| replicas[b].cmp(&replicas[a]).then(a.cmp(&b)));
-        for i in todo {
-            let r = replicas[i];
-            let a = if r <= per_node {
-                pool.take_best_fit_one_node_for(&jobs[i], r)
-            } else {
-                None
-            };
-            if let Some(a) = a.or_else(|| pool.take_most_free_for(&jobs[i], r)) {
-                out[i] = a;
-            }
-        }
+        let out = place(view, &replicas, per_node);
         for (j, c) in jobs.iter().zip(caches) {
             self.cache.insert(j.id, c);
         }

@@ -469,6 +469,382 @@ fn pf_value(bidders: &[Bidder], assign: &[Option<usize>], skip: usize) -> f64 {
         .sum()
 }
 
+/// One round's view of the jobs: what ρ each would have with or without devices,
+/// and the devices free when the auction opened (the bundles every bidder may
+/// bid for, in the auction and in the leftover passes alike).
+struct RoundCtx<'a> {
+    jobs: &'a [JobView],
+    t_ind: Vec<f64>,
+    elapsed: Vec<f64>,
+    rho_empty: Vec<f64>,
+    free: Vec<u64>,
+}
+
+impl<'a> RoundCtx<'a> {
+    fn new(view: &ClusterView<'a>, lease_s: f64) -> Self {
+        let jobs = view.jobs;
+        let n = jobs.len();
+        let t_ind_rate: Vec<f64> = jobs
+            .iter()
+            .map(|j| independent_rate(j, view.cluster, n as f64))
+            .collect();
+        let t_ind: Vec<f64> = jobs
+            .iter()
+            .zip(&t_ind_rate)
+            .map(|(j, r)| ((j.work_done + j.work_left) / r).max(1e-9))
+            .collect();
+        let elapsed: Vec<f64> = jobs
+            .iter()
+            .map(|j| (view.now_s - j.arrival_s).max(0.0))
+            .collect();
+        let rho_empty: Vec<f64> = (0..n)
+            .map(|i| (elapsed[i] + lease_s + jobs[i].work_left / t_ind_rate[i]) / t_ind[i])
+            .collect();
+        RoundCtx {
+            jobs,
+            t_ind,
+            elapsed,
+            rho_empty,
+            free: Vec::new(),
+        }
+    }
+
+    /// ρ of job `i` if it ran at `rate` from now on.
+    fn rho_with(&self, i: usize, rate: f64) -> f64 {
+        (self.elapsed[i] + self.jobs[i].work_left / rate.max(1e-300)) / self.t_ind[i]
+    }
+
+    /// Job `i`'s bids: bundles of 1, 2, 4, … devices of each type up to what speeds
+    /// it up (and what was free when the auction opened), valued log(ρ_empty / ρ).
+    fn bidder(&self, i: usize, pools: &TypedPools) -> Bidder {
+        let j = &self.jobs[i];
+        let mut bundles = Vec::new();
+        for (t, &ft) in self.free.iter().enumerate() {
+            let ty = DeviceTypeId(t as u16);
+            let top = (j.max_useful(ty) as u64).min(ft) as u32;
+            let mut g = 1u32;
+            let mut sizes = Vec::new();
+            while g <= top {
+                sizes.push(g);
+                g *= 2;
+            }
+            if top > 0 && sizes.last() != Some(&top) {
+                sizes.push(top);
+            }
+            for g in sizes {
+                let consolidated = pools.can_consolidate(ty, g);
+                let r = j.rate(ty, g, consolidated);
+                if r <= 0.0 {
+                    continue;
+                }
+                // Kept even when not worth a bid (value ≤ 0): leftovers may
+                // still go to it rather than idle.
+                let value = (self.rho_empty[i] / self.rho_with(i, r)).ln();
+                bundles.push(Bundle { t, g, value });
+            }
+        }
+        let rho_empty = self.rho_empty[i];
+        Bidder {
+            job: i,
+            bundles,
+            log_rho_empty: rho_empty.ln(),
+            first_bonus: if j.current.is_empty() && rho_empty > 1.0 {
+                1e3 * (1.0 + rho_empty)
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+/// What the round has decided so far: each job's allocation, whether it kept a
+/// live lease (`holder`) and whether it got devices this round (`fresh`).
+struct Round {
+    out: Vec<Allocation>,
+    holder: Vec<bool>,
+    fresh: Vec<bool>,
+}
+
+/// Step 4, partial allocation: winner `b` keeps the fraction `c_b` of its bundle
+/// (1 when no bidder was constrained by capacity). Per bidder: (type, devices).
+fn partial_grants(
+    bidders: &[Bidder],
+    free: &[u64],
+    outcome: &Outcome,
+    mu: &[f64],
+) -> Vec<Option<(usize, u32)>> {
+    let assign = &outcome.assign;
+    let mut grant: Vec<Option<(usize, u32)>> = vec![None; bidders.len()];
+    for (b, a) in assign.iter().enumerate() {
+        let Some(k) = *a else { continue };
+        let x = bidders[b].bundles[k];
+        let c = if outcome.constrained {
+            let without = winners_without(bidders, free, assign, b, mu);
+            (pf_value(bidders, assign, b) - pf_value(bidders, &without, b))
+                .exp()
+                .clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let g = ((c * x.g as f64).round() as u32).clamp(1, x.g);
+        grant[b] = Some((x.t, g));
+    }
+    grant
+}
+
+/// Step 4, placement: winners retake their own devices when the grant matches
+/// them; the others take devices of the granted type, largest grants first,
+/// shrinking a grant that no longer fits.
+fn place_grants(
+    pools: &mut TypedPools,
+    jobs: &[JobView],
+    bidders: &[Bidder],
+    grant: &[Option<(usize, u32)>],
+    r: &mut Round,
+) {
+    for (b, g) in grant.iter().enumerate() {
+        let Some((t, g)) = *g else { continue };
+        let i = bidders[b].job;
+        if let Some(a) = retake(pools, &jobs[i].current, DeviceTypeId(t as u16), g) {
+            r.out[i] = a;
+            r.fresh[i] = true;
+        }
+    }
+    let mut order: Vec<usize> = (0..grant.len()).filter(|&b| grant[b].is_some()).collect();
+    order.sort_by_key(|&b| std::cmp::Reverse(grant[b].map_or(0, |g| g.1)));
+    for b in order {
+        let (t, g) = grant[b].expect("granted");
+        let i = bidders[b].job;
+        if r.fresh[i] {
+            continue;
+        }
+        let ty = DeviceTypeId(t as u16);
+        let mut g = g.min(pools.free(ty) as u32);
+        while g > 0 {
+            if let Some(a) = pools.take(ty, g) {
+                r.out[i] = a;
+                r.fresh[i] = true;
+                break;
+            }
+            g -= 1;
+        }
+    }
+}
+
+/// Step 5a: the jobs outside the auction, by the same proportional-fair winner
+/// determination over what is left (no partial allocation). Returns the leftover
+/// auction's prices per device type.
+fn leftovers_outside(
+    ctx: &RoundCtx,
+    pools: &mut TypedPools,
+    outside: &[usize],
+    types: usize,
+    r: &mut Round,
+) -> Vec<f64> {
+    let left_free: Vec<u64> = (0..types)
+        .map(|t| pools.free(DeviceTypeId(t as u16)))
+        .collect();
+    if outside.is_empty() || left_free.iter().all(|&f| f == 0) {
+        return vec![0.0; types];
+    }
+    let left_bidders: Vec<Bidder> = outside.iter().map(|&i| ctx.bidder(i, pools)).collect();
+    let (o, m) = solve(&left_bidders, &left_free);
+    let mut order: Vec<usize> = (0..left_bidders.len())
+        .filter(|&b| o.assign[b].is_some())
+        .collect();
+    // Large gangs first, while nodes still have room to consolidate them.
+    order.sort_by_key(|&b| {
+        std::cmp::Reverse(o.assign[b].map_or(0, |k| left_bidders[b].bundles[k].g))
+    });
+    for b in order {
+        let x = left_bidders[b].bundles[o.assign[b].expect("assigned")];
+        let i = left_bidders[b].job;
+        if let Some(a) = retake_or_take(pools, &ctx.jobs[i].current, x) {
+            r.out[i] = a;
+            r.fresh[i] = true;
+        }
+    }
+    m
+}
+
+/// Step 5b: anyone still without devices, worst ρ first, takes the bundle that
+/// fits best at the leftover auction's prices `left_mu`, even one it would not
+/// have bid for: devices do not idle while a job waits.
+fn leftovers_anyone(
+    ctx: &RoundCtx,
+    pools: &mut TypedPools,
+    by_rho: &[usize],
+    left_mu: &[f64],
+    types: usize,
+    r: &mut Round,
+) {
+    for &i in by_rho {
+        if r.holder[i] || r.fresh[i] {
+            continue;
+        }
+        let free = pools.free_by_type(types);
+        if free.iter().all(|&f| f == 0) {
+            break;
+        }
+        let b = ctx.bidder(i, pools);
+        let best_any = b
+            .bundles
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.g as u64 <= free[x.t])
+            .map(|(k, x)| (k, x.value - left_mu[x.t] * x.g as f64))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+            .map(|(k, _)| k);
+        if let Some(k) = best_any {
+            // Same devices as before if they are free again: no restart.
+            if let Some(a) = retake_or_take(pools, &ctx.jobs[i].current, b.bundles[k]) {
+                r.out[i] = a;
+                r.fresh[i] = true;
+            }
+        }
+    }
+}
+
+/// Step 6: devices nobody outside the auction could use top the partially served
+/// winners back up towards their winning bundle (work conservation).
+fn top_up_winners(
+    pools: &mut TypedPools,
+    bidders: &[Bidder],
+    assign: &[Option<usize>],
+    r: &mut Round,
+) {
+    for (b, a) in assign.iter().enumerate() {
+        let Some(k) = *a else { continue };
+        let x = bidders[b].bundles[k];
+        let i = bidders[b].job;
+        if !r.fresh[i] || r.out[i].replicas() >= x.g {
+            continue;
+        }
+        let ty = DeviceTypeId(x.t as u16);
+        if pools.type_of(&r.out[i]) != Some(ty)
+            || pools.free(ty) < (x.g - r.out[i].replicas()) as u64
+        {
+            continue;
+        }
+        pools.give_back(&r.out[i]);
+        match pools.take(ty, x.g) {
+            Some(a) => r.out[i] = a,
+            None => {
+                let kept = pools.take_exact(&r.out[i]);
+                debug_assert!(kept, "devices just given back are free");
+            }
+        }
+    }
+}
+
+/// Step 7: still-free devices of a type nobody holds: a job starting on new
+/// devices this round (so the move costs no extra restart) switches to them,
+/// worst ρ first, when they make it faster than what it got.
+fn switch_types(
+    ctx: &RoundCtx,
+    pools: &mut TypedPools,
+    cluster: &ClusterSpec,
+    by_rho: &[usize],
+    types: usize,
+    r: &mut Round,
+) {
+    let jobs = ctx.jobs;
+    for &i in by_rho {
+        if !r.fresh[i] || r.out[i] == jobs[i].current || pools.type_of(&r.out[i]).is_none() {
+            continue;
+        }
+        let free = pools.free_by_type(types);
+        if free.iter().all(|&f| f == 0) {
+            break;
+        }
+        let ty = pools.type_of(&r.out[i]);
+        let rate_now = jobs[i].alloc_rate(cluster, &r.out[i]);
+        let b = ctx.bidder(i, pools);
+        let better = b
+            .bundles
+            .iter()
+            .filter(|x| Some(DeviceTypeId(x.t as u16)) != ty && x.g as u64 <= free[x.t])
+            .filter(|x| {
+                let consolidated = pools.can_consolidate(DeviceTypeId(x.t as u16), x.g);
+                jobs[i].rate(DeviceTypeId(x.t as u16), x.g, consolidated) > rate_now
+            })
+            .max_by(|a, c| a.value.total_cmp(&c.value).then(c.g.cmp(&a.g)));
+        if let Some(x) = better {
+            let t = DeviceTypeId(x.t as u16);
+            if let Some(a) = pools.take(t, x.g) {
+                pools.give_back(&r.out[i]);
+                r.out[i] = a;
+            }
+        }
+    }
+}
+
+/// Step 8: still-free devices grow this round's grants (worst ρ first) up to what
+/// speeds each job up: no device idles while a job could use it.
+fn grow_grants(pools: &mut TypedPools, jobs: &[JobView], by_rho: &[usize], r: &mut Round) {
+    for &i in by_rho {
+        if !r.fresh[i] {
+            continue;
+        }
+        let Some(ty) = pools.type_of(&r.out[i]) else {
+            continue;
+        };
+        let have = r.out[i].replicas();
+        let want = jobs[i].max_useful(ty).min(have + pools.free(ty) as u32);
+        if want <= have {
+            continue;
+        }
+        pools.give_back(&r.out[i]);
+        match pools.take(ty, want) {
+            Some(a) => r.out[i] = a,
+            None => {
+                let kept = pools.take_exact(&r.out[i]);
+                debug_assert!(kept, "devices just given back are free");
+            }
+        }
+    }
+}
+
+impl Themis {
+    /// Step 1: live leases keep their devices.
+    fn keep_leases(&self, jobs: &[JobView], now: f64, pools: &mut TypedPools) -> Round {
+        let n = jobs.len();
+        let mut r = Round {
+            out: vec![Allocation::empty(); n],
+            holder: vec![false; n],
+            fresh: vec![false; n],
+        };
+        for (i, j) in jobs.iter().enumerate() {
+            let live_lease = self.leases.get(&j.id).is_some_and(|&e| e > now + 1e-6);
+            if live_lease && !j.current.is_empty() && pools.take_exact(&j.current) {
+                r.out[i] = j.current.clone();
+                r.holder[i] = true;
+            }
+        }
+        r
+    }
+
+    /// Step 3: the (1 − f) worst jobs by current ρ bid, if they can (at least one
+    /// job without a lease bids). Returns the jobs worst ρ first and the bidders.
+    fn bidders(&self, rho_now: &[f64], holder: &[bool]) -> (Vec<usize>, Vec<usize>) {
+        let n = rho_now.len();
+        let mut by_rho: Vec<usize> = (0..n).collect();
+        by_rho.sort_by(|&a, &b| rho_now[b].total_cmp(&rho_now[a]).then(a.cmp(&b)));
+        let k = (((1.0 - self.f) * n as f64).ceil() as usize).clamp(1, n);
+        let mut bidding: Vec<usize> = by_rho[..k]
+            .iter()
+            .copied()
+            .filter(|&i| !holder[i])
+            .collect();
+        if bidding.is_empty() {
+            if let Some(&i) = by_rho.iter().find(|&&i| !holder[i]) {
+                bidding.push(i);
+            }
+        }
+        (by_rho, bidding)
+    }
+}
+
 impl Policy for Themis {
     fn name(&self) -> &'static str {
         "themis"
@@ -483,299 +859,56 @@ impl Policy for Themis {
         let live: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.id).collect();
         self.leases.retain(|id, _| live.contains(id));
         let mut pools = TypedPools::new(cluster);
-        let mut out = vec![Allocation::empty(); n];
         // 1. Live leases keep their devices.
-        let mut holder = vec![false; n];
-        for (i, j) in jobs.iter().enumerate() {
-            let live_lease = self.leases.get(&j.id).is_some_and(|&e| e > now + 1e-6);
-            if live_lease && !j.current.is_empty() && pools.take_exact(&j.current) {
-                out[i] = j.current.clone();
-                holder[i] = true;
-            }
-        }
+        let mut r = self.keep_leases(jobs, now, &mut pools);
         // 2. ρ now (holders: with their devices; others: as losers of this auction).
-        let t_ind_rate: Vec<f64> = jobs
-            .iter()
-            .map(|j| independent_rate(j, cluster, n as f64))
-            .collect();
-        let t_ind: Vec<f64> = jobs
-            .iter()
-            .zip(&t_ind_rate)
-            .map(|(j, r)| ((j.work_done + j.work_left) / r).max(1e-9))
-            .collect();
-        let elapsed: Vec<f64> = jobs.iter().map(|j| (now - j.arrival_s).max(0.0)).collect();
-        let rho_with = |i: usize, rate: f64| -> f64 {
-            (elapsed[i] + jobs[i].work_left / rate.max(1e-300)) / t_ind[i]
-        };
-        let rho_empty: Vec<f64> = (0..n)
-            .map(|i| (elapsed[i] + self.lease_s + jobs[i].work_left / t_ind_rate[i]) / t_ind[i])
-            .collect();
+        let mut ctx = RoundCtx::new(view, self.lease_s);
         let rho_now: Vec<f64> = (0..n)
             .map(|i| {
-                if holder[i] {
+                if r.holder[i] {
                     // At the speed of the devices it holds (spread or not).
-                    rho_with(i, jobs[i].alloc_rate(cluster, &out[i]))
+                    ctx.rho_with(i, jobs[i].alloc_rate(cluster, &r.out[i]))
                 } else {
-                    rho_empty[i]
+                    ctx.rho_empty[i]
                 }
             })
             .collect();
         // 3. The (1 − f) worst jobs bid, if they can.
-        let mut by_rho: Vec<usize> = (0..n).collect();
-        by_rho.sort_by(|&a, &b| rho_now[b].total_cmp(&rho_now[a]).then(a.cmp(&b)));
-        let k = (((1.0 - self.f) * n as f64).ceil() as usize).clamp(1, n);
-        let mut bidding: Vec<usize> = by_rho[..k]
-            .iter()
-            .copied()
-            .filter(|&i| !holder[i])
-            .collect();
-        if bidding.is_empty() {
-            if let Some(&i) = by_rho.iter().find(|&&i| !holder[i]) {
-                bidding.push(i);
-            }
-        }
-        let free = pools.free_by_type(types);
-        let make_bidder = |i: usize, pools: &TypedPools| -> Bidder {
-            let j = &jobs[i];
-            let mut bundles = Vec::new();
-            for (t, &ft) in free.iter().enumerate() {
-                let ty = DeviceTypeId(t as u16);
-                let top = (j.max_useful(ty) as u64).min(ft) as u32;
-                let mut g = 1u32;
-                let mut sizes = Vec::new();
-                while g <= top {
-                    sizes.push(g);
-                    g *= 2;
-                }
-                if top > 0 && sizes.last() != Some(&top) {
-                    sizes.push(top);
-                }
-                for g in sizes {
-                    let consolidated = pools.can_consolidate(ty, g);
-                    let r = j.rate(ty, g, consolidated);
-                    if r <= 0.0 {
-                        continue;
-                    }
-                    // Kept even when not worth a bid (value ≤ 0): leftovers may
-                    // still go to it rather than idle.
-                    let value = (rho_empty[i] / rho_with(i, r)).ln();
-                    bundles.push(Bundle { t, g, value });
-                }
-            }
-            Bidder {
-                job: i,
-                bundles,
-                log_rho_empty: rho_empty[i].ln(),
-                first_bonus: if jobs[i].current.is_empty() && rho_empty[i] > 1.0 {
-                    1e3 * (1.0 + rho_empty[i])
-                } else {
-                    0.0
-                },
-            }
-        };
+        let (by_rho, bidding) = self.bidders(&rho_now, &r.holder);
+        ctx.free = pools.free_by_type(types);
         let mut is_bidder = vec![false; n];
         for &i in &bidding {
             is_bidder[i] = true;
         }
-        let bidders: Vec<Bidder> = bidding.iter().map(|&i| make_bidder(i, &pools)).collect();
-        let (outcome, mu) = solve(&bidders, &free);
-        let (assign, constrained) = (outcome.assign, outcome.constrained);
+        let bidders: Vec<Bidder> = bidding.iter().map(|&i| ctx.bidder(i, &pools)).collect();
+        let (outcome, mu) = solve(&bidders, &ctx.free);
         // 4. Partial allocation.
-        let mut grant: Vec<Option<(usize, u32)>> = vec![None; bidders.len()];
-        let mut won = 0;
-        for (b, a) in assign.iter().enumerate() {
-            let Some(k) = *a else { continue };
-            won += 1;
-            let x = bidders[b].bundles[k];
-            let c = if constrained {
-                let without = winners_without(&bidders, &free, &assign, b, &mu);
-                (pf_value(&bidders, &assign, b) - pf_value(&bidders, &without, b))
-                    .exp()
-                    .clamp(0.0, 1.0)
-            } else {
-                1.0
-            };
-            let g = ((c * x.g as f64).round() as u32).clamp(1, x.g);
-            grant[b] = Some((x.t, g));
-        }
+        let grant = partial_grants(&bidders, &ctx.free, &outcome, &mu);
         self.last_bidders = bidders.len();
-        self.last_winners = won;
-        let mut fresh = vec![false; n];
-        // Winners: retake their own devices when the grant matches them.
-        for (b, g) in grant.iter().enumerate() {
-            let Some((t, g)) = *g else { continue };
-            let i = bidders[b].job;
-            if let Some(a) = retake(&mut pools, &jobs[i].current, DeviceTypeId(t as u16), g) {
-                out[i] = a;
-                fresh[i] = true;
-            }
-        }
-        let mut order: Vec<usize> = (0..grant.len()).filter(|&b| grant[b].is_some()).collect();
-        order.sort_by_key(|&b| std::cmp::Reverse(grant[b].map_or(0, |g| g.1)));
-        for b in order {
-            let (t, g) = grant[b].expect("granted");
-            let i = bidders[b].job;
-            if fresh[i] {
-                continue;
-            }
-            let ty = DeviceTypeId(t as u16);
-            let mut g = g.min(pools.free(ty) as u32);
-            while g > 0 {
-                if let Some(a) = pools.take(ty, g) {
-                    out[i] = a;
-                    fresh[i] = true;
-                    break;
-                }
-                g -= 1;
-            }
-        }
-        // 5. Leftovers. First the jobs outside the auction, by the same
-        // proportional-fair winner determination over what is left (so leftover
-        // devices too go by comparative advantage and consolidation), without
-        // partial allocation; then anyone still without devices, worst ρ first,
-        // takes the bundle that fits best at the leftover auction's prices, even
-        // one it would not have bid for: devices do not idle while a job waits.
-        let left_free: Vec<u64> = (0..types)
-            .map(|t| pools.free(DeviceTypeId(t as u16)))
-            .collect();
+        self.last_winners = outcome.assign.iter().filter(|a| a.is_some()).count();
+        place_grants(&mut pools, jobs, &bidders, &grant, &mut r);
+        // 5. Leftovers: first the jobs outside the auction (so leftover devices too
+        // go by comparative advantage and consolidation), then anyone still
+        // without devices.
         let outside: Vec<usize> = by_rho
             .iter()
             .copied()
-            .filter(|&i| !holder[i] && !fresh[i] && !is_bidder[i])
+            .filter(|&i| !r.holder[i] && !r.fresh[i] && !is_bidder[i])
             .collect();
-        let mut left_mu = vec![0.0; types];
-        if !outside.is_empty() && left_free.iter().any(|&f| f > 0) {
-            let left_bidders: Vec<Bidder> =
-                outside.iter().map(|&i| make_bidder(i, &pools)).collect();
-            let (o, m) = solve(&left_bidders, &left_free);
-            left_mu = m;
-            let mut order: Vec<usize> = (0..left_bidders.len())
-                .filter(|&b| o.assign[b].is_some())
-                .collect();
-            // Large gangs first, while nodes still have room to consolidate them.
-            order.sort_by_key(|&b| {
-                std::cmp::Reverse(o.assign[b].map_or(0, |k| left_bidders[b].bundles[k].g))
-            });
-            for b in order {
-                let x = left_bidders[b].bundles[o.assign[b].expect("assigned")];
-                let i = left_bidders[b].job;
-                if let Some(a) = retake_or_take(&mut pools, &jobs[i].current, x) {
-                    out[i] = a;
-                    fresh[i] = true;
-                }
-            }
-        }
-        for &i in &by_rho {
-            if holder[i] || fresh[i] {
-                continue;
-            }
-            let free = pools.free_by_type(types);
-            if free.iter().all(|&f| f == 0) {
-                break;
-            }
-            let b = make_bidder(i, &pools);
-            let best_any = b
-                .bundles
-                .iter()
-                .enumerate()
-                .filter(|(_, x)| x.g as u64 <= free[x.t])
-                .map(|(k, x)| (k, x.value - left_mu[x.t] * x.g as f64))
-                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
-                .map(|(k, _)| k);
-            if let Some(k) = best_any {
-                // Same devices as before if they are free again: no restart.
-                if let Some(a) = retake_or_take(&mut pools, &jobs[i].current, b.bundles[k]) {
-                    out[i] = a;
-                    fresh[i] = true;
-                }
-            }
-        }
-        // 6. Devices nobody outside the auction could use top the partially served
-        // winners back up towards their winning bundle (work conservation).
-        for (b, a) in assign.iter().enumerate() {
-            let Some(k) = *a else { continue };
-            let x = bidders[b].bundles[k];
-            let i = bidders[b].job;
-            if !fresh[i] || out[i].replicas() >= x.g {
-                continue;
-            }
-            let ty = DeviceTypeId(x.t as u16);
-            if pools.type_of(&out[i]) != Some(ty)
-                || pools.free(ty) < (x.g - out[i].replicas()) as u64
-            {
-                continue;
-            }
-            pools.give_back(&out[i]);
-            match pools.take(ty, x.g) {
-                Some(a) => out[i] = a,
-                None => {
-                    let kept = pools.take_exact(&out[i]);
-                    debug_assert!(kept, "devices just given back are free");
-                }
-            }
-        }
-        // 7. Still-free devices of a type nobody holds: a job starting on new
-        // devices this round (so the move costs no extra restart) switches to
-        // them, worst ρ first, when they make it faster than what it got.
-        for &i in &by_rho {
-            if !fresh[i] || out[i] == jobs[i].current || pools.type_of(&out[i]).is_none() {
-                continue;
-            }
-            let free = pools.free_by_type(types);
-            if free.iter().all(|&f| f == 0) {
-                break;
-            }
-            let ty = pools.type_of(&out[i]);
-            let rate_now = jobs[i].alloc_rate(cluster, &out[i]);
-            let b = make_bidder(i, &pools);
-            let better = b
-                .bundles
-                .iter()
-                .filter(|x| Some(DeviceTypeId(x.t as u16)) != ty && x.g as u64 <= free[x.t])
-                .filter(|x| {
-                    let consolidated = pools.can_consolidate(DeviceTypeId(x.t as u16), x.g);
-                    jobs[i].rate(DeviceTypeId(x.t as u16), x.g, consolidated) > rate_now
-                })
-                .max_by(|a, c| a.value.total_cmp(&c.value).then(c.g.cmp(&a.g)));
-            if let Some(x) = better {
-                let t = DeviceTypeId(x.t as u16);
-                if let Some(a) = pools.take(t, x.g) {
-                    pools.give_back(&out[i]);
-                    out[i] = a;
-                }
-            }
-        }
-        // 8. Still-free devices grow this round's grants (worst ρ first) up to what
-        // speeds each job up: no device idles while a job could use it.
-        for &i in &by_rho {
-            if !fresh[i] {
-                continue;
-            }
-            let Some(ty) = pools.type_of(&out[i]) else {
-                continue;
-            };
-            let have = out[i].replicas();
-            let want = jobs[i].max_useful(ty).min(have + pools.free(ty) as u32);
-            if want <= have {
-                continue;
-            }
-            pools.give_back(&out[i]);
-            match pools.take(ty, want) {
-                Some(a) => out[i] = a,
-                None => {
-                    let kept = pools.take_exact(&out[i]);
-                    debug_assert!(kept, "devices just given back are free");
-                }
-            }
-        }
+        let left_mu = leftovers_outside(&ctx, &mut pools, &outside, types, &mut r);
+        leftovers_anyone(&ctx, &mut pools, &by_rho, &left_mu, types, &mut r);
+        // 6.-8. Work conservation.
+        top_up_winners(&mut pools, &bidders, &outcome.assign, &mut r);
+        switch_types(&ctx, &mut pools, cluster, &by_rho, types, &mut r);
+        grow_grants(&mut pools, jobs, &by_rho, &mut r);
         for (i, j) in jobs.iter().enumerate() {
-            if fresh[i] {
+            if r.fresh[i] {
                 self.leases.insert(j.id, now + self.lease_s);
-            } else if !holder[i] {
+            } else if !r.holder[i] {
                 self.leases.remove(&j.id);
             }
         }
-        out
+        r.out
     }
 }
 

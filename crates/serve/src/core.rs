@@ -5,15 +5,18 @@
 
 use crate::error::{ApiError, ServeError};
 use crate::executor::{Executor, LaunchRequest, RunStatus, StopSignal};
-use crate::job::{job_view, valid_id, AfterStop, JobRecord, JobState, Progress, Run, Stop};
+use crate::job::{valid_id, AfterStop, JobRecord, JobState, Progress, Run, Stop};
 use crate::metrics::Metrics;
 use crate::spec::{JobSpec, Report};
 use crate::store::{self, Changes, Store};
 use pacer_model::{Allocation, ClusterSpec, NodeId};
-use pacer_policy::{check_capacity, ClusterView, Policy};
+use pacer_policy::Policy;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::Arc;
+
+mod round;
+pub use round::PolicyInput;
 
 /// Fixed settings of a running service.
 #[derive(Debug, Clone)]
@@ -44,7 +47,14 @@ pub struct RoundInfo {
     pub round: u64,
     pub t_ms: u64,
     pub policy_ms: f64,
+    /// From the round's start to its end, including waits for the service lock.
     pub round_ms: f64,
+    /// Settling ended runs (lock held).
+    pub reconcile_ms: f64,
+    /// Building the policy's view of every active job (lock held).
+    pub views_ms: f64,
+    /// Stopping and launching, with their commits (lock held).
+    pub apply_ms: f64,
     pub active_jobs: usize,
     pub launched: Vec<String>,
     pub stopped: Vec<String>,
@@ -52,9 +62,13 @@ pub struct RoundInfo {
 
 pub struct Core {
     pub settings: Settings,
-    pub store: Store,
+    pub store: Arc<Store>,
+    /// Held across every commit, so that commits reach the database in the order
+    /// their changes were made even when the flusher commits without the service lock.
+    writer: Arc<tokio::sync::Mutex<()>>,
     pub jobs: BTreeMap<String, JobRecord>,
-    policy: Box<dyn Policy>,
+    /// `None` while a round has lent it out ([`Core::begin_round`]).
+    policy: Option<Box<dyn Policy>>,
     next_job: u64,
     next_event: u64,
     pub epoch_ms: u64,
@@ -108,9 +122,10 @@ impl Core {
                 ..RoundInfo::default()
             },
             settings,
-            store,
+            store: Arc::new(store),
+            writer: Default::default(),
             jobs,
-            policy,
+            policy: Some(policy),
             epoch_ms,
             last_account_ms: now_ms(),
             metrics,
@@ -130,7 +145,8 @@ impl Core {
 
     /// Commits the staged changes and `c` in one transaction, then applies `updated` in
     /// memory. On failure nothing of `c` is applied.
-    fn commit(&mut self, c: Changes, updated: Vec<JobRecord>) -> Result<(), ServeError> {
+    async fn commit(&mut self, c: Changes, updated: Vec<JobRecord>) -> Result<(), ServeError> {
+        let _writer = self.writer.clone().lock_owned().await;
         let mut all = std::mem::take(&mut self.pending);
         let staged = !all.is_empty();
         all.extend(c);
@@ -171,18 +187,18 @@ impl Core {
         self.flush_needed.notify_one();
     }
 
-    /// Commits everything staged (one fsync for all of it) and wakes its requests.
-    pub fn flush(&mut self) {
+    /// Takes everything staged for one group commit, which [`Flush::run`] makes
+    /// durable without the service lock (requests staged meanwhile wait for the next).
+    pub async fn take_flush(&mut self) -> Option<Flush> {
         if self.pending.is_empty() {
-            return;
+            return None;
         }
-        let all = std::mem::take(&mut self.pending);
-        if let Err(e) = self.store.commit(all) {
-            fail_stop(&e);
-        }
-        for w in self.waiters.drain(..) {
-            let _ = w.send(true);
-        }
+        Some(Flush {
+            writer: self.writer.clone().lock_owned().await,
+            changes: std::mem::take(&mut self.pending),
+            waiters: std::mem::take(&mut self.waiters),
+            store: self.store.clone(),
+        })
     }
 
     pub fn job(&self, id: &str) -> Result<&JobRecord, ApiError> {
@@ -306,7 +322,7 @@ impl Core {
             }
         }
         c.job(&j);
-        self.commit(c, vec![j.clone()])?;
+        self.commit(c, vec![j.clone()]).await?;
         if let Some(h) = j.run.as_ref().and_then(|r| r.handle.as_ref()) {
             exec.signal(h, StopSignal::Term).await?;
         }
@@ -361,7 +377,7 @@ impl Core {
                 }
             }
             c.job(&j);
-            self.commit(c, vec![j])?;
+            self.commit(c, vec![j]).await?;
         }
         Ok(())
     }
@@ -395,300 +411,6 @@ impl Core {
             j.finished_ms = Some(now_ms());
         }
         self.event(c, &id, next.name(), how);
-    }
-
-    /// One scheduling round: settle ended runs, escalate overdue stops, ask the policy,
-    /// stop and launch what changed, record the round.
-    pub async fn round(&mut self, exec: &dyn Executor) -> Result<(), ServeError> {
-        let t0 = Instant::now();
-        self.reconcile(exec).await?;
-        let taken = exec.taken().await?;
-        let (desired, policy_s) = self.plan(&taken);
-        let (launched, stopped) = self.apply(exec, desired, &taken).await?;
-        let round = self.last_round.round + 1;
-        let info = RoundInfo {
-            round,
-            t_ms: now_ms(),
-            policy_ms: policy_s * 1e3,
-            round_ms: t0.elapsed().as_secs_f64() * 1e3,
-            active_jobs: self
-                .jobs
-                .values()
-                .filter(|j| !j.state.is_terminal())
-                .count(),
-            launched,
-            stopped,
-        };
-        let alloc: BTreeMap<&str, &Vec<(u32, u32)>> = self
-            .jobs
-            .values()
-            .filter_map(|j| j.run.as_ref().map(|r| (j.id.as_str(), &r.alloc)))
-            .collect();
-        let mut rec = serde_json::to_value(&info).expect("serialises");
-        rec["allocations"] = serde_json::to_value(&alloc).expect("serialises");
-        let mut c = Changes::default();
-        c.round(round, rec.to_string());
-        c.meta(store::ROUND, round);
-        self.stage_quiet(c, Vec::new());
-        self.metrics
-            .round_seconds
-            .observe(t0.elapsed().as_secs_f64());
-        self.metrics.policy_seconds.observe(policy_s);
-        self.last_round = info;
-        Ok(())
-    }
-
-    async fn reconcile(&mut self, exec: &dyn Executor) -> Result<(), ServeError> {
-        let now = now_ms();
-        let dt_s = now.saturating_sub(self.last_account_ms) as f64 / 1000.0;
-        self.last_account_ms = now;
-        let live: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| matches!(j.state, JobState::Running | JobState::Stopping))
-            .map(|j| j.id.clone())
-            .collect();
-        let mut c = Changes::default();
-        let mut updated = Vec::new();
-        let mut kills = Vec::new();
-        for id in live {
-            let mut j = self.jobs[&id].clone();
-            let run = j.run.clone().expect("running jobs have a run");
-            let Some(h) = run.handle.clone() else {
-                continue;
-            };
-            let status = exec.poll(&h, &self.run_dir(&id, run.attempt)).await?;
-            if status != RunStatus::Running {
-                self.settle(&mut c, &mut j, status);
-            } else {
-                j.attained_device_s += run.replicas() as f64 * dt_s;
-                if let Some(s) = j.stop.as_mut() {
-                    if !s.killed
-                        && now.saturating_sub(s.sent_ms) as f64 > self.settings.grace_s * 1e3
-                    {
-                        s.killed = true;
-                        kills.push(h);
-                        self.event(&mut c, &id, "killed", "grace period over: SIGKILL".into());
-                    }
-                }
-            }
-            c.job(&j);
-            updated.push(j);
-        }
-        // Settling and accounting need not be durable before anything: the next commit
-        // (a launch's intent, a stop, or the flusher) carries them.
-        self.stage_quiet(c, updated);
-        for h in kills {
-            exec.signal(&h, StopSignal::Kill).await?;
-        }
-        Ok(())
-    }
-
-    /// The policy's allocation for every active job (queued or running), with the
-    /// job's own limits applied, and the policy's time.
-    fn plan(&mut self, taken: &[u32]) -> (Vec<(String, Allocation)>, f64) {
-        let cluster = &crate::executor::without_taken(&self.settings.cluster, taken);
-        let mut active: Vec<&JobRecord> = self
-            .jobs
-            .values()
-            .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
-            .collect();
-        if active.is_empty() {
-            return (Vec::new(), 0.0);
-        }
-        active.sort_by_key(|j| j.seq);
-        let mut views: Vec<_> = active
-            .iter()
-            .map(|j| job_view(j, cluster, self.epoch_ms))
-            .collect();
-        let mut order: Vec<usize> = (0..views.len()).collect();
-        order.sort_by(|&a, &b| {
-            views[a]
-                .arrival_s
-                .total_cmp(&views[b].arrival_s)
-                .then(a.cmp(&b))
-        });
-        views = order.iter().map(|&i| views[i].clone()).collect();
-        let ids: Vec<String> = order.iter().map(|&i| active[i].id.clone()).collect();
-        let now_s = now_ms().saturating_sub(self.epoch_ms) as f64 / 1000.0;
-        let view = ClusterView {
-            now_s,
-            cluster,
-            jobs: &views,
-        };
-        let t = Instant::now();
-        let allocs = self.policy.allocate(&view);
-        let policy_s = t.elapsed().as_secs_f64();
-        if allocs.len() != views.len() || check_capacity(cluster, &allocs).is_err() {
-            // A policy that breaks its contract changes nothing this round.
-            return (Vec::new(), policy_s);
-        }
-        let desired = ids
-            .into_iter()
-            .zip(allocs)
-            .map(|(id, a)| {
-                let spec = &self.jobs[&id].spec;
-                let ok_types = a.slots().iter().all(|&(n, _)| {
-                    let ty = cluster.nodes[n.0 as usize].device_type;
-                    spec.accepts(&cluster.device_types[ty.0 as usize])
-                });
-                let r = a.replicas();
-                let a =
-                    if r == 0 || r < spec.min() || r > spec.max().max(spec.replicas) || !ok_types {
-                        Allocation::empty()
-                    } else {
-                        a
-                    };
-                (id, a)
-            })
-            .collect();
-        (desired, policy_s)
-    }
-
-    /// Shortest time a run keeps its devices before a policy may stop it.
-    pub fn min_run_ms(&self) -> u64 {
-        (self.settings.min_run_s * 1e3) as u64
-    }
-
-    /// Slots held now, per node: `held[node][k]`.
-    fn held_slots(&self) -> Vec<Vec<bool>> {
-        let c = &self.settings.cluster;
-        let mut held: Vec<Vec<bool>> = c
-            .nodes
-            .iter()
-            .map(|n| vec![false; n.gpus as usize])
-            .collect();
-        let offsets = slot_offsets(c);
-        for j in self.jobs.values() {
-            if let Some(r) = &j.run {
-                for &s in &r.slots {
-                    let node = offsets.partition_point(|&o| o <= s) - 1;
-                    if let Some(b) = held[node].get_mut((s - offsets[node]) as usize) {
-                        *b = true;
-                    }
-                }
-            }
-        }
-        held
-    }
-
-    async fn apply(
-        &mut self,
-        exec: &dyn Executor,
-        desired: Vec<(String, Allocation)>,
-        taken: &[u32],
-    ) -> Result<(Vec<String>, Vec<String>), ServeError> {
-        let mut stopped = Vec::new();
-        let mut launched = Vec::new();
-        let mut c = Changes::default();
-        let mut updated = Vec::new();
-        let mut to_signal = Vec::new();
-        for (id, want) in &desired {
-            let j = &self.jobs[id];
-            if j.state != JobState::Running {
-                continue;
-            }
-            let run = j.run.clone().expect("running jobs have a run");
-            if run.allocation() == *want || run.handle.is_none() {
-                continue;
-            }
-            // Hysteresis: a run is not stopped before it has had a few rounds, so a
-            // policy that rotates devices every round does not thrash restarts.
-            if now_ms().saturating_sub(run.launched_ms) < self.min_run_ms() {
-                continue;
-            }
-            let mut j = j.clone();
-            j.state = JobState::Stopping;
-            j.stop = Some(Stop {
-                then: AfterStop::Requeue,
-                sent_ms: now_ms(),
-                killed: false,
-            });
-            let why = if want.replicas() == 0 {
-                "preempted"
-            } else {
-                "resizing"
-            };
-            self.event(&mut c, id, "stopping", format!("{why}: SIGTERM"));
-            to_signal.push(run.handle.clone().expect("checked"));
-            c.job(&j);
-            updated.push(j);
-            stopped.push(id.clone());
-        }
-        self.commit(c, updated)?;
-        for h in to_signal {
-            exec.signal(&h, StopSignal::Term).await?;
-        }
-        let mut held = self.held_slots();
-        crate::executor::hold_taken(&mut held, taken);
-        for (id, want) in desired {
-            if self.jobs[&id].state != JobState::Queued || want.replicas() == 0 {
-                continue;
-            }
-            if let Some(slots) = take_slots(&self.settings.cluster, &mut held, &want) {
-                self.launch(exec, &id, &want, slots).await?;
-                launched.push(id);
-            }
-        }
-        Ok((launched, stopped))
-    }
-
-    async fn launch(
-        &mut self,
-        exec: &dyn Executor,
-        id: &str,
-        alloc: &Allocation,
-        slots: Vec<u32>,
-    ) -> Result<(), ServeError> {
-        let cluster = &self.settings.cluster;
-        let mut j = self.jobs[id].clone();
-        let first_node = alloc.slots()[0].0;
-        let ty = cluster.device_types[cluster.nodes[first_node.0 as usize].device_type.0 as usize]
-            .clone();
-        let now = now_ms();
-        j.attempts += 1;
-        let run = Run {
-            attempt: j.attempts,
-            alloc: alloc.slots().iter().map(|&(n, k)| (n.0, k)).collect(),
-            slots: slots.clone(),
-            device_type: ty.clone(),
-            handle: None,
-            launched_ms: now,
-        };
-        j.state = JobState::Running;
-        j.first_start_ms.get_or_insert(now);
-        j.run = Some(run.clone());
-        // Intent first: a crash from here on is found by `recover`.
-        let mut c = Changes::default();
-        c.job(&j);
-        self.commit(c, vec![j.clone()])?;
-        let req = self.launch_request(&j, &run, &slots);
-        let mut c = Changes::default();
-        match exec.launch(&req).await {
-            Ok(h) => {
-                self.event(
-                    &mut c,
-                    id,
-                    "launched",
-                    format!(
-                        "attempt {} on {} {ty} (pid {})",
-                        run.attempt,
-                        run.replicas(),
-                        h.id
-                    ),
-                );
-                j.run.as_mut().expect("set above").handle = Some(h);
-            }
-            Err(e) => {
-                j.state = JobState::Failed;
-                j.run = None;
-                j.finished_ms = Some(now_ms());
-                j.last_exit = Some(format!("launch failed: {e}"));
-                self.event(&mut c, id, "failed", format!("launch failed: {e}"));
-            }
-        }
-        c.job(&j);
-        self.commit(c, vec![j])
     }
 
     fn launch_request(&self, j: &JobRecord, run: &Run, slots: &[u32]) -> LaunchRequest {
@@ -735,6 +457,28 @@ impl Core {
             run_dir: self.run_dir(&j.id, run.attempt),
             log_path: self.log_path(&j.id),
             alloc: run.alloc.clone(),
+        }
+    }
+}
+
+/// One group commit taken out of the [`Core`] ([`Core::take_flush`]); it holds the
+/// writer lock, so no later commit overtakes it.
+pub struct Flush {
+    writer: tokio::sync::OwnedMutexGuard<()>,
+    changes: Changes,
+    waiters: Vec<tokio::sync::oneshot::Sender<bool>>,
+    store: Arc<Store>,
+}
+
+impl Flush {
+    /// Commits (one fsync) and answers the requests that waited for it.
+    pub fn run(self) {
+        if let Err(e) = self.store.commit(self.changes) {
+            fail_stop(&e);
+        }
+        drop(self.writer);
+        for w in self.waiters {
+            let _ = w.send(true);
         }
     }
 }

@@ -135,10 +135,22 @@ async fn round_loop(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = core.lock().await.round(exec.as_ref()).await {
+        if let Err(e) = one_round(&core, exec.as_ref()).await {
             eprintln!("pacer serve: round failed: {e}");
         }
     }
+}
+
+/// A round with the service lock released while the policy decides.
+async fn one_round(
+    core: &tokio::sync::Mutex<core::Core>,
+    exec: &dyn executor::Executor,
+) -> Result<(), error::ServeError> {
+    let input = core.lock().await.begin_round(exec).await?;
+    let decided = tokio::task::spawn_blocking(move || input.decide())
+        .await
+        .map_err(|e| error::ServeError::Exec(format!("the policy failed: {e}")))?;
+    core.lock().await.finish_round(exec, decided).await
 }
 
 /// Group commit: whatever was staged while the previous commit ran is committed at
@@ -149,7 +161,14 @@ async fn flush_loop(
 ) {
     loop {
         flush_needed.notified().await;
-        core.lock().await.flush();
+        let flush = core.lock().await.take_flush().await;
+        if let Some(f) = flush {
+            // The fsync runs without the service lock: requests keep being staged.
+            if tokio::task::spawn_blocking(move || f.run()).await.is_err() {
+                eprintln!("pacer serve: the group commit failed; stopping");
+                std::process::exit(70);
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! run's loss per iteration and its time per iteration at several worker counts.
 //!
 //! A profile is a small CSV (`crates/sim/data/slaq/<name>.csv`, written by
-//! `pacer experiment slaq --record`):
+//! `pacer-lab slaq --record`):
 //!
 //! ```text
 //! # algorithm=logreg,dataset=mnist,batch=256,lr=0.1
@@ -192,7 +192,7 @@ impl QualityProfile {
     }
 }
 
-/// The profiles shipped in `crates/sim/data/slaq/` (recorded by `pacer experiment
+/// The profiles shipped in `crates/sim/data/slaq/` (recorded by `pacer-lab
 /// slaq --record`), parsed.
 pub fn embedded_quality_profiles() -> Vec<Arc<QualityProfile>> {
     EMBEDDED_QUALITY

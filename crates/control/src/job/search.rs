@@ -457,79 +457,144 @@ pub fn online(
             });
         }
     }
-    let per_work = |m: &MachineType| match opts.objective {
-        Objective::Time => 1.0 / m.speed,
-        Objective::Cost => m.usd_per_gpu_hour / m.speed,
-    };
-    let probe = (0..machines.len())
-        .min_by(|&a, &b| per_work(&machines[a]).total_cmp(&per_work(&machines[b])))
-        .unwrap_or(0);
-    let pool: Vec<Candidate> = cands
-        .iter()
-        .filter(|c| c.machine == probe)
-        .cloned()
-        .collect();
-    // Cost of a profiling step before anything is measured: wall time per step is
-    // unknown and similar across configurations (within a few ×), so for time
-    // every step costs 1; for cost a step costs GPUs × price.
-    let cost = |c: &Candidate| match opts.objective {
-        Objective::Time => 1.0,
-        Objective::Cost => c.replicas() as f64 * per_work(&machines[c.machine]),
-    };
-    let rule = opts.steps;
-    // Profiling time allowed per second of job: strict P / (P + T) ≤ f ⇔ P ≤ f/(1−f) · T.
-    let allowance_per_job_s = opts.budget_frac.map(|f| {
-        if f >= 1.0 {
-            f64::INFINITY
-        } else {
-            f / (1.0 - f)
+    let search = Search::new(cands, conv, target, machines, opts);
+    let mut p = Progress::default();
+    search.design(&mut measure_step, &mut p);
+    let designed = p.profiles.len();
+    let (model, choice) = search.exploit(&mut measure_step, &mut p)?;
+    let profiles = p.profiles;
+    Ok(OnlineResult {
+        profile_time_s: profiles.iter().map(|p| p.time_s).sum(),
+        profile_progress: profiles.iter().map(|p| p.progress).sum(),
+        profiles,
+        designed,
+        budget_stopped: p.budget_stopped,
+        choice,
+        model,
+    })
+}
+
+/// The fixed inputs of one [`online`] search.
+struct Search<'a> {
+    cands: &'a [Candidate],
+    conv: &'a ConvergenceModel,
+    target: f64,
+    machines: &'a [MachineType],
+    opts: &'a OnlineOptions,
+    /// The machine type configurations are profiled on.
+    probe: usize,
+    /// Profiling time allowed per second of job (`None`: no budget).
+    allowance_per_job_s: Option<f64>,
+}
+
+/// What an [`online`] search has measured so far.
+#[derive(Default)]
+struct Progress {
+    rows: Vec<StepRow>,
+    profiles: Vec<Profile>,
+    measured: Measured,
+    budget_stopped: bool,
+}
+
+impl<'a> Search<'a> {
+    fn new(
+        cands: &'a [Candidate],
+        conv: &'a ConvergenceModel,
+        target: f64,
+        machines: &'a [MachineType],
+        opts: &'a OnlineOptions,
+    ) -> Self {
+        let mut s = Search {
+            cands,
+            conv,
+            target,
+            machines,
+            opts,
+            probe: 0,
+            // Profiling time allowed per second of job: strict P / (P + T) ≤ f ⇔ P ≤ f/(1−f) · T.
+            allowance_per_job_s: opts.budget_frac.map(|f| {
+                if f >= 1.0 {
+                    f64::INFINITY
+                } else {
+                    f / (1.0 - f)
+                }
+            }),
+        };
+        s.probe = (0..machines.len())
+            .min_by(|&a, &b| {
+                s.per_work(&machines[a])
+                    .total_cmp(&s.per_work(&machines[b]))
+            })
+            .unwrap_or(0);
+        s
+    }
+
+    fn per_work(&self, m: &MachineType) -> f64 {
+        match self.opts.objective {
+            Objective::Time => 1.0 / m.speed,
+            Objective::Cost => m.usd_per_gpu_hour / m.speed,
         }
-    });
-    // Least wall time of profiling a configuration whose step takes `step_s`.
-    let least_profile_s = |step_s: f64| {
-        (rule.warmup_steps + rule.min_steps.max(2)) as f64 * step_s / machines[probe].speed
-    };
-    let kind = opts.kind;
-    // The budget's T̂ from what is measured: `kind` fitted if it fits, and the
-    // lowest optimistic time of the scored candidates (measured ones alone
-    // without a model). With one row the model's error cannot be estimated, so
-    // its optimism is the largest the search allows, 50%.
-    let outlook = |rows: &[StepRow], measured: &Measured| {
+    }
+
+    /// Least wall time of profiling a configuration whose step takes `step_s`.
+    fn least_profile_s(&self, step_s: f64) -> f64 {
+        let rule = self.opts.steps;
+        (rule.warmup_steps + rule.min_steps.max(2)) as f64 * step_s
+            / self.machines[self.probe].speed
+    }
+
+    fn score(
+        &self,
+        model: Option<&StepModel>,
+        measured: &Measured,
+        eps: f64,
+    ) -> Vec<(Costed, f64, f64)> {
+        score_all(
+            self.cands,
+            model,
+            measured,
+            eps,
+            self.conv,
+            self.target,
+            self.machines,
+            self.opts.objective,
+        )
+    }
+
+    /// The budget's T̂ from what is measured: `kind` fitted if it fits, and the
+    /// lowest optimistic time of the scored candidates (measured ones alone
+    /// without a model). With one row the model's error cannot be estimated, so
+    /// its optimism is the largest the search allows, 50%.
+    fn outlook(&self, rows: &[StepRow], measured: &Measured) -> (Option<StepModel>, f64) {
+        let kind = self.opts.kind;
         let model = fit(kind, rows).ok();
         let eps = match model {
             Some(_) if rows.len() < 2 => 0.5,
             Some(_) => loo_median_error(kind, rows).min(0.5),
             None => 0.0,
         };
-        let scored = score_all(
-            cands,
-            model.as_ref(),
-            measured,
-            eps,
-            conv,
-            target,
-            machines,
-            opts.objective,
-        );
+        let scored = self.score(model.as_ref(), measured, eps);
         let job_s_hat = scored
             .iter()
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(f64::INFINITY, |(x, _, o)| x.time_s * o);
         (model, job_s_hat)
-    };
-    let mut rows: Vec<StepRow> = Vec::new();
-    let mut profiles: Vec<Profile> = Vec::new();
-    let mut measured = Measured::new();
-    let mut budget_stopped = false;
-    // `job_s_hat`: the job time the budget is measured against (∞: unknown yet).
-    let mut profile = |c: &Candidate,
-                       mut job_s_hat: f64,
-                       rows: &mut Vec<StepRow>,
-                       profiles: &mut Vec<Profile>,
-                       budget_stopped: &mut bool| {
-        let spent: f64 = profiles.iter().map(|p| p.time_s).sum();
-        let mut first = profiles.is_empty();
-        let speed = machines[c.machine].speed;
+    }
+
+    /// Profiles `c` (warm-up, then steps until the confidence interval, the step
+    /// limit or the budget stops it) and records it in `p`. `job_s_hat`: the job
+    /// time the budget is measured against (∞: unknown yet). `None` if `c` cannot run.
+    fn profile(
+        &self,
+        measure_step: &mut impl FnMut(&Candidate, usize) -> Option<(f64, f64)>,
+        c: &Candidate,
+        mut job_s_hat: f64,
+        p: &mut Progress,
+    ) -> Option<f64> {
+        let rule = self.opts.steps;
+        let spent: f64 = p.profiles.iter().map(|p| p.time_s).sum();
+        let mut first = p.profiles.is_empty();
+        let speed = self.machines[c.machine].speed;
         let mut wall = 0.0;
         let mut steps = Vec::new();
         let mut syncs = Vec::new();
@@ -554,7 +619,7 @@ pub fn online(
                     break;
                 }
             }
-            if let Some(per_s) = allowance_per_job_s {
+            if let Some(per_s) = self.allowance_per_job_s {
                 if n >= rule.min_steps.max(2) && first {
                     // The first configuration: T̂ from its measurement so far.
                     first = false;
@@ -565,16 +630,16 @@ pub fn online(
                         source: "profile 1".into(),
                     };
                     let so_far = Measured::from([(config_key(c), mean)]);
-                    job_s_hat = outlook(&[row], &so_far).1;
+                    job_s_hat = self.outlook(&[row], &so_far).1;
                 }
                 if n >= rule.min_steps.max(2) {
                     // Were this configuration the choice, the job would take `own`.
-                    let own = cost_of(c, mean, conv, target, machines)
+                    let own = cost_of(c, mean, self.conv, self.target, self.machines)
                         .map_or(f64::INFINITY, |x| x.time_s);
                     // The next step may be as slow as the slowest one measured.
                     let slowest = steps.iter().fold(0.0, |a: f64, &b| a.max(b));
                     if spent + wall + slowest / speed > per_s * job_s_hat.min(own) {
-                        *budget_stopped = true;
+                        p.budget_stopped = true;
                         break;
                     }
                 }
@@ -583,16 +648,17 @@ pub fn online(
         let n = steps.len() as f64;
         let step_s = steps.iter().sum::<f64>() / n;
         let sync_s = syncs.iter().sum::<f64>() / n;
-        let progress = conv
-            .samples_to(target, c.global_batch)
+        let progress = self
+            .conv
+            .samples_to(self.target, c.global_batch)
             .map_or(0.0, |s| i as f64 * c.global_batch / s);
-        rows.push(StepRow {
+        p.rows.push(StepRow {
             config: c.config,
             step_time_s: step_s,
             sync_time_s: sync_s,
-            source: format!("profile {}", rows.len() + 1),
+            source: format!("profile {}", p.rows.len() + 1),
         });
-        profiles.push(Profile {
+        p.profiles.push(Profile {
             candidate: c.clone(),
             steps: i,
             step_s,
@@ -601,37 +667,67 @@ pub fn online(
             progress,
         });
         Some(step_s)
-    };
-    for i in design_with(&pool, opts.initial, cost) {
-        let c = &pool[i];
-        let mut job_s_hat = f64::INFINITY;
-        if let (Some(per_s), false) = (allowance_per_job_s, profiles.is_empty()) {
-            // The design does not trust a model yet, but the budget needs T̂ and
-            // the next step time: from a fit if `kind` fits what is measured, else
-            // from the measurements alone.
-            let model;
-            (model, job_s_hat) = outlook(&rows, &measured);
-            let next_step_s = match &model {
-                Some(m) => m.step_time(&c.config),
-                None => profiles.iter().map(|p| p.step_s).fold(0.0, f64::max),
-            };
-            let spent: f64 = profiles.iter().map(|p| p.time_s).sum();
-            if spent + least_profile_s(next_step_s) > per_s * job_s_hat {
-                budget_stopped = true;
-                break;
+    }
+
+    /// The design phase: the `initial` configurations of the cost-aware design on
+    /// the probe machine, while the budget allows.
+    fn design(
+        &self,
+        measure_step: &mut impl FnMut(&Candidate, usize) -> Option<(f64, f64)>,
+        p: &mut Progress,
+    ) {
+        let pool: Vec<Candidate> = self
+            .cands
+            .iter()
+            .filter(|c| c.machine == self.probe)
+            .cloned()
+            .collect();
+        // Cost of a profiling step before anything is measured: wall time per step is
+        // unknown and similar across configurations (within a few ×), so for time
+        // every step costs 1; for cost a step costs GPUs × price.
+        let cost = |c: &Candidate| match self.opts.objective {
+            Objective::Time => 1.0,
+            Objective::Cost => c.replicas() as f64 * self.per_work(&self.machines[c.machine]),
+        };
+        for i in design_with(&pool, self.opts.initial, cost) {
+            let c = &pool[i];
+            let mut job_s_hat = f64::INFINITY;
+            if let (Some(per_s), false) = (self.allowance_per_job_s, p.profiles.is_empty()) {
+                // The design does not trust a model yet, but the budget needs T̂ and
+                // the next step time: from a fit if `kind` fits what is measured, else
+                // from the measurements alone.
+                let model;
+                (model, job_s_hat) = self.outlook(&p.rows, &p.measured);
+                let next_step_s = match &model {
+                    Some(m) => m.step_time(&c.config),
+                    None => p.profiles.iter().map(|p| p.step_s).fold(0.0, f64::max),
+                };
+                let spent: f64 = p.profiles.iter().map(|p| p.time_s).sum();
+                if spent + self.least_profile_s(next_step_s) > per_s * job_s_hat {
+                    p.budget_stopped = true;
+                    break;
+                }
+            }
+            if let Some(t) = self.profile(measure_step, c, job_s_hat, p) {
+                p.measured.insert(config_key(c), t);
             }
         }
-        if let Some(t) = profile(c, job_s_hat, &mut rows, &mut profiles, &mut budget_stopped) {
-            measured.insert(config_key(c), t);
+    }
+
+    fn no_choice(&self) -> ItertimeError {
+        ItertimeError::NoConvergence {
+            model: self.opts.kind.name(),
+            reason: "no candidate reaches the target metric".into(),
         }
     }
-    let designed = profiles.len();
-    let no_choice = || ItertimeError::NoConvergence {
-        model: kind.name(),
-        reason: "no candidate reaches the target metric".into(),
-    };
-    // Commit to the best measured, or (stopped early) to the best prediction.
-    let commit = |scored: &[(Costed, f64, f64)], measured: &Measured| {
+
+    /// Commit to the best measured, or (stopped early) to the best prediction.
+    fn commit(
+        &self,
+        scored: &[(Costed, f64, f64)],
+        measured: &Measured,
+    ) -> Result<Costed, ItertimeError> {
+        let objective = self.opts.objective;
         let measured_best = scored
             .iter()
             .filter(|(x, _, _)| measured.contains_key(&config_key(&x.candidate)))
@@ -640,90 +736,73 @@ pub fn online(
             .iter()
             .filter(|(x, _, _)| !measured.contains_key(&config_key(&x.candidate)))
             .map(|(x, _, _)| x)
-            .min_by(|a, b| a.value(opts.objective).total_cmp(&b.value(opts.objective)));
+            .min_by(|a, b| a.value(objective).total_cmp(&b.value(objective)));
         match (measured_best, plain) {
-            (Some((m, _, _)), Some(p)) if p.value(opts.objective) < m.value(opts.objective) => {
-                Ok(p.clone())
-            }
+            (Some((m, _, _)), Some(p)) if p.value(objective) < m.value(objective) => Ok(p.clone()),
             (Some((m, _, _)), _) => Ok(m.clone()),
             (None, Some(p)) => Ok(p.clone()),
-            (None, None) => Err(no_choice()),
+            (None, None) => Err(self.no_choice()),
         }
-    };
-    let (model, choice) = loop {
-        let model = match fit(kind, &rows) {
-            Ok(m) => m,
-            // The budget left too few profiles to fit `kind`: the best measured.
-            Err(_) if budget_stopped => {
-                let scored = score_all(
-                    cands,
-                    None,
-                    &measured,
-                    0.0,
-                    conv,
-                    target,
-                    machines,
-                    opts.objective,
-                );
-                break (None, commit(&scored, &measured)?);
+    }
+
+    /// The exploitation phase: fit, profile the best-scored candidate while it is
+    /// unmeasured (and the budget and `max_profiles` allow), then commit.
+    fn exploit(
+        &self,
+        measure_step: &mut impl FnMut(&Candidate, usize) -> Option<(f64, f64)>,
+        p: &mut Progress,
+    ) -> Result<(Option<StepModel>, Costed), ItertimeError> {
+        let kind = self.opts.kind;
+        loop {
+            let model = match fit(kind, &p.rows) {
+                Ok(m) => m,
+                // The budget left too few profiles to fit `kind`: the best measured.
+                Err(_) if p.budget_stopped => {
+                    let scored = self.score(None, &p.measured, 0.0);
+                    return Ok((None, self.commit(&scored, &p.measured)?));
+                }
+                Err(e) => return Err(e),
+            };
+            // Unmeasured candidates are scored optimistically, `1 − ε` times their
+            // prediction, ε the model's leave-one-out median error on what it measured:
+            // one that could beat the best measurement within the model's typical error
+            // is worth measuring (the Pollux form cannot tell 32 replicas on 8 nodes
+            // from 32 on 16, which differ by 10–20%).
+            let eps = loo_median_error(kind, &p.rows).min(0.5);
+            let scored = self.score(Some(&model), &p.measured, eps);
+            let hopeful = scored.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+            let Some((next, _, _)) = hopeful else {
+                return Err(self.no_choice());
+            };
+            let key = config_key(&next.candidate);
+            let mut done =
+                p.measured.contains_key(&key) || p.profiles.len() >= self.opts.max_profiles;
+            let mut job_s_hat = f64::INFINITY;
+            if let (Some(per_s), false) = (self.allowance_per_job_s, done) {
+                // `next.time_s × optimism` but for the 50% optimism of a single row.
+                job_s_hat = self.outlook(&p.rows, &p.measured).1;
+                let spent: f64 = p.profiles.iter().map(|p| p.time_s).sum();
+                if spent + self.least_profile_s(model.step_time(&next.candidate.config))
+                    > per_s * job_s_hat
+                {
+                    p.budget_stopped = true;
+                    done = true;
+                }
             }
-            Err(e) => return Err(e),
-        };
-        // Unmeasured candidates are scored optimistically, `1 − ε` times their
-        // prediction, ε the model's leave-one-out median error on what it measured:
-        // one that could beat the best measurement within the model's typical error
-        // is worth measuring (the Pollux form cannot tell 32 replicas on 8 nodes
-        // from 32 on 16, which differ by 10–20%).
-        let eps = loo_median_error(kind, &rows).min(0.5);
-        let scored = score_all(
-            cands,
-            Some(&model),
-            &measured,
-            eps,
-            conv,
-            target,
-            machines,
-            opts.objective,
-        );
-        let hopeful = scored.iter().min_by(|a, b| a.1.total_cmp(&b.1));
-        let Some((next, _, _)) = hopeful else {
-            return Err(no_choice());
-        };
-        let key = config_key(&next.candidate);
-        let mut done = measured.contains_key(&key) || profiles.len() >= opts.max_profiles;
-        let mut job_s_hat = f64::INFINITY;
-        if let (Some(per_s), false) = (allowance_per_job_s, done) {
-            // `next.time_s × optimism` but for the 50% optimism of a single row.
-            job_s_hat = outlook(&rows, &measured).1;
-            let spent: f64 = profiles.iter().map(|p| p.time_s).sum();
-            if spent + least_profile_s(model.step_time(&next.candidate.config)) > per_s * job_s_hat
-            {
-                budget_stopped = true;
-                done = true;
+            if done {
+                return Ok((Some(model), self.commit(&scored, &p.measured)?));
             }
+            let c = Candidate {
+                machine: self.probe,
+                ..next.candidate.clone()
+            };
+            match self.profile(measure_step, &c, job_s_hat, p) {
+                Some(t) => p.measured.insert(key, t),
+                // Cannot run: never propose it again.
+                None => p.measured.insert(key, f64::INFINITY),
+            };
         }
-        if done {
-            break (Some(model), commit(&scored, &measured)?);
-        }
-        let c = Candidate {
-            machine: probe,
-            ..next.candidate.clone()
-        };
-        match profile(&c, job_s_hat, &mut rows, &mut profiles, &mut budget_stopped) {
-            Some(t) => measured.insert(key, t),
-            // Cannot run: never propose it again.
-            None => measured.insert(key, f64::INFINITY),
-        };
-    };
-    Ok(OnlineResult {
-        profile_time_s: profiles.iter().map(|p| p.time_s).sum(),
-        profile_progress: profiles.iter().map(|p| p.progress).sum(),
-        profiles,
-        designed,
-        budget_stopped,
-        choice,
-        model,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -8,13 +8,15 @@ impl Simulation<'_> {
     /// user asked for, consolidated, with no restarts: Themis' T_independent. The
     /// same definition for every policy, so ρ compares across policies.
     pub fn independent_time(&self, job: &SimJob, contention: f64) -> f64 {
-        self.independent_time_with(job, contention, &mut DedicatedMemo::default())
+        let kind = progress::of(&job.work);
+        self.independent_time_with(job, &*kind, contention, &mut DedicatedMemo::default())
     }
 
     /// [`Self::independent_time`] with dedicated times remembered across jobs.
     pub(super) fn independent_time_with(
         &self,
         job: &SimJob,
+        kind: &dyn JobProgress,
         contention: f64,
         memo: &mut DedicatedMemo,
     ) -> f64 {
@@ -25,35 +27,7 @@ impl Simulation<'_> {
         } else {
             (1, 1.0 / share)
         };
-        let dedicated = match &job.work {
-            Work::Duration { duration_s } => duration_s * req as f64 / replicas.min(req) as f64,
-            Work::Profiled { app } => {
-                self.dedicated_memo(memo, *app, job.spec.requested_batch, replicas, false, None)
-            }
-            // The 1/N share is a slice of every device type in proportion to its
-            // capacity (Gavel's isolated share), consolidated.
-            Work::Throughput { steps, rates } => {
-                let total = self.cluster.total_gpus() as f64;
-                let rate: f64 = self
-                    .cluster
-                    .device_types
-                    .iter()
-                    .enumerate()
-                    .map(|(t, name)| {
-                        let w = self.cluster.gpus_of_type(DeviceTypeId(t as u16)) as f64 / total;
-                        let r = rates
-                            .iter()
-                            .find(|r| r.device_type == *name)
-                            .map_or(0.0, |r| r.consolidated);
-                        w * r * replicas.min(req) as f64 / req as f64
-                    })
-                    .sum();
-                steps / rate.max(1e-300)
-            }
-            Work::LossCurve { profile } => {
-                profile.total_iterations() / profile.iterations_per_s(replicas).max(1e-300)
-            }
-        };
+        let dedicated = kind.dedicated_s(self, job, replicas, memo);
         dedicated * slowdown
     }
 

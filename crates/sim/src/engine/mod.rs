@@ -21,22 +21,25 @@
 //! iterations per second their worker count gives them, and keep an online
 //! loss-curve fit ([`LossPredictor`]) that quality-driven policies see in
 //! [`JobView::quality`].
+//!
+//! The loop itself knows no kind of job: each job's [`Work`] becomes a
+//! `progress::JobProgress` (one file per kind under `progress/`, one line in
+//! `progress::of`) that advances it over a round, builds its speed table and view,
+//! names its restart delay and its time alone.
 
 mod dedicated;
+mod progress;
 mod run;
-mod step;
 mod view;
+
+use progress::JobProgress;
 
 use crate::apps::AppModel;
 use crate::metrics::{JobResult, RoundStat, SimResult};
 use crate::quality::QualityProfile;
 use pacer_model::{Allocation, ClusterSpec, DeviceTypeId, JobId, JobSpec};
-use pacer_policy::{
-    check_capacity, ClusterView, JobView, Policy, QualityView, SpeedCurve, SpeedTable,
-};
-use pacer_predict::goodput::{
-    fit_perf_params_from, BatchLimits, GoodputFn, GradParams, PerfObservation, PerfParams,
-};
+use pacer_policy::{check_capacity, ClusterView, JobView, Policy, SpeedTable};
+use pacer_predict::goodput::{BatchLimits, GradParams, PerfParams};
 use pacer_predict::loss_curve::LossPredictor;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -261,6 +264,7 @@ pub struct RoundInfo<'a> {
     finished: usize,
     sim: &'a Simulation<'a>,
     states: &'a [JobState],
+    kinds: &'a [Box<dyn JobProgress + 'a>],
 }
 
 impl RoundInfo<'_> {
@@ -276,24 +280,13 @@ impl RoundInfo<'_> {
 
     /// Fraction of job `i`'s work done, in [0, 1].
     pub fn progress(&self, i: usize) -> f64 {
-        let st = &self.states[i];
-        match &self.sim.jobs[i].work {
-            Work::Profiled { app } => {
-                (st.progress / self.sim.apps[*app].target_progress()).min(1.0)
-            }
-            Work::Duration { .. } => st.progress.min(1.0),
-            Work::Throughput { steps, .. } => (st.progress / steps).min(1.0),
-            Work::LossCurve { profile } => (st.progress / profile.total_iterations()).min(1.0),
-        }
+        self.kinds[i].fraction_done(self.sim, &self.states[i])
     }
 
     /// Current loss of a [`Work::LossCurve`] job (its recorded loss at the
     /// iteration it reached; the initial loss before it starts).
     pub fn loss(&self, i: usize) -> Option<f64> {
-        match &self.sim.jobs[i].work {
-            Work::LossCurve { profile } => Some(profile.loss_at(self.states[i].progress)),
-            _ => None,
-        }
+        self.kinds[i].loss(self.states[i].progress)
     }
 
     /// Whether job `i` has arrived by now.
@@ -380,15 +373,7 @@ impl SimConfig {
                     t(arrival)
                 ));
             }
-            let fastest = match &job.work {
-                Work::Duration { duration_s } => Some(*duration_s),
-                Work::Throughput { steps, rates } => {
-                    let best = rates.iter().map(|r| r.consolidated).fold(0.0, f64::max);
-                    (best > 0.0).then(|| steps / best)
-                }
-                Work::Profiled { .. } | Work::LossCurve { .. } => None,
-            };
-            if let Some(d) = fastest {
+            if let Some(d) = progress::of(&job.work).fastest_s() {
                 if arrival + d > limit || d.is_nan() {
                     return beyond(format!(
                         "runs for {} even on its {} requested device(s); arriving at t = {}, \

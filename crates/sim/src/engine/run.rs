@@ -23,7 +23,9 @@ impl Simulation<'_> {
         cfg.check_jobs(self.jobs)?;
         crate::admit::check_workload(self.cluster, self.apps, self.jobs)?;
         let adaptive = policy.adaptive_batch();
-        let speeds = self.speed_tables();
+        let kinds: Vec<Box<dyn JobProgress + '_>> =
+            self.jobs.iter().map(|j| progress::of(&j.work)).collect();
+        let speeds = self.speed_tables_of(&kinds);
         // The event-driven forms place jobs without looking at device types: they run
         // only when every job can use every device type of the cluster at the same
         // speed (the full policies keep each job on the types it has measurements
@@ -41,7 +43,8 @@ impl Simulation<'_> {
         let modes: Vec<BatchMode> = self
             .jobs
             .iter()
-            .map(|j| self.batch_mode(j, adaptive))
+            .zip(&kinds)
+            .map(|(j, kind)| kind.batch_mode(self, j, adaptive))
             .collect();
         let mut states: Vec<JobState> = self.jobs.iter().map(|_| JobState::new()).collect();
         // Jobs in arrival order; `next_arrival` indexes into it, `rank` inverts it.
@@ -130,24 +133,13 @@ impl Simulation<'_> {
                     continue;
                 }
                 let before = st.attained_gpu_s;
-                match &self.jobs[i].work {
-                    Work::Profiled { app } => {
-                        self.step_profiled(&self.apps[*app], modes[i], st, now, dt)
-                    }
-                    Work::Duration { duration_s } => {
-                        self.step_duration(&self.jobs[i], *duration_s, st, now, dt)
-                    }
-                    Work::Throughput { steps, .. } => {
-                        self.step_rate(&speeds[i], *steps, st, now, dt)
-                    }
-                    Work::LossCurve { profile } => {
-                        let from = st.progress;
-                        self.step_rate(&speeds[i], profile.total_iterations(), st, now, dt);
-                        if uses_quality && st.progress > from {
-                            Self::observe_losses(profile, st, from);
-                        }
-                    }
-                }
+                let round = progress::Round {
+                    job: &self.jobs[i],
+                    mode: modes[i],
+                    speed: &speeds[i],
+                    uses_quality,
+                };
+                kinds[i].advance(self, &round, st, now, dt);
                 busy_gpu_s += st.attained_gpu_s - before;
                 if st.completion_s.is_some() {
                     finished += 1;
@@ -213,8 +205,15 @@ impl Simulation<'_> {
             match incremental.as_mut() {
                 Some(inc) => {
                     for &i in &arrived {
-                        let v =
-                            self.job_view(i, &mut states[i], modes[i], &speeds[i], caps[i], false);
+                        let v = self.job_view(
+                            i,
+                            &*kinds[i],
+                            &mut states[i],
+                            modes[i],
+                            &speeds[i],
+                            caps[i],
+                            false,
+                        );
                         inc.admit(&v);
                     }
                     attained.clear();
@@ -249,6 +248,7 @@ impl Simulation<'_> {
                     for &i in &active {
                         let v = self.job_view(
                             i,
+                            &*kinds[i],
                             &mut states[i],
                             modes[i],
                             &speeds[i],
@@ -341,32 +341,14 @@ impl Simulation<'_> {
                 if st.alloc.is_empty() {
                     started.push(i);
                 }
-                if let Work::Profiled { app } = &self.jobs[i].work {
-                    // Measurements of another device type say nothing about this one.
-                    let app = &self.apps[*app];
-                    if !app.typed().is_empty()
-                        && !a.is_empty()
-                        && !st.alloc.is_empty()
-                        && self.alloc_type(&a) != self.alloc_type(&st.alloc)
-                    {
-                        st.profile.clear();
-                        st.perf = None;
-                        st.goodput_version += 1;
-                    }
-                }
+                kinds[i].reallocating(self, st, &a);
                 st.alloc = a;
                 st.replicas = st.alloc.replicas();
                 if !st.alloc.is_empty() {
-                    st.rescale_left_s = match &self.jobs[i].work {
-                        Work::Profiled { app } => self.apps[*app].restart_s,
-                        _ => None,
-                    }
-                    .unwrap_or(cfg.restart_s);
+                    st.rescale_left_s = kinds[i].restart_s(self).unwrap_or(cfg.restart_s);
                     st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
                     st.start_s.get_or_insert(now);
-                    if let Work::Profiled { app } = &self.jobs[i].work {
-                        self.update_batch(&self.apps[*app], modes[i], st);
-                    }
+                    kinds[i].restarted(self, modes[i], st);
                 }
             }
             if moved {
@@ -393,6 +375,7 @@ impl Simulation<'_> {
                 finished,
                 sim: self,
                 states: &states,
+                kinds: &kinds,
             });
         }
         // Jobs still active at the end: contention up to now.
@@ -407,13 +390,14 @@ impl Simulation<'_> {
             .jobs
             .iter()
             .zip(&states)
-            .map(|(job, st)| {
+            .zip(&kinds)
+            .map(|((job, st), kind)| {
                 let contention = if st.contention_s > 0.0 {
                     st.contention_sum / st.contention_s
                 } else {
                     1.0
                 };
-                let t_indep = self.independent_time_with(job, contention, &mut memo);
+                let t_indep = self.independent_time_with(job, &**kind, contention, &mut memo);
                 JobResult {
                     name: job.spec.name.clone(),
                     application: job.spec.application.clone(),

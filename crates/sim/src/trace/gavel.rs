@@ -202,8 +202,26 @@ pub fn gavel_rate(
     gavel_rate_with(tput, job_type, scale, device, ScaleFallback::Linear)
 }
 
-/// Jobs of a Gavel `.trace`, each with its throughput on every type of
-/// [`GAVEL_TYPES`] it was measured on; arrivals relative to the first.
+/// The device types of a throughputs file: Gavel's [`GAVEL_TYPES`] first, then any
+/// other type it names (sorted; `_unconsolidated` variants are not types), so a file
+/// of other measurements (`scripts/serve-demo.sh` writes one for type `cpu`) loads too.
+fn device_types(tput: &GavelThroughputs) -> Vec<String> {
+    let others: std::collections::BTreeSet<&str> = tput
+        .values()
+        .flat_map(|m| m.keys())
+        .map(String::as_str)
+        .filter(|d| !d.ends_with("_unconsolidated") && !GAVEL_TYPES.contains(d))
+        .collect();
+    GAVEL_TYPES
+        .iter()
+        .copied()
+        .chain(others)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Jobs of a Gavel `.trace`, each with its throughput on every device type of the
+/// throughputs file ([`device_types`]) it was measured on; arrivals relative to the first.
 pub fn load_jobs(
     text: &str,
     origin: &str,
@@ -212,12 +230,14 @@ pub fn load_jobs(
     max_jobs: Option<usize>,
 ) -> Result<Vec<SimJob>, ParseError> {
     let rows = parse_gavel_trace(text, origin, max_jobs)?;
+    let types = device_types(tput);
     let mut jobs = Vec::with_capacity(rows.len());
     for row in rows {
         let (job_type, scale) = (row.job_type.as_str(), row.scale_factor);
-        let rates: Vec<TypeRate> = GAVEL_TYPES
+        let rates: Vec<TypeRate> = types
             .iter()
-            .filter_map(|&d| {
+            .map(String::as_str)
+            .filter_map(|d| {
                 let c = gavel_rate_with(tput, job_type, scale, d, fallback)?;
                 let u = gavel_rate_with(
                     tput,
@@ -240,7 +260,7 @@ pub fn load_jobs(
                 row.line,
                 format!(
                     "no throughput for job type `{job_type}` on any of {}",
-                    GAVEL_TYPES.join(", ")
+                    types.join(", ")
                 ),
             ));
         }
@@ -371,6 +391,42 @@ mod tests {
         // (A, 4) was not measured: A's one-device throughputs.
         assert_eq!(rates[0].consolidated, 10.0);
         assert_eq!(jobs[1].spec.requested_replicas, 4);
+    }
+
+    #[test]
+    fn other_device_types_load_too() {
+        let t = load_gavel_throughputs(
+            r#"{"cpu": {"('tiny-0', 1)": {"null": 3.5}}, "cpu_unconsolidated": {}}"#,
+            "m.json",
+        )
+        .unwrap();
+        assert_eq!(device_types(&t), ["v100", "p100", "k80", "cpu"]);
+        let jobs = load_jobs(
+            "tiny-0\tc\t-n\t1\t70\t0\t1\n",
+            "m.trace",
+            &t,
+            ScaleFallback::OneDevice,
+            None,
+        )
+        .unwrap();
+        let Work::Throughput { rates, steps } = &jobs[0].work else {
+            panic!()
+        };
+        assert_eq!((*steps, rates.len()), (70.0, 1));
+        assert_eq!(
+            (rates[0].device_type.as_str(), rates[0].consolidated),
+            ("cpu", 3.5)
+        );
+        assert!(load_jobs(
+            "B\tc\t-n\t1\t7\t0\t1\n",
+            "m.trace",
+            &t,
+            ScaleFallback::OneDevice,
+            None
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("on any of v100, p100, k80, cpu"));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `pacer experiment slaq`: SLAQ against work-conserving fair share on jobs that
+//! `pacer-lab slaq`: SLAQ against work-conserving fair share on jobs that
 //! replay real loss curves, as in the SLAQ paper (160 jobs, Poisson arrivals, a
 //! mix of algorithms); and the loss-prediction error per algorithm.
 //!
@@ -361,9 +361,9 @@ fn prediction_errors(profiles: &[Arc<QualityProfile>]) -> Vec<PredRow> {
 }
 
 pub fn run(args: SlaqArgs) -> Result<()> {
-    crate::simulate::check_round_s("--round-s", args.round_s)?;
-    crate::simulate::check_out_dir("--out", &args.out)?;
-    crate::out::check_targets(
+    super::check_round_s("--round-s", args.round_s)?;
+    pacer_cli::out::check_out_dir("--out", &args.out)?;
+    pacer_cli::out::check_targets(
         "--out",
         &args.out,
         &["results.md", "results.json", "quality.svg"],
@@ -395,13 +395,72 @@ pub fn run(args: SlaqArgs) -> Result<()> {
     let t95_gain = 1.0 - s.mean_time_to_95_s / f.mean_time_to_95_s;
     let t90_median_gain = 1.0 - s.median_time_to_90_s / f.median_time_to_90_s;
 
+    let gains = Gains {
+        quality: quality_gain,
+        t90: t90_gain,
+        t95: t95_gain,
+        t90_median: t90_median_gain,
+    };
+    let md = markdown(&args, &profiles, &cluster, &results, &preds, &gains)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
+    pacer_cli::out::write_bytes(&args.out.join("results.md"), &md)?;
+    #[derive(Serialize)]
+    struct All<'a> {
+        policies: &'a [PolicyResult],
+        prediction: &'a [PredRow],
+        quality_gain: f64,
+        time_to_90_gain: f64,
+        time_to_95_gain: f64,
+    }
+    pacer_cli::out::write_bytes(
+        &args.out.join("results.json"),
+        serde_json::to_string_pretty(&All {
+            policies: &results,
+            prediction: &preds,
+            quality_gain,
+            time_to_90_gain: t90_gain,
+            time_to_95_gain: t95_gain,
+        })?,
+    )?;
+    plot::lines(
+        &args.out.join("quality.svg"),
+        "Average normalised loss of active jobs",
+        "time (s)",
+        "normalised loss",
+        &results
+            .iter()
+            .map(|r| (r.policy.clone(), r.series.clone()))
+            .collect::<Vec<_>>(),
+    )?;
+    pacer_cli::out::print(&format!("{md}written to {}\n", args.out.display()))
+}
+
+/// SLAQ's gains over fair share (fractions; > 0: SLAQ better).
+struct Gains {
+    quality: f64,
+    t90: f64,
+    t95: f64,
+    t90_median: f64,
+}
+
+/// `results.md`: the headline table, the sweep (`--sweep`), the per-profile
+/// times, the prediction errors, the profiles and the analysis.
+fn markdown(
+    args: &SlaqArgs,
+    profiles: &[Arc<QualityProfile>],
+    cluster: &ClusterSpec,
+    results: &[PolicyResult],
+    preds: &[PredRow],
+    gains: &Gains,
+) -> Result<String> {
+    let (quality_gain, t90_gain, t95_gain, t90_median_gain) =
+        (gains.quality, gains.t90, gains.t95, gains.t90_median);
     let mut md = String::new();
     writeln!(md, "# SLAQ vs work-conserving fair share\n")?;
     writeln!(
         md,
-        "Regenerate: `pacer experiment slaq --out {}{}{}{}` (seed {}). {} jobs, Poisson arrivals every {:.2} s on \
+        "Regenerate: `pacer-lab slaq --out {}{}{}{}` (seed {}). {} jobs, Poisson arrivals every {:.2} s on \
          average, each replaying one of {} recorded profiles ({}); cluster `{}` ({} workers); \
          scheduling epoch {} s; no restart cost.\n",
         args.out.display(),
@@ -419,7 +478,7 @@ pub fn run(args: SlaqArgs) -> Result<()> {
     )?;
     writeln!(md, "| policy | avg normalised loss | mean time to 90% (s) | mean time to 95% (s) | median time to 90% (s) | mean JCT (s) | makespan (s) | wall (ms) |")?;
     writeln!(md, "|---|---|---|---|---|---|---|---|")?;
-    for r in &results {
+    for r in results {
         writeln!(
             md,
             "| {} | {:.4} | {:.2} | {:.2} | {:.2} | {:.2} | {:.1} | {:.0} |",
@@ -444,43 +503,7 @@ pub fn run(args: SlaqArgs) -> Result<()> {
         -100.0 * t95_gain
     )?;
     if args.sweep {
-        writeln!(
-            md,
-            "Other loads and epochs (same seed; gains of SLAQ over fair, negative = SLAQ lower):\n"
-        )?;
-        writeln!(md, "| cluster | mean interarrival (s) | epoch (s) | avg normalised loss | mean time to 90% | median time to 90% | mean time to 95% |")?;
-        writeln!(md, "|---|---|---|---|---|---|---|")?;
-        for &(c, ia, epoch) in SWEEP {
-            let round_s = epoch.unwrap_or(args.round_s);
-            let a2 = SlaqArgs {
-                cluster: c.to_string(),
-                interarrival_s: ia,
-                out: args.out.clone(),
-                record: false,
-                mnist: args.mnist.clone(),
-                profiles_out: args.profiles_out.clone(),
-                profiles: args.profiles.clone(),
-                jobs: args.jobs,
-                round_s,
-                seed: args.seed,
-                range_variant: false,
-                sweep: false,
-            };
-            let cl = ClusterSpec::parse(c, "sweep")?;
-            let w = workload(&profiles, &a2);
-            let s2 = run_policy("slaq", &cl, &w, &a2)?;
-            let f2 = run_policy("fair", &cl, &w, &a2)?;
-            let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
-            writeln!(
-                md,
-                "| {c} | {ia} | {round_s} | {:+.1}% | {:+.1}% | {:+.1}% | {:+.1}% |",
-                pct(s2.avg_norm_loss, f2.avg_norm_loss),
-                pct(s2.mean_time_to_90_s, f2.mean_time_to_90_s),
-                pct(s2.median_time_to_90_s, f2.median_time_to_90_s),
-                pct(s2.mean_time_to_95_s, f2.mean_time_to_95_s)
-            )?;
-        }
-        writeln!(md)?;
+        sweep_table(&mut md, args, profiles)?;
     }
     writeln!(md, "Per profile, mean time to 90% / 95% (s):\n")?;
     writeln!(
@@ -512,7 +535,7 @@ pub fn run(args: SlaqArgs) -> Result<()> {
         "| algorithm | h | strawman (last Δ) | weighted fit | cuts |"
     )?;
     writeln!(md, "|---|---|---|---|---|")?;
-    for r in &preds {
+    for r in preds {
         writeln!(
             md,
             "| {} | {} | {:.2}% | {:.2}% | {} |",
@@ -525,7 +548,7 @@ pub fn run(args: SlaqArgs) -> Result<()> {
         "| profile | algorithm | iterations | loss start → best | ms/iter on 1 / 8 / 32 workers |"
     )?;
     writeln!(md, "|---|---|---|---|---|")?;
-    for p in &profiles {
+    for p in profiles {
         let t = |w: u32| 1e3 / p.iterations_per_s(w);
         writeln!(
             md,
@@ -541,36 +564,49 @@ pub fn run(args: SlaqArgs) -> Result<()> {
         )?;
     }
     writeln!(md, "{ANALYSIS}")?;
-    crate::out::write_bytes(&args.out.join("results.md"), &md)?;
-    #[derive(Serialize)]
-    struct All<'a> {
-        policies: &'a [PolicyResult],
-        prediction: &'a [PredRow],
-        quality_gain: f64,
-        time_to_90_gain: f64,
-        time_to_95_gain: f64,
+    Ok(md)
+}
+
+/// The `--sweep` table: SLAQ's gains over fair at other loads and epochs.
+fn sweep_table(md: &mut String, args: &SlaqArgs, profiles: &[Arc<QualityProfile>]) -> Result<()> {
+    writeln!(
+        md,
+        "Other loads and epochs (same seed; gains of SLAQ over fair, negative = SLAQ lower):\n"
+    )?;
+    writeln!(md, "| cluster | mean interarrival (s) | epoch (s) | avg normalised loss | mean time to 90% | median time to 90% | mean time to 95% |")?;
+    writeln!(md, "|---|---|---|---|---|---|---|")?;
+    for &(c, ia, epoch) in SWEEP {
+        let round_s = epoch.unwrap_or(args.round_s);
+        let a2 = SlaqArgs {
+            cluster: c.to_string(),
+            interarrival_s: ia,
+            out: args.out.clone(),
+            record: false,
+            mnist: args.mnist.clone(),
+            profiles_out: args.profiles_out.clone(),
+            profiles: args.profiles.clone(),
+            jobs: args.jobs,
+            round_s,
+            seed: args.seed,
+            range_variant: false,
+            sweep: false,
+        };
+        let cl = ClusterSpec::parse(c, "sweep")?;
+        let w = workload(profiles, &a2);
+        let s2 = run_policy("slaq", &cl, &w, &a2)?;
+        let f2 = run_policy("fair", &cl, &w, &a2)?;
+        let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
+        writeln!(
+            md,
+            "| {c} | {ia} | {round_s} | {:+.1}% | {:+.1}% | {:+.1}% | {:+.1}% |",
+            pct(s2.avg_norm_loss, f2.avg_norm_loss),
+            pct(s2.mean_time_to_90_s, f2.mean_time_to_90_s),
+            pct(s2.median_time_to_90_s, f2.median_time_to_90_s),
+            pct(s2.mean_time_to_95_s, f2.mean_time_to_95_s)
+        )?;
     }
-    crate::out::write_bytes(
-        &args.out.join("results.json"),
-        serde_json::to_string_pretty(&All {
-            policies: &results,
-            prediction: &preds,
-            quality_gain,
-            time_to_90_gain: t90_gain,
-            time_to_95_gain: t95_gain,
-        })?,
-    )?;
-    plot::lines(
-        &args.out.join("quality.svg"),
-        "Average normalised loss of active jobs",
-        "time (s)",
-        "normalised loss",
-        &results
-            .iter()
-            .map(|r| (r.policy.clone(), r.series.clone()))
-            .collect::<Vec<_>>(),
-    )?;
-    crate::out::print(&format!("{md}written to {}\n", args.out.display()))
+    writeln!(md)?;
+    Ok(())
 }
 
 /// The time scale of the replay, and why the time-to-90% target (≥ 30% lower than

@@ -332,7 +332,7 @@ pub fn record_all(data_dir: &Path, out_dir: &Path, seed: u64) -> Result<Vec<Qual
         let t0 = Instant::now();
         let prof = record_variant(v, &data.train, seed)?;
         let path = out_dir.join(format!("{}.csv", v.name));
-        crate::out::write_bytes(&path, prof.to_csv())?;
+        pacer_cli::out::write_bytes(&path, prof.to_csv())?;
         eprintln!(
             "recorded {:<9} loss {:.4} → {:.4} in {} iterations; {:.2} ms/iter on 1 worker, {:.2} on 32 ({:.1} s)",
             v.name,

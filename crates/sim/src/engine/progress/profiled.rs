@@ -1,28 +1,161 @@
-//! How a running job advances: batch modes, online fits, one round of progress per kind of work.
+//! Measured applications (Pollux's tables): progress in base-batch-equivalent
+//! steps, statistical efficiency included, until the progress the application's
+//! measured run reached. Under an adaptive policy they choose their batch for
+//! goodput from a model fitted online to the configurations they have run.
 
-use super::*;
+use super::{AdaptiveView, DedicatedMemo, JobProgress, JobState, Round, SimJob, Simulation};
+use crate::apps::AppModel;
+use crate::engine::{limits, pollux_fixed, split_fixed, split_fixed_on, BatchMode, SURPRISE};
+use pacer_model::Allocation;
+use pacer_model::DeviceTypeId;
+use pacer_policy::{SpeedCurve, SpeedTable};
+use pacer_predict::goodput::{fit_perf_params_from, GoodputFn, GradParams, PerfObservation};
 
-impl Simulation<'_> {
-    pub(super) fn batch_mode(&self, job: &SimJob, adaptive: bool) -> BatchMode {
-        match (&job.work, adaptive) {
-            (Work::Profiled { app }, true) => match pollux_fixed(&self.apps[*app]) {
-                Some((b, r)) => BatchMode {
-                    fixed: Some(b),
-                    max_replicas_cap: Some(r),
-                },
-                None => BatchMode {
-                    fixed: None,
-                    max_replicas_cap: None,
-                },
+pub(super) struct Profiled {
+    /// Index into the simulation's apps.
+    pub app: usize,
+}
+
+impl JobProgress for Profiled {
+    fn speed_table(
+        &self,
+        sim: &Simulation<'_>,
+        job: &SimJob,
+        req: u32,
+        memo: &mut DedicatedMemo,
+    ) -> SpeedTable {
+        let app = self.app;
+        let b = job.spec.requested_batch;
+        if !sim.apps[app].typed().is_empty() {
+            return sim.typed_speed_table(memo, app, b, req);
+        }
+        let types = sim.cluster.device_types.len().max(1);
+        let sizes = SpeedCurve::doubling_sizes(req);
+        let points = sizes
+            .iter()
+            .map(|&r| (r, 1.0 / sim.dedicated_memo(memo, app, b, r, false, None)))
+            .collect();
+        let spread = if req > 1 {
+            sim.dedicated_memo(memo, app, b, req, false, None)
+                / sim.dedicated_memo(memo, app, b, req, true, None)
+        } else {
+            1.0
+        };
+        SpeedTable::uniform(
+            types,
+            SpeedCurve {
+                points,
+                spread_factor: spread.min(1.0),
             },
-            _ => BatchMode {
+        )
+    }
+
+    fn total_work(&self) -> f64 {
+        1.0
+    }
+
+    fn work_done(&self, sim: &Simulation<'_>, st: &JobState) -> f64 {
+        st.progress / sim.apps[self.app].target_progress()
+    }
+
+    fn dedicated_s(
+        &self,
+        sim: &Simulation<'_>,
+        job: &SimJob,
+        replicas: u32,
+        memo: &mut DedicatedMemo,
+    ) -> f64 {
+        sim.dedicated_memo(
+            memo,
+            self.app,
+            job.spec.requested_batch,
+            replicas,
+            false,
+            None,
+        )
+    }
+
+    fn iterations_per_work(
+        &self,
+        sim: &Simulation<'_>,
+        job: &SimJob,
+        st: &mut JobState,
+        cap: u32,
+    ) -> Option<f64> {
+        Some(*st.iterations.get_or_insert_with(|| {
+            sim.job_iterations(
+                &sim.apps[self.app],
+                job.spec.requested_batch,
+                job.spec.requested_replicas.min(cap),
+            )
+        }))
+    }
+
+    fn batch_mode(&self, sim: &Simulation<'_>, job: &SimJob, adaptive: bool) -> BatchMode {
+        match (adaptive, pollux_fixed(&sim.apps[self.app])) {
+            (true, Some((b, r))) => BatchMode {
+                fixed: Some(b),
+                max_replicas_cap: Some(r),
+            },
+            (true, None) => BatchMode {
+                fixed: None,
+                max_replicas_cap: None,
+            },
+            (false, _) => BatchMode {
                 fixed: Some(job.spec.requested_batch),
                 max_replicas_cap: None,
             },
         }
     }
 
-    pub(super) fn goodput_fn(&self, app: &AppModel, st: &JobState) -> Option<GoodputFn> {
+    fn adaptive_view(&self, sim: &Simulation<'_>, st: &JobState, cap: u32) -> Option<AdaptiveView> {
+        let app = &sim.apps[self.app];
+        let by_batch = (app.max_batch / app.min_local_bsz) as u32;
+        let explore = (2 * st.max_profiled_replicas).max(1);
+        Some(AdaptiveView {
+            max_replicas: explore.min(64).min(by_batch).min(cap).max(1),
+            goodput: sim.goodput_fn(app, st),
+            goodput_by_type: sim.goodput_by_type(app, st),
+        })
+    }
+
+    fn restart_s(&self, sim: &Simulation<'_>) -> Option<f64> {
+        sim.apps[self.app].restart_s
+    }
+
+    fn advance(
+        &self,
+        sim: &Simulation<'_>,
+        round: &Round<'_>,
+        st: &mut JobState,
+        now: f64,
+        dt: f64,
+    ) {
+        sim.step_profiled(&sim.apps[self.app], round.mode, st, now, dt);
+    }
+
+    /// Measurements of another device type say nothing about the new one.
+    fn reallocating(&self, sim: &Simulation<'_>, st: &mut JobState, to: &Allocation) {
+        let app = &sim.apps[self.app];
+        if !app.typed().is_empty()
+            && !to.is_empty()
+            && !st.alloc.is_empty()
+            && sim.alloc_type(to) != sim.alloc_type(&st.alloc)
+        {
+            st.profile.clear();
+            st.perf = None;
+            st.goodput_version += 1;
+        }
+    }
+
+    fn restarted(&self, sim: &Simulation<'_>, mode: BatchMode, st: &mut JobState) {
+        sim.update_batch(&sim.apps[self.app], mode, st);
+    }
+}
+
+/// The batch choice, online fit and round arithmetic of profiled jobs.
+impl Simulation<'_> {
+    fn goodput_fn(&self, app: &AppModel, st: &JobState) -> Option<GoodputFn> {
         // Per-type applications: the model fitted to the tables of the type it runs on.
         if !app.typed().is_empty() {
             let ty = self.alloc_type(&st.alloc)?;
@@ -40,7 +173,7 @@ impl Simulation<'_> {
     }
 
     /// Device type of an allocation's first node (`None`: empty).
-    pub(super) fn alloc_type(&self, alloc: &Allocation) -> Option<&str> {
+    fn alloc_type(&self, alloc: &Allocation) -> Option<&str> {
         let &(node, _) = alloc.slots().first()?;
         let ty = self.cluster.nodes[node.0 as usize].device_type;
         Some(self.cluster.device_types[ty.0 as usize].as_str())
@@ -49,7 +182,7 @@ impl Simulation<'_> {
     /// Goodput model per cluster device type of a per-type application (`None`
     /// for the types it has no tables for); empty for other jobs. Gradient
     /// statistics before the job has run: the application's at its base batch.
-    pub(super) fn goodput_by_type(&self, app: &AppModel, st: &JobState) -> Vec<Option<GoodputFn>> {
+    fn goodput_by_type(&self, app: &AppModel, st: &JobState) -> Vec<Option<GoodputFn>> {
         if app.typed().is_empty() {
             return Vec::new();
         }
@@ -72,7 +205,7 @@ impl Simulation<'_> {
     }
 
     /// Sets atomic batch and accumulation for the job's current allocation.
-    pub(super) fn update_batch(&self, app: &AppModel, mode: BatchMode, st: &mut JobState) {
+    fn update_batch(&self, app: &AppModel, mode: BatchMode, st: &mut JobState) {
         let placement = st.alloc.placement();
         let (nodes, replicas) = (placement.len() as u32, placement.iter().sum::<u32>());
         if replicas == 0 {
@@ -103,7 +236,7 @@ impl Simulation<'_> {
     }
 
     /// Advances a profiled job by `dt` seconds starting at `now`.
-    pub(super) fn step_profiled(
+    fn step_profiled(
         &self,
         app: &AppModel,
         mode: BatchMode,
@@ -167,7 +300,7 @@ impl Simulation<'_> {
     /// [`Self::step_profiled`] after the restart delay for a job whose batch is fixed:
     /// the same arithmetic, with the step time of its placement and the gain of its
     /// epoch kept between rounds (they change only with the allocation or the epoch).
-    pub(super) fn step_fixed(
+    fn step_fixed(
         &self,
         app: &AppModel,
         st: &mut JobState,
@@ -225,7 +358,7 @@ impl Simulation<'_> {
     }
 
     /// Records what the job just measured and refits its model when it is new.
-    pub(super) fn observe(
+    fn observe(
         st: &mut JobState,
         grad: GradParams,
         (nodes, replicas): (u32, u32),
@@ -286,64 +419,58 @@ impl Simulation<'_> {
         }
     }
 
-    pub(super) fn step_duration(
+    /// Speed table of a fixed-batch job of per-type application `app`: on each
+    /// cluster type with tables, one over its dedicated time on that type's tables
+    /// and nodes (at most the type's devices); no curve on the others.
+    fn typed_speed_table(
         &self,
-        job: &SimJob,
-        duration_s: f64,
-        st: &mut JobState,
-        now: f64,
-        mut dt: f64,
-    ) {
-        let replicas = st.alloc.replicas();
-        let delay = st.rescale_left_s.min(dt);
-        st.attained_gpu_s += delay * replicas as f64;
-        st.rescale_left_s -= delay;
-        dt -= delay;
-        let req = job.spec.requested_replicas.max(1);
-        let rate = replicas.min(req) as f64 / req as f64 / duration_s;
-        if rate <= 0.0 || dt <= 0.0 {
-            return;
-        }
-        let need = 1.0 - st.progress;
-        if need <= rate * dt {
-            let delta = need / rate;
-            st.progress = 1.0;
-            st.attained_gpu_s += delta * replicas as f64;
-            st.completion_s = Some(now + delay + delta);
-        } else {
-            st.progress += rate * dt;
-            st.attained_gpu_s += dt * replicas as f64;
+        memo: &mut DedicatedMemo,
+        app: usize,
+        batch: u32,
+        req: u32,
+    ) -> SpeedTable {
+        let a = &self.apps[app];
+        SpeedTable {
+            per_type: (0..self.cluster.device_types.len())
+                .map(|t| {
+                    let ty = DeviceTypeId(t as u16);
+                    let cap = self.cluster.gpus_of_type(ty);
+                    if a.type_index(&self.cluster.device_types[t]).is_none() || cap == 0 {
+                        return SpeedCurve::default();
+                    }
+                    let top = req.min(cap);
+                    let points = SpeedCurve::doubling_sizes(top)
+                        .iter()
+                        .map(|&r| {
+                            (
+                                r,
+                                1.0 / self.dedicated_memo(memo, app, batch, r, false, Some(ty)),
+                            )
+                        })
+                        .collect();
+                    let spread = if top > 1 {
+                        self.dedicated_memo(memo, app, batch, top, false, Some(ty))
+                            / self.dedicated_memo(memo, app, batch, top, true, Some(ty))
+                    } else {
+                        1.0
+                    };
+                    SpeedCurve {
+                        points,
+                        spread_factor: spread.min(1.0),
+                    }
+                })
+                .collect(),
         }
     }
 
-    /// Advances a job whose speed is `speed.rate_of(allocation)` units/s towards
-    /// `total` units (Throughput and LossCurve jobs).
-    pub(super) fn step_rate(
-        &self,
-        speed: &SpeedTable,
-        total: f64,
-        st: &mut JobState,
-        now: f64,
-        mut dt: f64,
-    ) {
-        let replicas = st.alloc.replicas();
-        let delay = st.rescale_left_s.min(dt);
-        st.attained_gpu_s += delay * replicas as f64;
-        st.rescale_left_s -= delay;
-        dt -= delay;
-        let rate = speed.rate_of(self.cluster, &st.alloc);
-        if rate <= 0.0 || dt <= 0.0 {
-            return;
-        }
-        let need = total - st.progress;
-        if need <= rate * dt {
-            let delta = need / rate;
-            st.progress = total;
-            st.attained_gpu_s += delta * replicas as f64;
-            st.completion_s = Some(now + delay + delta);
-        } else {
-            st.progress += rate * dt;
-            st.attained_gpu_s += dt * replicas as f64;
-        }
+    /// Optimiser steps a fixed-batch profiled job takes to finish at its requested
+    /// batch on its requested devices (default tables' batch split).
+    fn job_iterations(&self, app: &AppModel, batch: u32, replicas: u32) -> f64 {
+        let replicas = replicas.max(1);
+        let (atomic, accum) = split_fixed(app, batch, replicas);
+        let atomic = atomic
+            .min((app.max_batch / (replicas * (accum + 1)) as f64) as u32)
+            .max(1);
+        crate::engine::dedicated::fixed_iterations(app, (replicas * atomic * (accum + 1)) as f64)
     }
 }

@@ -65,7 +65,7 @@ pub fn lines(
             .map_err(|x| e(&x))?;
         root.present().map_err(|x| e(&x))?;
     }
-    crate::out::write_bytes(path, svg)
+    pacer_cli::out::write_bytes(path, svg)
 }
 
 /// Grouped bars: one panel per metric, one group per category, one bar per series.
@@ -148,5 +148,5 @@ pub fn grouped_bars(
         }
         root.present().map_err(|x| e(&x))?;
     }
-    crate::out::write_bytes(path, svg)
+    pacer_cli::out::write_bytes(path, svg)
 }

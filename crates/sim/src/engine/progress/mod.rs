@@ -1,0 +1,190 @@
+//! How each kind of job advances: the [`JobProgress`] trait and one implementation
+//! per kind of [`Work`], each in its own file.
+//!
+//! The engine never looks at a job's `Work` itself: it asks the job's
+//! [`JobProgress`] (built once per run by [`of`]) how far a round takes it, what
+//! speed table and view a policy gets, what a restart costs and how long the job
+//! would take alone. A new kind of job is one new file here implementing the trait
+//! plus one line in [`of`].
+
+mod duration;
+mod loss_curve;
+mod profiled;
+mod throughput;
+
+use super::{BatchMode, DedicatedMemo, JobState, SimJob, Simulation, Work};
+use pacer_model::Allocation;
+use pacer_policy::{QualityView, SpeedTable};
+use pacer_predict::goodput::GoodputFn;
+
+/// The job's progress model for `work` (the registry: one line per kind).
+pub(crate) fn of(work: &Work) -> Box<dyn JobProgress + '_> {
+    match work {
+        Work::Profiled { app } => Box::new(profiled::Profiled { app: *app }),
+        Work::Duration { duration_s } => Box::new(duration::Duration {
+            duration_s: *duration_s,
+        }),
+        Work::Throughput { steps, rates } => Box::new(throughput::Throughput {
+            steps: *steps,
+            rates,
+        }),
+        Work::LossCurve { profile } => Box::new(loss_curve::LossCurve { profile }),
+    }
+}
+
+/// What one job's round of progress depends on besides its state.
+pub(crate) struct Round<'r> {
+    pub job: &'r SimJob,
+    pub mode: BatchMode,
+    /// The job's speed table ([`Simulation::speed_tables`]).
+    pub speed: &'r SpeedTable,
+    /// Whether the policy reads [`QualityView`]s.
+    pub uses_quality: bool,
+}
+
+/// Batch size, replica cap and goodput models an adaptive job shows a policy.
+pub(crate) struct AdaptiveView {
+    pub max_replicas: u32,
+    pub goodput: Option<GoodputFn>,
+    pub goodput_by_type: Vec<Option<GoodputFn>>,
+}
+
+/// How a kind of job advances and what a policy sees of it. Progress (in
+/// [`JobState::progress`]) is in the kind's own units; [`Self::work_done`] and
+/// [`Self::total_work`] convert to its speed table's.
+pub(crate) trait JobProgress {
+    /// Speed table on the cluster (work units/s by device type and count), before
+    /// device types the job has no measurements for are blanked; `req` is the
+    /// requested replicas capped by the devices of usable types.
+    fn speed_table(
+        &self,
+        sim: &Simulation<'_>,
+        job: &SimJob,
+        req: u32,
+        memo: &mut DedicatedMemo,
+    ) -> SpeedTable;
+
+    /// Total work in the speed table's units.
+    fn total_work(&self) -> f64;
+
+    /// Work done, in the speed table's units.
+    fn work_done(&self, _sim: &Simulation<'_>, st: &JobState) -> f64 {
+        st.progress
+    }
+
+    /// Fraction of the work done, in [0, 1].
+    fn fraction_done(&self, sim: &Simulation<'_>, st: &JobState) -> f64 {
+        (self.work_done(sim, st) / self.total_work()).min(1.0)
+    }
+
+    /// Recorded loss at `progress` (jobs that replay a loss curve).
+    fn loss(&self, _progress: f64) -> Option<f64> {
+        None
+    }
+
+    /// Shortest possible run (s) on the requested devices, when it is known.
+    fn fastest_s(&self) -> Option<f64> {
+        None
+    }
+
+    /// Time (s) alone on `replicas` devices of a 1/N share of the cluster, at the
+    /// requested batch, consolidated, with no restarts
+    /// ([`Simulation::independent_time`] before its slowdown).
+    fn dedicated_s(
+        &self,
+        sim: &Simulation<'_>,
+        job: &SimJob,
+        replicas: u32,
+        memo: &mut DedicatedMemo,
+    ) -> f64;
+
+    /// Optimiser steps per unit of work ([`pacer_policy::JobView`]'s
+    /// `iterations_per_work`; may be computed once and kept in `st`); `None`: unknown.
+    fn iterations_per_work(
+        &self,
+        _sim: &Simulation<'_>,
+        _job: &SimJob,
+        _st: &mut JobState,
+        _cap: u32,
+    ) -> Option<f64> {
+        None
+    }
+
+    /// Batch settings under a policy (`adaptive`: it lets jobs pick their batch).
+    fn batch_mode(&self, _sim: &Simulation<'_>, job: &SimJob, _adaptive: bool) -> BatchMode {
+        BatchMode {
+            fixed: Some(job.spec.requested_batch),
+            max_replicas_cap: None,
+        }
+    }
+
+    /// What a quality-driven policy sees (may refit the job's loss predictor).
+    fn quality(&self, _st: &mut JobState, _uses_quality: bool) -> Option<QualityView> {
+        None
+    }
+
+    /// Replica bound and goodput models of a job that chooses its batch (asked
+    /// only when its [`BatchMode::fixed`] is `None`); `None`: it does not.
+    fn adaptive_view(
+        &self,
+        _sim: &Simulation<'_>,
+        _st: &JobState,
+        _cap: u32,
+    ) -> Option<AdaptiveView> {
+        None
+    }
+
+    /// The job's own restart delay (s); `None`: the simulation's.
+    fn restart_s(&self, _sim: &Simulation<'_>) -> Option<f64> {
+        None
+    }
+
+    /// Advances the job by `dt` seconds from `now` (the restart delay first).
+    fn advance(
+        &self,
+        sim: &Simulation<'_>,
+        round: &Round<'_>,
+        st: &mut JobState,
+        now: f64,
+        dt: f64,
+    );
+
+    /// Called before the job's allocation changes from `st.alloc` to `to`.
+    fn reallocating(&self, _sim: &Simulation<'_>, _st: &mut JobState, _to: &Allocation) {}
+
+    /// Called once the job holds its new, non-empty allocation.
+    fn restarted(&self, _sim: &Simulation<'_>, _mode: BatchMode, _st: &mut JobState) {}
+}
+
+impl Simulation<'_> {
+    /// Advances a job whose speed is `speed.rate_of(allocation)` units/s towards
+    /// `total` units (after its restart delay).
+    pub(super) fn step_rate(
+        &self,
+        speed: &SpeedTable,
+        total: f64,
+        st: &mut JobState,
+        now: f64,
+        mut dt: f64,
+    ) {
+        let replicas = st.alloc.replicas();
+        let delay = st.rescale_left_s.min(dt);
+        st.attained_gpu_s += delay * replicas as f64;
+        st.rescale_left_s -= delay;
+        dt -= delay;
+        let rate = speed.rate_of(self.cluster, &st.alloc);
+        if rate <= 0.0 || dt <= 0.0 {
+            return;
+        }
+        let need = total - st.progress;
+        if need <= rate * dt {
+            let delta = need / rate;
+            st.progress = total;
+            st.attained_gpu_s += delta * replicas as f64;
+            st.completion_s = Some(now + delay + delta);
+        } else {
+            st.progress += rate * dt;
+            st.attained_gpu_s += dt * replicas as f64;
+        }
+    }
+}
