@@ -5,8 +5,23 @@
   slurm-serve-check.py states JOBS_JSON STATE...         every job is in one of STATEs (exit 1 if not)
   slurm-serve-check.py once SQUEUE_JSON MIN_ID           each pacer run was submitted to Slurm once
                                                          (Slurm jobs with id > MIN_ID)
+  slurm-serve-check.py watch JOBS_JSON SQUEUE_JSON SEEN_JSON
+      as placement, for a run Slurm has not started yet too (it may stay pending at most
+      PENDING_S seconds), recording each checked run in SEEN_JSON
+  slurm-serve-check.py workload JOBS_JSON SEEN_JSON [--need-restart]   every job succeeded; one
+      multi-node run was checked against squeue; with --need-restart, one job was stopped and
+      relaunched (preemption/resize)
+  slurm-serve-check.py lost JOBS_JSON LOG_DIR EVERY [TAKEN_NODE TAKEN_GPUS SEEN_JSON]
+      every relaunch redid at most EVERY steps (the `start … resume S done D` lines of
+      scripts/slurm-job.sh); at least one job was lost and relaunched; no pacer run used
+      more than 4 - TAKEN_GPUS GPUs of node TAKEN_NODE (another user's job held those)
 Node i of pacer's cluster is Slurm node n{i+1} (the dev cluster's, in Slurm's order).
 """
+import os
+import re
+import time
+
+PENDING_S = 20
 import json
 import sys
 
@@ -57,6 +72,92 @@ def once(squeue_path, min_id):
         sys.exit("submitted more than once: %s" % dup)
 
 
+def watch(jobs_path, squeue_path, seen_path):
+    jobs = jobs_of(load(jobs_path))
+    slurm = {j["name"]: j for j in load(squeue_path)["jobs"]}
+    seen = load(seen_path) if os.path.exists(seen_path) else {"runs": {}, "pending": {}}
+    now = time.time()
+    for j in jobs:
+        run = j.get("run")
+        if j["state"] != "running" or not run:
+            continue
+        name = "pacer-%s.%d" % (j["id"], run["attempt"])
+        s = slurm.get(name)
+        state = s["job_state"] if s else "MISSING"
+        if state != "RUNNING":
+            first = seen["pending"].setdefault(name, now)
+            if now - first > PENDING_S:
+                sys.exit("%s: pacer runs it for %.0f s but Slurm says %s (%s)"
+                         % (name, now - first, state, s and s.get("state_reason")))
+            continue
+        if name in seen["runs"]:
+            continue
+        want_nodes = ["n%d" % (n + 1) for n, _ in run["alloc"]]
+        want_gpus = max(k for _, k in run["alloc"])
+        got_nodes = [a["nodename"] for a in s["job_resources"]["allocated_nodes"]]
+        got_gpus = [int(g.split("(")[0].split(":")[-1]) for g in s["gres_detail"]]
+        print("%s: pacer %s -> squeue %s %s (Slurm job %d)"
+              % (name, run["alloc"], got_nodes, s["gres_detail"], s["job_id"]))
+        if sorted(got_nodes) != sorted(want_nodes) or any(g != want_gpus for g in got_gpus):
+            sys.exit("%s: squeue placement %s %s differs from pacer's %s"
+                     % (name, got_nodes, got_gpus, run["alloc"]))
+        seen["runs"][name] = {"alloc": run["alloc"], "nodes": got_nodes, "gpus": got_gpus}
+    with open(seen_path + ".tmp", "w") as f:
+        json.dump(seen, f)
+    os.replace(seen_path + ".tmp", seen_path)
+
+
+def workload(jobs_path, seen_path, need_restart):
+    jobs = jobs_of(load(jobs_path))
+    runs = load(seen_path)["runs"]
+    bad = [(j["id"], j["state"]) for j in jobs if j["state"] != "succeeded"]
+    if bad or not jobs:
+        sys.exit("not all jobs succeeded: %s" % bad)
+    restarted = [j["id"] for j in jobs if j["restarts"] > 0]
+    multi = sorted(n for n, r in runs.items() if len(r["nodes"]) > 1)
+    print("%d jobs succeeded; %d runs checked against squeue; stopped and relaunched: %s; "
+          "multi-node runs: %s" % (len(jobs), len(runs), restarted, multi))
+    if need_restart and not restarted:
+        sys.exit("no job was preempted or resized")
+    if not multi:
+        sys.exit("no multi-node run was checked")
+
+
+START = re.compile(r"^start (\S+) rank 0/\d+ node \S+ gpus \S+ resume (\d+) done (\d+)$")
+
+
+def lost(jobs_path, log_dir, every, taken=None):
+    jobs = jobs_of(load(jobs_path))
+    worst, relaunched = 0, []
+    for j in jobs:
+        if j["state"] != "succeeded":
+            sys.exit("%s: %s (%s)" % (j["id"], j["state"], j.get("last_exit")))
+        with open(os.path.join(log_dir, j["id"] + ".log")) as f:
+            starts = [m.groups() for m in map(START.match, f.read().splitlines()) if m]
+        for run, resume, done in starts[1:]:
+            redo = int(done) - int(resume)
+            print("%s %s: resumed at step %s, last step done before %s: %d steps redone"
+                  % (j["id"], run, resume, done, redo))
+            worst = max(worst, redo)
+            relaunched.append(j["id"])
+    print("most steps redone by one relaunch: %d (checkpoint interval %d)" % (worst, every))
+    if worst > every:
+        sys.exit("a relaunch redid more than one checkpoint interval")
+    lost_runs = [j["id"] for j in jobs if "lost" in (j.get("last_exit") or "") or j["restarts"] > 0]
+    if not relaunched or not lost_runs:
+        sys.exit("no job was relaunched")
+    if taken:
+        node, gpus, seen_path = taken
+        runs = load(seen_path)["runs"]
+        for name, r in runs.items():
+            on = sum(k for n, k in r["alloc"] if "n%d" % (n + 1) == node)
+            if on > 4 - gpus:
+                sys.exit("%s used %d GPUs of %s, where another user's job held %d"
+                         % (name, on, node, gpus))
+        print("no pacer run used more than %d GPUs of %s (another user's job held %d)"
+              % (4 - gpus, node, gpus))
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "placement":
@@ -65,5 +166,12 @@ if __name__ == "__main__":
         states(sys.argv[2], sys.argv[3:])
     elif cmd == "once":
         once(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "watch":
+        watch(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif cmd == "workload":
+        workload(sys.argv[2], sys.argv[3], "--need-restart" in sys.argv[4:])
+    elif cmd == "lost":
+        extra = (sys.argv[5], int(sys.argv[6]), sys.argv[7]) if len(sys.argv) > 7 else None
+        lost(sys.argv[2], sys.argv[3], int(sys.argv[4]), extra)
     else:
         sys.exit("unknown check " + cmd)

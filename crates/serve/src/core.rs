@@ -387,6 +387,7 @@ impl Core {
         let how = match status {
             RunStatus::Exited(code) => format!("exit {code}"),
             RunStatus::Killed | RunStatus::Running => "killed".to_string(),
+            RunStatus::Lost => "lost (node failure): relaunched from its checkpoint".to_string(),
         };
         let id = j.id.clone();
         let next = match (j.state, j.stop.as_ref().map(|s| s.then)) {
@@ -395,6 +396,10 @@ impl Core {
                 JobState::Queued
             }
             (JobState::Stopping, _) => JobState::Cancelled,
+            _ if status == RunStatus::Lost => {
+                j.restarts += 1;
+                JobState::Queued
+            }
             _ if status == RunStatus::Exited(0) => JobState::Succeeded,
             _ => JobState::Failed,
         };

@@ -47,8 +47,11 @@ pub enum RunStatus {
     Running,
     /// Exited with this status.
     Exited(i32),
-    /// Gone without an exit status (killed by a signal, or lost).
+    /// Gone without an exit status (killed by a signal).
     Killed,
+    /// Lost through no fault of the job (its node failed): the job is requeued and
+    /// relaunched from its checkpoint, not failed.
+    Lost,
 }
 
 /// A signal to a whole run.
@@ -77,6 +80,34 @@ pub trait Executor: Send + Sync {
         recorded: Option<&'a RunHandle>,
         run_dir: &'a Path,
     ) -> ExecFuture<'a, Option<RunHandle>>;
+    /// Devices per node (indexed as the cluster spec's nodes) that others hold now
+    /// (another user's Slurm jobs): the policy plans without them. Empty: none taken.
+    fn taken(&self) -> ExecFuture<'_, Vec<u32>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// `c` less the devices others hold (`taken[node]`, see `Executor::taken`).
+pub(crate) fn without_taken(
+    c: &pacer_model::ClusterSpec,
+    taken: &[u32],
+) -> pacer_model::ClusterSpec {
+    let mut c = c.clone();
+    for (n, &t) in c.nodes.iter_mut().zip(taken) {
+        n.gpus = n.gpus.saturating_sub(t);
+    }
+    c
+}
+
+/// Marks `taken[node]` more slots of each node as held (others' devices).
+pub(crate) fn hold_taken(held: &mut [Vec<bool>], taken: &[u32]) {
+    for (slots, &t) in held.iter_mut().zip(taken) {
+        slots
+            .iter_mut()
+            .filter(|b| !**b)
+            .take(t as usize)
+            .for_each(|b| *b = true);
+    }
 }
 
 /// The shell wrapper around a job's command: records its pid first, keeps itself
@@ -284,6 +315,39 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn others_devices_are_left_out_of_the_plan_and_the_slots() {
+        use pacer_model::{ClusterSpec, DeviceTypeId, NodeSpec};
+        let node = |gpus| NodeSpec {
+            device_type: DeviceTypeId(0),
+            gpus,
+        };
+        let c = ClusterSpec {
+            device_types: vec!["t4".into()],
+            nodes: vec![node(4), node(4), node(4)],
+        };
+        // 1 GPU of node 0 taken by another user; node 1 down (all taken); node 2 free.
+        let taken = [1, 4, 0];
+        let gpus: Vec<u32> = without_taken(&c, &taken)
+            .nodes
+            .iter()
+            .map(|n| n.gpus)
+            .collect();
+        assert_eq!(gpus, [3, 0, 4]);
+        assert_eq!(without_taken(&c, &[9]).nodes[0].gpus, 0);
+        assert_eq!(without_taken(&c, &[]).nodes[0].gpus, 4);
+        // pacer's own run holds slot 0 of node 0: the taken one is another slot.
+        let mut held = vec![
+            vec![true, false, false, false],
+            vec![false; 4],
+            vec![false; 4],
+        ];
+        hold_taken(&mut held, &taken);
+        assert_eq!(held[0], [true, true, false, false]);
+        assert_eq!(held[1], [true; 4]);
+        assert_eq!(held[2], [false; 4]);
+    }
 
     #[tokio::test]
     async fn runs_signals_and_readopts_a_process() {

@@ -5,12 +5,20 @@
 //! its GPU count and device type (GRES type, else first node feature).
 //!
 //! A run is one Slurm job named `pacer-<job>.<attempt>`; its handle is the Slurm job id. The
-//! job's command runs once, in the batch step on the first allocated node, under the same
-//! wrapper contract as the local executor (`pid` and `exit` files in the run directory, the
-//! wrapper survives SIGTERM), so a run that ended while the service was down is settled from
-//! its exit file. The run directory must be on a file system every node shares (on the dev
-//! cluster all nodes are this machine). `MASTER_ADDR` is the first node's Slurm address; a
-//! multi-node job starts its per-node processes itself (`srun`, with `SLURM_*`).
+//! job's command runs under the same wrapper contract as the local executor (`pid` and
+//! `exit` files in the run directory, the wrapper survives SIGTERM), so a run that ended
+//! while the service was down is settled from its exit file. A one-node job runs once, in
+//! the batch step; a multi-node job runs one rank per node (`srun` in the batch script,
+//! `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_NODEID` set, rank 0's exit status is the run's) and
+//! SIGTERM goes to those ranks (Slurm's job steps). The run directory must be on a file
+//! system every node shares (on the dev cluster all nodes are this machine). `MASTER_ADDR`
+//! is the first node's Slurm address.
+//!
+//! A run whose node failed (Slurm has the node down or not responding, requeued the run or
+//! ended it `NODE_FAIL`) is cancelled in
+//! Slurm and reported [`RunStatus::Lost`]: the service relaunches it from its checkpoint on
+//! the nodes left. Nodes that are down, and GPUs other users' Slurm jobs hold, are reported
+//! as taken ([`Executor::taken`]), so the policy plans without them.
 //!
 //! Limits: Slurm's `--gres=gpu:N` is per node, so an uneven placement (3 GPUs on one node,
 //! 1 on another) holds the larger count on every node of the job in Slurm.
@@ -27,7 +35,8 @@ use crate::executor::{ExecFuture, Executor, LaunchRequest, RunHandle, RunStatus,
 
 /// The wrapper around a job's command, as the local executor's: records that it started
 /// (the Slurm job id as `pid`), keeps itself alive through SIGTERM, records the exit status.
-const WRAPPER: &str = r#"d="$0"; echo "$SLURM_JOB_ID" > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; trap : TERM; "$@"; s=$?; echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit""#;
+/// In a multi-node job every rank runs it (under `srun`); rank 0's status is the run's.
+const WRAPPER: &str = r#"d="$0"; r=${SLURM_PROCID:-0}; if [ "$r" = 0 ]; then echo "$SLURM_JOB_ID" > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; fi; trap : TERM; "$@"; s=$?; if [ "$r" = 0 ]; then echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit"; fi; exit $s"#;
 
 /// Runs jobs through Slurm.
 #[derive(Debug)]
@@ -40,6 +49,8 @@ pub struct SlurmExecutor {
     addresses: Vec<String>,
     /// GRES type of each node's GPUs, when Slurm gives one.
     gpu_types: Vec<Option<String>>,
+    /// Nodes Slurm had down or not responding at the last look ([`Executor::taken`]).
+    failed: std::sync::Mutex<Vec<String>>,
 }
 
 impl SlurmExecutor {
@@ -66,6 +77,7 @@ impl SlurmExecutor {
             nodes: Vec::new(),
             addresses: Vec::new(),
             gpu_types: Vec::new(),
+            failed: Default::default(),
         };
         for n in nodes {
             let ty = n
@@ -140,6 +152,7 @@ impl SlurmExecutor {
         r.output = req.log_path.clone();
         r.append_output = true;
         r.requeue = false;
+        r.per_task = nodes.len() > 1;
         r.workdir = std::env::current_dir().ok();
         for (k, v) in &req.env {
             // Slurm sets CUDA_VISIBLE_DEVICES itself from the GRES it allocates.
@@ -197,8 +210,18 @@ impl Executor for SlurmExecutor {
             let id = slurm_id(run)?;
             match sig {
                 StopSignal::Term => {
-                    self.blocking(move |c| c.signal(id, "TERM", SignalTarget::Batch))
-                        .await
+                    self.blocking(move |c| {
+                        // A multi-node job's ranks are job steps; `srun` (the batch step)
+                        // would answer SIGTERM by killing them at once.
+                        let multi = c.job(id)?.is_some_and(|j| j.nodes.len() > 1);
+                        let to = if multi {
+                            SignalTarget::Steps
+                        } else {
+                            SignalTarget::Batch
+                        };
+                        c.signal(id, "TERM", to)
+                    })
+                    .await
                 }
                 StopSignal::Kill => self.blocking(move |c| c.cancel(id)).await,
             }
@@ -216,7 +239,20 @@ impl Executor for SlurmExecutor {
                 // Its node failed: Slurm would rerun it ~2 minutes later behind the
                 // service's back. End it; the service relaunches from the checkpoint.
                 self.blocking(move |c| c.cancel(id)).await?;
-                return Ok(RunStatus::Killed);
+                return Ok(RunStatus::Lost);
+            }
+            if job.state == SlurmState::NodeFail {
+                return Ok(RunStatus::Lost);
+            }
+            let on_failed = {
+                let failed = self.failed.lock().expect("failed nodes lock");
+                job.nodes.iter().any(|n| failed.contains(n))
+            };
+            if on_failed && !job.state.is_terminal() {
+                // Its node stopped answering: its processes are gone or cut off. Slurm
+                // ends the job only ~30 s later; end it now and relaunch elsewhere.
+                self.blocking(move |c| c.cancel(id)).await?;
+                return Ok(RunStatus::Lost);
             }
             Ok(match job.state {
                 s if !s.is_terminal() => RunStatus::Running,
@@ -258,6 +294,42 @@ impl Executor for SlurmExecutor {
             }))
         })
     }
+
+    fn taken(&self) -> ExecFuture<'_, Vec<u32>> {
+        Box::pin(async move {
+            let cluster = self.blocking(|c| c.discover()).await?;
+            let foreign = cluster.foreign_gpus(self.client.prefix());
+            *self.failed.lock().expect("failed nodes lock") = cluster
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.state.base == "down" || n.state.flags.iter().any(|f| f == "NOT_RESPONDING")
+                })
+                .map(|n| n.name.clone())
+                .collect();
+            Ok(self.taken_of(&cluster, &foreign))
+        })
+    }
+}
+
+impl SlurmExecutor {
+    /// Per node of the spec: all its GPUs when Slurm has it down (or lists it no more),
+    /// else the GPUs other users' jobs hold on it.
+    fn taken_of(
+        &self,
+        cluster: &pacer_slurm::Cluster,
+        foreign: &std::collections::BTreeMap<String, u32>,
+    ) -> Vec<u32> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, name)| match cluster.node(name) {
+                Some(n) if n.state.is_up() => foreign.get(name).copied().unwrap_or(0),
+                Some(n) => n.gpus(self.gpu_types[i].as_deref()),
+                None => u32::MAX,
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +343,7 @@ mod tests {
             nodes: vec!["n1".into(), "n2".into()],
             addresses: vec!["10.0.0.1".into(), "10.0.0.2".into()],
             gpu_types: vec![Some("t4".into()), Some("t4".into())],
+            failed: Default::default(),
         }
     }
 
@@ -308,12 +381,56 @@ mod tests {
         assert!(args.contains(&"--open-mode=append".to_string()), "{args:?}");
         let bad = LaunchRequest {
             alloc: vec![(5, 1)],
-            ..req
+            ..req.clone()
         };
+        assert!(r.per_task, "two nodes: one rank per node under srun");
+        let one = LaunchRequest {
+            alloc: vec![(0, 4)],
+            ..req.clone()
+        };
+        let r1 = executor().job_request(&one).unwrap();
+        assert!(!r1.per_task, "one node: the batch step runs it");
+        assert!(!r1
+            .sbatch_args("pacer-")
+            .unwrap()
+            .iter()
+            .any(|a| a.contains("srun")));
+        assert!(args.contains(&"--nodes=2".to_string()), "{args:?}");
+        assert!(
+            args.iter().any(|a| a.starts_with("--wrap=exec srun ")),
+            "{args:?}"
+        );
         assert!(executor()
             .job_request(&bad)
             .unwrap_err()
             .to_string()
             .contains("no node 5"));
+    }
+
+    #[test]
+    fn down_nodes_and_other_users_gpus_are_taken() {
+        let sinfo = r#"{"nodes":[
+          {"name":"n1","address":"10.0.0.1","state":"mixed","state_flags":[],"cpus":8,
+           "alloc_cpus":1,"gres":"gpu:t4:4","gres_used":"gpu:t4:1(IDX:0)","partitions":["gpu"],
+           "active_features":"","reason":""},
+          {"name":"n2","address":"10.0.0.2","state":"down","state_flags":["NOT_RESPONDING"],
+           "cpus":8,"alloc_cpus":0,"gres":"gpu:t4:4","gres_used":"gpu:t4:0","partitions":["gpu"],
+           "active_features":"","reason":"Not responding"}]}"#;
+        let nodes = pacer_slurm::parse_sinfo(sinfo).unwrap();
+        let cluster = pacer_slurm::Cluster {
+            nodes,
+            partitions: vec!["gpu".into()],
+            jobs: Vec::new(),
+        };
+        let foreign = [("n1".to_string(), 1)].into_iter().collect();
+        assert_eq!(executor().taken_of(&cluster, &foreign), [1, 4]);
+        let gone = pacer_slurm::Cluster {
+            nodes: Vec::new(),
+            ..cluster
+        };
+        assert_eq!(
+            executor().taken_of(&gone, &Default::default()),
+            [u32::MAX, u32::MAX]
+        );
     }
 }

@@ -28,6 +28,8 @@ pub struct PolicyInput {
     views_ms: f64,
     allocs: Vec<Allocation>,
     policy_s: f64,
+    /// Devices others hold per node (`Executor::taken`), left out of `cluster`.
+    taken: Vec<u32>,
 }
 
 impl PolicyInput {
@@ -60,9 +62,16 @@ impl Core {
             self.policy = Some(policy);
             return Err(e);
         }
+        let taken = match exec.taken().await {
+            Ok(t) => t,
+            Err(e) => {
+                self.policy = Some(policy);
+                return Err(e);
+            }
+        };
         let reconcile_ms = t0.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
-        let cluster = &self.settings.cluster;
+        let cluster = &crate::executor::without_taken(&self.settings.cluster, &taken);
         let mut active: Vec<&JobRecord> = self
             .jobs
             .values()
@@ -87,6 +96,7 @@ impl Core {
             views_ms: t.elapsed().as_secs_f64() * 1e3,
             allocs: Vec::new(),
             policy_s: 0.0,
+            taken,
         })
     }
 
@@ -105,11 +115,13 @@ impl Core {
             t0,
             reconcile_ms,
             views_ms,
+            cluster,
+            taken,
             ..
         } = input;
         self.policy = Some(policy);
-        let desired = self.desired(ids, allocs);
-        let (launched, stopped) = self.apply(exec, desired).await?;
+        let desired = self.desired(ids, allocs, &cluster);
+        let (launched, stopped) = self.apply(exec, desired, &taken).await?;
         let round = self.last_round.round + 1;
         let info = RoundInfo {
             round,
@@ -196,8 +208,12 @@ impl Core {
     /// limits applied; a policy answer that breaks its contract changes nothing. A job
     /// that is no longer queued or running (cancelled meanwhile) is left alone by
     /// [`Core::apply`].
-    fn desired(&self, ids: Vec<String>, allocs: Vec<Allocation>) -> Vec<(String, Allocation)> {
-        let cluster = &self.settings.cluster;
+    fn desired(
+        &self,
+        ids: Vec<String>,
+        allocs: Vec<Allocation>,
+        cluster: &ClusterSpec,
+    ) -> Vec<(String, Allocation)> {
         if allocs.len() != ids.len() || check_capacity(cluster, &allocs).is_err() {
             return Vec::new();
         }
@@ -252,6 +268,7 @@ impl Core {
         &mut self,
         exec: &dyn Executor,
         desired: Vec<(String, Allocation)>,
+        taken: &[u32],
     ) -> Result<(Vec<String>, Vec<String>), ServeError> {
         let mut stopped = Vec::new();
         let mut c = Changes::default();
@@ -296,6 +313,7 @@ impl Core {
             exec.signal(&h, StopSignal::Term).await?;
         }
         let mut held = self.held_slots();
+        crate::executor::hold_taken(&mut held, taken);
         let mut picks = Vec::new();
         for (id, want) in desired {
             if self.jobs[&id].state != JobState::Queued || want.replicas() == 0 {
