@@ -120,11 +120,17 @@ impl SlurmClient {
     }
 
     /// Nodes, partitions and jobs in one snapshot.
+    ///
+    /// Slurm has no single call for both, so the jobs are read first: a job squeue shows
+    /// running was allocated before sinfo is asked, and its GPUs are in the nodes' used GRES
+    /// (read the other way round, a job starting between the two calls showed as running on a
+    /// node whose GPUs all looked free).
     pub fn discover(&self) -> Result<Cluster, SlurmError> {
+        let jobs = self.jobs()?;
         Ok(Cluster {
             nodes: self.nodes()?,
             partitions: self.partitions()?,
-            jobs: self.jobs()?,
+            jobs,
         })
     }
 
