@@ -532,7 +532,9 @@ fn fit_masked(
         let known = |i: usize| compute_known.is_none_or(|k| k[i]);
         let (sum, n) = (0..obs.len())
             .filter(|&i| known(i))
-            .fold((0.0, 0usize), |(s, n), i| (s + obs[i].compute_time_s, n + 1));
+            .fold((0.0, 0usize), |(s, n), i| {
+                (s + obs[i].compute_time_s, n + 1)
+            });
         values[0] = if n > 0 {
             sum / n as f64 / 2.0
         } else {
