@@ -114,6 +114,7 @@ pub async fn serve(
     let state = api::AppState {
         core: core.clone(),
         exec: exec.clone(),
+        session: Arc::new(auth::session_value(&token)),
         token: Arc::new(token),
     };
     let rounds = tokio::spawn(round_loop(core, exec, cfg.round_s));
