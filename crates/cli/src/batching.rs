@@ -198,7 +198,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         format_table(&reports)
     } else {
         let out = if reports.len() == 1 {
-            BatchingEval::One(reports.swap_remove(0))
+            BatchingEval::One(Box::new(reports.swap_remove(0)))
         } else {
             BatchingEval::Many(reports)
         };

@@ -66,6 +66,6 @@ pub struct FitReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum BatchingEval {
-    One(pacer_workersim::EvalReport),
+    One(Box<pacer_workersim::EvalReport>),
     Many(Vec<pacer_workersim::EvalReport>),
 }

@@ -230,8 +230,8 @@ impl Policy for Themis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use auction::{pf_value, winners, winners_without, Bundle};
     use crate::{SpeedCurve, SpeedTable};
+    use auction::{pf_value, winners, winners_without, Bundle};
     use std::sync::Arc;
 
     fn job(id: u32, arrival: f64, req: u32, left: f64) -> JobView {
