@@ -198,3 +198,12 @@ fn validate_pollux() {
     let rows: Vec<ValidateRow> = round_trip("validate pollux", &text);
     assert!(!rows.is_empty());
 }
+
+/// The check itself can fail: a key the type does not have is caught.
+#[test]
+#[should_panic(expected = "the type does not write what was printed")]
+fn a_key_outside_the_type_is_caught() {
+    let text = r#"[{"policy": "fifo", "load": 1.0, "workload": "w", "pacer_avg_jct_h": 1.0,
+        "pollux_sim_avg_jct_h": 1.0, "diff_pct": 0.0, "pacer_wall_ms": 1.0, "extra": 2}]"#;
+    let _: Vec<ValidateRow> = round_trip("synthetic", text);
+}

@@ -11,7 +11,7 @@
 //! | `pacer recommend --json` | [`Recommendation`] |
 //! | `pacer fit --json` | `Vec<`[`FitReport`]`>` |
 //! | `pacer batching eval --json` | [`BatchingEval`] |
-//! | `pacer batching bench --json` | [`pacer_workersim::BenchReport`] |
+//! | `pacer batching bench --json` | [`pacer_workersim::bench::BenchReport`] |
 //! | `pacer bench round --json` | [`BenchRound`] (with `--workload`: `Vec<`[`SimRoundReport`]`>`) |
 //! | `pacer bench simulate --json` | `Vec<`[`SimReport`]`>` |
 //! | `pacer bench scale --json` | `Vec<`[`ScaleReport`]`>` |
