@@ -19,6 +19,12 @@ Printed: time to the target and mean step time per run, ``speedup_vs_ddp`` (DDP'
 to target over pacer's), ``efficiency`` (ideal step ``B / sum v_i`` over the measured
 one, ``v_i`` each rank's measured compute speed in that step), ``overhead_frac``
 (pacer-equal's step time over ddp-equal's, minus 1).
+
+``--emulation calibrated`` (default) pads every rank to a noise-free device measured once
+at start; ``--emulation cpu`` to each step's own CPU time, which on a shared machine
+carries its step-to-step noise into the emulated devices (``signals.py``). ``--trace``
+records every pacer run's steps (``trace.py``) and adds the attribution of its step time
+(``breakdown``) and ``efficiency_sim_def``, the simulator's definition of efficiency.
 """
 
 from __future__ import annotations
@@ -208,7 +214,9 @@ def worker(args: argparse.Namespace) -> None:
     reached: Optional[float] = None
     steps_to_target: Optional[int] = None
     acc = 0.0
-    cost = calibrate(args, model, x, y, world) if args.emulation == "calibrated" else None
+    cost = _parse_cost(args.emulation_cost)
+    if cost is None and args.emulation == "calibrated":
+        cost = calibrate(args, model, x, y, world)
     if mode == "ddp":
         emulation = Emulation(speeds[rank], time_scale(args, args.model), cost)
         local = [B // world + (1 if r < B % world else 0) for r in range(world)]
@@ -296,7 +304,7 @@ def worker(args: argparse.Namespace) -> None:
             "step_s_median": statistics.median(step_times) if step_times else None,
             "ideal_step_s_mean": statistics.fmean(ideal) if ideal else None,
             "batches_every_10_steps": batches_seen[-5:],
-            "emulation": args.emulation,
+            "emulation": "calibrated" if cost is not None else "cpu",
             "emulation_cost_s": list(cost) if cost is not None else None,
         }
         if mode != "ddp":
@@ -314,7 +322,8 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_one(args: argparse.Namespace, model: str, mode: str, controller: str, speeds: str,
-            target: float, full: bool, max_steps: int) -> Dict:
+            target: float, full: bool, max_steps: int,
+            cost: Optional[Tuple[float, float]] = None) -> Dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         world = len(speeds.split(","))
@@ -328,7 +337,7 @@ def run_one(args: argparse.Namespace, model: str, mode: str, controller: str, sp
             f"--eval-samples={args.eval_samples}", f"--warmup={args.warmup}",
             f"--seed={args.seed}", f"--out={out}", f"--emulation={args.emulation}",
             f"--calibrate-reps={args.calibrate_reps}",
-        ] + ([f"--lr={args.lr}"] if args.lr is not None else []) + (
+        ] + ([f"--emulation-cost={cost[0]!r},{cost[1]!r}"] if cost is not None else []) + ([f"--lr={args.lr}"] if args.lr is not None else []) + (
             [f"--data={args.data}"] if args.data else []) + (["--full"] if full else [])
         env = dict(os.environ, OMP_NUM_THREADS="1")
         trace_dir = os.path.join(tmp, "trace")
@@ -374,14 +383,21 @@ def orchestrate(args: argparse.Namespace) -> None:
     targets = {"mlp": args.target_mlp, "cnn": args.target_cnn}
     for model in args.models.split(","):
         runs: Dict[str, Dict] = {}
+        # Calibrated emulation: the first run measures the device, every later run of the
+        # model emulates that same device (a run calibrated under other load would not).
+        cost = _parse_cost(args.emulation_cost)
         for mode, ctl in [("ddp", "uniform")] + [("pacer", c) for c in args.controllers.split(",")]:
             key = "ddp" if mode == "ddp" else ctl
-            runs[key] = run_one(args, model, mode, ctl, args.speeds, targets[model], False, args.max_steps)
+            runs[key] = run_one(args, model, mode, ctl, args.speeds, targets[model], False,
+                                args.max_steps, cost)
+            if args.emulation == "calibrated" and cost is None:
+                cost = tuple(runs[key]["emulation_cost_s"])  # type: ignore[assignment]
             log(args, f"{model} {key}: {summary(runs[key])}")
         for mode, key in (("ddp", "ddp-equal"), ("pacer", "pacer-equal")):
-            runs[key] = run_one(args, model, mode, "lbbsp", equal, 2.0, True, args.overhead_steps)
+            runs[key] = run_one(args, model, mode, "lbbsp", equal, 2.0, True,
+                                args.overhead_steps, cost)
             log(args, f"{model} {key}: {summary(runs[key])}")
-        res: Dict[str, object] = {"runs": runs}
+        res: Dict[str, object] = {"runs": runs, "emulation_cost_s": cost}
         ddp = runs["ddp"]
         for ctl in args.controllers.split(","):
             r = runs[ctl]
@@ -406,6 +422,16 @@ def orchestrate(args: argparse.Namespace) -> None:
                 print(f"{model} {ctl}: speedup_vs_ddp {fmt(r['speedup_vs_ddp'])}, "
                       f"efficiency {fmt(r['efficiency'])}")
             print(f"{model}: overhead_frac {res['overhead_frac']:+.4f}")
+
+
+def _parse_cost(text: Optional[str]) -> Optional[Tuple[float, float]]:
+    if text is None:
+        return None
+    try:
+        fixed, per_sample = (float(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--emulation-cost: {text!r} (expected FIXED_S,PER_SAMPLE_S)") from None
+    return fixed, per_sample
 
 
 def _loadavg() -> Optional[List[float]]:
@@ -448,12 +474,15 @@ def main(argv: Optional[List[str]] = None) -> None:
                    "default per model: --time-scale-mlp, --time-scale-cnn")
     p.add_argument("--time-scale-mlp", type=float, default=64.0)
     p.add_argument("--time-scale-cnn", type=float, default=16.0)
-    p.add_argument("--emulation", choices=("cpu", "calibrated"), default="cpu",
-                   help="cpu: pad each step to time_scale * its own CPU time / speed (the "
-                   "machine's step-to-step noise included); calibrated: to time_scale * "
-                   "(fixed + per_sample * b) / speed, CPU costs measured once at start "
-                   "(signals.py)")
+    p.add_argument("--emulation", choices=("cpu", "calibrated"), default="calibrated",
+                   help="calibrated (default): pad to time_scale * (fixed + per_sample * b) "
+                   "/ speed, CPU costs measured once at start, a noise-free device; cpu: pad "
+                   "each step to time_scale * its own CPU time / speed (the machine's "
+                   "step-to-step noise included) (signals.py)")
     p.add_argument("--calibrate-reps", type=int, default=20)
+    p.add_argument("--emulation-cost", default=None,
+                   help="FIXED_S,PER_SAMPLE_S: the calibrated device's CPU costs instead of "
+                   "measuring them (implies a calibrated emulation)")
     p.add_argument("--target-mlp", type=float, default=0.95)
     p.add_argument("--target-cnn", type=float, default=0.95)
     p.add_argument("--max-steps", type=int, default=600)
@@ -487,6 +516,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     for c in args.controllers.split(","):
         if c not in ("uniform", "lbbsp", "lbbsp-cpu", "lbbsp-gpu", "pid"):
             p.error(f"--controllers: unknown controller {c!r}")
+    if args.emulation_cost is not None:
+        from pacer_torch.signals import Emulation
+
+        try:
+            Emulation(1.0, 1.0, _parse_cost(args.emulation_cost))
+        except ValueError as e:
+            p.error(f"--emulation-cost: {e}")
     if args.global_batch < len(args.speeds.split(",")):
         p.error("--global-batch: smaller than the number of ranks")
     if args.worker:
