@@ -37,8 +37,8 @@ up exactly to ``R(k) - R(k-1)``:
   all-reduce last because it started late (``post``), not because it computed longest;
 - ``emulation``: ``c``'s compute minus its ``target`` (sleep overshoot; or, on an
   overrun, the real work beyond the target);
-- ``post``: from ``R(k-1)`` until ``c`` starts step ``k``: leaving the all-reduce,
-  pacer's gather (unflatten, noise scale, session observe + decide:
+- ``post``: from ``R(k-1)`` until ``c`` starts step ``k``: leaving the all-reduce
+  after the first rank did (``exit``), pacer's gather (unflatten, noise scale, session observe + decide:
   ``gather``), then the user's optimiser step and loop (``user``);
 - ``pre``: ``c`` from the end of its compute to entering the all-reduce (load signals,
   flattening the gradients);
@@ -153,7 +153,7 @@ def analyse(ranks: List[List[Dict[str, float]]], skip: int = 10) -> Dict[str, ob
     on every rank, with per-rank statistics."""
     n = min(len(r) for r in ranks)
     world = len(ranks)
-    per: Dict[str, List[float]] = {k: [] for k in TERMS + ("cycle", "gather", "user", "static")}
+    per: Dict[str, List[float]] = {k: [] for k in TERMS + ("cycle", "exit", "gather", "user", "static")}
     cpu: Dict[str, List[float]] = {
         k: [] for k in ("compute", "pre", "comm", "gather", "user")
     }
@@ -211,6 +211,7 @@ def analyse(ranks: List[List[Dict[str, float]]], skip: int = 10) -> Dict[str, ob
             per[key].append(val)
         per["cycle"].append(r_now - r_prev)
         per["static"].append(static)
+        per["exit"].append(pc["t_reduced"] - r_prev)
         per["gather"].append(pc["t_gathered"] - pc["t_reduced"])
         per["user"].append(rc["t_begin"] - pc["t_gathered"])
         cpu["compute"].append(rc["cpu"])
@@ -245,7 +246,11 @@ def analyse(ranks: List[List[Dict[str, float]]], skip: int = 10) -> Dict[str, ob
         "static_split": b_star,
         "terms_ms": {k: ms(per[k]) for k in TERMS},
         "terms_frac": {k: ms(per[k]) / cycle for k in TERMS},
-        "post_split_ms": {"gather": ms(per["gather"]), "user": ms(per["user"])},
+        "post_split_ms": {
+            "exit": ms(per["exit"]),
+            "gather": ms(per["gather"]),
+            "user": ms(per["user"]),
+        },
         "critical_cpu_ms": {k: ms(v) for k, v in cpu.items()},
         "critical_rank_count": critical,
         "per_rank": [

@@ -68,6 +68,9 @@ def test_the_terms_add_up_to_the_cycle_and_name_the_right_causes():
     assert terms["emulation"] == pytest.approx(2.0)
     assert terms["post"] == pytest.approx(5.0)
     assert terms["comm"] == pytest.approx(3.0)
+    split = out["post_split_ms"]
+    assert split["exit"] == pytest.approx(0.1) and split["gather"] == pytest.approx(0.9)
+    assert sum(split.values()) == pytest.approx(terms["post"])
     assert out["critical_rank_count"] == [0, 5]
     # The speeds never change: hindsight split = the best split, no noise.
     assert terms["noise"] == pytest.approx(0.0, abs=1e-9)
