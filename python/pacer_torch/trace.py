@@ -24,11 +24,11 @@ up exactly to ``R(k) - R(k-1)``:
 
 - ``ideal``: ``B / sum_i v_i``, ``v_i = b_i / compute_i`` of the same step (the bench's
   ideal);
-- ``rounding``: the best integer split for those speeds, ``min max_i b_i / v_i``, minus
-  ``ideal``;
+- ``rounding``: the best integer split for the step's emulated speeds ``b_i / target_i``
+  (``min max_i b_i / v_i``) minus their ideal ``B / sum_i b_i / target_i``;
 - ``noise``: what the step's speeds cost a split that knew each rank's *mean* speed over
   the run (``static``: ``max_i b*_i / v_i``, ``b*`` the best integer split for the mean
-  speeds ``sum b_i / sum compute_i``) beyond the best split for the step's own speeds:
+  speeds ``sum b_i / sum target_i``) beyond the best split for the step's own speeds:
   the step-to-step noise no predictor can foresee;
 - ``controller``: the longest emulated compute (``target``) of the step minus
   ``static``: what the decided batches lost against that hindsight split (prediction
@@ -36,7 +36,8 @@ up exactly to ``R(k) - R(k-1)``:
 - ``skew``: ``c``'s ``target`` minus that longest one (<= 0): ``c`` entered the
   all-reduce last because it started late (``post``), not because it computed longest;
 - ``emulation``: ``c``'s compute minus its ``target`` (sleep overshoot; or, on an
-  overrun, the real work beyond the target);
+  overrun, the real work beyond the target), less the overshoot already in ``ideal``
+  (``ideal`` on the targets minus ``ideal``);
 - ``post``: from ``R(k-1)`` until ``c`` starts step ``k``: leaving the all-reduce
   after the first rank did (``exit``), pacer's gather (unflatten, noise scale, session observe + decide:
   ``gather``), then the user's optimiser step and loop (``user``);
@@ -178,7 +179,7 @@ def analyse(ranks: List[List[Dict[str, float]]], skip: int = 10) -> Dict[str, ob
         raise ValueError("trace: no full step after the warm-up to analyse")
     mean_v = [
         sum(ranks[i][k]["b"] for k in steps)
-        / sum(ranks[i][k]["t_pad_end"] - ranks[i][k]["t_begin"] for k in steps)
+        / sum(ranks[i][k]["target"] for k in steps)
         for i in range(world)
     ]
     b_star = best_integer_split(int(full_b), mean_v)
@@ -190,19 +191,22 @@ def analyse(ranks: List[List[Dict[str, float]]], skip: int = 10) -> Dict[str, ob
         compute = [row["t_pad_end"] - row["t_begin"] for row in rows]
         v = [row["b"] / c for row, c in zip(rows, compute)]
         ideal = full_b / sum(v)
-        best = best_integer_max(int(full_b), v)
-        static = max(bs / vi for bs, vi in zip(b_star, v))
+        # The emulated speeds, without the sleep overshoot (counted in ``emulation``).
+        vt = [row["b"] / row["target"] for row in rows]
+        ideal_t = full_b / sum(vt)
+        best = best_integer_max(int(full_b), vt)
+        static = max(bs / vi for bs, vi in zip(b_star, vt))
         longest = max(row["target"] for row in rows)
         c = max(range(world), key=lambda i: rows[i]["t_arrive"])
         rc, pc = rows[c], prev[c]
         critical[c] += 1
         terms = {
             "ideal": ideal,
-            "rounding": best - ideal,
+            "rounding": best - ideal_t,
             "noise": static - best,
             "controller": longest - static,
             "skew": rc["target"] - longest,
-            "emulation": compute[c] - rc["target"],
+            "emulation": compute[c] - rc["target"] + ideal_t - ideal,
             "post": rc["t_begin"] - r_prev,
             "pre": rc["t_arrive"] - rc["t_pad_end"],
             "comm": r_now - rc["t_arrive"],
