@@ -492,8 +492,13 @@ pub fn fit_step_times(
     obs: &[StepObservation],
     warm: Option<&PerfParams>,
 ) -> Result<PerfParams, FitError> {
-    let rows: Vec<PerfObservation> = obs
-        .iter()
+    let known: Vec<bool> = obs.iter().map(|o| o.replicas == 1).collect();
+    fit_masked(&all_compute(obs), Some(&known), warm)
+}
+
+/// `obs` as full observations whose compute time is their step time.
+fn all_compute(obs: &[StepObservation]) -> Vec<PerfObservation> {
+    obs.iter()
         .map(|o| PerfObservation {
             nodes: o.nodes,
             replicas: o.replicas,
@@ -501,9 +506,7 @@ pub fn fit_step_times(
             compute_time_s: o.step_time_s,
             step_time_s: o.step_time_s,
         })
-        .collect();
-    let known: Vec<bool> = obs.iter().map(|o| o.replicas == 1).collect();
-    fit_masked(&rows, Some(&known), warm)
+        .collect()
 }
 
 fn fit_masked(
@@ -750,17 +753,7 @@ mod tests {
         }
         // Taking every step as all compute (no mask) extrapolates worse: at 8
         // replicas its error is larger (seen: 38% against 15%).
-        let naive: Vec<PerfObservation> = obs
-            .iter()
-            .map(|o| PerfObservation {
-                nodes: o.nodes,
-                replicas: o.replicas,
-                atomic_bsz: o.atomic_bsz,
-                compute_time_s: o.step_time_s,
-                step_time_s: o.step_time_s,
-            })
-            .collect();
-        let naive = fit_perf_params(&naive).unwrap();
+        let naive = fit_perf_params(&all_compute(&obs)).unwrap();
         assert!(err(&fit, 8) < err(&naive, 8), "{fit:?} vs {naive:?}");
         assert_eq!(fit_step_times(&[], None), Err(FitError::Empty));
     }
