@@ -137,38 +137,50 @@ pub struct SimJob {
     pub work: Work,
 }
 
+/// One job's state. `repr(C)`, fields in declaration order, hot ones first: a
+/// round's progress reads the first cache line (and `fixed_goodput`), an
+/// allocation change the first three; with 100k jobs most of a state is cold, and
+/// the compiler's own order spread these fields over all of it.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 struct JobState {
+    // Line 1: every round of a running job.
     progress: f64,
     epoch: usize,
-    alloc: Allocation,
+    rescale_left_s: f64,
+    attained_gpu_s: f64,
+    completion_s: Option<f64>,
     /// `alloc.replicas()`.
     replicas: u32,
     atomic_bsz: u32,
     accum_steps: u32,
-    rescale_left_s: f64,
-    attained_gpu_s: f64,
+    // Line 2: fixed-batch jobs' cached speed, and restarts.
+    /// Fixed-batch jobs: the goodput in an epoch, and (step, sync) on the current
+    /// allocation; recomputed when the allocation changes (see `fixed_shape`).
+    fixed_goodput: Option<(usize, f64)>,
+    fixed_step: Option<(f64, f64)>,
+    /// (devices, device type) of the one-node allocation those were computed on
+    /// (`None`: several nodes; recomputed at the next allocation).
+    fixed_shape: Option<(u32, DeviceTypeId)>,
     restarts: Option<u32>,
+    // Line 3: allocation changes.
+    alloc: Allocation,
     start_s: Option<f64>,
-    completion_s: Option<f64>,
-    /// Observed (nodes, replicas, atomic) → (step, sync) for the online fit.
-    profile: HashMap<(u32, u32, u32), (f64, f64)>,
-    perf: Option<PerfParams>,
-    grad: Option<GradParams>,
     goodput_version: u64,
     /// `goodput_version` the current batch was chosen at.
     batch_version: u64,
-    max_profiled_replicas: u32,
+    // Cold.
     /// Σ active jobs × round length over the rounds this job was active, and Σ round
     /// lengths (while active: the simulation's running totals at its admission).
     contention_sum: f64,
     contention_s: f64,
+    max_profiled_replicas: u32,
+    /// Observed (nodes, replicas, atomic) → (step, sync) for the online fit.
+    profile: HashMap<(u32, u32, u32), (f64, f64)>,
+    perf: Option<PerfParams>,
+    grad: Option<GradParams>,
     /// Loss history and fit (LossCurve jobs).
-    loss: Option<LossPredictor>,
-    /// Fixed-batch jobs: (step, sync) on the current allocation, and the goodput
-    /// in an epoch; cleared when the allocation changes.
-    fixed_step: Option<(f64, f64)>,
-    fixed_goodput: Option<(usize, f64)>,
+    loss: Option<Box<LossPredictor>>,
     /// Optimiser steps to finish at the requested batch (profiled jobs; computed
     /// once, on the first view).
     iterations: Option<f64>,
@@ -201,6 +213,7 @@ impl JobState {
             loss: None,
             fixed_step: None,
             fixed_goodput: None,
+            fixed_shape: None,
             iterations: None,
             online: online::OnlineProfiles::default(),
         }

@@ -35,6 +35,12 @@ impl Simulation<'_> {
                 .iter()
                 .all(|c| !c.points.is_empty() && *c == sp.per_type[0])
         });
+        // Every job measured on every device type of the cluster: no allocation can
+        // land on an unmeasured one, and the per-change check below is skipped.
+        let types = self.cluster.device_types.len();
+        let all_measured = speeds.iter().all(|sp| {
+            sp.per_type.len() >= types && sp.per_type[..types].iter().all(|c| !c.points.is_empty())
+        });
         let mut incremental = if unrestricted {
             policy.incremental()
         } else {
@@ -65,8 +71,10 @@ impl Simulation<'_> {
         // event-driven form, which see them all each round).
         let mut active: Vec<usize> = Vec::new();
         let mut n_active = 0usize;
-        // Jobs holding devices, in arrival order.
+        // Jobs holding devices, in arrival order, and whether each job is among them
+        // (a dense flag, so that pruning `running` reads no job state).
         let mut running: Vec<usize> = Vec::new();
+        let mut holds = vec![false; self.jobs.len()];
         let mut just_finished: Vec<usize> = Vec::new();
         let mut arrived: Vec<usize> = Vec::new();
         // Decision count, and the decision that last changed each job (one change each).
@@ -144,6 +152,7 @@ impl Simulation<'_> {
                 if st.completion_s.is_some() {
                     finished += 1;
                     just_finished.push(i);
+                    holds[i] = false;
                 }
             }
             now = until;
@@ -180,7 +189,7 @@ impl Simulation<'_> {
                 }
             }
             if !just_finished.is_empty() {
-                running.retain(|&i| states[i].completion_s.is_none());
+                running.retain(|&i| holds[i]);
             }
             if incremental.is_none() {
                 active.extend_from_slice(&arrived);
@@ -196,6 +205,9 @@ impl Simulation<'_> {
                 }
             }
             if n_active == 0 {
+                for &i in &running {
+                    holds[i] = false;
+                }
                 running.clear();
                 until = next_round(now, true, next_arrival);
                 continue;
@@ -279,10 +291,11 @@ impl Simulation<'_> {
             }
             // A job runs only on device types it has measurements for: elsewhere the
             // simulator would have no ground truth and would relabel another type's.
-            for (id, a) in &changes {
+            for (id, a) in changes.iter().filter(|_| !all_measured) {
                 let i = id.0 as usize;
                 let unmeasured = a.slots().iter().find_map(|&(node, _)| {
-                    let ty = self.cluster.nodes[node.0 as usize].device_type;
+                    // A node that does not exist is reported below.
+                    let ty = self.cluster.nodes.get(node.0 as usize)?.device_type;
                     speeds[i]
                         .per_type
                         .get(ty.0 as usize)
@@ -336,14 +349,27 @@ impl Simulation<'_> {
                 }
                 used = used - st.alloc.replicas() + a.replicas();
                 moved |= st.alloc.is_empty() != a.is_empty();
-                st.fixed_step = None;
-                st.fixed_goodput = None;
+                // A fixed-batch job's step time and epoch goodput depend on its
+                // placement only: kept when it restarts on one node of the same type
+                // with the same count as when they were computed.
+                if !a.is_empty() {
+                    let shape = match a.slots() {
+                        &[(node, c)] => Some((c, self.cluster.nodes[node.0 as usize].device_type)),
+                        _ => None,
+                    };
+                    if shape.is_none() || shape != st.fixed_shape {
+                        st.fixed_step = None;
+                        st.fixed_goodput = None;
+                    }
+                    st.fixed_shape = shape;
+                }
                 if st.alloc.is_empty() {
                     started.push(i);
                 }
                 kinds[i].reallocating(self, st, &a);
                 st.alloc = a;
                 st.replicas = st.alloc.replicas();
+                holds[i] = !st.alloc.is_empty();
                 if !st.alloc.is_empty() {
                     st.rescale_left_s = kinds[i].restart_s(self).unwrap_or(cfg.restart_s);
                     st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
@@ -353,7 +379,7 @@ impl Simulation<'_> {
             }
             if moved {
                 // Keep arrival order: jobs stepped in the same order give the same sums.
-                running.retain(|&i| !states[i].alloc.is_empty());
+                running.retain(|&i| holds[i]);
                 started.sort_unstable_by_key(|&i| rank[i]);
                 merge_by_rank(&mut running, &started, &rank, &mut merged);
             }

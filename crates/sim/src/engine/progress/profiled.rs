@@ -212,8 +212,7 @@ impl Simulation<'_> {
 
     /// Sets atomic batch and accumulation for the job's current allocation.
     fn update_batch(&self, app: &AppModel, mode: BatchMode, st: &mut JobState) {
-        let placement = st.alloc.placement();
-        let (nodes, replicas) = (placement.len() as u32, placement.iter().sum::<u32>());
+        let (nodes, replicas) = (st.alloc.slots().len() as u32, st.alloc.replicas());
         if replicas == 0 {
             return;
         }
