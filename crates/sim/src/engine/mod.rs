@@ -154,7 +154,7 @@ struct JobState {
     replicas: u32,
     atomic_bsz: u32,
     accum_steps: u32,
-    // Line 2: fixed-batch jobs' cached speed, and restarts.
+    // Line 2: fixed-batch jobs' cached speed.
     /// Fixed-batch jobs: the goodput in an epoch, and (step, sync) on the current
     /// allocation; recomputed when the allocation changes (see `fixed_shape`).
     fixed_goodput: Option<(usize, f64)>,
@@ -162,10 +162,10 @@ struct JobState {
     /// (devices, device type) of the one-node allocation those were computed on
     /// (`None`: several nodes; recomputed at the next allocation).
     fixed_shape: Option<(u32, DeviceTypeId)>,
-    restarts: Option<u32>,
     // Line 3: allocation changes.
     alloc: Allocation,
     start_s: Option<f64>,
+    restarts: Option<u32>,
     goodput_version: u64,
     /// `goodput_version` the current batch was chosen at.
     batch_version: u64,
