@@ -186,21 +186,24 @@ impl std::ops::Index<&JobId> for Jobs {
 /// (priority, arrival rank, id): the order in which jobs get the last units.
 type Key = (Attained, u64, JobId);
 
+/// A job as fair share tracks it: `repr(C)` and cache-line aligned, what each
+/// round reads for every holder (attained service, devices held, rank) first.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 struct FairJob {
-    rank: u64,
-    want: u32,
     attained: f64,
-    alloc: Allocation,
+    rank: u64,
     /// `alloc.replicas()`.
     held: u32,
-    /// This round's share, valid when `stamp` is the decision's.
-    share: u32,
-    stamp: u64,
     /// In `waiting` (more jobs than devices, holding none).
     waits: bool,
     /// Index in `FairQueue::holders` while it holds devices.
     slot: usize,
+    want: u32,
+    alloc: Allocation,
+    /// This round's share, valid when `stamp` is the decision's.
+    share: u32,
+    stamp: u64,
 }
 
 impl FairJob {

@@ -138,9 +138,9 @@ pub struct SimJob {
 }
 
 /// One job's state. `repr(C)`, fields in declaration order, hot ones first: a
-/// round's progress reads the first cache line (and `fixed_goodput`), an
-/// allocation change the first three; with 100k jobs most of a state is cold, and
-/// the compiler's own order spread these fields over all of it.
+/// round's progress reads the first cache line, an allocation change the first
+/// three; with 100k jobs most of a state is cold, and the compiler's own order
+/// spread these fields over all of it.
 #[derive(Debug, Clone)]
 #[repr(C, align(64))]
 struct JobState {
@@ -150,18 +150,20 @@ struct JobState {
     rescale_left_s: f64,
     attained_gpu_s: f64,
     completion_s: Option<f64>,
+    /// Fixed-batch jobs: the goodput in the current epoch on the current
+    /// allocation (NaN: not computed since the epoch or the allocation changed).
+    fixed_goodput: f64,
     /// `alloc.replicas()`.
     replicas: u32,
+    // Line 2: fixed-batch jobs' cached step time, and batch.
+    /// Fixed-batch jobs: (step, sync) on the current allocation.
+    fixed_step: Option<(f64, f64)>,
+    /// (devices, device type) of the one-node allocation `fixed_step` and
+    /// `fixed_goodput` were computed on (`None`: several nodes; recomputed at the
+    /// next allocation).
+    fixed_shape: Option<(u32, DeviceTypeId)>,
     atomic_bsz: u32,
     accum_steps: u32,
-    // Line 2: fixed-batch jobs' cached speed.
-    /// Fixed-batch jobs: the goodput in an epoch, and (step, sync) on the current
-    /// allocation; recomputed when the allocation changes (see `fixed_shape`).
-    fixed_goodput: Option<(usize, f64)>,
-    fixed_step: Option<(f64, f64)>,
-    /// (devices, device type) of the one-node allocation those were computed on
-    /// (`None`: several nodes; recomputed at the next allocation).
-    fixed_shape: Option<(u32, DeviceTypeId)>,
     // Line 3: allocation changes.
     alloc: Allocation,
     start_s: Option<f64>,
@@ -212,7 +214,7 @@ impl JobState {
             contention_s: 0.0,
             loss: None,
             fixed_step: None,
-            fixed_goodput: None,
+            fixed_goodput: f64::NAN,
             fixed_shape: None,
             iterations: None,
             online: online::OnlineProfiles::default(),

@@ -546,7 +546,7 @@ impl<'s> RunState<'s> {
                 };
                 if shape.is_none() || shape != st.fixed_shape {
                     st.fixed_step = None;
-                    st.fixed_goodput = None;
+                    st.fixed_goodput = f64::NAN;
                 }
                 st.fixed_shape = shape;
             }
@@ -625,8 +625,10 @@ mod tests {
         use std::mem::{align_of, offset_of, size_of};
         assert_eq!(align_of::<JobState>(), 64);
         let end = |offset: usize, size: usize| offset + size;
-        assert!(end(offset_of!(JobState, accum_steps), 4) <= 64);
+        assert!(end(offset_of!(JobState, replicas), 4) <= 64);
+        assert!(end(offset_of!(JobState, fixed_goodput), 8) <= 64);
         assert!(end(offset_of!(JobState, completion_s), size_of::<Option<f64>>()) <= 64);
+        assert!(end(offset_of!(JobState, accum_steps), 4) <= 128);
         assert!(
             end(
                 offset_of!(JobState, fixed_shape),

@@ -315,7 +315,7 @@ impl Simulation<'_> {
     ) {
         while dt > 0.0 && st.completion_s.is_none() {
             let goodput = match st.fixed_goodput {
-                Some((epoch, g)) if epoch == st.epoch => g,
+                g if !g.is_nan() => g,
                 _ => {
                     let atomic = st.atomic_bsz as f64;
                     let batch = replicas as f64 * atomic * (st.accum_steps + 1) as f64;
@@ -338,7 +338,8 @@ impl Simulation<'_> {
                     let gain = app.gain(batch, st.epoch);
                     let total = step + compute * st.accum_steps as f64;
                     let g = gain / total;
-                    st.fixed_goodput = Some((st.epoch, g));
+                    // (A NaN goodput is recomputed each round: the same value.)
+                    st.fixed_goodput = g;
                     g
                 }
             };
@@ -351,6 +352,7 @@ impl Simulation<'_> {
                 // Whole seconds, as Pollux's simulator counts them.
                 let delta = ((next - st.progress) / goodput).round().min(dt).max(0.0);
                 st.epoch += 1;
+                st.fixed_goodput = f64::NAN;
                 st.progress = next;
                 st.attained_gpu_s += delta * replicas as f64;
                 t += delta;
