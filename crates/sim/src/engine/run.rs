@@ -310,7 +310,8 @@ impl<'s> RunState<'s> {
         }
     }
 
-    /// 1. Progress of the running jobs over [now, until); the clock moves to `until`.
+    /// Step 1: progress of the running jobs over [now, until); the clock moves to
+    /// `until`.
     fn advance(&mut self, m: &Models<'_>, until: f64) {
         let sim = self.sim;
         let (now, dt) = (self.now, until - self.now);
@@ -338,7 +339,7 @@ impl<'s> RunState<'s> {
         self.now = until;
     }
 
-    /// 2. Admits the jobs that arrived by now (skipping ahead to the next arrival on
+    /// Step 2: admits the jobs that arrived by now (skipping ahead to the next arrival on
     /// an idle cluster) and retires the finished ones; `active` is kept when `full`.
     fn admit_and_retire(&mut self, m: &Models<'_>, full: bool) {
         let (sim, cfg) = (self.sim, &self.sim.config);
@@ -387,9 +388,9 @@ impl<'s> RunState<'s> {
         }
     }
 
-    /// 3a. Tells an event-driven policy the arrivals and the running jobs' attained
-    /// service and collects its changes into `changes`, checking that each names an
-    /// active job at most once.
+    /// Step 3, event-driven: tells the policy the arrivals and the running jobs'
+    /// attained service and collects its changes into `changes`, checking that each
+    /// names an active job at most once.
     fn decide_incremental(
         &mut self,
         m: &Models<'_>,
@@ -436,7 +437,7 @@ impl<'s> RunState<'s> {
         Ok(())
     }
 
-    /// 3b. Hands a policy without an event-driven form every active job and keeps
+    /// Step 3, full: hands a policy without an event-driven form every active job and keeps
     /// the allocations that differ from the current ones in `changes`.
     fn decide_full(&mut self, m: &Models<'_>, policy: &mut dyn Policy) -> Result<(), SimError> {
         let sim = self.sim;
@@ -501,7 +502,7 @@ impl<'s> RunState<'s> {
         Ok(())
     }
 
-    /// 4. Applies `changes`: capacity (devices given up first, then the new ones),
+    /// Step 4: applies `changes`: capacity (devices given up first, then the new ones),
     /// restarts, and the running list in arrival order.
     fn apply(&mut self, m: &Models<'_>) -> Result<(), SimError> {
         let (sim, cluster) = (self.sim, self.sim.cluster);
