@@ -14,7 +14,7 @@
 //! the water-filling is unchanged (attained service alone breaks ties).
 
 use crate::place::FreePool;
-use crate::{ClusterView, IdMap, IncrementalPolicy, JobView, Policy};
+use crate::{ClusterView, IncrementalPolicy, JobView, Policy};
 use pacer_model::{Allocation, ClusterSpec, JobId};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -142,24 +142,68 @@ impl Ord for Attained {
     }
 }
 
+/// The active jobs by id, in a dense table ([`JobId`]s are dense indices, 0..n):
+/// one lookup per job the engine lists each round, without hashing.
+#[derive(Debug, Default)]
+struct Jobs {
+    slots: Vec<Option<FairJob>>,
+    len: usize,
+}
+
+impl Jobs {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get_mut(&mut self, id: &JobId) -> Option<&mut FairJob> {
+        self.slots.get_mut(id.0 as usize)?.as_mut()
+    }
+
+    fn insert(&mut self, id: JobId, j: FairJob) {
+        let k = id.0 as usize;
+        if k >= self.slots.len() {
+            self.slots.resize_with(k + 1, || None);
+        }
+        if self.slots[k].replace(j).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, id: &JobId) -> Option<FairJob> {
+        let j = self.slots.get_mut(id.0 as usize)?.take();
+        self.len -= j.is_some() as usize;
+        j
+    }
+}
+
+impl std::ops::Index<&JobId> for Jobs {
+    type Output = FairJob;
+    fn index(&self, id: &JobId) -> &FairJob {
+        self.slots[id.0 as usize].as_ref().expect("active job")
+    }
+}
+
 /// (priority, arrival rank, id): the order in which jobs get the last units.
 type Key = (Attained, u64, JobId);
 
+/// A job as fair share tracks it: `repr(C)` and cache-line aligned, what each
+/// round reads for every holder (attained service, devices held, rank) first.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 struct FairJob {
-    rank: u64,
-    want: u32,
     attained: f64,
-    alloc: Allocation,
+    rank: u64,
     /// `alloc.replicas()`.
     held: u32,
-    /// This round's share, valid when `stamp` is the decision's.
-    share: u32,
-    stamp: u64,
     /// In `waiting` (more jobs than devices, holding none).
     waits: bool,
     /// Index in `FairQueue::holders` while it holds devices.
     slot: usize,
+    want: u32,
+    alloc: Allocation,
+    /// This round's share, valid when `stamp` is the decision's.
+    share: u32,
+    stamp: u64,
 }
 
 impl FairJob {
@@ -194,7 +238,7 @@ impl FairJob {
 #[derive(Debug, Default)]
 pub struct FairQueue {
     quantum_s: f64,
-    jobs: IdMap<FairJob>,
+    jobs: Jobs,
     /// Decisions made (stamps this round's shares).
     round: u64,
     /// Admitted since the last decision, admission order: (id, requested, attained).
@@ -211,6 +255,8 @@ pub struct FairQueue {
     /// Jobs starting and preempted in a rotation (reused buffers).
     inn: Vec<JobId>,
     out: Vec<JobId>,
+    /// `inn` with each job's arrival rank, for sorting (reused buffer).
+    ranked: Vec<(u64, JobId)>,
     pool: Option<FreePool>,
     next_rank: u64,
     /// Something arrived or left since the last decision.
@@ -280,8 +326,8 @@ impl IncrementalPolicy for FairQueue {
         if self.over {
             self.over = false;
             self.waiting.clear();
-            for j in self.jobs.values_mut() {
-                j.waits = false;
+            for id in self.by_rank.values() {
+                self.jobs.get_mut(id).expect("active").waits = false;
             }
         }
         if !(self.events || (moved && self.ties)) {
@@ -376,7 +422,11 @@ impl FairQueue {
     /// The `cap` jobs of lowest priority, each stamped with a share of one.
     fn least_served(&mut self, cap: u32) -> Vec<JobId> {
         let q = self.quantum_s;
-        let mut all: Vec<Key> = self.jobs.iter().map(|(&id, j)| j.key(id, q)).collect();
+        let mut all: Vec<Key> = self
+            .by_rank
+            .values()
+            .map(|id| self.jobs[id].key(*id, q))
+            .collect();
         let cap = cap as usize;
         if all.len() > cap {
             all.select_nth_unstable(cap);
@@ -396,7 +446,8 @@ impl FairQueue {
     /// Puts every job holding no devices into `waiting`.
     fn index_waiters(&mut self) {
         self.waiting.clear();
-        for (&id, j) in self.jobs.iter_mut() {
+        for &id in self.by_rank.values() {
+            let j = self.jobs.get_mut(&id).expect("active");
             j.waits = j.alloc.is_empty();
             if j.waits {
                 self.waiting.insert(j.key(id, 0.0));
@@ -462,7 +513,15 @@ impl FairQueue {
             changes.push((*id, Allocation::empty()));
             self.unhold(slot);
         }
-        inn.sort_unstable_by_key(|id| self.jobs[id].rank);
+        // Arrival order, each rank looked up once (not once per comparison).
+        let mut ranked = std::mem::take(&mut self.ranked);
+        ranked.clear();
+        ranked.extend(inn.iter().map(|id| (self.jobs[id].rank, *id)));
+        ranked.sort_unstable();
+        for (k, &(_, id)) in ranked.iter().enumerate() {
+            inn[k] = id;
+        }
+        self.ranked = ranked;
         for &id in inn.iter() {
             let pool = self.pool.as_mut().expect("created in decide");
             let j = self.jobs.get_mut(&id).expect("waiters are active");

@@ -137,38 +137,52 @@ pub struct SimJob {
     pub work: Work,
 }
 
+/// One job's state. `repr(C)`, fields in declaration order, hot ones first: a
+/// round's progress reads the first cache line, an allocation change the first
+/// three; with 100k jobs most of a state is cold, and the compiler's own order
+/// spread these fields over all of it.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 struct JobState {
+    // Line 1: every round of a running job.
     progress: f64,
     epoch: usize,
-    alloc: Allocation,
-    /// `alloc.replicas()`.
-    replicas: u32,
-    atomic_bsz: u32,
-    accum_steps: u32,
     rescale_left_s: f64,
     attained_gpu_s: f64,
-    restarts: Option<u32>,
-    start_s: Option<f64>,
     completion_s: Option<f64>,
-    /// Observed (nodes, replicas, atomic) → (step, sync) for the online fit.
-    profile: HashMap<(u32, u32, u32), (f64, f64)>,
-    perf: Option<PerfParams>,
-    grad: Option<GradParams>,
+    /// Fixed-batch jobs: the goodput in the current epoch on the current
+    /// allocation (NaN: not computed since the epoch or the allocation changed).
+    fixed_goodput: f64,
+    /// `alloc.replicas()`.
+    replicas: u32,
+    // Line 2: fixed-batch jobs' cached step time, and batch.
+    /// Fixed-batch jobs: (step, sync) on the current allocation.
+    fixed_step: Option<(f64, f64)>,
+    /// (devices, device type) of the one-node allocation `fixed_step` and
+    /// `fixed_goodput` were computed on (`None`: several nodes; recomputed at the
+    /// next allocation).
+    fixed_shape: Option<(u32, DeviceTypeId)>,
+    atomic_bsz: u32,
+    accum_steps: u32,
+    // Line 3: allocation changes.
+    alloc: Allocation,
+    start_s: Option<f64>,
+    restarts: Option<u32>,
     goodput_version: u64,
     /// `goodput_version` the current batch was chosen at.
     batch_version: u64,
-    max_profiled_replicas: u32,
+    // Cold.
     /// Σ active jobs × round length over the rounds this job was active, and Σ round
     /// lengths (while active: the simulation's running totals at its admission).
     contention_sum: f64,
     contention_s: f64,
+    max_profiled_replicas: u32,
+    /// Observed (nodes, replicas, atomic) → (step, sync) for the online fit.
+    profile: HashMap<(u32, u32, u32), (f64, f64)>,
+    perf: Option<PerfParams>,
+    grad: Option<GradParams>,
     /// Loss history and fit (LossCurve jobs).
-    loss: Option<LossPredictor>,
-    /// Fixed-batch jobs: (step, sync) on the current allocation, and the goodput
-    /// in an epoch; cleared when the allocation changes.
-    fixed_step: Option<(f64, f64)>,
-    fixed_goodput: Option<(usize, f64)>,
+    loss: Option<Box<LossPredictor>>,
     /// Optimiser steps to finish at the requested batch (profiled jobs; computed
     /// once, on the first view).
     iterations: Option<f64>,
@@ -200,7 +214,8 @@ impl JobState {
             contention_s: 0.0,
             loss: None,
             fixed_step: None,
-            fixed_goodput: None,
+            fixed_goodput: f64::NAN,
+            fixed_shape: None,
             iterations: None,
             online: online::OnlineProfiles::default(),
         }

@@ -1,6 +1,69 @@
-//! The round loop.
+//! The round loop: [`Simulation::run`] prepares the per-job models ([`Models`]),
+//! then each round advances the running jobs ([`RunState::advance`]), admits
+//! arrivals and retires finished jobs ([`RunState::admit_and_retire`]), asks the
+//! policy (event-driven, [`RunState::decide_incremental`], or with a full view,
+//! [`RunState::decide_full`]), checks and applies its answer ([`RunState::check_measured`],
+//! [`RunState::apply`]), and finally turns the states into results
+//! ([`Simulation::results`]).
 
 use super::*;
+use pacer_policy::IncrementalPolicy;
+
+/// What a run computes once per job before the first round.
+struct Models<'s> {
+    kinds: Vec<Box<dyn JobProgress + 's>>,
+    speeds: Vec<Arc<SpeedTable>>,
+    modes: Vec<BatchMode>,
+    /// Devices of the types each job can run on (adaptive jobs explore up to it).
+    caps: Vec<u32>,
+    /// Jobs in arrival order; `rank` inverts it.
+    order: Vec<usize>,
+    rank: Vec<usize>,
+    uses_quality: bool,
+    /// Every job is measured on every device type of the cluster: no allocation
+    /// can land on an unmeasured one (the per-change check is skipped).
+    all_measured: bool,
+    /// Every job can use every device type at the same speed (the event-driven
+    /// forms place jobs without looking at types).
+    unrestricted: bool,
+}
+
+/// The state of a run between rounds.
+struct RunState<'s> {
+    sim: &'s Simulation<'s>,
+    policy_name: &'static str,
+    states: Vec<JobState>,
+    /// Index into `Models::order` of the next job to arrive.
+    next_arrival: usize,
+    /// Active jobs in arrival order (kept only for policies without an
+    /// event-driven form, which see them all each round).
+    active: Vec<usize>,
+    n_active: usize,
+    /// Jobs holding devices, in arrival order, and whether each job is among them
+    /// (a dense flag, so that pruning `running` reads no job state).
+    running: Vec<usize>,
+    holds: Vec<bool>,
+    just_finished: Vec<usize>,
+    arrived: Vec<usize>,
+    /// Decision count, and the decision that last changed each job (one change each).
+    decision: u64,
+    changed_at: Vec<u64>,
+    started: Vec<usize>,
+    merged: Vec<usize>,
+    changes: Vec<(JobId, Allocation)>,
+    attained: Vec<(JobId, f64)>,
+    views: Vec<JobView>,
+    node_used: Vec<u32>,
+    used: u32,
+    /// Σ active jobs × round length and Σ round lengths since the start; a job's
+    /// contention is the difference between its departure and its admission.
+    contention_sum: f64,
+    contention_s: f64,
+    timeline: Vec<RoundStat>,
+    now: f64,
+    busy_gpu_s: f64,
+    finished: usize,
+}
 
 impl Simulation<'_> {
     /// Runs the simulation under `policy`, calling `on_round` after each round's decision.
@@ -22,6 +85,62 @@ impl Simulation<'_> {
         cfg.validate()?;
         cfg.check_jobs(self.jobs)?;
         crate::admit::check_workload(self.cluster, self.apps, self.jobs)?;
+        let m = self.models(&*policy);
+        let mut incremental = if m.unrestricted {
+            policy.incremental()
+        } else {
+            None
+        };
+        let mut r = RunState::new(self, policy.name());
+        let mut until = self.next_round(&m, r.now, true, r.next_arrival);
+        while r.finished < self.jobs.len() && r.now < cfg.max_time_s {
+            r.advance(&m, until);
+            r.admit_and_retire(&m, incremental.is_none());
+            // Departures reach an event-driven policy even when nothing is left to
+            // decide (its free devices must include theirs).
+            if let Some(inc) = incremental.as_mut() {
+                for &i in &r.just_finished {
+                    inc.finish(JobId(i as u32));
+                }
+            }
+            if r.n_active == 0 {
+                for &i in &r.running {
+                    r.holds[i] = false;
+                }
+                r.running.clear();
+                until = self.next_round(&m, r.now, true, r.next_arrival);
+                continue;
+            }
+            r.changes.clear();
+            match incremental.as_mut() {
+                Some(inc) => r.decide_incremental(&m, inc.as_mut())?,
+                None => r.decide_full(&m, policy)?,
+            }
+            if !m.all_measured {
+                r.check_measured(&m)?;
+            }
+            r.apply(&m)?;
+            // The round this allocation holds for; contention is weighted by it.
+            until = self.next_round(
+                &m,
+                r.now,
+                r.used < self.cluster.total_gpus(),
+                r.next_arrival,
+            );
+            r.close(until);
+            on_round(&RoundInfo {
+                now_s: r.now,
+                finished: r.finished,
+                sim: self,
+                states: &r.states,
+                kinds: &m.kinds,
+            });
+        }
+        Ok(self.results(policy.name(), &m, r, wall))
+    }
+
+    /// The per-job models, speed tables and batch modes, and the arrival order.
+    fn models(&self, policy: &dyn Policy) -> Models<'_> {
         let adaptive = policy.adaptive_batch();
         let kinds: Vec<Box<dyn JobProgress + '_>> =
             self.jobs.iter().map(|j| progress::of(&j.work)).collect();
@@ -35,19 +154,16 @@ impl Simulation<'_> {
                 .iter()
                 .all(|c| !c.points.is_empty() && *c == sp.per_type[0])
         });
-        let mut incremental = if unrestricted {
-            policy.incremental()
-        } else {
-            None
-        };
+        let types = self.cluster.device_types.len();
+        let all_measured = speeds.iter().all(|sp| {
+            sp.per_type.len() >= types && sp.per_type[..types].iter().all(|c| !c.points.is_empty())
+        });
         let modes: Vec<BatchMode> = self
             .jobs
             .iter()
             .zip(&kinds)
             .map(|(j, kind)| kind.batch_mode(self, j, adaptive))
             .collect();
-        let mut states: Vec<JobState> = self.jobs.iter().map(|_| JobState::new()).collect();
-        // Jobs in arrival order; `next_arrival` indexes into it, `rank` inverts it.
         let mut order: Vec<usize> = (0..self.jobs.len()).collect();
         order.sort_by(|&a, &b| {
             self.jobs[a]
@@ -60,35 +176,6 @@ impl Simulation<'_> {
         for (r, &i) in order.iter().enumerate() {
             rank[i] = r;
         }
-        let mut next_arrival = 0usize;
-        // Active jobs in arrival order (kept only for policies without an
-        // event-driven form, which see them all each round).
-        let mut active: Vec<usize> = Vec::new();
-        let mut n_active = 0usize;
-        // Jobs holding devices, in arrival order.
-        let mut running: Vec<usize> = Vec::new();
-        let mut just_finished: Vec<usize> = Vec::new();
-        let mut arrived: Vec<usize> = Vec::new();
-        // Decision count, and the decision that last changed each job (one change each).
-        let mut decision = 0u64;
-        let mut changed_at = vec![0u64; self.jobs.len()];
-        let mut started: Vec<usize> = Vec::new();
-        let mut merged: Vec<usize> = Vec::new();
-        let mut changes: Vec<(JobId, Allocation)> = Vec::new();
-        let mut attained: Vec<(JobId, f64)> = Vec::new();
-        let mut node_used = vec![0u32; self.cluster.nodes.len()];
-        let mut used = 0u32;
-        // Σ active jobs × round length and Σ round lengths since the start; a job's
-        // contention is the difference between its departure and its admission.
-        let mut contention_sum = 0.0f64;
-        let mut contention_s = 0.0f64;
-        let mut timeline = Vec::new();
-        let mut now = 0.0f64;
-        let total_gpus = self.cluster.total_gpus() as f64;
-        let mut busy_gpu_s = 0.0;
-        let mut finished = 0usize;
-        let mut views: Vec<JobView> = Vec::new();
-        // Devices of the types each job can run on (adaptive jobs explore up to it).
         let caps: Vec<u32> = speeds
             .iter()
             .map(|sp| {
@@ -96,301 +183,61 @@ impl Simulation<'_> {
                 crate::admit::capacity(self.cluster, &usable).min(u32::MAX as u64) as u32
             })
             .collect();
-        let uses_quality = policy.uses_quality();
-        // End of the next round: `now + round_s`, or the next arrival when it comes
-        // earlier and `replan_on_arrival` allows (exactly its arrival time, so that it
-        // is admitted).
-        let next_round = |now: f64, idle: bool, next_arrival: usize| -> f64 {
-            let replan = match cfg.replan_on_arrival {
-                ArrivalReplan::Never => false,
-                ArrivalReplan::WhenIdle => idle,
-                ArrivalReplan::Always => true,
-            };
-            if replan {
-                if let Some(&j) = order.get(next_arrival) {
-                    let t = self.jobs[j].spec.arrival_s;
-                    if t >= now && t < now + cfg.round_s {
-                        return t;
-                    }
-                }
-            }
-            now + cfg.round_s
-        };
-        let policy_name = policy.name();
-        let bad = |time_s: f64, reason: String| SimError::BadAllocation {
-            policy: policy_name.into(),
-            time_s,
-            reason,
-        };
-        let mut until = next_round(now, true, next_arrival);
-        while finished < self.jobs.len() && now < cfg.max_time_s {
-            let dt = until - now;
-            // 1. Progress of running jobs over [now, now + round).
-            just_finished.clear();
-            for &i in &running {
-                let st = &mut states[i];
-                if st.completion_s.is_some() {
-                    continue;
-                }
-                let before = st.attained_gpu_s;
-                let round = progress::Round {
-                    job: &self.jobs[i],
-                    mode: modes[i],
-                    speed: &speeds[i],
-                    uses_quality,
-                };
-                kinds[i].advance(self, &round, st, now, dt);
-                busy_gpu_s += st.attained_gpu_s - before;
-                if st.completion_s.is_some() {
-                    finished += 1;
-                    just_finished.push(i);
-                }
-            }
-            now = until;
-            // 2. Admit arrivals; drop finished jobs.
-            if n_active == 0 && next_arrival < order.len() {
-                // Idle cluster: jump to the round in which the next job arrives.
-                let t = self.jobs[order[next_arrival]].spec.arrival_s;
-                if t > now {
-                    now = if cfg.replan_on_arrival != ArrivalReplan::Never {
-                        t
-                    } else {
-                        (t / cfg.round_s).ceil() * cfg.round_s
-                    };
-                }
-            }
-            arrived.clear();
-            while next_arrival < order.len() && self.jobs[order[next_arrival]].spec.arrival_s <= now
-            {
-                let i = order[next_arrival];
-                arrived.push(i);
-                states[i].contention_sum = contention_sum;
-                states[i].contention_s = contention_s;
-                next_arrival += 1;
-            }
-            n_active += arrived.len();
-            n_active -= just_finished.len();
-            for &i in &just_finished {
-                let st = &mut states[i];
-                st.contention_sum = contention_sum - st.contention_sum;
-                st.contention_s = contention_s - st.contention_s;
-                used -= st.alloc.replicas();
-                for &(node, c) in st.alloc.slots() {
-                    node_used[node.0 as usize] -= c;
-                }
-            }
-            if !just_finished.is_empty() {
-                running.retain(|&i| states[i].completion_s.is_none());
-            }
-            if incremental.is_none() {
-                active.extend_from_slice(&arrived);
-                if !just_finished.is_empty() {
-                    active.retain(|&i| states[i].completion_s.is_none());
-                }
-            }
-            // Departures reach an event-driven policy even when nothing is left to
-            // decide (its free devices must include theirs).
-            if let Some(inc) = incremental.as_mut() {
-                for &i in &just_finished {
-                    inc.finish(JobId(i as u32));
-                }
-            }
-            if n_active == 0 {
-                running.clear();
-                until = next_round(now, true, next_arrival);
-                continue;
-            }
-            // 3. Ask the policy.
-            changes.clear();
-            match incremental.as_mut() {
-                Some(inc) => {
-                    for &i in &arrived {
-                        let v = self.job_view(
-                            i,
-                            &*kinds[i],
-                            &mut states[i],
-                            modes[i],
-                            &speeds[i],
-                            caps[i],
-                            false,
-                        );
-                        inc.admit(&v);
-                    }
-                    attained.clear();
-                    if inc.uses_attained() {
-                        attained.extend(
-                            running
-                                .iter()
-                                .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
-                        );
-                    }
-                    inc.decide(now, self.cluster, &attained, &mut changes);
-                    decision += 1;
-                    for (id, _) in &changes {
-                        let i = id.0 as usize;
-                        let live = states
-                            .get(i)
-                            .is_some_and(|st| st.completion_s.is_none() && next_arrival > rank[i]);
-                        if !live {
-                            return Err(bad(
-                                now,
-                                format!("allocation for job #{i}, which is not active"),
-                            ));
-                        }
-                        if changed_at[i] == decision {
-                            return Err(bad(now, format!("two allocations for job #{i}")));
-                        }
-                        changed_at[i] = decision;
-                    }
-                }
-                None => {
-                    views.clear();
-                    for &i in &active {
-                        let v = self.job_view(
-                            i,
-                            &*kinds[i],
-                            &mut states[i],
-                            modes[i],
-                            &speeds[i],
-                            caps[i],
-                            uses_quality,
-                        );
-                        views.push(v);
-                    }
-                    let view = ClusterView {
-                        now_s: now,
-                        cluster: self.cluster,
-                        jobs: &views,
-                    };
-                    let allocs = policy.allocate(&view);
-                    if allocs.len() != views.len() {
-                        return Err(bad(
-                            now,
-                            format!("{} allocations for {} jobs", allocs.len(), views.len()),
-                        ));
-                    }
-                    check_capacity(self.cluster, &allocs).map_err(|reason| bad(now, reason))?;
-                    for (a, &i) in allocs.into_iter().zip(&active) {
-                        if a != states[i].alloc {
-                            changes.push((JobId(i as u32), a));
-                        }
-                    }
-                }
-            }
-            // A job runs only on device types it has measurements for: elsewhere the
-            // simulator would have no ground truth and would relabel another type's.
-            for (id, a) in &changes {
-                let i = id.0 as usize;
-                let unmeasured = a.slots().iter().find_map(|&(node, _)| {
-                    let ty = self.cluster.nodes[node.0 as usize].device_type;
-                    speeds[i]
-                        .per_type
-                        .get(ty.0 as usize)
-                        .is_none_or(|c| c.points.is_empty())
-                        .then_some((node, ty))
-                });
-                if let Some((node, ty)) = unmeasured {
-                    return Err(bad(
-                        now,
-                        format!(
-                            "job `{}` placed on node {} of device type {}, which it has no \
-                             measurements for",
-                            self.jobs[i].spec.name,
-                            node.0,
-                            self.cluster.device_types[ty.0 as usize]
-                        ),
-                    ));
-                }
-            }
-            // 4. Apply.
-            let mut moved = false;
-            started.clear();
-            // Capacity: devices given up first, then the new ones (in any order).
-            changes.retain(|(id, a)| *a != states[id.0 as usize].alloc);
-            for (id, _) in &changes {
-                for &(node, c) in states[id.0 as usize].alloc.slots() {
-                    node_used[node.0 as usize] -= c;
-                }
-            }
-            for (id, a) in changes.drain(..) {
-                let i = id.0 as usize;
-                let st = &mut states[i];
-                for &(node, c) in a.slots() {
-                    let n = node.0 as usize;
-                    if n >= node_used.len() {
-                        return Err(bad(
-                            now,
-                            format!("job #{i} allocated on node {n}, which does not exist"),
-                        ));
-                    }
-                    node_used[n] += c;
-                    if node_used[n] > self.cluster.nodes[n].gpus {
-                        return Err(bad(
-                            now,
-                            format!(
-                                "node {n} over-subscribed: {} > {} devices",
-                                node_used[n], self.cluster.nodes[n].gpus
-                            ),
-                        ));
-                    }
-                }
-                used = used - st.alloc.replicas() + a.replicas();
-                moved |= st.alloc.is_empty() != a.is_empty();
-                st.fixed_step = None;
-                st.fixed_goodput = None;
-                if st.alloc.is_empty() {
-                    started.push(i);
-                }
-                kinds[i].reallocating(self, st, &a);
-                st.alloc = a;
-                st.replicas = st.alloc.replicas();
-                if !st.alloc.is_empty() {
-                    st.rescale_left_s = kinds[i].restart_s(self).unwrap_or(cfg.restart_s);
-                    st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
-                    st.start_s.get_or_insert(now);
-                    kinds[i].restarted(self, modes[i], st);
-                }
-            }
-            if moved {
-                // Keep arrival order: jobs stepped in the same order give the same sums.
-                running.retain(|&i| !states[i].alloc.is_empty());
-                started.sort_unstable_by_key(|&i| rank[i]);
-                merge_by_rank(&mut running, &started, &rank, &mut merged);
-            }
-            // The round this allocation holds for; contention is weighted by it.
-            until = next_round(now, used < self.cluster.total_gpus(), next_arrival);
-            let dt = until - now;
-            contention_sum += n_active as f64 * dt;
-            contention_s += dt;
-            if cfg.record_timeline {
-                timeline.push(RoundStat {
-                    time_s: now,
-                    active_jobs: n_active as u32,
-                    running_jobs: running.len() as u32,
-                    used_gpus: used,
-                });
-            }
-            on_round(&RoundInfo {
-                now_s: now,
-                finished,
-                sim: self,
-                states: &states,
-                kinds: &kinds,
-            });
+        Models {
+            kinds,
+            speeds,
+            modes,
+            caps,
+            order,
+            rank,
+            uses_quality: policy.uses_quality(),
+            all_measured,
+            unrestricted,
         }
+    }
+
+    /// End of the next round: `now + round_s`, or the next arrival when it comes
+    /// earlier and `replan_on_arrival` allows (exactly its arrival time, so that it
+    /// is admitted).
+    fn next_round(&self, m: &Models<'_>, now: f64, idle: bool, next_arrival: usize) -> f64 {
+        let cfg = &self.config;
+        let replan = match cfg.replan_on_arrival {
+            ArrivalReplan::Never => false,
+            ArrivalReplan::WhenIdle => idle,
+            ArrivalReplan::Always => true,
+        };
+        if replan {
+            if let Some(&j) = m.order.get(next_arrival) {
+                let t = self.jobs[j].spec.arrival_s;
+                if t >= now && t < now + cfg.round_s {
+                    return t;
+                }
+            }
+        }
+        now + cfg.round_s
+    }
+
+    /// Per-job results and the summary, contention closed for jobs still active.
+    fn results(
+        &self,
+        policy_name: &str,
+        m: &Models<'_>,
+        mut r: RunState<'_>,
+        wall: Instant,
+    ) -> SimResult {
         // Jobs still active at the end: contention up to now.
-        for (k, st) in states.iter_mut().enumerate() {
-            if st.completion_s.is_none() && rank[k] < next_arrival {
-                st.contention_sum = contention_sum - st.contention_sum;
-                st.contention_s = contention_s - st.contention_s;
+        for (k, st) in r.states.iter_mut().enumerate() {
+            if st.completion_s.is_none() && m.rank[k] < r.next_arrival {
+                st.contention_sum = r.contention_sum - st.contention_sum;
+                st.contention_s = r.contention_s - st.contention_s;
             }
         }
         let mut memo = DedicatedMemo::default();
         let results: Vec<JobResult> = self
             .jobs
             .iter()
-            .zip(&states)
-            .zip(&kinds)
+            .zip(&r.states)
+            .zip(&m.kinds)
             .map(|((job, st), kind)| {
                 let contention = if st.contention_s > 0.0 {
                     st.contention_sum / st.contention_s
@@ -411,14 +258,337 @@ impl Simulation<'_> {
                 }
             })
             .collect();
-        Ok(SimResult::new(
-            policy.name(),
-            total_gpus,
-            busy_gpu_s,
+        SimResult::new(
+            policy_name,
+            self.cluster.total_gpus() as f64,
+            r.busy_gpu_s,
             results,
-            timeline,
+            r.timeline,
             wall.elapsed().as_secs_f64() * 1e3,
-        ))
+        )
+    }
+}
+
+impl<'s> RunState<'s> {
+    fn new(sim: &'s Simulation<'s>, policy_name: &'static str) -> Self {
+        let n = sim.jobs.len();
+        RunState {
+            sim,
+            policy_name,
+            states: sim.jobs.iter().map(|_| JobState::new()).collect(),
+            next_arrival: 0,
+            active: Vec::new(),
+            n_active: 0,
+            running: Vec::new(),
+            holds: vec![false; n],
+            just_finished: Vec::new(),
+            arrived: Vec::new(),
+            decision: 0,
+            changed_at: vec![0; n],
+            started: Vec::new(),
+            merged: Vec::new(),
+            changes: Vec::new(),
+            attained: Vec::new(),
+            views: Vec::new(),
+            node_used: vec![0; sim.cluster.nodes.len()],
+            used: 0,
+            contention_sum: 0.0,
+            contention_s: 0.0,
+            timeline: Vec::new(),
+            now: 0.0,
+            busy_gpu_s: 0.0,
+            finished: 0,
+        }
+    }
+
+    /// The policy returned an invalid allocation now.
+    fn bad(&self, reason: String) -> SimError {
+        SimError::BadAllocation {
+            policy: self.policy_name.into(),
+            time_s: self.now,
+            reason,
+        }
+    }
+
+    /// Step 1: progress of the running jobs over [now, until); the clock moves to
+    /// `until`.
+    fn advance(&mut self, m: &Models<'_>, until: f64) {
+        let sim = self.sim;
+        let (now, dt) = (self.now, until - self.now);
+        self.just_finished.clear();
+        for &i in &self.running {
+            let st = &mut self.states[i];
+            if st.completion_s.is_some() {
+                continue;
+            }
+            let before = st.attained_gpu_s;
+            let round = progress::Round {
+                job: &sim.jobs[i],
+                mode: m.modes[i],
+                speed: &m.speeds[i],
+                uses_quality: m.uses_quality,
+            };
+            m.kinds[i].advance(sim, &round, st, now, dt);
+            self.busy_gpu_s += st.attained_gpu_s - before;
+            if st.completion_s.is_some() {
+                self.finished += 1;
+                self.just_finished.push(i);
+                self.holds[i] = false;
+            }
+        }
+        self.now = until;
+    }
+
+    /// Step 2: admits the jobs that arrived by now (skipping ahead to the next arrival on
+    /// an idle cluster) and retires the finished ones; `active` is kept when `full`.
+    fn admit_and_retire(&mut self, m: &Models<'_>, full: bool) {
+        let (sim, cfg) = (self.sim, &self.sim.config);
+        if self.n_active == 0 && self.next_arrival < m.order.len() {
+            // Idle cluster: jump to the round in which the next job arrives.
+            let t = sim.jobs[m.order[self.next_arrival]].spec.arrival_s;
+            if t > self.now {
+                self.now = if cfg.replan_on_arrival != ArrivalReplan::Never {
+                    t
+                } else {
+                    (t / cfg.round_s).ceil() * cfg.round_s
+                };
+            }
+        }
+        self.arrived.clear();
+        while self.next_arrival < m.order.len()
+            && sim.jobs[m.order[self.next_arrival]].spec.arrival_s <= self.now
+        {
+            let i = m.order[self.next_arrival];
+            self.arrived.push(i);
+            self.states[i].contention_sum = self.contention_sum;
+            self.states[i].contention_s = self.contention_s;
+            self.next_arrival += 1;
+        }
+        self.n_active += self.arrived.len();
+        self.n_active -= self.just_finished.len();
+        for &i in &self.just_finished {
+            let st = &mut self.states[i];
+            st.contention_sum = self.contention_sum - st.contention_sum;
+            st.contention_s = self.contention_s - st.contention_s;
+            self.used -= st.alloc.replicas();
+            for &(node, c) in st.alloc.slots() {
+                self.node_used[node.0 as usize] -= c;
+            }
+        }
+        if !self.just_finished.is_empty() {
+            let holds = &self.holds;
+            self.running.retain(|&i| holds[i]);
+        }
+        if full {
+            self.active.extend_from_slice(&self.arrived);
+            if !self.just_finished.is_empty() {
+                let states = &self.states;
+                self.active.retain(|&i| states[i].completion_s.is_none());
+            }
+        }
+    }
+
+    /// Step 3, event-driven: tells the policy the arrivals and the running jobs'
+    /// attained service and collects its changes into `changes`, checking that each
+    /// names an active job at most once.
+    fn decide_incremental(
+        &mut self,
+        m: &Models<'_>,
+        inc: &mut dyn IncrementalPolicy,
+    ) -> Result<(), SimError> {
+        let sim = self.sim;
+        for &i in &self.arrived {
+            let v = sim.job_view(
+                i,
+                &*m.kinds[i],
+                &mut self.states[i],
+                m.modes[i],
+                &m.speeds[i],
+                m.caps[i],
+                false,
+            );
+            inc.admit(&v);
+        }
+        self.attained.clear();
+        if inc.uses_attained() {
+            let states = &self.states;
+            self.attained.extend(
+                self.running
+                    .iter()
+                    .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
+            );
+        }
+        inc.decide(self.now, sim.cluster, &self.attained, &mut self.changes);
+        self.decision += 1;
+        for k in 0..self.changes.len() {
+            let i = self.changes[k].0 .0 as usize;
+            let live = self
+                .states
+                .get(i)
+                .is_some_and(|st| st.completion_s.is_none() && self.next_arrival > m.rank[i]);
+            if !live {
+                return Err(self.bad(format!("allocation for job #{i}, which is not active")));
+            }
+            if self.changed_at[i] == self.decision {
+                return Err(self.bad(format!("two allocations for job #{i}")));
+            }
+            self.changed_at[i] = self.decision;
+        }
+        Ok(())
+    }
+
+    /// Step 3, full: hands a policy without an event-driven form every active job and keeps
+    /// the allocations that differ from the current ones in `changes`.
+    fn decide_full(&mut self, m: &Models<'_>, policy: &mut dyn Policy) -> Result<(), SimError> {
+        let sim = self.sim;
+        self.views.clear();
+        for &i in &self.active {
+            let v = sim.job_view(
+                i,
+                &*m.kinds[i],
+                &mut self.states[i],
+                m.modes[i],
+                &m.speeds[i],
+                m.caps[i],
+                m.uses_quality,
+            );
+            self.views.push(v);
+        }
+        let view = ClusterView {
+            now_s: self.now,
+            cluster: sim.cluster,
+            jobs: &self.views,
+        };
+        let allocs = policy.allocate(&view);
+        if allocs.len() != self.views.len() {
+            return Err(self.bad(format!(
+                "{} allocations for {} jobs",
+                allocs.len(),
+                self.views.len()
+            )));
+        }
+        check_capacity(sim.cluster, &allocs).map_err(|reason| self.bad(reason))?;
+        for (a, &i) in allocs.into_iter().zip(&self.active) {
+            if a != self.states[i].alloc {
+                self.changes.push((JobId(i as u32), a));
+            }
+        }
+        Ok(())
+    }
+
+    /// A job runs only on device types it has measurements for: elsewhere the
+    /// simulator would have no ground truth and would relabel another type's.
+    fn check_measured(&self, m: &Models<'_>) -> Result<(), SimError> {
+        let cluster = self.sim.cluster;
+        for (id, a) in &self.changes {
+            let i = id.0 as usize;
+            let unmeasured = a.slots().iter().find_map(|&(node, _)| {
+                // A node that does not exist is reported by `apply`.
+                let ty = cluster.nodes.get(node.0 as usize)?.device_type;
+                m.speeds[i]
+                    .per_type
+                    .get(ty.0 as usize)
+                    .is_none_or(|c| c.points.is_empty())
+                    .then_some((node, ty))
+            });
+            if let Some((node, ty)) = unmeasured {
+                return Err(self.bad(format!(
+                    "job `{}` placed on node {} of device type {}, which it has no \
+                     measurements for",
+                    self.sim.jobs[i].spec.name, node.0, cluster.device_types[ty.0 as usize]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 4: applies `changes`: capacity (devices given up first, then the new ones),
+    /// restarts, and the running list in arrival order.
+    fn apply(&mut self, m: &Models<'_>) -> Result<(), SimError> {
+        let (sim, cluster) = (self.sim, self.sim.cluster);
+        let mut moved = false;
+        self.started.clear();
+        let states = &self.states;
+        self.changes
+            .retain(|(id, a)| *a != states[id.0 as usize].alloc);
+        for (id, _) in &self.changes {
+            for &(node, c) in self.states[id.0 as usize].alloc.slots() {
+                self.node_used[node.0 as usize] -= c;
+            }
+        }
+        let mut changes = std::mem::take(&mut self.changes);
+        for (id, a) in changes.drain(..) {
+            let i = id.0 as usize;
+            for &(node, c) in a.slots() {
+                let n = node.0 as usize;
+                if n >= self.node_used.len() {
+                    return Err(self.bad(format!(
+                        "job #{i} allocated on node {n}, which does not exist"
+                    )));
+                }
+                self.node_used[n] += c;
+                if self.node_used[n] > cluster.nodes[n].gpus {
+                    return Err(self.bad(format!(
+                        "node {n} over-subscribed: {} > {} devices",
+                        self.node_used[n], cluster.nodes[n].gpus
+                    )));
+                }
+            }
+            let st = &mut self.states[i];
+            self.used = self.used - st.alloc.replicas() + a.replicas();
+            moved |= st.alloc.is_empty() != a.is_empty();
+            // A fixed-batch job's step time and epoch goodput depend on its
+            // placement only: kept when it restarts on one node of the same type
+            // with the same count as when they were computed.
+            if !a.is_empty() {
+                let shape = match a.slots() {
+                    &[(node, c)] => Some((c, cluster.nodes[node.0 as usize].device_type)),
+                    _ => None,
+                };
+                if shape.is_none() || shape != st.fixed_shape {
+                    st.fixed_step = None;
+                    st.fixed_goodput = f64::NAN;
+                }
+                st.fixed_shape = shape;
+            }
+            if st.alloc.is_empty() {
+                self.started.push(i);
+            }
+            m.kinds[i].reallocating(sim, st, &a);
+            st.alloc = a;
+            st.replicas = st.alloc.replicas();
+            self.holds[i] = !st.alloc.is_empty();
+            if !st.alloc.is_empty() {
+                st.rescale_left_s = m.kinds[i].restart_s(sim).unwrap_or(sim.config.restart_s);
+                st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
+                st.start_s.get_or_insert(self.now);
+                m.kinds[i].restarted(sim, m.modes[i], st);
+            }
+        }
+        self.changes = changes;
+        if moved {
+            // Keep arrival order: jobs stepped in the same order give the same sums.
+            let holds = &self.holds;
+            self.running.retain(|&i| holds[i]);
+            self.started.sort_unstable_by_key(|&i| m.rank[i]);
+            merge_by_rank(&mut self.running, &self.started, &m.rank, &mut self.merged);
+        }
+        Ok(())
+    }
+
+    /// Closes the round that lasts until `until`: contention and the timeline.
+    fn close(&mut self, until: f64) {
+        let dt = until - self.now;
+        self.contention_sum += self.n_active as f64 * dt;
+        self.contention_s += dt;
+        if self.sim.config.record_timeline {
+            self.timeline.push(RoundStat {
+                time_s: self.now,
+                active_jobs: self.n_active as u32,
+                running_jobs: self.running.len() as u32,
+                used_gpus: self.used,
+            });
+        }
     }
 }
 
@@ -447,6 +617,28 @@ fn merge_by_rank(into: &mut Vec<usize>, add: &[usize], rank: &[usize], scratch: 
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The fields a round and an allocation change touch lie in the first three
+    /// cache lines of a state (see `JobState`).
+    #[test]
+    fn hot_state_fields_first() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<JobState>(), 64);
+        let end = |offset: usize, size: usize| offset + size;
+        assert!(end(offset_of!(JobState, replicas), 4) <= 64);
+        assert!(end(offset_of!(JobState, fixed_goodput), 8) <= 64);
+        assert!(end(offset_of!(JobState, completion_s), size_of::<Option<f64>>()) <= 64);
+        assert!(end(offset_of!(JobState, accum_steps), 4) <= 128);
+        assert!(
+            end(
+                offset_of!(JobState, fixed_shape),
+                size_of::<Option<(u32, DeviceTypeId)>>()
+            ) <= 128
+        );
+        assert!(end(offset_of!(JobState, batch_version), 8) <= 192);
+    }
+
     #[test]
     fn merge_keeps_rank_order() {
         let rank = [4, 0, 3, 1, 2];

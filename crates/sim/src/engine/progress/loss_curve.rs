@@ -5,7 +5,6 @@
 use super::{DedicatedMemo, JobProgress, JobState, Round, SimJob, Simulation};
 use crate::quality::QualityProfile;
 use pacer_policy::{QualityView, SpeedCurve, SpeedTable};
-use pacer_predict::loss_curve::LossPredictor;
 
 pub(super) struct LossCurve<'w> {
     pub profile: &'w QualityProfile,
@@ -15,7 +14,7 @@ impl LossCurve<'_> {
     /// Feeds the job's predictor the recorded losses of the iterations it passed
     /// since `from` (at most the last window's worth).
     fn observe_losses(&self, st: &mut JobState, from: f64) {
-        let pred = st.loss.get_or_insert_with(LossPredictor::default);
+        let pred = st.loss.get_or_insert_with(Box::default);
         let to = st.progress.floor();
         let mut k = from.floor() + 1.0;
         if pred.is_empty() {

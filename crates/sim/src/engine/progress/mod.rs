@@ -16,6 +16,7 @@ use super::{BatchMode, DedicatedMemo, JobState, SimJob, Simulation, Work};
 use pacer_model::Allocation;
 use pacer_policy::{QualityView, SpeedTable};
 use pacer_predict::goodput::GoodputFn;
+use std::sync::Arc;
 
 /// The job's progress model for `work` (the registry: one line per kind).
 pub(crate) fn of(work: &Work) -> Box<dyn JobProgress + '_> {
@@ -37,7 +38,8 @@ pub(crate) struct Round<'r> {
     pub job: &'r SimJob,
     pub mode: BatchMode,
     /// The job's speed table ([`Simulation::speed_tables`]).
-    pub speed: &'r SpeedTable,
+    /// (Not dereferenced unless used: most kinds never read it.)
+    pub speed: &'r Arc<SpeedTable>,
     /// Whether the policy reads [`QualityView`]s.
     pub uses_quality: bool,
 }

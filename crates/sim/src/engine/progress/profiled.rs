@@ -212,8 +212,7 @@ impl Simulation<'_> {
 
     /// Sets atomic batch and accumulation for the job's current allocation.
     fn update_batch(&self, app: &AppModel, mode: BatchMode, st: &mut JobState) {
-        let placement = st.alloc.placement();
-        let (nodes, replicas) = (placement.len() as u32, placement.iter().sum::<u32>());
+        let (nodes, replicas) = (st.alloc.slots().len() as u32, st.alloc.replicas());
         if replicas == 0 {
             return;
         }
@@ -316,7 +315,7 @@ impl Simulation<'_> {
     ) {
         while dt > 0.0 && st.completion_s.is_none() {
             let goodput = match st.fixed_goodput {
-                Some((epoch, g)) if epoch == st.epoch => g,
+                g if !g.is_nan() => g,
                 _ => {
                     let atomic = st.atomic_bsz as f64;
                     let batch = replicas as f64 * atomic * (st.accum_steps + 1) as f64;
@@ -339,7 +338,8 @@ impl Simulation<'_> {
                     let gain = app.gain(batch, st.epoch);
                     let total = step + compute * st.accum_steps as f64;
                     let g = gain / total;
-                    st.fixed_goodput = Some((st.epoch, g));
+                    // (A NaN goodput is recomputed each round: the same value.)
+                    st.fixed_goodput = g;
                     g
                 }
             };
@@ -352,6 +352,7 @@ impl Simulation<'_> {
                 // Whole seconds, as Pollux's simulator counts them.
                 let delta = ((next - st.progress) / goodput).round().min(dt).max(0.0);
                 st.epoch += 1;
+                st.fixed_goodput = f64::NAN;
                 st.progress = next;
                 st.attained_gpu_s += delta * replicas as f64;
                 t += delta;
