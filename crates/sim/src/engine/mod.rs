@@ -287,7 +287,7 @@ pub struct RoundInfo<'a> {
     finished: usize,
     sim: &'a Simulation<'a>,
     states: &'a [JobState],
-    kinds: &'a [Box<dyn JobProgress + 'a>],
+    kinds: &'a [progress::Kind<'a>],
 }
 
 impl RoundInfo<'_> {

@@ -11,7 +11,7 @@ use pacer_policy::IncrementalPolicy;
 
 /// What a run computes once per job before the first round.
 struct Models<'s> {
-    kinds: Vec<Box<dyn JobProgress + 's>>,
+    kinds: Vec<progress::Kind<'s>>,
     speeds: Vec<Arc<SpeedTable>>,
     modes: Vec<BatchMode>,
     /// Devices of the types each job can run on (adaptive jobs explore up to it).
@@ -142,8 +142,7 @@ impl Simulation<'_> {
     /// The per-job models, speed tables and batch modes, and the arrival order.
     fn models(&self, policy: &dyn Policy) -> Models<'_> {
         let adaptive = policy.adaptive_batch();
-        let kinds: Vec<Box<dyn JobProgress + '_>> =
-            self.jobs.iter().map(|j| progress::of(&j.work)).collect();
+        let kinds = progress::all(self.jobs);
         let speeds = self.speed_tables_of(&kinds);
         // The event-driven forms place jobs without looking at device types: they run
         // only when every job can use every device type of the cluster at the same

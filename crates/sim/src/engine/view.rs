@@ -9,15 +9,12 @@ impl Simulation<'_> {
     /// an empty curve: the job cannot run there. Curves stop at the devices the
     /// cluster has of the job's types, so no table outgrows the cluster.
     pub fn speed_tables(&self) -> Vec<Arc<SpeedTable>> {
-        let kinds: Vec<_> = self.jobs.iter().map(|j| progress::of(&j.work)).collect();
+        let kinds = progress::all(self.jobs);
         self.speed_tables_of(&kinds)
     }
 
     /// [`Self::speed_tables`] with the jobs' progress models built.
-    pub(super) fn speed_tables_of(
-        &self,
-        kinds: &[Box<dyn JobProgress + '_>],
-    ) -> Vec<Arc<SpeedTable>> {
+    pub(super) fn speed_tables_of(&self, kinds: &[progress::Kind<'_>]) -> Vec<Arc<SpeedTable>> {
         let mut memo = DedicatedMemo::default();
         self.jobs
             .iter()

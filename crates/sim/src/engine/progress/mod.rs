@@ -18,6 +18,29 @@ use pacer_policy::{QualityView, SpeedTable};
 use pacer_predict::goodput::GoodputFn;
 use std::sync::Arc;
 
+/// A job's progress model, shared by the jobs whose models are equal ([`all`]).
+pub(crate) type Kind<'a> = Arc<dyn JobProgress + 'a>;
+
+/// The progress models of `jobs`, in order. Jobs of one profiled application share one
+/// model object (the models hold no per-job state): at 100k jobs a model per job put a
+/// cache miss on every call the engine makes for a running job.
+pub(crate) fn all(jobs: &[SimJob]) -> Vec<Kind<'_>> {
+    let mut by_app: Vec<Option<Kind<'_>>> = Vec::new();
+    jobs.iter()
+        .map(|j| match j.work {
+            Work::Profiled { app } => {
+                if by_app.len() <= app {
+                    by_app.resize(app + 1, None);
+                }
+                by_app[app]
+                    .get_or_insert_with(|| Arc::from(of(&j.work)))
+                    .clone()
+            }
+            _ => Arc::from(of(&j.work)),
+        })
+        .collect()
+}
+
 /// The job's progress model for `work` (the registry: one line per kind).
 pub(crate) fn of(work: &Work) -> Box<dyn JobProgress + '_> {
     match work {
