@@ -14,6 +14,7 @@
 #   SLURM_E2E_PHASES=adopt,workload,nodefail  # run only these serve phases (default: all;
 #                                        # the live tests run unless SKIP_LIVE=1)
 #   SLURM_E2E_REPEAT=N                   # run the selected serve phases N times in a row
+#   SLURM_E2E_NODE_FAIL=0                # leave out the node-failure phase
 # Exits non-zero on any failure; the dev cluster installs slurm-wlm when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
