@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # End-to-end check of the dashboard with a real browser: starts `pacer serve` on a
-# loopback port, submits three jobs, loads `/` in headless Chromium with the token in
-# the URL fragment, and checks that every job name is in the rendered DOM. Installs
+# loopback port, submits three jobs, checks that `/` without a credential is the 401
+# login form, then logs in headless Chromium through that form (`/#token=…`: the login
+# page puts the fragment's token in its form and submits it; `POST /login` sets the
+# session cookie and redirects to `/`) and checks that every job name is in the
+# rendered DOM. Installs
 # Debian's chromium when it is missing (apt-get, needs root). Keeps the DOM and a
 # screenshot in OUT_DIR (default target/dashboard-e2e).
 #
-# Usage: scripts/dashboard-e2e.sh [OUT_DIR]
+# Usage: [PACER=path/to/pacer] scripts/dashboard-e2e.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-target/dashboard-e2e}
@@ -17,9 +20,11 @@ if ! command -v chromium >/dev/null; then
   apt-get -y install chromium >/dev/null || { apt-get update >/dev/null && apt-get -y install chromium >/dev/null; }
 fi
 
-echo "== building pacer"
-cargo build -q -p pacer-cli
-PACER=${CARGO_TARGET_DIR:-target}/debug/pacer
+if [ -z "${PACER:-}" ]; then   # PACER=path/to/pacer uses that binary instead
+  echo "== building pacer"
+  cargo build -q -p pacer-cli
+  PACER=${CARGO_TARGET_DIR:-target}/debug/pacer
+fi
 
 STATE=$(mktemp -d)
 PROFILE=$(mktemp -d)
@@ -53,16 +58,23 @@ done
 sleep 5
 "$PACER" jobs --token-file "$STATE/token"
 
+# Without a credential `/` is the login form (401), and the API does not answer.
+CODE=$(curl -s -o "$OUT/login.html" -w '%{http_code}' http://127.0.0.1:$PORT/)
+[ "$CODE" = 401 ] && grep -q 'action="/login"' "$OUT/login.html" || { echo "FAIL: / without a token answered $CODE, not the 401 login form"; exit 1; }
+CODE=$(curl -s -o /dev/null -w '%{http_code}' -b "pacer_session=$(printf '0%.0s' $(seq 64))" http://127.0.0.1:$PORT/v1/jobs)
+[ "$CODE" = 401 ] || { echo "FAIL: /v1/jobs with a wrong cookie answered $CODE"; exit 1; }
+
 URL="http://127.0.0.1:$PORT/#token=$(cat "$STATE/token")"
 FLAGS=(--headless --no-sandbox --disable-gpu --disable-background-networking --disable-component-update
        --disable-sync --no-first-run --user-data-dir="$PROFILE" --virtual-time-budget=5000)
 echo "== loading the dashboard in headless chromium"
 timeout 120 chromium "${FLAGS[@]}" --dump-dom "$URL" > "$OUT/dom.html" 2> "$OUT/chromium.log"
 timeout 120 chromium "${FLAGS[@]}" --window-size=1200,900 --screenshot="$OUT/dashboard.png" "$URL" >> "$OUT/chromium.log" 2>&1
+grep -q 'action="/login"' "$OUT/dom.html" && { echo "FAIL: still on the login page after logging in ($OUT/dom.html)"; exit 1; }
 for n in "${NAMES[@]}"; do
   grep -q "<td>$n</td>" "$OUT/dom.html" || { echo "FAIL: job $n not in the dashboard's DOM ($OUT/dom.html)"; exit 1; }
 done
 grep -q 'class="state-running"' "$OUT/dom.html" || { echo "FAIL: no running job shown"; exit 1; }
 grep -q '<polyline' "$OUT/dom.html" || { echo "FAIL: no report chart drawn"; exit 1; }
 test -s "$OUT/dashboard.png" || { echo "FAIL: no screenshot"; exit 1; }
-echo "dashboard e2e passed: ${NAMES[*]} in the DOM; screenshot $OUT/dashboard.png"
+echo "dashboard e2e passed: / without a token is the login form (401); logged in through it, ${NAMES[*]} in the DOM; screenshot $OUT/dashboard.png"

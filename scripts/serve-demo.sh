@@ -12,7 +12,7 @@
 # Then the same workload through `pacer simulate`: a Gavel-format trace (one row per
 # job: job type = its name, total steps = its iterations, scale factor = its requested
 # replicas, all arriving at 0) and a throughputs file of what the jobs measured (steps/s
-# per replica count on type `cpu`, the mean over the policies' runs), simulated on
+# per replica count on type `cpu`: the mean of the reports, then over the policies' runs), simulated on
 # 4x2:cpu with 2 s rounds; real and simulated JCTs are printed side by side
 # (docs/serve.md explains why they differ).
 #
@@ -72,16 +72,22 @@ TOML
   rm -rf "$STATE"
 done
 
-# The simulator's input from the measurements: mean throughput per (job, replicas)
-# over all runs, in steps/s (samples/s over the global batch).
+# The simulator's input from the measurements: per (job, replicas), the mean of the
+# throughputs the job reported at that size over its whole run (not the service's
+# EWMA, which holds the speed near the end, when fewer jobs shared the cores), then
+# the mean over the policies' runs, in steps/s (samples/s over the global batch).
 python3 - "$OUT" "${ITERS[*]}" "${REPLICAS[*]}" "${POLICIES[@]}" <<'PY'
 import json, sys
 out, iters, reps, policies = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4:]
 meas = {}
 for p in policies:
     for j in json.load(open(f"{out}/jobs-{p}.json"))["jobs"]:
-        for m in j["measured"]:
-            meas.setdefault((j["spec"]["name"], m["replicas"]), []).append(m["throughput"] / j["spec"]["global_batch"])
+        per = {}
+        for r in json.load(open(f"{out}/reports-{p}-{j['id']}.json"))["reports"]:
+            if r["throughput"] > 0:
+                per.setdefault(r["replicas"], []).append(r["throughput"])
+        for n, v in per.items():
+            meas.setdefault((j["spec"]["name"], n), []).append(sum(v) / len(v) / j["spec"]["global_batch"])
 tput = {"cpu": {f"('{n}', {r})": {"null": sum(v) / len(v)} for (n, r), v in sorted(meas.items())}}
 json.dump(tput, open(f"{out}/measured-throughputs.json", "w"), indent=1)
 with open(f"{out}/workload.trace", "w") as f:

@@ -1,6 +1,8 @@
 //! The HTTP API (`/v1/…`, JSON), `/healthz`, `/metrics` and the dashboard at `/`.
-//! Every route but `/healthz` and the static page needs the service's bearer token;
-//! a job's reports may instead carry that job's own token.
+//! Every route but `/healthz` needs the service's credential: its bearer token, or the
+//! dashboard's session cookie that `POST /login` sets for it ([`crate::auth`]); a
+//! job's reports may instead carry that job's own token. `/` without a credential is
+//! a 401 with a login form.
 
 use crate::core::Core;
 use crate::error::ApiError;
@@ -30,6 +32,8 @@ pub struct AppState {
     pub core: Arc<Mutex<Core>>,
     pub exec: Arc<dyn Executor>,
     pub token: Arc<String>,
+    /// The session cookie's value for `token` ([`crate::auth::session_value`]).
+    pub session: Arc<String>,
 }
 
 type ApiResult = Result<Response, ApiError>;
@@ -49,27 +53,106 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"ok": true})) }))
-        .route("/", get(|| async { Html(include_str!("dashboard.html")) }))
+        .route("/", get(dashboard))
+        .route("/login", post(login).get(login_page))
         .merge(v1)
         .with_state(state)
 }
 
-/// The service token on every route it guards; a job's report route lets the handler
-/// check the job's own token instead.
+/// Whether the request carries the service's credential: its bearer token or the
+/// session cookie, each compared in constant time.
+fn is_admin(s: &AppState, headers: &HeaderMap) -> bool {
+    let bearer = crate::auth::bearer(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    );
+    if bearer.is_some_and(|t| crate::auth::same(t, &s.token)) {
+        return true;
+    }
+    let cookies = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    crate::auth::cookie(cookies, crate::auth::SESSION_COOKIE)
+        .is_some_and(|c| crate::auth::same(c, &s.session))
+}
+
+/// The service's credential on every route it guards; a job's report route lets the
+/// handler check the job's own token instead.
 async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let is_report = req.method() == Method::POST
         && req.uri().path().starts_with("/v1/jobs/")
         && req.uri().path().ends_with("/reports");
-    let token = crate::auth::bearer(
-        req.headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-    );
-    let admin = token.is_some_and(|t| crate::auth::same(t, &s.token));
-    if !admin && !is_report {
+    if !is_admin(&s, req.headers()) && !is_report {
         return ApiError::unauthorized().into_response();
     }
     next.run(req).await
+}
+
+/// The login page (401): a form that posts the token to `/login`. With
+/// `#token=…` in the URL, its script submits the form itself (the fragment never
+/// reaches the server).
+fn login_form(error: Option<&str>) -> Response {
+    let note = error.map_or(String::new(), |e| format!("<p class=\"err\">{e}</p>"));
+    let page = include_str!("login.html").replace("<!--NOTE-->", &note);
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::CACHE_CONTROL, "no-store")],
+        Html(page),
+    )
+        .into_response()
+}
+
+async fn dashboard(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    if !is_admin(&s, &headers) {
+        return login_form(None);
+    }
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        Html(include_str!("dashboard.html")),
+    )
+        .into_response()
+}
+
+async fn login_page() -> Response {
+    login_form(None)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Login {
+    token: String,
+}
+
+/// `POST /login` with a form `token=…`: the right token sets the session cookie
+/// (HttpOnly, SameSite=Strict) and sends the browser to `/`; a wrong one is a 401
+/// with the form again; a body over [`MAX_BODY`] a 413, a malformed one a 400.
+async fn login(State(s): State<AppState>, body: Body) -> ApiResult {
+    let bytes = body_bytes(body).await?;
+    let form: Login = serde_urlencoded::from_bytes(&bytes).map_err(|e| {
+        ApiError::bad(
+            "token",
+            format!("expected a form body `token=…` (application/x-www-form-urlencoded): {e}"),
+        )
+    })?;
+    if !crate::auth::same(form.token.trim(), &s.token) {
+        return Ok(login_form(Some("wrong token")));
+    }
+    let cookie = format!(
+        "{}={}; Path=/; HttpOnly; SameSite=Strict",
+        crate::auth::SESSION_COOKIE,
+        s.session
+    );
+    Ok((
+        StatusCode::SEE_OTHER,
+        [
+            (header::SET_COOKIE, cookie),
+            (header::LOCATION, "/".to_string()),
+            (header::CACHE_CONTROL, "no-store".to_string()),
+        ],
+    )
+        .into_response())
 }
 
 /// Waits for the group commit of a staged change.
@@ -166,22 +249,45 @@ struct RangeQuery {
     limit: Option<usize>,
 }
 
+/// Rows of a stored series as one JSON array under `key` (rows that do not parse are
+/// left out; the service writes only JSON).
+fn rows_json(key: &str, rows: &[(u64, String)]) -> Response {
+    let out: Vec<Value> = rows
+        .iter()
+        .filter_map(|(_, v)| serde_json::from_str(v).ok())
+        .collect();
+    Json(json!({ key: out })).into_response()
+}
+
+/// Reads a job's stored series (`Store::events`, `Store::reports`) from an index.
+type RowReader = fn(
+    &crate::store::Store,
+    &str,
+    u64,
+    usize,
+) -> Result<Vec<(u64, String)>, crate::error::ServeError>;
+
+/// A job's events or reports from `from` (at most `limit`, default 1,000, ≤ 10,000).
+async fn job_rows(
+    s: &AppState,
+    id: &str,
+    q: Result<Query<RangeQuery>, QueryRejection>,
+    key: &str,
+    read: RowReader,
+) -> ApiResult {
+    let q = query(q)?;
+    let core = s.core.lock().await;
+    core.job(id)?;
+    let rows = read(&core.store, id, q.from, q.limit.unwrap_or(1000).min(10_000))?;
+    Ok(rows_json(key, &rows))
+}
+
 async fn events(
     State(s): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<RangeQuery>, QueryRejection>,
 ) -> ApiResult {
-    let q = query(q)?;
-    let core = s.core.lock().await;
-    core.job(&id)?;
-    let rows = core
-        .store
-        .events(&id, q.from, q.limit.unwrap_or(1000).min(10_000))?;
-    let out: Vec<Value> = rows
-        .iter()
-        .filter_map(|(_, v)| serde_json::from_str(v).ok())
-        .collect();
-    Ok(Json(json!({ "events": out })).into_response())
+    job_rows(&s, &id, q, "events", crate::store::Store::events).await
 }
 
 async fn reports(
@@ -189,17 +295,7 @@ async fn reports(
     Path(id): Path<String>,
     q: Result<Query<RangeQuery>, QueryRejection>,
 ) -> ApiResult {
-    let q = query(q)?;
-    let core = s.core.lock().await;
-    core.job(&id)?;
-    let rows = core
-        .store
-        .reports(&id, q.from, q.limit.unwrap_or(1000).min(10_000))?;
-    let out: Vec<Value> = rows
-        .iter()
-        .filter_map(|(_, v)| serde_json::from_str(v).ok())
-        .collect();
-    Ok(Json(json!({ "reports": out })).into_response())
+    job_rows(&s, &id, q, "reports", crate::store::Store::reports).await
 }
 
 async fn report(
@@ -215,7 +311,7 @@ async fn report(
     );
     // Authentication first: without the job's (or the service's) token the answer is
     // 401 whatever the body or the id, so nobody learns which jobs exist.
-    let admin = token.is_some_and(|t| crate::auth::same(t, &s.token));
+    let admin = is_admin(&s, &headers);
     {
         let core = s.core.lock().await;
         let ok = match core.job(&id) {
@@ -341,11 +437,7 @@ async fn rounds(
         .from
         .unwrap_or_else(|| core.last_round.round.saturating_sub(limit as u64 - 1));
     let rows = core.store.rounds(from, limit)?;
-    let out: Vec<Value> = rows
-        .iter()
-        .filter_map(|(_, v)| serde_json::from_str(v).ok())
-        .collect();
-    Ok(Json(json!({ "rounds": out })).into_response())
+    Ok(rows_json("rounds", &rows))
 }
 
 async fn metrics(State(s): State<AppState>) -> ApiResult {

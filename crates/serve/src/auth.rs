@@ -64,3 +64,47 @@ pub fn same(a: &str, b: &str) -> bool {
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     header?.strip_prefix("Bearer ").map(str::trim)
 }
+
+/// Name of the dashboard's session cookie.
+pub const SESSION_COOKIE: &str = "pacer_session";
+
+/// The session cookie's value for service token `token`: SHA-256 of a fixed label and
+/// the token, in hex. Derived, so the cookie is not the token itself (the token cannot
+/// be read back from a cookie), and valid exactly as long as the token is.
+pub fn session_value(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"pacer-serve dashboard session\0");
+    h.update(token.as_bytes());
+    h.finalize().iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The value of cookie `name` among `Cookie` header values (the first one named so).
+pub fn cookie<'a>(headers: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
+    headers
+        .into_iter()
+        .flat_map(|h| h.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_cookies_are_derived_and_parsed() {
+        let a = session_value("0123456789abcdef");
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, session_value("0123456789abcdeg"));
+        assert!(!a.contains("0123456789abcdef"));
+        let h = [
+            "theme=dark; pacer_session=abc ; x=1",
+            "pacer_session=second",
+        ];
+        assert_eq!(cookie(h, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(["pacer_sessionx=1"], SESSION_COOKIE), None);
+        assert_eq!(cookie([], SESSION_COOKIE), None);
+    }
+}

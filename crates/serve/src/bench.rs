@@ -218,7 +218,7 @@ async fn reports(a: &BenchArgs, pool: &Arc<Pool>, base: &str, token: &str) -> an
         handles.push(tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
             let body = format!(
-                r#"{{"step":{i},"samples":{},"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":100.0,"noise_scale":10.0,"loss":0.5}}"#,
+                r#"{{"step":{i},"samples":{},"time_s":1.0,"replicas":1,"device_type":"cpu","global_batch":32,"local_batches":[32],"throughput":100.0,"step_time_s":0.32,"noise_scale":10.0,"loss":0.5}}"#,
                 i * 32
             );
             let st = pool.post(i, &format!("/v1/jobs/{id}/reports"), Bytes::from(body)).await;
@@ -252,12 +252,17 @@ async fn reports(a: &BenchArgs, pool: &Arc<Pool>, base: &str, token: &str) -> an
     );
     let v = c.get("/v1/cluster").await?.ok_json()?;
     let r = &v["last_round"];
+    let ms = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
     println!(
-        "policy `{}` at {} active jobs: last round {:.2} ms of which the policy {:.2} ms",
+        "policy `{}` at {} active jobs: last round {:.2} ms of which the policy {:.2} ms \
+         (reconcile {:.2} ms, views {:.2} ms, apply {:.2} ms)",
         a.policy,
         r["active_jobs"],
-        r["round_ms"].as_f64().unwrap_or(f64::NAN),
-        r["policy_ms"].as_f64().unwrap_or(f64::NAN)
+        ms("round_ms"),
+        ms("policy_ms"),
+        ms("reconcile_ms"),
+        ms("views_ms"),
+        ms("apply_ms")
     );
     Ok(())
 }

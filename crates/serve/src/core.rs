@@ -5,7 +5,7 @@
 
 use crate::error::{ApiError, ServeError};
 use crate::executor::{Executor, LaunchRequest, RunStatus, StopSignal};
-use crate::job::{valid_id, AfterStop, JobRecord, JobState, Progress, Run, Stop};
+use crate::job::{valid_id, AfterStop, JobRecord, JobState, Run, Stop};
 use crate::metrics::Metrics;
 use crate::spec::{JobSpec, Report};
 use crate::store::{self, Changes, Store};
@@ -238,25 +238,7 @@ impl Core {
         let seq = self.next_job;
         let id = format!("job-{seq}");
         let now = now_ms();
-        let job = JobRecord {
-            id: id.clone(),
-            seq,
-            spec,
-            state: JobState::Queued,
-            submitted_ms: now,
-            first_start_ms: None,
-            finished_ms: None,
-            run: None,
-            stop: None,
-            attempts: 0,
-            restarts: 0,
-            last_exit: None,
-            report_token: crate::auth::new_token(),
-            reports: 0,
-            attained_device_s: 0.0,
-            progress: Progress::default(),
-            measured: Vec::new(),
-        };
+        let job = JobRecord::queued(id.clone(), seq, spec, now, crate::auth::new_token());
         let mut c = Changes::default();
         c.job(&job);
         c.meta(store::NEXT_JOB, seq + 1);

@@ -1,6 +1,7 @@
 //! One job's durable record and what a policy sees of it ([`job_view`]).
 
 use crate::executor::RunHandle;
+use crate::live::{self, LiveModel};
 use crate::spec::{JobSpec, Report};
 use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
 use pacer_policy::{JobView, QualityView, SpeedCurve, SpeedTable};
@@ -144,6 +145,10 @@ pub struct JobRecord {
     pub attained_device_s: f64,
     pub progress: Progress,
     pub measured: Vec<Measured>,
+    /// Step-time points and fits from the reports ([`crate::live`]); absent in
+    /// records written before it existed.
+    #[serde(default)]
+    pub model: LiveModel,
 }
 
 /// Whether `id` is a valid job id: `[a-z0-9-]{1,64}`.
@@ -156,6 +161,30 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 impl JobRecord {
+    /// A job just submitted: queued, never run, nothing reported.
+    pub fn queued(id: String, seq: u64, spec: JobSpec, now_ms: u64, report_token: String) -> Self {
+        JobRecord {
+            id,
+            seq,
+            spec,
+            state: JobState::Queued,
+            submitted_ms: now_ms,
+            first_start_ms: None,
+            finished_ms: None,
+            run: None,
+            stop: None,
+            attempts: 0,
+            restarts: 0,
+            last_exit: None,
+            report_token,
+            reports: 0,
+            attained_device_s: 0.0,
+            progress: Progress::default(),
+            measured: Vec::new(),
+            model: LiveModel::default(),
+        }
+    }
+
     /// Folds an accepted report into progress and measurements.
     pub fn absorb(&mut self, r: &Report, now_ms: u64) {
         let p = &mut self.progress;
@@ -174,6 +203,13 @@ impl JobRecord {
         p.loss = r.loss.or(p.loss);
         p.done |= r.done;
         p.last_report_ms = now_ms;
+        // Nodes of the run the report is from (a report whose replicas differ from
+        // the run's is not attributed to a shape).
+        let nodes = match &self.run {
+            Some(run) if run.replicas() == r.replicas => run.alloc.len() as u32,
+            _ => 0,
+        };
+        self.model.observe(r, nodes);
         if r.throughput > 0.0 {
             let room = self.measured.len() < 256;
             match self
@@ -234,7 +270,7 @@ pub fn speed_curve(measured: &[Measured], ty: &str, max_replicas: u32) -> SpeedC
 /// What a policy sees of `job` at `now_ms` (times relative to `epoch_ms`).
 pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobView {
     let spec = &job.spec;
-    let max = if spec.adaptive {
+    let mut max = if spec.adaptive {
         spec.max()
     } else {
         spec.replicas
@@ -244,36 +280,45 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
         job.submitted_ms.saturating_sub(epoch_ms) as f64 / 1000.0 - spec.priority as f64 * 1e-3,
         spec.replicas,
     );
-    v.max_replicas = max;
     v.attained_gpu_s = job.attained_device_s;
     v.num_restarts = job.restarts;
     if let Some(r) = &job.run {
         v.current = r.allocation();
     }
-    let any_measured = !job.measured.is_empty();
-    // One curve per cluster type: measured where measured; a type the job accepts but
-    // has not run on borrows the curve of the type it has most measurements on; no
-    // measurement at all: one unit per second at the requested size, linear below.
-    let fallback_ty = job.measured.first().map(|m| m.device_type.clone());
-    let per_type = cluster
-        .device_types
-        .iter()
-        .map(|t| {
-            if !spec.accepts(t) {
-                return SpeedCurve::default();
-            }
-            if any_measured {
-                let own = speed_curve(&job.measured, t, max);
-                if !own.points.is_empty() {
-                    return own;
-                }
-                return speed_curve(&job.measured, fallback_ty.as_deref().unwrap_or(""), max);
-            }
-            SpeedCurve::single(max, max as f64 / spec.replicas.max(1) as f64, 1.0)
-        })
-        .collect();
-    v.speed = Some(Arc::new(SpeedTable { per_type }));
-    if any_measured {
+    // The goodput model: the fit of the type the job runs on, else of a type it has
+    // a fit for ([`crate::live`]); `None` until a type has enough shapes.
+    let run_ty = job.run.as_ref().map(|r| r.device_type.as_str());
+    let fitted_ty = run_ty
+        .filter(|t| job.model.fit(t).is_some())
+        .or_else(|| job.model.fits.first().map(|f| f.device_type.as_str()));
+    let noise = job.progress.noise_scale;
+    v.goodput = fitted_ty.and_then(|t| live::job_goodput(spec, &job.model, noise, t));
+    if v.goodput.is_some() && spec.adaptive {
+        // Pollux's exploration limit, as the simulator sets it: at most twice the
+        // most replicas the job has been measured at.
+        let explore = (2 * job.model.max_measured_replicas()).max(1);
+        max = max.min(explore.max(spec.min()));
+    }
+    v.max_replicas = max;
+    v.goodput_version = job.reports;
+    if v.goodput.is_some() {
+        v.goodput_by_type = cluster
+            .device_types
+            .iter()
+            .map(|t| {
+                let ty = if job.model.fit(t).is_some() {
+                    t.as_str()
+                } else {
+                    fitted_ty?
+                };
+                spec.accepts(t)
+                    .then(|| live::job_goodput(spec, &job.model, noise, ty))
+                    .flatten()
+            })
+            .collect();
+    }
+    v.speed = Some(Arc::new(speed_table(job, cluster, max, fitted_ty)));
+    if !job.measured.is_empty() {
         let done = job.progress.samples as f64;
         v.work_done = done;
         v.work_left = match spec.total_samples {
@@ -291,6 +336,64 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
         });
     }
     v
+}
+
+/// One curve per cluster type: measured where measured; a type the job accepts but
+/// has not run on borrows the curve of the type it was first measured on; no
+/// measurement at all: one unit per second at the requested size, linear below. With
+/// a step-time fit, sizes not measured (1, 2, 4, … up to `max`) come from the fit at
+/// the job's current global batch on as few nodes as they fit instead of the linear
+/// extension ([`speed_curve`]).
+fn speed_table(
+    job: &JobRecord,
+    cluster: &ClusterSpec,
+    max: u32,
+    fitted: Option<&str>,
+) -> SpeedTable {
+    let spec = &job.spec;
+    let fallback_ty = job.measured.first().map(|m| m.device_type.as_str());
+    let batch = match job.progress.global_batch {
+        0 => live::limits(spec, &job.model).map_or(0.0, |l| l.base_batch),
+        b => b as f64,
+    };
+    let per_node = cluster.max_gpus_per_node().max(1);
+    let per_type = cluster
+        .device_types
+        .iter()
+        .map(|t| {
+            if !spec.accepts(t) {
+                return SpeedCurve::default();
+            }
+            if job.measured.is_empty() {
+                return SpeedCurve::single(max, max as f64 / spec.replicas.max(1) as f64, 1.0);
+            }
+            let has_own = job.measured.iter().any(|m| m.device_type == *t);
+            let ty = if has_own {
+                t.as_str()
+            } else {
+                fallback_ty.unwrap_or("")
+            };
+            let fit = job
+                .model
+                .fit(ty)
+                .or_else(|| fitted.and_then(|f| job.model.fit(f)));
+            match fit {
+                Some(perf) if batch > 0.0 => {
+                    let mut c = speed_curve(&job.measured, ty, 0);
+                    for r in SpeedCurve::doubling_sizes(max) {
+                        if c.points.iter().all(|p| p.0 != r) {
+                            let step = perf.step_time(r.div_ceil(per_node), r, batch / r as f64, 0);
+                            c.points.push((r, batch / step));
+                        }
+                    }
+                    c.points.sort_by_key(|p| p.0);
+                    c
+                }
+                _ => speed_curve(&job.measured, ty, max),
+            }
+        })
+        .collect();
+    SpeedTable { per_type }
 }
 
 #[cfg(test)]

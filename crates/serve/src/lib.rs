@@ -18,6 +18,7 @@ pub mod error;
 pub mod executor;
 pub mod executor_slurm;
 pub mod job;
+pub mod live;
 pub mod metrics;
 pub mod spec;
 pub mod store;
@@ -113,6 +114,7 @@ pub async fn serve(
     let state = api::AppState {
         core: core.clone(),
         exec: exec.clone(),
+        session: Arc::new(auth::session_value(&token)),
         token: Arc::new(token),
     };
     let rounds = tokio::spawn(round_loop(core, exec, cfg.round_s));

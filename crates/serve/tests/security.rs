@@ -1,5 +1,5 @@
-//! Security: every endpoint but `/healthz` (and the static dashboard page) answers
-//! 401 without the right token; oversized bodies, malformed JSON/TOML, unknown
+//! Security: every endpoint but `/healthz` answers 401 without the right token
+//! (bearer, or the dashboard's session cookie from `POST /login`); oversized bodies, malformed JSON/TOML, unknown
 //! fields, negative or absurd numbers and `../` in a log request answer a 4xx that
 //! names the problem, and the state is unchanged by any of them.
 
@@ -123,7 +123,7 @@ fn tokens_limits_and_malformed_input() {
         }
     }
     assert_eq!(svc.call(&none, "GET", "/healthz", None, "").status, 200);
-    assert_eq!(svc.call(&none, "GET", "/", None, "").status, 200);
+    dashboard_login(&svc, &job_token);
 
     // Bad input: (method, path, body, content type, status, field).
     let big = vec![b'#'; 100 * 1024];
@@ -340,4 +340,104 @@ fn tokens_limits_and_malformed_input() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `/` and `/login`: no credential or a wrong one is a 401 with the login form; the
+/// right token posted to `/login` sets an HttpOnly, SameSite=Strict cookie (not the
+/// token itself) that opens `/` and the API; bodies over the limit are a 413.
+fn dashboard_login(svc: &Service, job_token: &str) {
+    let token = svc.token();
+    let form = "content-type: application/x-www-form-urlencoded";
+    for (who, extra) in [
+        ("no credential", vec![]),
+        (
+            "wrong bearer",
+            vec!["authorization: Bearer 0123456789abcdef0123456789abcdef".to_string()],
+        ),
+        (
+            "job token",
+            vec![format!("authorization: Bearer {job_token}")],
+        ),
+        (
+            "wrong cookie",
+            vec![format!("cookie: pacer_session={}", "0".repeat(64))],
+        ),
+        (
+            "token as cookie",
+            vec![format!("cookie: pacer_session={token}")],
+        ),
+    ] {
+        let h: Vec<&str> = extra.iter().map(String::as_str).collect();
+        for (m, p) in [("GET", "/"), ("GET", "/login")] {
+            let a = svc.raw(m, p, &h, b"");
+            assert_eq!(a.status, 401, "{m} {p} with {who}");
+            assert!(
+                a.body.contains("<form") && a.body.contains("action=\"/login\""),
+                "{who}: {}",
+                a.body
+            );
+            assert!(!a.body.contains("<table>"), "{who}: the dashboard leaked");
+        }
+    }
+    // Wrong, empty or malformed logins: 401 with the form, or 400 naming the field;
+    // no cookie set.
+    for (body, status) in [
+        ("token=wrong-token-0123456789".to_string(), 401),
+        ("token=".to_string(), 401),
+        (format!("token={token}x"), 401),
+        ("tokn=abc".to_string(), 400),
+        ("token=a&token=b&x=1".to_string(), 400),
+    ] {
+        let a = svc.raw("POST", "/login", &[form], body.as_bytes());
+        assert_eq!(a.status, status, "POST /login {body}: {}", a.body);
+        assert!(a.header("set-cookie").is_none(), "{body}");
+        if status == 400 {
+            let v: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+            assert_eq!(v["field"], "token", "{v}");
+        }
+    }
+    let big = format!("token={}", "a".repeat(100 * 1024));
+    let a = svc.raw("POST", "/login", &[form], big.as_bytes());
+    assert_eq!(a.status, 413, "{}", a.body);
+    assert!(a.header("set-cookie").is_none());
+
+    // The right token: a 303 to `/` with the cookie.
+    let a = svc.raw(
+        "POST",
+        "/login",
+        &[form],
+        format!("token={token}").as_bytes(),
+    );
+    assert_eq!(
+        (a.status, a.header("location")),
+        (303, Some("/")),
+        "{}",
+        a.body
+    );
+    let set = a.header("set-cookie").expect("a session cookie");
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(
+            set.split(';').any(|x| x.trim() == attr),
+            "{attr} missing in {set}"
+        );
+    }
+    let pair = set.split(';').next().unwrap().trim().to_string();
+    let value = pair.strip_prefix("pacer_session=").expect("cookie name");
+    assert_eq!(value.len(), 64);
+    assert!(!value.contains(&token), "the cookie is the token");
+    let cookie = format!("cookie: theme=x; {pair}");
+    let a = svc.raw("GET", "/", &[&cookie], b"");
+    assert_eq!(a.status, 200);
+    assert!(a.body.contains("<table>") && a.body.contains("pacer serve"));
+    let a = svc.raw("GET", "/v1/jobs", &[&cookie], b"");
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert!(a.body.contains("\"sleeper\""));
+    // A bearer token opens `/` too.
+    let a = svc.raw(
+        "GET",
+        "/",
+        &[&format!("authorization: Bearer {token}")],
+        b"",
+    );
+    assert_eq!(a.status, 200);
 }

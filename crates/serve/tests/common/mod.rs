@@ -167,3 +167,61 @@ impl Drop for Service {
         self.kill9();
     }
 }
+
+/// An answer read off the wire: status, header lines (lower-cased names) and body.
+pub struct Raw {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Raw {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Service {
+    /// One HTTP/1.1 request with exactly the given extra header lines (no token added),
+    /// on its own connection, under a 10 s timeout; the answer's headers kept.
+    pub fn raw(&self, method: &str, path: &str, headers: &[&str], body: &[u8]) -> Raw {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        for h in headers {
+            req.push_str(h);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        // The service may answer (413) before reading a large body: ignore a reset.
+        let _ = s.write_all(body);
+        let mut out = Vec::new();
+        let _ = s.take(1 << 22).read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("{method} {path}: no status line in {text:?}"));
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        Raw {
+            status,
+            headers,
+            body: body.to_string(),
+        }
+    }
+}
