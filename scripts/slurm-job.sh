@@ -4,9 +4,10 @@
 # $PACER_CHECKPOINT_DIR every CKPT_EVERY steps and on SIGTERM (then exit 143), resumed from
 # it on the next start with any allocation. Every rank of a multi-node run (SLURM_PROCID)
 # runs the steps; rank 0 owns the checkpoint. Each start prints one line:
-#   start RUN rank R/N node NODE gpus DEVICES resume S done D
+#   start RUN rank R/N node NODE gpus DEVICES resume S done D at UNIX_TIME
 # where D is the last step rank 0 finished before (a `progress` file written every step):
-# D - S is the work this start redoes, which a node failure makes at most CKPT_EVERY.
+# D - S is the work this start redoes, which a node failure makes at most CKPT_EVERY; the
+# time is when the first step starts (decision-to-first-step overhead, slurm-e2e.sh).
 #
 #   slurm-job.sh STEPS STEP_S CKPT_EVERY
 set -u
@@ -17,7 +18,7 @@ s=0
 [ -f "$dir/step" ] && s=$(cat "$dir/step")
 d=$s
 [ -f "$dir/progress" ] && d=$(cat "$dir/progress")
-echo "start ${PACER_RUN_ID:-?} rank $rank/${SLURM_NTASKS:-1} node ${SLURMD_NODENAME:-?} gpus ${CUDA_VISIBLE_DEVICES:-none} resume $s done $d"
+echo "start ${PACER_RUN_ID:-?} rank $rank/${SLURM_NTASKS:-1} node ${SLURMD_NODENAME:-?} gpus ${CUDA_VISIBLE_DEVICES:-none} resume $s done $d at $(date +%s.%N)"
 save() { [ "$rank" = 0 ] && echo "$1" >"$dir/step.tmp" && mv "$dir/step.tmp" "$dir/step"; }
 trap 'save $s; echo "rank $rank: SIGTERM at step $s, checkpointed"; exit 143' TERM
 while [ "$s" -lt "$steps" ]; do

@@ -7,7 +7,8 @@
                                                          (Slurm jobs with id > MIN_ID)
   slurm-serve-check.py watch JOBS_JSON SQUEUE_JSON SEEN_JSON
       as placement, for a run Slurm has not started yet too (it may stay pending at most
-      PENDING_S seconds), recording each checked run in SEEN_JSON
+      PENDING_S seconds, and ended in Slurm before pacer settles it at most ENDED_S),
+      recording each checked run in SEEN_JSON
   slurm-serve-check.py workload JOBS_JSON SEEN_JSON [--need-restart]   every job succeeded; one
       multi-node run was checked against squeue; with --need-restart, one job was stopped and
       relaunched (preemption/resize)
@@ -15,13 +16,20 @@
       every relaunch redid at most EVERY steps (the `start … resume S done D` lines of
       scripts/slurm-job.sh); at least one job was lost and relaunched; no pacer run used
       more than 4 - TAKEN_GPUS GPUs of node TAKEN_NODE (another user's job held those)
+  slurm-serve-check.py overhead EVENTS_DIR LOG_DIR
+      decision-to-first-step time per run (EVENTS_DIR: one `pacer job ID` JSON per job)
 Node i of pacer's cluster is Slurm node n{i+1} (the dev cluster's, in Slurm's order).
 """
 import os
 import re
 import time
 
+# Longest a run pacer has running may be pending (or missing) in Slurm, and ended in
+# Slurm before pacer settles it (rounds are 1 s in slurm-e2e.sh).
 PENDING_S = 20
+ENDED_S = 5
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "PREEMPTED", "BOOT_FAIL", "DEADLINE", "COMPLETING")
 import json
 import sys
 
@@ -85,11 +93,20 @@ def watch(jobs_path, squeue_path, seen_path):
         s = slurm.get(name)
         state = s["job_state"] if s else "MISSING"
         if state != "RUNNING":
-            first = seen["pending"].setdefault(name, now)
-            if now - first > PENDING_S:
+            # How long this run has been not running in Slurm while pacer has it running,
+            # counted from the first look that saw it so (a run Slurm has not started yet,
+            # or one that ended and pacer settles at its next round). A run seen RUNNING
+            # in between starts afresh: counting from its launch-time PENDING made a
+            # 30 s run that had just completed look stuck (the intermittent failure).
+            key = "%s %s" % (name, "ended" if state in ENDED else "waiting")
+            first = seen["pending"].setdefault(key, now)
+            limit = ENDED_S if state in ENDED else PENDING_S
+            if now - first > limit:
                 sys.exit("%s: pacer runs it for %.0f s but Slurm says %s (%s)"
                          % (name, now - first, state, s and s.get("state_reason")))
             continue
+        for key in [k for k in seen["pending"] if k.split(" ")[0] == name]:
+            del seen["pending"][key]
         if name in seen["runs"]:
             continue
         want_nodes = ["n%d" % (n + 1) for n, _ in run["alloc"]]
@@ -123,7 +140,9 @@ def workload(jobs_path, seen_path, need_restart):
         sys.exit("no multi-node run was checked")
 
 
-START = re.compile(r"^start (\S+) rank 0/\d+ node \S+ gpus \S+ resume (\d+) done (\d+)$")
+START = re.compile(r"^start (\S+) rank 0/\d+ node \S+ gpus \S+ resume (\d+) done (\d+)"
+                   r"(?: at ([0-9.]+))?$")
+LAUNCHED = re.compile(r"^attempt (\d+) on .* \(pid \d+, (\d+) ms after the decision\)$")
 
 
 def lost(jobs_path, log_dir, every, taken=None):
@@ -134,7 +153,7 @@ def lost(jobs_path, log_dir, every, taken=None):
             sys.exit("%s: %s (%s)" % (j["id"], j["state"], j.get("last_exit")))
         with open(os.path.join(log_dir, j["id"] + ".log")) as f:
             starts = [m.groups() for m in map(START.match, f.read().splitlines()) if m]
-        for run, resume, done in starts[1:]:
+        for run, resume, done, _ in starts[1:]:
             redo = int(done) - int(resume)
             print("%s %s: resumed at step %s, last step done before %s: %d steps redone"
                   % (j["id"], run, resume, done, redo))
@@ -158,6 +177,37 @@ def lost(jobs_path, log_dir, every, taken=None):
               % (4 - gpus, node, gpus))
 
 
+def overhead(events_dir, log_dir):
+    """Decision-to-first-step time of every run: from pacer's decision (its `launched`
+    event, less the milliseconds since the decision it records) to the run's rank-0
+    `start … at T` line (scripts/slurm-job.sh prints it as its first step begins)."""
+    firsts = {}
+    for name in os.listdir(log_dir):
+        with open(os.path.join(log_dir, name)) as f:
+            for m in map(START.match, f.read().splitlines()):
+                if m and m.group(4):
+                    firsts.setdefault(m.group(1), float(m.group(4)))
+    times = []
+    for name in sorted(os.listdir(events_dir)):
+        doc = load(os.path.join(events_dir, name))
+        for e in doc.get("events", []):
+            m = LAUNCHED.match(e.get("detail", "")) if e.get("kind") == "launched" else None
+            if not m:
+                continue
+            run = "%s:%s" % (e["job"], m.group(1))
+            decided = e["t_ms"] / 1000.0 - int(m.group(2)) / 1000.0
+            if run not in firsts:
+                sys.exit("%s: launched, but its log has no start line" % run)
+            dt = firsts[run] - decided
+            times.append(dt)
+            print("%s: decision -> first step %.2f s" % (run, dt))
+    if not times:
+        sys.exit("no launched run to measure")
+    times.sort()
+    print("decision -> first step over %d runs: min %.2f s, median %.2f s, max %.2f s"
+          % (len(times), times[0], times[len(times) // 2], times[-1]))
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "placement":
@@ -170,6 +220,8 @@ if __name__ == "__main__":
         watch(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "workload":
         workload(sys.argv[2], sys.argv[3], "--need-restart" in sys.argv[4:])
+    elif cmd == "overhead":
+        overhead(sys.argv[2], sys.argv[3])
     elif cmd == "lost":
         extra = (sys.argv[5], int(sys.argv[6]), sys.argv[7]) if len(sys.argv) > 7 else None
         lost(sys.argv[2], sys.argv[3], int(sys.argv[4]), extra)

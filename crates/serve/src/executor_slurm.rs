@@ -25,10 +25,10 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pacer_model::{ClusterSpec, DeviceTypeId, NodeSpec};
-use pacer_slurm::{JobRequest, JobState as SlurmState, SignalTarget, SlurmClient};
+use pacer_slurm::{JobInfo, JobRequest, JobState as SlurmState, SignalTarget, SlurmClient};
 
 use crate::error::ServeError;
 use crate::executor::{ExecFuture, Executor, LaunchRequest, RunHandle, RunStatus, StopSignal};
@@ -51,7 +51,23 @@ pub struct SlurmExecutor {
     gpu_types: Vec<Option<String>>,
     /// Nodes Slurm had down or not responding at the last look ([`Executor::taken`]).
     failed: std::sync::Mutex<Vec<String>>,
+    /// The last `squeue` snapshot and when it was taken: every poll of a round and the
+    /// round's [`Executor::taken`] share one (see [`SNAPSHOT_MAX_AGE`]); a launch or a
+    /// signal drops it.
+    snapshot: std::sync::Mutex<Option<(Instant, Arc<Vec<JobInfo>>)>>,
+    /// What [`Executor::taken`] last answered, kept for a round whose Slurm query fails.
+    last_taken: std::sync::Mutex<Option<Vec<u32>>>,
 }
+
+/// Time limit of every Slurm command the executor runs: a round waits at most this long
+/// for one command (the commands take ~0.01-0.3 s here; `squeue` takes ~9 s to give up on
+/// a dead controller). Signals and cancels do not hold up a round at all (they run in the
+/// background).
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How old an `squeue` snapshot may be and still answer a poll: the polls of one round
+/// run within milliseconds of each other, so a round runs `squeue` once, not once per job.
+const SNAPSHOT_MAX_AGE: Duration = Duration::from_millis(300);
 
 impl SlurmExecutor {
     /// Reads partition `partition` from Slurm (nodes with GPUs; the errors name a missing
@@ -61,6 +77,7 @@ impl SlurmExecutor {
         client: SlurmClient,
         partition: &str,
     ) -> Result<(Self, ClusterSpec), ServeError> {
+        init_logging();
         let cluster = client
             .discover_for(partition, true)
             .map_err(|e| ServeError::Exec(format!("--executor slurm: {e}")))?;
@@ -72,12 +89,14 @@ impl SlurmExecutor {
             nodes: Vec::new(),
         };
         let mut ex = SlurmExecutor {
-            client: Arc::new(client),
+            client: Arc::new(client.with_timeout(COMMAND_TIMEOUT)),
             partition: partition.to_string(),
             nodes: Vec::new(),
             addresses: Vec::new(),
             gpu_types: Vec::new(),
             failed: Default::default(),
+            snapshot: Default::default(),
+            last_taken: Default::default(),
         };
         for n in nodes {
             let ty = n
@@ -168,6 +187,41 @@ impl SlurmExecutor {
         Ok(r)
     }
 
+    /// Every job Slurm lists, from a snapshot at most [`SNAPSHOT_MAX_AGE`] old.
+    async fn snapshot(&self) -> Result<Arc<Vec<JobInfo>>, ServeError> {
+        if let Some((t, jobs)) = &*self.snapshot.lock().expect("snapshot lock") {
+            if t.elapsed() < SNAPSHOT_MAX_AGE {
+                return Ok(jobs.clone());
+            }
+        }
+        let t = Instant::now();
+        let jobs = Arc::new(self.blocking(|c| c.jobs()).await?);
+        *self.snapshot.lock().expect("snapshot lock") = Some((t, jobs.clone()));
+        Ok(jobs)
+    }
+
+    /// Drops the snapshot (a launch or a signal changes what Slurm would show).
+    fn forget_snapshot(&self) {
+        *self.snapshot.lock().expect("snapshot lock") = None;
+    }
+
+    /// Runs `scancel` in the background: a round never waits for it (it is bounded by
+    /// [`COMMAND_TIMEOUT`]; a failure is logged, and the service's grace-period kill or
+    /// the next poll deals with a run it did not reach).
+    fn in_background(
+        &self,
+        what: String,
+        f: impl FnOnce(&SlurmClient) -> Result<(), pacer_slurm::SlurmError> + Send + 'static,
+    ) {
+        self.forget_snapshot();
+        let client = self.client.clone();
+        let t = Instant::now();
+        tokio::task::spawn_blocking(move || match f(&client) {
+            Ok(()) => tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "{what}: done"),
+            Err(e) => tracing::warn!("{what}: {e}"),
+        });
+    }
+
     /// Runs a blocking client call off the async threads.
     async fn blocking<T: Send + 'static>(
         &self,
@@ -179,6 +233,20 @@ impl SlurmExecutor {
             .map_err(|e| ServeError::Exec(format!("slurm call: {e}")))?
             .map_err(|e| ServeError::Exec(e.to_string()))
     }
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `warn`: slow or timed-out Slurm
+/// commands, rounds longer than `--round-s`); `RUST_LOG=pacer_serve=debug,pacer_slurm=debug`
+/// shows every round and every Slurm command with its duration. Installs nothing when the
+/// program already has a subscriber.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
 }
 
 fn slurm_id(run: &RunHandle) -> Result<u64, ServeError> {
@@ -197,7 +265,10 @@ impl Executor for SlurmExecutor {
             std::fs::create_dir_all(&req.run_dir)
                 .map_err(|e| ServeError::io(format!("creating {}", req.run_dir.display()), e))?;
             let job = self.job_request(req)?;
-            let id = self.blocking(move |c| c.submit(&job)).await?;
+            self.forget_snapshot();
+            let id = self.blocking(move |c| c.submit(&job)).await;
+            self.forget_snapshot();
+            let id = id?;
             Ok(RunHandle {
                 id: id.to_string(),
                 start_ticks: 0,
@@ -210,35 +281,74 @@ impl Executor for SlurmExecutor {
             let id = slurm_id(run)?;
             match sig {
                 StopSignal::Term => {
-                    self.blocking(move |c| {
-                        // A multi-node job's ranks are job steps; `srun` (the batch step)
-                        // would answer SIGTERM by killing them at once.
-                        let multi = c.job(id)?.is_some_and(|j| j.nodes.len() > 1);
-                        let to = if multi {
-                            SignalTarget::Steps
-                        } else {
-                            SignalTarget::Batch
-                        };
+                    // A multi-node job's ranks are job steps; `srun` (the batch step) would
+                    // answer SIGTERM by killing them at once. A one-node job's command is a
+                    // child of the batch shell, which `--batch` alone would signal.
+                    // A run Slurm has not started has nothing to save: it is cancelled
+                    // (measured: `scancel --signal=TERM` of a pending job blocked for 5 s,
+                    // then reached the job as it started, with `--full`, so srun killed
+                    // its ranks).
+                    let (pending, multi) = match self.snapshot().await {
+                        Ok(jobs) => jobs
+                            .iter()
+                            .find(|j| j.id == id)
+                            .map_or((false, false), |j| {
+                                (j.state == SlurmState::Pending, j.nodes.len() > 1)
+                            }),
+                        Err(e) => {
+                            tracing::warn!(slurm_job = id, "SIGTERM: {e}; sent to every step");
+                            (false, false)
+                        }
+                    };
+                    if pending {
+                        self.in_background(format!("cancel pending Slurm job {id}"), move |c| {
+                            c.cancel(id)
+                        });
+                        return Ok(());
+                    }
+                    let to = if multi {
+                        SignalTarget::Steps
+                    } else {
+                        SignalTarget::All
+                    };
+                    self.in_background(format!("SIGTERM to Slurm job {id}"), move |c| {
                         c.signal(id, "TERM", to)
-                    })
-                    .await
+                    });
                 }
-                StopSignal::Kill => self.blocking(move |c| c.cancel(id)).await,
+                StopSignal::Kill => {
+                    self.in_background(format!("cancel Slurm job {id}"), move |c| c.cancel(id))
+                }
             }
+            Ok(())
         })
     }
 
     fn poll<'a>(&'a self, run: &'a RunHandle, run_dir: &'a Path) -> ExecFuture<'a, RunStatus> {
         Box::pin(async move {
             let id = slurm_id(run)?;
-            let job = self.blocking(move |c| c.job(id)).await?;
+            let jobs = match self.snapshot().await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    // Slurm does not answer: settle what the exit file settles, keep the
+                    // rest running until it does.
+                    let st = if run_dir.join("exit").exists() {
+                        crate::executor::exit_status(run_dir)
+                    } else {
+                        RunStatus::Running
+                    };
+                    tracing::warn!(slurm_job = id, status = ?st, "poll from the exit file: {e}");
+                    return Ok(st);
+                }
+            };
+            let job = jobs.iter().find(|j| j.id == id);
+            tracing::debug!(slurm_job = id, state = ?job.map(|j| j.state.clone()), "poll");
             let Some(job) = job else {
                 return Ok(crate::executor::exit_status(run_dir));
             };
             if job.was_requeued() && !job.state.is_terminal() {
                 // Its node failed: Slurm would rerun it ~2 minutes later behind the
                 // service's back. End it; the service relaunches from the checkpoint.
-                self.blocking(move |c| c.cancel(id)).await?;
+                self.in_background(format!("cancel lost Slurm job {id}"), move |c| c.cancel(id));
                 return Ok(RunStatus::Lost);
             }
             if job.state == SlurmState::NodeFail {
@@ -251,10 +361,10 @@ impl Executor for SlurmExecutor {
             if on_failed && !job.state.is_terminal() {
                 // Its node stopped answering: its processes are gone or cut off. Slurm
                 // ends the job only ~30 s later; end it now and relaunch elsewhere.
-                self.blocking(move |c| c.cancel(id)).await?;
+                self.in_background(format!("cancel lost Slurm job {id}"), move |c| c.cancel(id));
                 return Ok(RunStatus::Lost);
             }
-            Ok(match job.state {
+            Ok(match &job.state {
                 s if !s.is_terminal() => RunStatus::Running,
                 SlurmState::Completed | SlurmState::Failed => {
                     // The wrapper's exit file has the job's own status; give a file system
@@ -297,7 +407,24 @@ impl Executor for SlurmExecutor {
 
     fn taken(&self) -> ExecFuture<'_, Vec<u32>> {
         Box::pin(async move {
-            let cluster = self.blocking(|c| c.discover()).await?;
+            let read = async {
+                let jobs = self.snapshot().await?;
+                let nodes = self.blocking(|c| c.nodes()).await?;
+                Ok::<_, ServeError>(pacer_slurm::Cluster {
+                    nodes,
+                    partitions: vec![self.partition.clone()],
+                    jobs: jobs.to_vec(),
+                })
+            };
+            let cluster = match read.await {
+                Ok(c) => c,
+                Err(e) => {
+                    // Plan with what Slurm showed last rather than stop every round.
+                    let last = self.last_taken.lock().expect("taken lock").clone();
+                    tracing::warn!("taken devices: {e}; using the last answer {last:?}");
+                    return last.ok_or(e);
+                }
+            };
             let foreign = cluster.foreign_gpus(self.client.prefix());
             *self.failed.lock().expect("failed nodes lock") = cluster
                 .nodes
@@ -307,7 +434,9 @@ impl Executor for SlurmExecutor {
                 })
                 .map(|n| n.name.clone())
                 .collect();
-            Ok(self.taken_of(&cluster, &foreign))
+            let taken = self.taken_of(&cluster, &foreign);
+            *self.last_taken.lock().expect("taken lock") = Some(taken.clone());
+            Ok(taken)
         })
     }
 }
@@ -344,6 +473,8 @@ mod tests {
             addresses: vec!["10.0.0.1".into(), "10.0.0.2".into()],
             gpu_types: vec![Some("t4".into()), Some("t4".into())],
             failed: Default::default(),
+            snapshot: Default::default(),
+            last_taken: Default::default(),
         }
     }
 
@@ -405,6 +536,139 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no node 5"));
+    }
+
+    /// A fake Slurm in a scratch directory: `squeue` prints `squeue.json` (or hangs while
+    /// `hang` exists) and counts its calls in `squeue.calls`; `scancel` appends its
+    /// arguments to `scancel.log`.
+    fn fake_slurm(name: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir =
+            std::env::temp_dir().join(format!("pacer-fake-slurm-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.display();
+        let scripts = [
+            ("squeue", format!("#!/bin/sh\necho x >> {d}/squeue.calls\n[ -e {d}/hang ] && sleep 5\ncat {d}/squeue.json\n")),
+            ("scancel", format!("#!/bin/sh\necho \"$*\" >> {d}/scancel.log\n")),
+        ];
+        for (prog, text) in scripts {
+            let p = dir.join(prog);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let job = |id: u32, state: &str, nodes: &[&str]| {
+            let alloc: Vec<String> = nodes
+                .iter()
+                .map(|n| format!(r#"{{"nodename":"{n}"}}"#))
+                .collect();
+            format!(
+                r#"{{"job_id":{id},"name":"pacer-j.{id}","user_name":"root","job_state":"{state}",
+               "nodes":"{}","job_resources":{{"allocated_nodes":[{}]}}}}"#,
+                nodes.join(","),
+                alloc.join(",")
+            )
+        };
+        let jobs = [
+            job(11, "RUNNING", &["n1"]),
+            job(12, "RUNNING", &["n1", "n2"]),
+            job(13, "PENDING", &[]),
+        ];
+        std::fs::write(
+            dir.join("squeue.json"),
+            format!(r#"{{"jobs":[{}]}}"#, jobs.join(",")),
+        )
+        .unwrap();
+        dir
+    }
+
+    fn fake_executor(dir: &Path) -> SlurmExecutor {
+        SlurmExecutor {
+            client: Arc::new(
+                SlurmClient::new()
+                    .with_bin_dir(dir)
+                    .with_timeout(Duration::from_millis(300)),
+            ),
+            ..executor()
+        }
+    }
+
+    fn handle(id: u32) -> RunHandle {
+        RunHandle {
+            id: id.to_string(),
+            start_ticks: 0,
+        }
+    }
+
+    /// Lines `scancel` was called with, once `n` have arrived (it runs in the background).
+    fn scancel_calls(dir: &Path, n: usize) -> Vec<String> {
+        for _ in 0..250 {
+            let text = std::fs::read_to_string(dir.join("scancel.log")).unwrap_or_default();
+            let mut lines: Vec<String> = text.lines().map(String::from).collect();
+            if lines.len() >= n {
+                lines.sort();
+                return lines;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("scancel was not called {n} times");
+    }
+
+    #[tokio::test]
+    async fn sigterm_reaches_each_kind_of_run_and_a_pending_run_is_cancelled() {
+        let dir = fake_slurm("signal");
+        let ex = fake_executor(&dir);
+        for (id, sig) in [
+            (11, StopSignal::Term),
+            (12, StopSignal::Term),
+            (13, StopSignal::Term),
+        ] {
+            ex.signal(&handle(id), sig).await.unwrap();
+        }
+        ex.signal(&handle(12), StopSignal::Kill).await.unwrap();
+        // One node: every step, the batch shell's children included; two nodes: the
+        // steps only (srun would kill its ranks); pending: cancelled; kill: cancelled.
+        assert_eq!(
+            scancel_calls(&dir, 4),
+            ["--signal=TERM --full 11", "--signal=TERM 12", "12", "13"]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_round_reads_squeue_once_and_settles_from_exit_files_when_it_hangs() {
+        let dir = fake_slurm("poll");
+        let ex = fake_executor(&dir);
+        let run_dir = dir.join("run");
+        std::fs::create_dir_all(&run_dir).unwrap();
+        for id in [11, 12, 13] {
+            assert_eq!(
+                ex.poll(&handle(id), &run_dir).await.unwrap(),
+                RunStatus::Running
+            );
+        }
+        let calls = std::fs::read_to_string(dir.join("squeue.calls")).unwrap();
+        assert_eq!(
+            calls.lines().count(),
+            1,
+            "one squeue for the polls of a round"
+        );
+        // squeue hangs: each poll gives up after the command's time limit; a run whose exit
+        // file is there is settled from it, the others stay running.
+        ex.forget_snapshot();
+        std::fs::write(dir.join("hang"), "").unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            ex.poll(&handle(11), &run_dir).await.unwrap(),
+            RunStatus::Running
+        );
+        std::fs::write(run_dir.join("exit"), "0\n").unwrap();
+        assert_eq!(
+            ex.poll(&handle(11), &run_dir).await.unwrap(),
+            RunStatus::Exited(0)
+        );
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

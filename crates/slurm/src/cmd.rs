@@ -12,6 +12,9 @@ use crate::SlurmError;
 /// command cannot take unbounded memory (`squeue --json` of a large site is a few MB).
 pub const MAX_OUTPUT_BYTES: u64 = 256 << 20;
 
+/// A command that takes this long (ms) is logged as a warning (`squeue` takes ~40 ms).
+const SLOW_MS: f64 = 1000.0;
+
 /// How a command is run: where Slurm's programs are, which `slurm.conf`, the time limit.
 #[derive(Debug, Clone)]
 pub struct Runner {
@@ -71,11 +74,25 @@ impl Runner {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        let started = Instant::now();
         let child = cmd.spawn().map_err(|source| SlurmError::Spawn {
             command: line.clone(),
             source,
         })?;
-        let (status, stdout, stderr) = wait_bounded(child, self.timeout, &line)?;
+        let waited = wait_bounded(child, self.timeout, &line);
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let (status, stdout, stderr) = match waited {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(command = %line, ms, "slurm command timed out and was killed");
+                return Err(e);
+            }
+        };
+        if ms >= SLOW_MS {
+            tracing::warn!(command = %line, ms, %status, "slow slurm command");
+        } else {
+            tracing::debug!(command = %line, ms, %status, "slurm command");
+        }
         if status.success() {
             Ok(stdout)
         } else {

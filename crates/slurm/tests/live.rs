@@ -218,11 +218,17 @@ fn sigterm_reaches_the_job_before_it_is_killed() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = client();
     let dir = scratch("sigterm");
-    for per_task in [false, true] {
-        let out = dir.join(format!("term-{per_task}.out"));
+    // `wrapped`: the command is a child of a shell that survives SIGTERM (as pacer serve's
+    // wrapper runs jobs), which `--batch` alone would signal.
+    for (per_task, wrapped) in [(false, false), (false, true), (true, false)] {
+        let out = dir.join(format!("term-{per_task}-{wrapped}.out"));
         let script = "trap 'echo got-term; sleep 1; echo saved; exit 0' TERM; echo started; \
                       while true; do sleep 0.1; done";
-        let mut req = JobRequest::new("term", "gpu", &["n3"], 1, &["bash", "-c", script]);
+        let mut argv = vec!["bash", "-c", script];
+        if wrapped {
+            argv.splice(0..0, ["sh", "-c", "trap : TERM; \"$@\"", "wrapper"]);
+        }
+        let mut req = JobRequest::new("term", "gpu", &["n3"], 1, &argv);
         req.output = out.clone();
         req.per_task = per_task;
         let id = c.submit(&req).unwrap();
@@ -243,7 +249,7 @@ fn sigterm_reaches_the_job_before_it_is_killed() {
             .unwrap();
         let text = read(&out);
         println!(
-            "per_task={per_task}: ended {end:?} {:.2} s after SIGTERM; output: {text:?}",
+            "per_task={per_task} wrapped={wrapped}: ended {end:?} {:.2} s after SIGTERM; output: {text:?}",
             t.elapsed().as_secs_f64()
         );
         assert!(

@@ -70,6 +70,11 @@ impl Core {
             }
         };
         let reconcile_ms = t0.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(
+            round = self.last_round.round + 1,
+            reconcile_ms,
+            "round: runs settled, taken devices read"
+        );
         let t = Instant::now();
         let cluster = &crate::executor::without_taken(&self.settings.cluster, &taken);
         let mut active: Vec<&JobRecord> = self
@@ -155,6 +160,14 @@ impl Core {
             .round_seconds
             .observe(t0.elapsed().as_secs_f64());
         self.metrics.policy_seconds.observe(policy_s);
+        let slow = info.round_ms > self.settings.round_s * 1e3;
+        if slow {
+            tracing::warn!(round, round_ms = info.round_ms, reconcile_ms, apply_ms = info.apply_ms,
+                launched = ?info.launched, stopped = ?info.stopped, "round longer than --round-s");
+        } else {
+            tracing::debug!(round, round_ms = info.round_ms, reconcile_ms, apply_ms = info.apply_ms,
+                launched = ?info.launched, stopped = ?info.stopped, "round done");
+        }
         self.last_round = info;
         Ok(())
     }
@@ -385,12 +398,15 @@ impl Core {
                         &mut c,
                         &id,
                         "launched",
+                        // How long after the decision the executor had the run started
+                        // (decision-to-first-step overhead: scripts/slurm-e2e.sh).
                         format!(
-                            "attempt {} on {} {} (pid {})",
+                            "attempt {} on {} {} (pid {}, {} ms after the decision)",
                             run.attempt,
                             run.replicas(),
                             run.device_type,
-                            h.id
+                            h.id,
+                            now_ms().saturating_sub(now)
                         ),
                     );
                     j.run.as_mut().expect("set above").handle = Some(h);
