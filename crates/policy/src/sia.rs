@@ -38,8 +38,10 @@ use std::collections::HashMap;
 
 mod exact;
 mod fast;
+mod pacer;
 pub use exact::{solve_exact, solve_exact_bounded, ExactOutcome, DEFAULT_NODE_LIMIT};
 pub use fast::solve_fast;
+pub use pacer::{SiaPacer, Weights};
 
 /// Which solver picks the configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +99,10 @@ pub struct Sia {
     /// `JobView::restart_s` is unknown.
     pub restart_s: f64,
     pub solver: SiaSolver,
+    /// A job that has not run yet is offered one device of each usable type at its
+    /// one-device goodput there, normalised by the slowest type's (`sia-pacer`),
+    /// instead of `S = 1` on every type (Sia's).
+    pub fresh_by_speed: bool,
     /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
     /// solution so far (deterministic, unlike a wall-clock limit).
     pub node_limit: u64,
@@ -124,6 +130,7 @@ impl Sia {
             lambda_n: 1.1,
             restart_s: 30.0,
             solver,
+            fresh_by_speed: false,
             node_limit: DEFAULT_NODE_LIMIT,
             exact_rounds: 0,
             exact_at_limit: 0,
@@ -257,6 +264,12 @@ impl Sia {
         g
     }
 
+    /// Drops the cached goodputs of jobs no longer in `view`.
+    pub fn forget_finished(&mut self, view: &ClusterView) {
+        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
+        self.cache.retain(|id, _| live.contains(id));
+    }
+
     /// The configuration each job holds now, if it is one of the cluster's.
     pub fn held(&self, view: &ClusterView) -> Vec<Option<usize>> {
         let pools = TypedPools::new(view.cluster);
@@ -292,7 +305,20 @@ impl Sia {
         let mut options = Vec::with_capacity(view.jobs.len());
         for job in view.jobs {
             let fresh = job.attained_gpu_s <= 0.0;
-            let mut s: Vec<f64> = if fresh {
+            let by_speed = if fresh && self.fresh_by_speed {
+                let mut g = self.goodputs(job);
+                for (gi, c) in g.iter_mut().zip(&self.configs) {
+                    if c.gpus != 1 {
+                        *gi = 0.0;
+                    }
+                }
+                g.iter().any(|&x| x > 0.0).then_some(g)
+            } else {
+                None
+            };
+            let mut s: Vec<f64> = if let Some(g) = by_speed {
+                g
+            } else if fresh {
                 // Not run yet: one device of any usable type (Sia profiles it first).
                 self.configs
                     .iter()
@@ -419,8 +445,7 @@ impl Policy for Sia {
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
-        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
-        self.cache.retain(|id, _| live.contains(id));
+        self.forget_finished(view);
         let problem = self.problem(view);
         let held = self.held(view);
         let choice = match self.solver {
