@@ -38,7 +38,10 @@ pub struct TuneArgs {
     /// optional fifth field: `sia1` offers new jobs every type at S = 1 as Sia
     /// does (otherwise at their one-device goodput per type), `capped` keeps
     /// Sia's exploration cap on replicas (otherwise up to the batch limit).
-    #[arg(long, default_value = "none:0:-0.5:1,none:0:-0.5:0,none:0:-0.5:1:capped,young:3600:-0.5:1")]
+    #[arg(
+        long,
+        default_value = "none:0:-0.5:1,none:0:-0.5:0,none:0:-0.5:1:capped,young:3600:-0.5:1"
+    )]
     pub variants: String,
     /// `fitted` or `online` per-type profiles.
     #[arg(long, default_value = "fitted")]
@@ -182,7 +185,13 @@ fn simulate(
         makespan_h: h(r.summary.makespan_s),
         finished: r.summary.finished,
         jobs: r.summary.jobs,
-        queue_h: r.jobs.iter().filter_map(|j| j.queueing_s()).map(h).sum::<f64>() / n,
+        queue_h: r
+            .jobs
+            .iter()
+            .filter_map(|j| j.queueing_s())
+            .map(h)
+            .sum::<f64>()
+            / n,
         waiting_h: obs.waiting.values().map(|s| h(*s)).sum::<f64>() / n,
         on_type_h,
         restarts: r.jobs.iter().map(|j| j.restarts as f64).sum::<f64>() / n,
@@ -202,9 +211,8 @@ fn simulate(
 fn parse_workloads(data: &Path, spec: &str) -> Result<Vec<(String, u32, PathBuf)>> {
     let mut out = Vec::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || {
-            anyhow::anyhow!("--workloads: `{part}`: expected TRACE:A-B or TRACE:N (saturn:1-5)")
-        };
+        let bad =
+            || anyhow::anyhow!("--workloads: `{part}`: expected TRACE:A-B or TRACE:N (saturn:1-5)");
         let (trace, range) = part.split_once(':').ok_or_else(bad)?;
         let (a, b) = range.split_once('-').unwrap_or((range, range));
         let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
@@ -275,21 +283,31 @@ pub fn run(a: TuneArgs) -> Result<()> {
     let files = parse_workloads(&a.data, &a.workloads)?;
     // (label, builder)
     let mut runs: Vec<(String, Box<dyn Fn() -> Result<Box<dyn Policy>>>)> = Vec::new();
-    for p in a.policies.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for p in a
+        .policies
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         let name = p.to_string();
         runs.push((
             name.clone(),
             Box::new(move || pacer_policy::by_name(&name).context("--policies")),
         ));
     }
-    for v in a.variants.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+    for v in a
+        .variants
+        .split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
         let (w, p, hold, sia1, capped) = parse_variant(v)?;
         runs.push((
             format!("sia-pacer {v}"),
             Box::new(move || {
                 let mut s = SiaPacer::new(w, p, hold);
                 s.sia.fresh_by_speed = !sia1;
-                s.explore_cap = capped;
+                s.sia.explore_cap = capped;
                 Ok(Box::new(s) as Box<dyn Policy>)
             }),
         ));
@@ -334,7 +352,11 @@ pub fn run(a: TuneArgs) -> Result<()> {
         }
         means.push((label.clone(), sum / files.len() as f64));
     }
-    println!("\nmean avg JCT over {} workloads ({}):", files.len(), a.workloads);
+    println!(
+        "\nmean avg JCT over {} workloads ({}):",
+        files.len(),
+        a.workloads
+    );
     for (label, m) in &means {
         println!("  {label}: {m:.4} h");
     }

@@ -103,6 +103,11 @@ pub struct Sia {
     /// one-device goodput there, normalised by the slowest type's (`sia-pacer`),
     /// instead of `S = 1` on every type (Sia's).
     pub fresh_by_speed: bool,
+    /// Keep a job within its exploration cap (`JobView::max_replicas`, Sia's);
+    /// `false` (`sia-pacer`): a job with a cap of at least 2 (it has run) may use up
+    /// to its batch limit (`max_batch / min_atomic`, at most 64) on a type it has a
+    /// goodput model for; a cap of 1 stays.
+    pub explore_cap: bool,
     /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
     /// solution so far (deterministic, unlike a wall-clock limit).
     pub node_limit: u64,
@@ -111,7 +116,7 @@ pub struct Sia {
     exact_at_limit: u64,
     exact_failed: u64,
     /// Per job: goodput version and goodput per configuration index.
-    cache: HashMap<JobId, (u64, Vec<f64>)>,
+    cache: HashMap<JobId, (u64, u32, Vec<f64>)>,
     /// Batch candidates with their throughput per (performance model, batch
     /// limits, nodes, devices): they depend on the step-time model only, which all
     /// jobs of one application share on a type, so a job's goodput on a
@@ -131,6 +136,7 @@ impl Sia {
             restart_s: 30.0,
             solver,
             fresh_by_speed: false,
+            explore_cap: true,
             node_limit: DEFAULT_NODE_LIMIT,
             exact_rounds: 0,
             exact_at_limit: 0,
@@ -230,10 +236,27 @@ impl Sia {
         m.best_candidate(cands).map_or(0.0, |b| b.goodput.max(0.0))
     }
 
-    /// Goodput per configuration (0: not usable), cached per goodput version.
+    /// Most devices `job` may get: its `max_replicas`, or without the exploration
+    /// cap its batch limit (see [`Sia::explore_cap`]).
+    fn replica_cap(&self, job: &JobView) -> u32 {
+        let cap = job.max_replicas.max(1);
+        if self.explore_cap || cap < 2 {
+            return cap;
+        }
+        match job.goodput_by_type.iter().flatten().next() {
+            Some(m) => {
+                let by_batch = (m.limits.max_batch / m.limits.min_atomic.max(1.0)) as u32;
+                cap.max(by_batch.min(64))
+            }
+            None => cap,
+        }
+    }
+
+    /// Goodput per configuration (0: not usable), cached per goodput version and cap.
     fn goodputs(&mut self, job: &JobView) -> Vec<f64> {
-        if let Some((v, g)) = self.cache.get(&job.id) {
-            if *v == job.goodput_version {
+        let cap = self.replica_cap(job);
+        if let Some((v, c, g)) = self.cache.get(&job.id) {
+            if *v == job.goodput_version && *c == cap {
                 return g.clone();
             }
         }
@@ -241,7 +264,7 @@ impl Sia {
         let g: Vec<f64> = configs
             .iter()
             .map(|c| {
-                if !job.can_use(DeviceTypeId(c.ty)) || c.gpus > job.max_replicas.max(1) {
+                if !job.can_use(DeviceTypeId(c.ty)) || c.gpus > cap {
                     return 0.0;
                 }
                 let model = match job.goodput_by_type.get(c.ty as usize) {
@@ -260,7 +283,8 @@ impl Sia {
             })
             .collect();
         self.configs = configs;
-        self.cache.insert(job.id, (job.goodput_version, g.clone()));
+        self.cache
+            .insert(job.id, (job.goodput_version, cap, g.clone()));
         g
     }
 

@@ -4,7 +4,7 @@
 //! output, and the fast solver's choice fits and stays close to the exact one.
 
 use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
-use pacer_policy::sia::{place, solve_exact, solve_fast, Sia, SiaPacer, SiaSolver};
+use pacer_policy::sia::{place, solve_exact, solve_fast, Sia, SiaPacer, SiaSolver, Weights};
 use pacer_policy::{check_capacity, ClusterView, JobView, Policy};
 use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfParams};
 use proptest::prelude::*;
@@ -143,7 +143,11 @@ fn serve_all(p: &mut dyn Policy, c: &ClusterSpec, mut js: Vec<JobView>, need: &[
         if js.is_empty() {
             break;
         }
-        let view = ClusterView { now_s: 600.0 + 60.0 * round as f64, cluster: c, jobs: &js };
+        let view = ClusterView {
+            now_s: 600.0 + 60.0 * round as f64,
+            cluster: c,
+            jobs: &js,
+        };
         let a = p.allocate(&view);
         assert!(check_capacity(c, &a).is_ok());
         let mut keep = Vec::new();
@@ -172,13 +176,18 @@ proptest! {
 
     #[test]
     fn sia_pacer_capacity_one_type_and_determinism(
-        shape in shapes(), n in 0usize..40, seed in 0u64..1000, tau in 60.0f64..20000.0
+        shape in shapes(), n in 0usize..40, seed in 0u64..1000, tau in 60.0f64..20000.0,
+        hold in any::<bool>(), young in any::<bool>()
     ) {
+        let w = if young { Weights::Young { tau_gpu_s: tau } } else { Weights::Old { tau_gpu_s: tau } };
         let c = cluster(&shape);
         let js = jobs(n, shape.len(), seed, &c);
         let view = ClusterView { now_s: 600.0, cluster: &c, jobs: &js };
-        let a = SiaPacer::new(Some(tau), true).allocate(&view);
-        let b = SiaPacer::new(Some(tau), true).allocate(&view);
+        let a = SiaPacer::new(w, -0.5, hold).allocate(&view);
+        let b = SiaPacer::new(w, -0.5, hold).allocate(&view);
+        let d = SiaPacer::default().allocate(&view);
+        prop_assert!(check_capacity(&c, &d).is_ok());
+        prop_assert_eq!(d, SiaPacer::default().allocate(&view));
         prop_assert_eq!(&a, &b);
         prop_assert_eq!(a.len(), js.len());
         prop_assert!(check_capacity(&c, &a).is_ok());
@@ -231,25 +240,75 @@ fn sia_pacer_keeps_a_restarting_job_and_weights_young_jobs() {
     // This policy starts the old job at t = 570 s (alone, it gets devices); its
     // restart takes 250 s, so at t = 600 s it keeps exactly those devices, though a
     // young job now competes for them.
-    let mut p = SiaPacer::new(Some(3600.0), true);
+    let mut p = SiaPacer::default();
     let mut idle = old.clone();
     idle.current = Allocation::empty();
     idle.restart_s = Some(250.0);
-    let first = p.allocate(&ClusterView { now_s: 570.0, cluster: &c, jobs: &[idle.clone()] });
+    let first = p.allocate(&ClusterView {
+        now_s: 570.0,
+        cluster: &c,
+        jobs: &[idle.clone()],
+    });
     assert!(!first[0].is_empty());
     let mut busy = idle.clone();
     busy.current = first[0].clone();
     let pair = [busy.clone(), young.clone()];
-    let a = p.allocate(&ClusterView { now_s: 600.0, cluster: &c, jobs: &pair });
+    let a = p.allocate(&ClusterView {
+        now_s: 600.0,
+        cluster: &c,
+        jobs: &pair,
+    });
     assert_eq!(a[0], first[0], "a restarting job keeps its devices");
     // After its restart, the same round may shrink it for the young job.
-    let later = p.allocate(&ClusterView { now_s: 900.0, cluster: &c, jobs: &pair });
+    let later = p.allocate(&ClusterView {
+        now_s: 900.0,
+        cluster: &c,
+        jobs: &pair,
+    });
     assert!(later[1].replicas() > 0, "{later:?}");
     // Without restarts under way, the weights give the young job at least as many
     // devices as Sia's uniform weights do.
-    let view = ClusterView { now_s: 4000.0, cluster: &c, jobs: &js };
-    let las = SiaPacer::new(Some(3600.0), false).allocate(&view);
-    let uni = SiaPacer::new(None, false).allocate(&view);
+    let view = ClusterView {
+        now_s: 4000.0,
+        cluster: &c,
+        jobs: &js,
+    };
+    let las = SiaPacer::new(Weights::Young { tau_gpu_s: 3600.0 }, -0.5, false).allocate(&view);
+    let uni = SiaPacer::new(Weights::Uniform, -0.5, false).allocate(&view);
     assert!(las[1].replicas() >= uni[1].replicas(), "{las:?} vs {uni:?}");
     assert!(las[1].replicas() > 0);
+}
+
+#[test]
+fn sia_pacer_skips_the_ladder_but_keeps_a_cap_of_one() {
+    // 2 nodes of 8: a job that has run on one device (cap 2) may go straight to 8
+    // (its model scales well); a job capped at 1 (rigid, or not run yet) never
+    // gets more than 1.
+    let c = ClusterSpec::parse("2x8:dgx", "t").unwrap();
+    let mut ran = JobView::basic(JobId(0), 0.0, 1);
+    ran.max_replicas = 2;
+    ran.attained_gpu_s = 600.0;
+    ran.goodput_version = 1;
+    let mut g = gfn(1.0, 5000.0);
+    g.perf.alpha_n = 0.0;
+    g.perf.beta_n = 0.0;
+    g.perf.alpha_r = 0.0;
+    g.perf.beta_r = 0.0;
+    ran.goodput_by_type = vec![Some(g)];
+    let mut rigid = ran.clone();
+    rigid.id = JobId(1);
+    rigid.max_replicas = 1;
+    let js = vec![ran, rigid];
+    let view = ClusterView {
+        now_s: 600.0,
+        cluster: &c,
+        jobs: &js,
+    };
+    let a = SiaPacer::default().allocate(&view);
+    assert!(a[0].replicas() > 2, "{a:?}");
+    assert!(a[1].replicas() <= 1, "{a:?}");
+    let mut capped = SiaPacer::default();
+    capped.sia.explore_cap = true;
+    let b = capped.allocate(&view);
+    assert!(b[0].replicas() <= 2, "{b:?}");
 }

@@ -8,7 +8,7 @@
 //!    measured. It costs a restart per doubling (1 → 2 → 4 → 8 devices: three
 //!    restarts of 15–250 s each, and rounds on sizes the job would not choose).
 //!    `sia-pacer` offers a job that has run every configuration up to its batch
-//!    limit (`max_batch / min_atomic`, at most 64, as Sia's cap) whenever it has a
+//!    limit (`max_batch / min_atomic`, at most 64, as Sia's cap; [`Sia::explore_cap`]) whenever it has a
 //!    goodput model for the type; a cap of 1 (a job that has not run, or a rigid
 //!    one-device job: ncf, as in Sia's simulator) stays. With fitted profiles (`--profiles fitted`) the
 //!    model is the type's whole table, so the ladder buys nothing; with online
@@ -64,9 +64,6 @@ pub struct SiaPacer {
     pub weights: Weights,
     /// Keep a job's allocation while the restart it started is under way.
     pub hold_restarts: bool,
-    /// Keep the exploration cap on replicas (`JobView::max_replicas`) as Sia does;
-    /// `false` (default): up to the batch limit wherever the job has a model.
-    pub explore_cap: bool,
     /// Per job: until when (simulation seconds) the restart this policy caused lasts.
     restarting: HashMap<JobId, f64>,
 }
@@ -82,11 +79,11 @@ impl SiaPacer {
         let mut sia = Sia::new(SiaSolver::Fast);
         sia.p = p;
         sia.fresh_by_speed = true;
+        sia.explore_cap = false;
         SiaPacer {
             sia,
             weights,
             hold_restarts,
-            explore_cap: false,
             restarting: HashMap::new(),
         }
     }
@@ -105,31 +102,6 @@ impl Policy for SiaPacer {
         let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
         self.restarting.retain(|id, _| live.contains(id));
         self.sia.forget_finished(view);
-        let widened: Vec<crate::JobView>;
-        let view = if !self.explore_cap {
-            widened = view
-                .jobs
-                .iter()
-                .map(|j| {
-                    let mut j = j.clone();
-                    // Only jobs whose ladder has begun (a cap of 1 stays: a job
-                    // that has not run, or a rigid one-device job such as ncf).
-                    let model = j.goodput_by_type.iter().flatten().next();
-                    if let (true, Some(m)) = (j.max_replicas >= 2, model) {
-                        let by_batch = (m.limits.max_batch / m.limits.min_atomic.max(1.0)) as u32;
-                        j.max_replicas = j.max_replicas.max(by_batch.min(64));
-                    }
-                    j
-                })
-                .collect();
-            &ClusterView {
-                now_s: view.now_s,
-                cluster: view.cluster,
-                jobs: &widened,
-            }
-        } else {
-            view
-        };
         let mut problem = self.sia.problem(view);
         let held = self.sia.held(view);
         // Jobs in a restart this policy caused keep their configuration: out of the
