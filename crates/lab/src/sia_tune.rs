@@ -48,11 +48,16 @@ pub struct TuneArgs {
     pub profiles: String,
 }
 
+/// One round's decisions: per job, whether it had run before and the type it got.
+type RoundRows = (f64, Vec<(JobId, bool, Option<u16>)>);
+/// A label and how to build the policy it names.
+type Builder = (String, Box<dyn Fn() -> Result<Box<dyn Policy>>>);
+
 /// Per-round bookkeeping of a wrapped policy's decisions.
 struct Observe<'a> {
     inner: &'a mut dyn Policy,
     types: usize,
-    last: Option<(f64, Vec<(JobId, bool, Option<u16>)>)>,
+    last: Option<RoundRows>,
     /// Per job: seconds waiting after its first start, seconds per device type.
     waiting: HashMap<JobId, f64>,
     on_type: HashMap<JobId, Vec<f64>>,
@@ -282,7 +287,7 @@ pub fn run(a: TuneArgs) -> Result<()> {
     let apps = pacer_sim::apps::load_sia_dir(&a.data.join("traces"), true)?;
     let files = parse_workloads(&a.data, &a.workloads)?;
     // (label, builder)
-    let mut runs: Vec<(String, Box<dyn Fn() -> Result<Box<dyn Policy>>>)> = Vec::new();
+    let mut runs: Vec<Builder> = Vec::new();
     for p in a
         .policies
         .split(',')
