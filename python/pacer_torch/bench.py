@@ -19,6 +19,12 @@ Printed: time to the target and mean step time per run, ``speedup_vs_ddp`` (DDP'
 to target over pacer's), ``efficiency`` (ideal step ``B / sum v_i`` over the measured
 one, ``v_i`` each rank's measured compute speed in that step), ``overhead_frac``
 (pacer-equal's step time over ddp-equal's, minus 1).
+
+``--emulation calibrated`` (default) pads every rank to a noise-free device measured once
+at start; ``--emulation cpu`` to each step's own CPU time, which on a shared machine
+carries its step-to-step noise into the emulated devices (``signals.py``). ``--trace``
+records every pacer run's steps (``trace.py``) and adds the attribution of its step time
+(``breakdown``) and ``efficiency_sim_def``, the simulator's definition of efficiency.
 """
 
 from __future__ import annotations
@@ -139,6 +145,33 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 # -- one run (inside torchrun) -----------------------------------------------------------
 
 
+def calibrate(args: argparse.Namespace, model: torch.nn.Module, x: torch.Tensor,
+              y: torch.Tensor, world: int) -> Tuple[float, float]:
+    """``--emulation calibrated``: every rank measures the CPU cost of the model's
+    compute at three batch sizes at once (``signals.calibrate_cost``, on a copy of the
+    model), and all use the mean of the ranks' lines: one base core for every rank."""
+    import copy
+
+    import torch.distributed as dist
+
+    from pacer_torch.signals import calibrate_cost
+
+    m = copy.deepcopy(model)
+    B = args.global_batch
+    sizes = sorted({max(1, B // (4 * world)), max(2, B // world), max(3, min(B, 2 * B // world))})
+
+    def step(b: int) -> None:
+        loss = F.cross_entropy(m(x[:b]), y[:b])
+        loss.backward()
+        m.zero_grad(set_to_none=True)
+
+    fixed, per_sample = calibrate_cost(step, sizes, reps=args.calibrate_reps)
+    t = torch.tensor([fixed, per_sample], dtype=torch.float64)
+    dist.all_reduce(t)
+    t /= world
+    return float(t[0]), float(t[1])
+
+
 def _ddp_pad_hook(emulation, clock):
     """DDP communication hook: pad (emulated speed) before the stock averaging all-reduce."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -146,7 +179,7 @@ def _ddp_pad_hook(emulation, clock):
     def hook(state, bucket):
         if bucket.index() == 0 or bucket.is_last():
             if not clock["padded"]:
-                emulation.pad(clock["wall0"], clock["cpu0"])
+                emulation.pad(clock["wall0"], clock["cpu0"], clock["b"])
                 clock["padded"] = True
         return allreduce_hook(state, bucket)
 
@@ -181,13 +214,16 @@ def worker(args: argparse.Namespace) -> None:
     reached: Optional[float] = None
     steps_to_target: Optional[int] = None
     acc = 0.0
+    cost = _parse_cost(args.emulation_cost)
+    if cost is None and args.emulation == "calibrated":
+        cost = calibrate(args, model, x, y, world)
     if mode == "ddp":
-        emulation = Emulation(speeds[rank], time_scale(args, args.model))
-        clock = {"wall0": 0.0, "cpu0": 0.0, "padded": False}
+        emulation = Emulation(speeds[rank], time_scale(args, args.model), cost)
+        local = [B // world + (1 if r < B % world else 0) for r in range(world)]
+        clock = {"wall0": 0.0, "cpu0": 0.0, "padded": False, "b": local[rank]}
         net = torch.nn.parallel.DistributedDataParallel(model)
         net.register_comm_hook(None, _ddp_pad_hook(emulation, clock))
         sampler = ElasticSampler(len(data), args.seed)
-        local = [B // world + (1 if r < B % world else 0) for r in range(world)]
 
         def step_iter():
             while True:
@@ -208,6 +244,7 @@ def worker(args: argparse.Namespace) -> None:
             seed=args.seed,
             speed=speeds,
             time_scale=time_scale(args, args.model),
+            emulation_cost=cost,
         )
 
         def pacer_iter():
@@ -236,6 +273,8 @@ def worker(args: argparse.Namespace) -> None:
         if mode != "ddp" and rank == 0 and step % 10 == 0:
             batches_seen.append(list(pacer.current().batches))
         if step % args.eval_every == 0 or step == args.max_steps:
+            if mode != "ddp" and pacer.current().trace is not None:
+                pacer.current().trace.pause()
             flag = torch.zeros(1)
             if rank == 0:
                 acc = accuracy(model, tx, ty)
@@ -265,8 +304,12 @@ def worker(args: argparse.Namespace) -> None:
             "step_s_median": statistics.median(step_times) if step_times else None,
             "ideal_step_s_mean": statistics.fmean(ideal) if ideal else None,
             "batches_every_10_steps": batches_seen[-5:],
+            "emulation": "calibrated" if cost is not None else "cpu",
+            "emulation_cost_s": list(cost) if cost is not None else None,
         }
         if mode != "ddp":
+            if pacer.current().trace is not None:
+                pacer.current().trace.flush()
             em = pacer.current().emulation
             out["overruns"] = em.overruns
             out["noise_scale"] = pacer.current().noise_scale()
@@ -279,7 +322,8 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_one(args: argparse.Namespace, model: str, mode: str, controller: str, speeds: str,
-            target: float, full: bool, max_steps: int) -> Dict:
+            target: float, full: bool, max_steps: int,
+            cost: Optional[Tuple[float, float]] = None) -> Dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
         world = len(speeds.split(","))
@@ -291,10 +335,16 @@ def run_one(args: argparse.Namespace, model: str, mode: str, controller: str, sp
             f"--global-batch={args.global_batch}", f"--time-scale={time_scale(args, model)}",
             f"--target={target}", f"--max-steps={max_steps}", f"--eval-every={args.eval_every}",
             f"--eval-samples={args.eval_samples}", f"--warmup={args.warmup}",
-            f"--seed={args.seed}", f"--out={out}",
-        ] + ([f"--lr={args.lr}"] if args.lr is not None else []) + (
+            f"--seed={args.seed}", f"--out={out}", f"--emulation={args.emulation}",
+            f"--calibrate-reps={args.calibrate_reps}",
+        ] + ([f"--emulation-cost={cost[0]!r},{cost[1]!r}"] if cost is not None else []) + ([f"--lr={args.lr}"] if args.lr is not None else []) + (
             [f"--data={args.data}"] if args.data else []) + (["--full"] if full else [])
         env = dict(os.environ, OMP_NUM_THREADS="1")
+        trace_dir = os.path.join(tmp, "trace")
+        if args.trace and mode != "ddp":
+            env["PACER_TRACE"] = trace_dir
+        else:
+            env.pop("PACER_TRACE", None)
         t0 = time.perf_counter()
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.run_timeout)
         if p.returncode != 0 or not os.path.exists(out):
@@ -303,6 +353,16 @@ def run_one(args: argparse.Namespace, model: str, mode: str, controller: str, sp
         with open(out) as f:
             r = json.load(f)
         r["wall_s"] = time.perf_counter() - t0
+        if args.trace and mode != "ddp":
+            from .trace import analyse, load
+
+            r["breakdown"] = analyse(load(trace_dir), skip=args.warmup)
+            if args.trace_keep:
+                import shutil
+
+                dest = os.path.join(args.trace_keep, f"{model}-{mode}-{controller}-{speeds}")
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(trace_dir, dest)
         return r
 
 
@@ -314,6 +374,8 @@ def orchestrate(args: argparse.Namespace) -> None:
         "data": data_dir or "generated (no MNIST files found)",
         "speeds": speeds,
         "global_batch": args.global_batch,
+        "emulation": args.emulation,
+        "load_average_start": _loadavg(),
         "time_scale": {m: time_scale(args, m) for m in args.models.split(",")},
         "ideal_speedup": sum(speeds) / (len(speeds) * min(speeds)),
         "models": {},
@@ -321,14 +383,21 @@ def orchestrate(args: argparse.Namespace) -> None:
     targets = {"mlp": args.target_mlp, "cnn": args.target_cnn}
     for model in args.models.split(","):
         runs: Dict[str, Dict] = {}
+        # Calibrated emulation: the first run measures the device, every later run of the
+        # model emulates that same device (a run calibrated under other load would not).
+        cost = _parse_cost(args.emulation_cost)
         for mode, ctl in [("ddp", "uniform")] + [("pacer", c) for c in args.controllers.split(",")]:
             key = "ddp" if mode == "ddp" else ctl
-            runs[key] = run_one(args, model, mode, ctl, args.speeds, targets[model], False, args.max_steps)
+            runs[key] = run_one(args, model, mode, ctl, args.speeds, targets[model], False,
+                                args.max_steps, cost)
+            if args.emulation == "calibrated" and cost is None:
+                cost = tuple(runs[key]["emulation_cost_s"])  # type: ignore[assignment]
             log(args, f"{model} {key}: {summary(runs[key])}")
         for mode, key in (("ddp", "ddp-equal"), ("pacer", "pacer-equal")):
-            runs[key] = run_one(args, model, mode, "lbbsp", equal, 2.0, True, args.overhead_steps)
+            runs[key] = run_one(args, model, mode, "lbbsp", equal, 2.0, True,
+                                args.overhead_steps, cost)
             log(args, f"{model} {key}: {summary(runs[key])}")
-        res: Dict[str, object] = {"runs": runs}
+        res: Dict[str, object] = {"runs": runs, "emulation_cost_s": cost}
         ddp = runs["ddp"]
         for ctl in args.controllers.split(","):
             r = runs[ctl]
@@ -339,8 +408,11 @@ def orchestrate(args: argparse.Namespace) -> None:
                 "step_speedup_vs_ddp": ddp["step_s_mean"] / r["step_s_mean"],
                 "efficiency": r["ideal_step_s_mean"] / r["step_s_mean"],
             }
+            if "breakdown" in r:
+                res[ctl]["efficiency_sim_def"] = r["breakdown"]["efficiency_sim_def"]
         res["overhead_frac"] = runs["pacer-equal"]["step_s_mean"] / runs["ddp-equal"]["step_s_mean"] - 1
         report["models"][model] = res  # type: ignore[index]
+    report["load_average_end"] = _loadavg()
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -350,6 +422,23 @@ def orchestrate(args: argparse.Namespace) -> None:
                 print(f"{model} {ctl}: speedup_vs_ddp {fmt(r['speedup_vs_ddp'])}, "
                       f"efficiency {fmt(r['efficiency'])}")
             print(f"{model}: overhead_frac {res['overhead_frac']:+.4f}")
+
+
+def _parse_cost(text: Optional[str]) -> Optional[Tuple[float, float]]:
+    if text is None:
+        return None
+    try:
+        fixed, per_sample = (float(v) for v in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--emulation-cost: {text!r} (expected FIXED_S,PER_SAMPLE_S)") from None
+    return fixed, per_sample
+
+
+def _loadavg() -> Optional[List[float]]:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def time_scale(args: argparse.Namespace, model: str) -> float:
@@ -385,6 +474,15 @@ def main(argv: Optional[List[str]] = None) -> None:
                    "default per model: --time-scale-mlp, --time-scale-cnn")
     p.add_argument("--time-scale-mlp", type=float, default=64.0)
     p.add_argument("--time-scale-cnn", type=float, default=16.0)
+    p.add_argument("--emulation", choices=("cpu", "calibrated"), default="calibrated",
+                   help="calibrated (default): pad to time_scale * (fixed + per_sample * b) "
+                   "/ speed, CPU costs measured once at start, a noise-free device; cpu: pad "
+                   "each step to time_scale * its own CPU time / speed (the machine's "
+                   "step-to-step noise included) (signals.py)")
+    p.add_argument("--calibrate-reps", type=int, default=20)
+    p.add_argument("--emulation-cost", default=None,
+                   help="FIXED_S,PER_SAMPLE_S: the calibrated device's CPU costs instead of "
+                   "measuring them (implies a calibrated emulation)")
     p.add_argument("--target-mlp", type=float, default=0.95)
     p.add_argument("--target-cnn", type=float, default=0.95)
     p.add_argument("--max-steps", type=int, default=600)
@@ -399,6 +497,11 @@ def main(argv: Optional[List[str]] = None) -> None:
                    "/work/shared/data/mnist, data/mnist; else generated data)")
     p.add_argument("--run-timeout", type=float, default=1800.0)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--trace", action="store_true",
+                   help="trace every pacer run (PACER_TRACE, trace.py) and add its per-step "
+                   "breakdown of the step time to the report")
+    p.add_argument("--trace-keep", default=None,
+                   help="with --trace: copy each run's trace files into this directory")
     # One run, inside torchrun.
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", default="mlp", help=argparse.SUPPRESS)
@@ -413,6 +516,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     for c in args.controllers.split(","):
         if c not in ("uniform", "lbbsp", "lbbsp-cpu", "lbbsp-gpu", "pid"):
             p.error(f"--controllers: unknown controller {c!r}")
+    if args.emulation_cost is not None:
+        from pacer_torch.signals import Emulation
+
+        try:
+            Emulation(1.0, 1.0, _parse_cost(args.emulation_cost))
+        except ValueError as e:
+            p.error(f"--emulation-cost: {e}")
     if args.global_batch < len(args.speeds.split(",")):
         p.error("--global-batch: smaller than the number of ranks")
     if args.worker:

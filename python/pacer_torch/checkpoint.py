@@ -119,7 +119,8 @@ def load(job: "Job", path: str) -> None:
             else:
                 session.join(r, 1, caps[r])
     try:
-        batches = list(session.decide()[0])
+        decision = session.decide()
+        batches, predicted = list(decision[0]), list(decision[1])
     except ValueError as e:
         raise ValueError(f"max_local_batch: the checkpoint's batches do not fit: {e}") from None
     job.model.module.load_state_dict(state["model"])
@@ -127,6 +128,7 @@ def load(job: "Job", path: str) -> None:
         job.optimizer.load_state_dict(state["optimizer"])
     job.sampler.load_state_dict(state["sampler"])
     job.session, job.gns, job.batches = session, gns, batches
+    job.predicted = predicted
     job.steps, job.samples = int(state["steps"]), int(state["samples"])
     job.lr_gain = float(state["lr_gain"])
     job.restored = True

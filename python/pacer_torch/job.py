@@ -24,6 +24,7 @@ from . import _native
 from .report import Reporter
 from .sampler import ElasticSampler
 from .signals import Emulation, LoadMonitor
+from .trace import Tracer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .parallel import DataParallel
@@ -100,7 +101,10 @@ class Job:
             else:
                 session.join(r, 1, cap)
         self.session = session
-        self.batches: List[int] = list(session.decide()[0])
+        decision = session.decide()
+        self.batches: List[int] = list(decision[0])
+        #: The speeds the session predicted for the coming step (samples/s; 0: none).
+        self.predicted: List[float] = list(decision[1])
         self.gns = _native.Gns(float(global_batch))
         self.sampler = ElasticSampler(num_samples, seed)
         self.emulation = emulation
@@ -120,6 +124,7 @@ class Job:
         self.stop_requested = False
         self.restored = False
         self.reporter = Reporter.from_env(self.rank)
+        self.trace = Tracer.from_env(self.rank)
         self.started = time.perf_counter()
         self._prev_handler = None
         self._sigterm = False
@@ -169,6 +174,11 @@ class Job:
         sizes = self.sampler.step_batches(self.batches)
         idx = self.sampler.take(self.batches)
         self.step_ctx = StepContext(sizes=sizes, wall0=wall0, cpu0=cpu0)
+        if self.trace is not None:
+            r = self.rank
+            self.trace.row.update(
+                t_begin=wall0, c_begin=cpu0, b=sizes[r], pred_v=self.predicted[r]
+            )
         return idx
 
     def end_compute(self) -> Tuple[float, float, float]:
@@ -178,8 +188,17 @@ class Job:
         ctx = self.step_ctx
         assert ctx is not None
         if self.emulation.active:
-            self.emulation.pad(ctx.wall0, ctx.cpu0)
+            self.emulation.pad(ctx.wall0, ctx.cpu0, ctx.sizes[self.rank])
         compute = time.perf_counter() - ctx.wall0
+        if self.trace is not None:
+            em = self.emulation
+            if em.active:
+                self.trace.mark(
+                    "pad_end", cpu=em.last_cpu, target=em.last_target, overrun=em.last_overrun
+                )
+            else:
+                cpu = time.thread_time() - ctx.cpu0
+                self.trace.mark("pad_end", cpu=cpu, target=compute, overrun=False)
         cpu, mem = self.monitor.sample()
         return compute, cpu, mem
 
@@ -217,7 +236,9 @@ class Job:
         for r, (c, m) in enumerate(self.signals):
             self.session.set_next_signals(r, c, m)
         if full:
-            self.batches = list(self.session.decide()[0])
+            decision = self.session.decide()
+            self.batches = list(decision[0])
+            self.predicted = list(decision[1])
         self.stats.speeds = [
             sizes[r] / rows[r][COMPUTE] if rows[r][COMPUTE] > 0 else 0.0 for r in range(self.world)
         ]
@@ -239,6 +260,9 @@ class Job:
                 "once per batch the DataLoader yields"
             )
         now = time.perf_counter()
+        if self.trace is not None:
+            self.trace.mark("end")
+            self.trace.commit()
         st = self.stats
         if st.last_end is not None:
             st.step_wall_s = now - st.last_end
@@ -278,7 +302,9 @@ class Job:
         """Changes the global batch from the next step on (session rebuilt with the same
         members and their recent observations); the LR gain follows it."""
         self.session = self.session.with_global_batch(global_batch)
-        self.batches = list(self.session.decide()[0])
+        decision = self.session.decide()
+        self.batches = list(decision[0])
+        self.predicted = list(decision[1])
         gain = self.gns.gain(float(global_batch))
         self.lr_gain = gain if gain is not None and math.isfinite(gain) else 1.0
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -106,8 +106,13 @@ class DataParallel(torch.nn.Module):
             sqr = 0.0
         row = job.local_row(measured, sqr)
         buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
+        trace = job.trace
+        if trace is not None:
+            trace.mark("arrive")
         if _dist_on():
             dist.all_reduce(buf)
+        if trace is not None:
+            trace.mark("reduced")
         agg_sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
         rows = buf[n_par:].view(world, ROW).cpu().tolist()
         at = 0
@@ -120,6 +125,8 @@ class DataParallel(torch.nn.Module):
                     p.grad.copy_(g)
                 at += n
         job.gathered(rows, agg_sqr)
+        if trace is not None:
+            trace.mark("gathered")
 
 
 def _speed_for(rank: int, speed: Union[None, float, Sequence[float]]) -> float:
@@ -151,7 +158,9 @@ class DataLoader:
     ``pid``) from speeds predicted by ``predictor`` (``last``, ``ewma``, ``ets``,
     ``narx``). ``max_local_batch``: this rank's cap (each rank passes its own).
     ``speed``: heterogeneity emulation (a number, or one per rank), with ``time_scale``
-    (``signals.py``). ``adaptive_batch``: move the global batch to the goodput-optimal
+    (``signals.py``); ``emulation_cost``: ``(fixed_s, per_sample_s)`` of a noise-free
+    emulated device (``signals.calibrate_cost``) instead of the step's own CPU time.
+    ``adaptive_batch``: move the global batch to the goodput-optimal
     one in ``[global_batch, max_global_batch]`` every ``adapt_every`` steps
     (python/README.md). ``checkpoint_dir`` (default ``PACER_CHECKPOINT_DIR``): where a
     stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes.
@@ -168,6 +177,7 @@ class DataLoader:
         max_local_batch: Optional[int] = None,
         speed: Union[None, float, Sequence[float]] = None,
         time_scale: float = 1.0,
+        emulation_cost: Optional[Tuple[float, float]] = None,
         adaptive_batch: bool = False,
         max_global_batch: Optional[int] = None,
         adapt_every: int = 50,
@@ -206,7 +216,7 @@ class DataLoader:
             )
         if not isinstance(adapt_every, int) or adapt_every < 1:
             raise ValueError(f"adapt_every: {adapt_every!r} (expected an integer >= 1)")
-        emulation = Emulation(_speed_for(rank, speed), time_scale)
+        emulation = Emulation(_speed_for(rank, speed), time_scale, emulation_cost)
         try:
             num_samples = len(dataset)  # type: ignore[arg-type]
         except TypeError:

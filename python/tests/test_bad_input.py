@@ -48,6 +48,10 @@ def test_unknown_controller_and_predictor():
 def test_emulation_and_adaptive_arguments():
     refused(r"^speed: 0", global_batch=8, speed=0)
     refused(r"^time_scale: 0\.5", global_batch=8, time_scale=0.5)
+    refused(r"^emulation_cost: \(0\.001, 0\.0\) \(expected finite fixed_s >= 0 and "
+            r"per_sample_s > 0\)", global_batch=8, emulation_cost=(0.001, 0.0))
+    refused(r"^emulation_cost: 3 \(expected \(fixed_s, per_sample_s\)\)", global_batch=8,
+            emulation_cost=3)
     refused(r"^max_global_batch: 4 is below global_batch 8", global_batch=8,
             adaptive_batch=True, max_global_batch=4)
 

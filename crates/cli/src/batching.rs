@@ -8,6 +8,7 @@
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use pacer_cli::json::BatchingEval;
 use pacer_workersim::{
     bench::bench, evaluate_with, format_table, load_scenario, simulate, GateConfig, SimOptions,
     CONTROLLERS, PREDICTORS,
@@ -195,10 +196,13 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
     }
     let text = if !a.json {
         format_table(&reports)
-    } else if reports.len() == 1 {
-        format!("{}\n", serde_json::to_string_pretty(&reports[0])?)
     } else {
-        format!("{}\n", serde_json::to_string_pretty(&reports)?)
+        let out = if reports.len() == 1 {
+            BatchingEval::One(Box::new(reports.swap_remove(0)))
+        } else {
+            BatchingEval::Many(reports)
+        };
+        format!("{}\n", serde_json::to_string_pretty(&out)?)
     };
     crate::out::print(&text)
 }

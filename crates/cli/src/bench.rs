@@ -17,6 +17,7 @@
 
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
+use pacer_cli::json::{BenchRound, LpReport, RoundReport, ScaleReport, SimReport};
 use pacer_model::{Allocation, ClusterSpec, JobId};
 use pacer_policy::{ClusterView, JobView};
 use pacer_predict::goodput::{
@@ -25,7 +26,6 @@ use pacer_predict::goodput::{
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::{trace, SimConfig, Simulation};
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
 use std::time::Instant;
 
 mod round_sim;
@@ -126,40 +126,6 @@ pub struct SimBenchArgs {
     pub repeat: usize,
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct RoundReport {
-    policy: String,
-    jobs: usize,
-    gpus: u32,
-    /// First round: every cache empty.
-    round_ms: f64,
-    /// Median of later rounds (10% of jobs changed model, allocations carried over).
-    warm_round_ms: f64,
-    allocated_gpus: u32,
-    /// The policy's own account ([`pacer_policy::Policy::notes`]).
-    notes: String,
-}
-
-#[derive(Debug, Serialize)]
-struct LpReport {
-    jobs: usize,
-    device_types: usize,
-    max_min_ms: f64,
-    ftf_ms: f64,
-    ftf_lps: u32,
-    ftf_max_rho: f64,
-}
-
-#[derive(Debug, Serialize)]
-struct SimReport {
-    policy: String,
-    workload: String,
-    jobs: usize,
-    /// Median wall time of one whole simulation.
-    wall_ms: f64,
-    avg_jct_s: f64,
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -273,6 +239,58 @@ fn round(a: RoundArgs) -> Result<()> {
     if a.apps.is_some() {
         bail!("--apps: only with --workload (the synthetic jobs carry their own models)");
     }
+    let cluster = round_cluster(&a)?;
+    let policies = crate::simulate::policy_names(&a.policy)?;
+    let mut jobs = bench_jobs(&a);
+    let mut reports = Vec::new();
+    for p in &policies {
+        reports.push(time_policy(p, &a, &cluster, &mut jobs)?);
+    }
+    let gavel_lp = policies
+        .iter()
+        .any(|p| p.starts_with("gavel"))
+        .then(|| time_gavel_lp(&a, &cluster, &mut jobs));
+    let out = BenchRound {
+        rounds: reports,
+        gavel_lp,
+    };
+    if a.json {
+        putline!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        if let Some(l) = &out.gavel_lp {
+            putline!(
+                "gavel LP, {} jobs × {} device types: max-min {:.1} ms (1 LP); finish-time fairness {:.1} ms ({} LPs of bisection, max ρ bound {:.3})",
+                l.jobs, l.device_types, l.max_min_ms, l.ftf_ms, l.ftf_lps, l.ftf_max_rho
+            );
+        }
+        putline!(
+            "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}  notes",
+            "policy",
+            "jobs",
+            "gpus",
+            "round_ms",
+            "warm_round_ms",
+            "allocated"
+        );
+        for r in &out.rounds {
+            putline!(
+                "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}  {}",
+                r.policy,
+                r.jobs,
+                r.gpus,
+                r.round_ms,
+                r.warm_round_ms,
+                r.allocated_gpus,
+                r.notes
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `bench round`'s flags checked, and the cluster they describe: `--types` device
+/// types (v100, p100, k80) in near-equal node counts, or T4s alone.
+fn round_cluster(a: &RoundArgs) -> Result<ClusterSpec> {
     if a.jobs == 0 || a.gpus == 0 || a.gpus_per_node == 0 || !a.gpus.is_multiple_of(a.gpus_per_node)
     {
         bail!("--jobs and --gpus must be ≥ 1 and --gpus a multiple of --gpus-per-node");
@@ -300,12 +318,16 @@ fn round(a: RoundArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let cluster = ClusterSpec::parse(&spec, "--gpus")?;
-    let policies = crate::simulate::policy_names(&a.policy)?;
+    Ok(ClusterSpec::parse(&spec, "--gpus")?)
+}
+
+/// `--jobs` synthetic jobs, seeded: sizes, ages, attained service, goodput and
+/// speed models, loss curves.
+fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
     let goodputs = app_goodputs();
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
     let sizes = [1u32, 1, 1, 1, 1, 1, 1, 2, 2, 4, 4, 8, 16];
-    let mut jobs: Vec<JobView> = (0..a.jobs)
+    (0..a.jobs)
         .map(|i| {
             let r = sizes[rng.random_range(0..sizes.len())];
             JobView {
@@ -327,118 +349,91 @@ fn round(a: RoundArgs) -> Result<()> {
                 quality: Some(bench_quality(&mut rng)),
             }
         })
-        .collect();
-    let mut reports = Vec::new();
-    for p in &policies {
-        let mut policy = pacer_policy::by_name(p).expect("validated");
-        for j in &mut jobs {
-            j.current = Allocation::empty();
-        }
-        let t = Instant::now();
-        let view = ClusterView {
-            now_s: 36_000.0,
-            cluster: &cluster,
-            jobs: &jobs,
-        };
-        let out = policy.allocate(&view);
-        let cold = t.elapsed().as_secs_f64() * 1e3;
-        pacer_policy::check_capacity(&cluster, &out).map_err(anyhow::Error::msg)?;
-        let mut allocs = out;
-        let mut warm = Vec::new();
-        for k in 0..a.rounds {
-            for (j, al) in jobs.iter_mut().zip(&allocs) {
-                j.current = al.clone();
-                j.attained_gpu_s += 60.0 * al.replicas() as f64;
-            }
-            for j in jobs.iter_mut().skip(k % 10).step_by(10) {
-                j.goodput_version += 1;
-            }
-            let view = ClusterView {
-                now_s: 36_060.0 + 60.0 * k as f64,
-                cluster: &cluster,
-                jobs: &jobs,
-            };
-            let t = Instant::now();
-            allocs = policy.allocate(&view);
-            warm.push(t.elapsed().as_secs_f64() * 1e3);
-            pacer_policy::check_capacity(&cluster, &allocs).map_err(anyhow::Error::msg)?;
-        }
-        reports.push(RoundReport {
-            policy: p.to_string(),
-            jobs: a.jobs,
-            gpus: a.gpus,
-            round_ms: cold,
-            warm_round_ms: median(warm),
-            allocated_gpus: allocs.iter().map(|x| x.replicas()).sum(),
-            notes: policy.notes(),
-        });
+        .collect()
+}
+
+/// One policy's first (cold) round on `jobs`, then `--rounds` warm rounds with
+/// allocations carried over and a tenth of the jobs' models changed each round.
+fn time_policy(
+    p: &str,
+    a: &RoundArgs,
+    cluster: &ClusterSpec,
+    jobs: &mut [JobView],
+) -> Result<RoundReport> {
+    let mut policy = pacer_policy::by_name(p).expect("validated");
+    for j in jobs.iter_mut() {
+        j.current = Allocation::empty();
     }
-    let lp = if policies.iter().any(|p| p.starts_with("gavel")) {
-        use pacer_policy::gavel::{solve_ftf, solve_max_min, LpInput};
-        for j in &mut jobs {
-            j.current = Allocation::empty();
-        }
-        let view = ClusterView {
-            now_s: 36_000.0,
-            cluster: &cluster,
-            jobs: &jobs,
-        };
-        let t = Instant::now();
-        let inp = LpInput::new(&view);
-        let _ = solve_max_min(&inp);
-        let max_min_ms = t.elapsed().as_secs_f64() * 1e3;
-        let elapsed: Vec<f64> = jobs.iter().map(|j| 36_000.0 - j.arrival_s).collect();
-        let left: Vec<f64> = jobs.iter().map(|j| j.work_left).collect();
-        // A tight tolerance forces the whole bisection (12 LPs), the worst case of
-        // a re-solve; the policy itself stops at 2%.
-        let t = Instant::now();
-        let (_, rho, lps) = solve_ftf(&inp, &elapsed, &left, 1e-4, 12);
-        Some(LpReport {
-            jobs: a.jobs,
-            device_types: cluster.device_types.len(),
-            max_min_ms,
-            ftf_ms: t.elapsed().as_secs_f64() * 1e3,
-            ftf_lps: lps,
-            ftf_max_rho: rho,
-        })
-    } else {
-        None
+    let t = Instant::now();
+    let view = ClusterView {
+        now_s: 36_000.0,
+        cluster,
+        jobs,
     };
-    if a.json {
-        putline!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"rounds": reports, "gavel_lp": lp}))?
-        );
-    } else {
-        if let Some(l) = &lp {
-            putline!(
-                "gavel LP, {} jobs × {} device types: max-min {:.1} ms (1 LP); finish-time fairness {:.1} ms ({} LPs of bisection, max ρ bound {:.3})",
-                l.jobs, l.device_types, l.max_min_ms, l.ftf_ms, l.ftf_lps, l.ftf_max_rho
-            );
+    let out = policy.allocate(&view);
+    let cold = t.elapsed().as_secs_f64() * 1e3;
+    pacer_policy::check_capacity(cluster, &out).map_err(anyhow::Error::msg)?;
+    let mut allocs = out;
+    let mut warm = Vec::new();
+    for k in 0..a.rounds {
+        for (j, al) in jobs.iter_mut().zip(&allocs) {
+            j.current = al.clone();
+            j.attained_gpu_s += 60.0 * al.replicas() as f64;
         }
-        putline!(
-            "{:<9} {:>6} {:>7} {:>10} {:>14} {:>10}  notes",
-            "policy",
-            "jobs",
-            "gpus",
-            "round_ms",
-            "warm_round_ms",
-            "allocated"
-        );
-        for r in &reports {
-            putline!(
-                "{:<9} {:>6} {:>7} {:>10.2} {:>14.2} {:>10}  {}",
-                r.policy,
-                r.jobs,
-                r.gpus,
-                r.round_ms,
-                r.warm_round_ms,
-                r.allocated_gpus,
-                r.notes
-            );
+        for j in jobs.iter_mut().skip(k % 10).step_by(10) {
+            j.goodput_version += 1;
         }
+        let view = ClusterView {
+            now_s: 36_060.0 + 60.0 * k as f64,
+            cluster,
+            jobs,
+        };
+        let t = Instant::now();
+        allocs = policy.allocate(&view);
+        warm.push(t.elapsed().as_secs_f64() * 1e3);
+        pacer_policy::check_capacity(cluster, &allocs).map_err(anyhow::Error::msg)?;
     }
-    Ok(())
+    Ok(RoundReport {
+        policy: p.to_string(),
+        jobs: a.jobs,
+        gpus: a.gpus,
+        round_ms: cold,
+        warm_round_ms: median(warm),
+        allocated_gpus: allocs.iter().map(|x| x.replicas()).sum(),
+        notes: policy.notes(),
+    })
+}
+
+/// Gavel's LPs alone on `jobs` from empty allocations: max-min (one LP) and
+/// finish-time fairness (its whole bisection).
+fn time_gavel_lp(a: &RoundArgs, cluster: &ClusterSpec, jobs: &mut [JobView]) -> LpReport {
+    use pacer_policy::gavel::{solve_ftf, solve_max_min, LpInput};
+    for j in jobs.iter_mut() {
+        j.current = Allocation::empty();
+    }
+    let view = ClusterView {
+        now_s: 36_000.0,
+        cluster,
+        jobs,
+    };
+    let t = Instant::now();
+    let inp = LpInput::new(&view);
+    let _ = solve_max_min(&inp);
+    let max_min_ms = t.elapsed().as_secs_f64() * 1e3;
+    let elapsed: Vec<f64> = jobs.iter().map(|j| 36_000.0 - j.arrival_s).collect();
+    let left: Vec<f64> = jobs.iter().map(|j| j.work_left).collect();
+    // A tight tolerance forces the whole bisection (12 LPs), the worst case of
+    // a re-solve; the policy itself stops at 2%.
+    let t = Instant::now();
+    let (_, rho, lps) = solve_ftf(&inp, &elapsed, &left, 1e-4, 12);
+    LpReport {
+        jobs: a.jobs,
+        device_types: cluster.device_types.len(),
+        max_min_ms,
+        ftf_ms: t.elapsed().as_secs_f64() * 1e3,
+        ftf_lps: lps,
+        ftf_max_rho: rho,
+    }
 }
 
 fn simulate(a: SimBenchArgs) -> Result<()> {
@@ -522,25 +517,6 @@ fn simulate(a: SimBenchArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-#[derive(Debug, Serialize)]
-struct ScaleReport {
-    policy: String,
-    jobs: usize,
-    finished: usize,
-    /// Wall time of the whole simulation (s), trace generation excluded.
-    wall_s: f64,
-    /// CPU time of this process during it (user + system, s); below `wall_s`
-    /// when other processes share the cores.
-    cpu_s: f64,
-    rounds: usize,
-    /// Wall time per round (µs).
-    round_us: f64,
-    /// Most jobs active (arrived, unfinished) in any round.
-    max_active: u32,
-    makespan_days: f64,
-    avg_restarts: f64,
 }
 
 /// CPU seconds (user + system) this process has used.

@@ -3,12 +3,12 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
+use pacer_cli::json::FitReport;
 use pacer_model::profile::{parse_placements, parse_scalability};
 use pacer_predict::itertime::{
     evaluate, fit, rows_from_placements, rows_from_scalability, split_extrapolate, split_random,
     ItertimeError, ModelKind, StepRow,
 };
-use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -35,18 +35,6 @@ pub struct FitArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct FitReport {
-    model: &'static str,
-    split: String,
-    rows_train: usize,
-    rows_test: usize,
-    median_abs_pct_error: f64,
-    p90_abs_pct_error: f64,
-    max_abs_pct_error: f64,
-    params: serde_json::Value,
 }
 
 /// The rows of both files, and how many come from `--placements` (the first ones).
@@ -170,7 +158,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         let (model, stats) = evaluate(kind, &rows, &split)
             .map_err(|e| diagnose(&args, kind, &rows, n_placements, e))?;
         reports.push(FitReport {
-            model: kind.name(),
+            model: kind.name().to_string(),
             split: args.split.clone(),
             rows_train: split.train.len(),
             rows_test: stats.rows,

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
+use pacer_cli::json::{CourierAnswer, MarginPct, Pick, Recommendation, SearchAnswer};
 use pacer_control::job::courier::{self, Scored};
 use pacer_control::job::search::{self, Costed, Objective};
 use pacer_control::job::{batch_grid, candidates, Candidate, MachineType, MeasuredTable};
@@ -10,7 +11,6 @@ use pacer_predict::convergence::ConvergenceModel;
 use pacer_predict::itertime::{
     error_stats, fit, rows_from_placements, rows_from_scalability, split_random, ModelKind,
 };
-use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -41,19 +41,6 @@ pub struct RecommendArgs {
     pub seed: u64,
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct Pick {
-    batch: f64,
-    replicas: u32,
-    nodes: u32,
-    machine: String,
-    predicted_time_s: f64,
-    predicted_metric: f64,
-    predicted_cost: f64,
-    measured_time_s: Option<f64>,
-    measured_metric: Option<f64>,
 }
 
 fn parse_price(s: &str) -> anyhow::Result<MachineType> {
@@ -206,36 +193,22 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
             let ch = courier::choose_with(&cands, &model, &conv, epochs, args.slo_s, &margins);
             let or = courier::oracle(&cands, &table, &conv, epochs, args.slo_s);
             let p = |s: &Option<Scored>| s.as_ref().map(|s| mk(&s.candidate, s.time_s, s.metric));
-            serde_json::json!({
-                "objective": "accuracy", "epochs": epochs, "slo_s": args.slo_s,
-                "margin_pct": {
-                    "measured": margins.measured * 100.0,
-                    "interpolated": margins.interpolated * 100.0,
-                    "extrapolated": margins.extrapolated * 100.0,
+            Recommendation::Accuracy(CourierAnswer {
+                epochs,
+                slo_s: args.slo_s,
+                margin_pct: MarginPct {
+                    measured: margins.measured * 100.0,
+                    interpolated: margins.interpolated * 100.0,
+                    extrapolated: margins.extrapolated * 100.0,
                 },
-                "metric_higher_is_better": conv.higher_is_better,
-                "choice": p(&ch.best), "runner_up": p(&ch.runner_up), "oracle": p(&or.best),
+                metric_higher_is_better: conv.higher_is_better,
+                choice: p(&ch.best),
+                runner_up: p(&ch.runner_up),
+                oracle: p(&or.best),
             })
         }
         Some(o) => {
-            let target = conv
-                .curves
-                .iter()
-                .map(|c| c.points.last().map(|p| p.1).unwrap_or(f64::NAN))
-                .fold(
-                    if conv.higher_is_better {
-                        f64::INFINITY
-                    } else {
-                        f64::NEG_INFINITY
-                    },
-                    |a, b| {
-                        if conv.higher_is_better {
-                            a.min(b)
-                        } else {
-                            a.max(b)
-                        }
-                    },
-                );
+            let target = common_target(&conv);
             let cands = candidates(&table, &measured, machines.len(), args.max_replicas);
             let within = |v: Vec<Costed>, m: f64| -> Vec<Costed> {
                 v.into_iter()
@@ -264,15 +237,24 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
                     pk
                 })
             };
-            serde_json::json!({
-                "objective": args.objective, "target_metric": target, "slo_s": args.slo_s,
-                "margin_pct": margin * 100.0,
-                "choice": p(search::best(&pred, o)), "oracle": p(search::best(&meas, o)),
-                "pareto": search::pareto(&pred).iter().map(|c| p(Some(c))).collect::<Vec<_>>(),
-            })
+            let answer = SearchAnswer {
+                target_metric: target,
+                slo_s: args.slo_s,
+                margin_pct: margin * 100.0,
+                choice: p(search::best(&pred, o)),
+                oracle: p(search::best(&meas, o)),
+                pareto: search::pareto(&pred)
+                    .iter()
+                    .filter_map(|c| p(Some(c)))
+                    .collect(),
+            };
+            match o {
+                Objective::Time => Recommendation::Time(answer),
+                Objective::Cost => Recommendation::Cost(answer),
+            }
         }
     };
-    if out["choice"].is_null() {
+    if out.choice().is_none() {
         let m = if objective.is_none() {
             format!(
                 "safety margins {:.1}% measured / {:.1}% interpolated / {:.1}% extrapolated",
@@ -297,31 +279,67 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
     crate::out::print(&render(&out, args.json, priced)?)
 }
 
+/// The metric every measured batch reaches (the worst of the curves' last points).
+fn common_target(conv: &ConvergenceModel) -> f64 {
+    conv.curves
+        .iter()
+        .map(|c| c.points.last().map(|p| p.1).unwrap_or(f64::NAN))
+        .fold(
+            if conv.higher_is_better {
+                f64::INFINITY
+            } else {
+                f64::NEG_INFINITY
+            },
+            |a, b| {
+                if conv.higher_is_better {
+                    a.min(b)
+                } else {
+                    a.max(b)
+                }
+            },
+        )
+}
+
 /// The answer as printed: pretty JSON (`--json`), else one line per pick.
-fn render(out: &serde_json::Value, json: bool, priced: bool) -> anyhow::Result<String> {
+fn render(out: &Recommendation, json: bool, priced: bool) -> anyhow::Result<String> {
     let mut text = String::new();
     if json {
         writeln!(text, "{}", serde_json::to_string_pretty(out)?)?;
-    } else {
-        for key in ["choice", "runner_up", "oracle"] {
-            let v = &out[key];
-            if v.is_null() {
-                continue;
-            }
-            writeln!(
-                text,
-                "{key:<10} batch {:>6} replicas {:>3} on {} nodes ({}): predicted {} s, metric {}, cost {}; measured {} s",
-                v["batch"], v["replicas"], v["nodes"], v["machine"].as_str().unwrap_or(""),
-                fixed(v["predicted_time_s"].as_f64().unwrap_or(f64::NAN), 0),
-                fixed(v["predicted_metric"].as_f64().unwrap_or(f64::NAN), 4),
-                if priced {
-                    format!("${}", fixed(v["predicted_cost"].as_f64().unwrap_or(f64::NAN), 2))
-                } else {
-                    "- (no --price)".to_string()
-                },
-                v["measured_time_s"].as_f64().map(|t| fixed(t, 0)).unwrap_or("-".into()),
-            )?;
+        return Ok(text);
+    }
+    let picks = match out {
+        Recommendation::Accuracy(a) => [
+            ("choice", &a.choice),
+            ("runner_up", &a.runner_up),
+            ("oracle", &a.oracle),
+        ]
+        .to_vec(),
+        Recommendation::Time(s) | Recommendation::Cost(s) => {
+            [("choice", &s.choice), ("oracle", &s.oracle)].to_vec()
         }
+    };
+    for (key, pick) in picks {
+        let Some(v) = pick else { continue };
+        writeln!(
+            text,
+            // No widths on batch and replicas: the line has always written them
+            // unpadded, as JSON numbers (`512.0`).
+            "{key:<10} batch {} replicas {} on {} nodes ({}): predicted {} s, metric {}, cost {}; measured {} s",
+            json_number(v.batch), v.replicas, v.nodes, v.machine,
+            fixed(v.predicted_time_s, 0),
+            fixed(v.predicted_metric, 4),
+            if priced {
+                format!("${}", fixed(v.predicted_cost, 2))
+            } else {
+                "- (no --price)".to_string()
+            },
+            v.measured_time_s.map(|t| fixed(t, 0)).unwrap_or("-".into()),
+        )?;
     }
     Ok(text)
+}
+
+/// `x` as the JSON output writes it (`512.0`; `null` when not finite).
+fn json_number(x: f64) -> String {
+    serde_json::Value::from(x).to_string()
 }

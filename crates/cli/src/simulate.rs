@@ -4,13 +4,13 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pacer_cli::json::SimulateRow;
 use pacer_model::ClusterSpec;
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::trace;
 use pacer_sim::{
     embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation, Work,
 };
-use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -181,14 +181,6 @@ fn inert_reason(policy: &str, typed_speeds: bool, any_loss_curve: bool) -> Optio
         );
     }
     None
-}
-
-/// One (workload, policy) row of the output.
-#[derive(Debug, Serialize)]
-pub struct Row {
-    pub workload: String,
-    #[serde(flatten)]
-    pub summary: pacer_sim::Summary,
 }
 
 /// Applications for `--apps KIND:DIR` (`sia:` or `sia-uncalibrated:`), or the
@@ -511,7 +503,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             let mut res = res;
             // Parameterised names (themis-f0.5) stay distinguishable in the output.
             res.summary.policy = p.clone();
-            rows.push(Row {
+            rows.push(SimulateRow {
                 workload: wname.clone(),
                 summary: res.summary.clone(),
             });
@@ -538,7 +530,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
 }
 
 fn format_table(
-    rows: &[Row],
+    rows: &[SimulateRow],
     cluster: &ClusterSpec,
     n_workloads: usize,
     notes: &[(String, String)],
@@ -613,9 +605,10 @@ fn format_table(
         names.sort();
         names.dedup();
         for p in names {
-            let sel: Vec<&Row> = rows.iter().filter(|r| r.summary.policy == p).collect();
-            let m =
-                |f: &dyn Fn(&Row) -> f64| sel.iter().map(|r| f(r)).sum::<f64>() / sel.len() as f64;
+            let sel: Vec<&SimulateRow> = rows.iter().filter(|r| r.summary.policy == p).collect();
+            let m = |f: &dyn Fn(&SimulateRow) -> f64| {
+                sel.iter().map(|r| f(r)).sum::<f64>() / sel.len() as f64
+            };
             writeln!(
             text,
                 "{:<pw$} avg_jct {:.3} h   p99_jct {:.3} h   makespan {:.2} h   max_ρ {:.2}   avg_ρ {:.2}   util {:.2}   wall {:.1} ms",

@@ -8,10 +8,10 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use pacer_cli::json::ValidateRow;
 use pacer_model::ClusterSpec;
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::{trace, SimConfig, Simulation};
-use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -37,17 +37,6 @@ pub struct PolluxArgs {
     pub markdown: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct Row {
-    policy: String,
-    load: f64,
-    workload: String,
-    pacer_avg_jct_h: f64,
-    pollux_sim_avg_jct_h: f64,
-    diff_pct: f64,
-    pacer_wall_ms: f64,
 }
 
 fn their_avgs(
@@ -160,7 +149,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
                 let r = sim.run(p.as_mut(), |info| progress.on_round(info))?;
                 progress.end_run(jobs.len());
                 let ours = r.summary.avg_jct_s / 3600.0;
-                rows.push(Row {
+                rows.push(ValidateRow {
                     policy: policy.to_string(),
                     load,
                     workload: name.to_string(),
@@ -178,7 +167,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
     for &load in &loads {
         let mut means = Vec::new();
         for policy in ["tiresias", "pollux"] {
-            let sel: Vec<&Row> = rows
+            let sel: Vec<&ValidateRow> = rows
                 .iter()
                 .filter(|r| r.policy == policy && r.load == load)
                 .collect();

@@ -208,6 +208,56 @@ fn numbers(b: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
+/// Swaps two lines (a last line without a newline keeps it that way).
+fn swap_lines(b: &mut Vec<u8>, x: &Idx, y: &Idx) {
+    let ls = lines(b);
+    if ls.len() >= 2 {
+        let (mut p, mut q) = (ls[x.index(ls.len())], ls[y.index(ls.len())]);
+        if p.0 > q.0 {
+            std::mem::swap(&mut p, &mut q);
+        }
+        if p != q {
+            let strip = |r: (usize, usize)| {
+                if b[r.1 - 1] == b'\n' {
+                    (r.0, r.1 - 1)
+                } else {
+                    r
+                }
+            };
+            let (p, q) = (strip(p), strip(q));
+            let mut out = b[..p.0].to_vec();
+            out.extend_from_slice(&b[q.0..q.1]);
+            out.extend_from_slice(&b[p.1..q.0]);
+            out.extend_from_slice(&b[p.0..p.1]);
+            out.extend_from_slice(&b[q.1..]);
+            *b = out;
+        }
+    }
+}
+
+/// Swaps two fields of one line, split at its most frequent separator.
+fn swap_fields(b: &mut Vec<u8>, l: &Idx, x: &Idx, y: &Idx) {
+    let ls = lines(b);
+    if !ls.is_empty() {
+        let (s, mut e) = ls[l.index(ls.len())];
+        if b[e - 1] == b'\n' {
+            e -= 1;
+        }
+        let line = &b[s..e];
+        let sep = [b',', b'\t', b' ', b':']
+            .into_iter()
+            .max_by_key(|c| line.iter().filter(|x| *x == c).count())
+            .unwrap_or(b',');
+        let mut fields: Vec<Vec<u8>> = line.split(|c| *c == sep).map(<[u8]>::to_vec).collect();
+        if fields.len() >= 2 {
+            let (i, j) = (x.index(fields.len()), y.index(fields.len()));
+            fields.swap(i, j);
+            let joined = fields.join(&sep);
+            b.splice(s..e, joined);
+        }
+    }
+}
+
 /// Applies `ops` to `seed` in order.
 pub fn apply(seed: &[u8], ops: &[MutOp], seeds: &[Vec<u8>]) -> Vec<u8> {
     let mut b = seed.to_vec();
@@ -258,53 +308,8 @@ pub fn apply(seed: &[u8], ops: &[MutOp], seeds: &[Vec<u8>]) -> Vec<u8> {
                     b.drain(s..e);
                 }
             }
-            MutOp::SwapLines(x, y) => {
-                let ls = lines(&b);
-                if ls.len() >= 2 {
-                    let (mut p, mut q) = (ls[x.index(ls.len())], ls[y.index(ls.len())]);
-                    if p.0 > q.0 {
-                        std::mem::swap(&mut p, &mut q);
-                    }
-                    if p != q {
-                        let strip = |r: (usize, usize)| {
-                            if b[r.1 - 1] == b'\n' {
-                                (r.0, r.1 - 1)
-                            } else {
-                                r
-                            }
-                        };
-                        let (p, q) = (strip(p), strip(q));
-                        let mut out = b[..p.0].to_vec();
-                        out.extend_from_slice(&b[q.0..q.1]);
-                        out.extend_from_slice(&b[p.1..q.0]);
-                        out.extend_from_slice(&b[p.0..p.1]);
-                        out.extend_from_slice(&b[q.1..]);
-                        b = out;
-                    }
-                }
-            }
-            MutOp::SwapFields(l, x, y) => {
-                let ls = lines(&b);
-                if !ls.is_empty() {
-                    let (s, mut e) = ls[l.index(ls.len())];
-                    if b[e - 1] == b'\n' {
-                        e -= 1;
-                    }
-                    let line = &b[s..e];
-                    let sep = [b',', b'\t', b' ', b':']
-                        .into_iter()
-                        .max_by_key(|c| line.iter().filter(|x| *x == c).count())
-                        .unwrap_or(b',');
-                    let mut fields: Vec<Vec<u8>> =
-                        line.split(|c| *c == sep).map(<[u8]>::to_vec).collect();
-                    if fields.len() >= 2 {
-                        let (i, j) = (x.index(fields.len()), y.index(fields.len()));
-                        fields.swap(i, j);
-                        let joined = fields.join(&sep);
-                        b.splice(s..e, joined);
-                    }
-                }
-            }
+            MutOp::SwapLines(x, y) => swap_lines(&mut b, x, y),
+            MutOp::SwapFields(l, x, y) => swap_fields(&mut b, l, x, y),
             MutOp::Number(k, e) => {
                 let edge = TEXT_EDGES[e.index(TEXT_EDGES.len())].as_bytes();
                 let ns = numbers(&b);

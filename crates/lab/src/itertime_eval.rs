@@ -4,7 +4,8 @@
 use pacer_model::profile::{parse_placements, parse_scalability};
 use pacer_predict::itertime::{
     error_stats, evaluate, noise_floor, repeat_floor, rows_from_placements, rows_from_scalability,
-    split_extrapolate, split_random, ErrorStats, ModelKind, StepModel, StepRow,
+    split_extrapolate, split_random, ErrorStats, ModelKind, NoiseFloor, RepeatFloor, Split,
+    StepModel, StepRow,
 };
 use std::path::{Path, PathBuf};
 
@@ -53,6 +54,21 @@ pub struct Args {
     pub breakdown: bool,
 }
 
+/// What one application's repeats show: its name, the smallest replica count of
+/// the extrapolation test rows, the repeat floors over all rows and over those
+/// test rows' replica counts, and the models' held-out errors on the same rows.
+type Repeats = (
+    String,
+    u32,
+    Option<RepeatFloor>,
+    Option<(ErrorStats, f64)>,
+    Option<RepeatFloor>,
+    Option<(Option<(ErrorStats, f64)>, Option<(ErrorStats, f64)>)>,
+);
+
+/// The models fitted on one split's training rows: (kind, random split, extrapolation split).
+type Fitted = Vec<(ModelKind, Option<StepModel>, Option<StepModel>)>;
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Args {
         traces: dir,
@@ -96,135 +112,164 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         };
         noise.push((name.clone(), noise_floor(&rows)));
-        let rnd = split_random(rows.len(), 0.3, seed);
-        let ext = split_extrapolate(&rows, 0.3);
-        let min_r = ext
-            .test
-            .iter()
-            .map(|&i| rows[i].config.replicas)
-            .min()
-            .unwrap_or(0);
-        let mut fitted: Vec<(ModelKind, Option<StepModel>, Option<StepModel>)> = Vec::new();
-        for kind in ModelKind::ALL {
-            let a = evaluate(kind, &rows, &rnd);
-            let b = evaluate(kind, &rows, &ext);
-            fitted.push((
-                kind,
-                a.as_ref().ok().map(|r| r.0.clone()),
-                b.as_ref().ok().map(|r| r.0.clone()),
-            ));
-            let fmt = |r: &Result<_, _>| match r {
-                Ok((_, s)) => {
-                    let s: &pacer_predict::itertime::ErrorStats = s;
-                    format!(
-                        "{:>7.2} {:>7.2}",
-                        s.median_abs_pct_error, s.p90_abs_pct_error
-                    )
-                }
-                Err(e) => format!("error: {e}"),
-            };
-            println!(
-                "{:<12} {:<7} {:>6} {:>6} | {} | {:>6} {:>6} {:>8} {}",
-                name,
-                kind.name(),
-                rnd.train.len(),
-                rnd.test.len(),
-                fmt(&a),
-                ext.train.len(),
-                ext.test.len(),
-                min_r,
-                fmt(&b)
-            );
-            if std::env::var("VERBOSE").is_ok() {
-                if let Ok((m, _)) = &a {
-                    println!("    {m:?}");
-                }
-            }
-        }
-        // The model's error on the held-out rows that have order-permuted repeats.
-        let on = |m: &Option<StepModel>, test: &[usize], members: &[usize]| {
-            let pick: Vec<StepRow> = test
-                .iter()
-                .filter(|i| members.binary_search(i).is_ok())
-                .map(|&i| rows[i].clone())
-                .collect();
-            m.as_ref()
-                .map(|m| (error_stats(m, &pick), mean_abs_log_pct(m, &pick)))
-        };
-        let model = |k: ModelKind, rnd: bool| {
-            fitted
-                .iter()
-                .find(|f| f.0 == k)
-                .and_then(|f| if rnd { f.1.clone() } else { f.2.clone() })
-        };
-        if breakdown {
-            // Extrapolation error by table and replica count, for the model fitted on
-            // the training rows and (to tell form error from extrapolation error) on
-            // every row.
-            for (fit_on, k) in [
-                ("train", ModelKind::Pollux),
-                ("train", ModelKind::Pacer),
-                ("all", ModelKind::Pollux),
-                ("all", ModelKind::Pacer),
-            ] {
-                let m = if fit_on == "all" {
-                    pacer_predict::itertime::fit(k, &rows).ok()
-                } else {
-                    model(k, false)
-                };
-                let Some(m) = m else { continue };
-                for (label, lo, hi, scal) in [
-                    ("all", 0, u32::MAX, None),
-                    ("placements", 0, 16, Some(false)),
-                    ("scal r<=16", 0, 16, Some(true)),
-                    ("scal 17-32", 17, 32, Some(true)),
-                    ("scal 33-64", 33, 64, Some(true)),
-                ] {
-                    let pick: Vec<StepRow> = ext
-                        .test
-                        .iter()
-                        .map(|&i| rows[i].clone())
-                        .filter(|r| {
-                            scal.is_none_or(|s| r.source.contains("scalability.csv") == s)
-                                && (lo..=hi).contains(&r.config.replicas)
-                        })
-                        .collect();
-                    if pick.is_empty() {
-                        continue;
-                    }
-                    let bias = pick
-                        .iter()
-                        .map(|r| (m.step_time(&r.config) / r.step_time_s).ln())
-                        .sum::<f64>()
-                        / pick.len() as f64;
-                    let s = error_stats(&m, &pick);
-                    println!(
-                        "  {:<12} x test rows, fit on {:<5} {:<7} {:<11} n={:>4} med {:>6.2} p90 {:>6.2} mean ln(pred/meas) {:>+6.2}%",
-                        name,
-                        fit_on,
-                        k.name(),
-                        label,
-                        s.rows,
-                        s.median_abs_pct_error,
-                        s.p90_abs_pct_error,
-                        100.0 * bias
-                    );
-                }
-            }
-        }
-        let all = repeat_floor(&rows, 0);
-        let x = repeat_floor(&rows, min_r);
-        let rnd_err = all
-            .as_ref()
-            .and_then(|f| on(&model(ModelKind::PacerTable, true), &rnd.test, &f.members));
-        let x_err = x.as_ref().map(|f| {
-            (
-                on(&model(ModelKind::Pollux, false), &ext.test, &f.members),
-                on(&model(ModelKind::Pacer, false), &ext.test, &f.members),
-            )
-        });
-        repeats.push((name, min_r, all, rnd_err, x, x_err));
+        repeats.push(eval_app(name, &rows, seed, breakdown));
     }
+    print_repeats(&repeats);
+    print_noise(noise);
+    Ok(())
+}
+
+/// Every model on one application, both splits: one line each; then (with
+/// `breakdown`) the extrapolation error by table and replica count. Returns what
+/// its repeats show.
+fn eval_app(name: String, rows: &[StepRow], seed: u64, breakdown: bool) -> Repeats {
+    let rnd = split_random(rows.len(), 0.3, seed);
+    let ext = split_extrapolate(rows, 0.3);
+    let min_r = ext
+        .test
+        .iter()
+        .map(|&i| rows[i].config.replicas)
+        .min()
+        .unwrap_or(0);
+    let fitted = fit_models(&name, rows, &rnd, &ext, min_r);
+    // The model's error on the held-out rows that have order-permuted repeats.
+    let on = |m: &Option<StepModel>, test: &[usize], members: &[usize]| {
+        let pick: Vec<StepRow> = test
+            .iter()
+            .filter(|i| members.binary_search(i).is_ok())
+            .map(|&i| rows[i].clone())
+            .collect();
+        m.as_ref()
+            .map(|m| (error_stats(m, &pick), mean_abs_log_pct(m, &pick)))
+    };
+    let model = |k: ModelKind, rnd: bool| {
+        fitted
+            .iter()
+            .find(|f| f.0 == k)
+            .and_then(|f| if rnd { f.1.clone() } else { f.2.clone() })
+    };
+    if breakdown {
+        print_breakdown(&name, rows, &ext, &model);
+    }
+    let all = repeat_floor(rows, 0);
+    let x = repeat_floor(rows, min_r);
+    let rnd_err = all
+        .as_ref()
+        .and_then(|f| on(&model(ModelKind::PacerTable, true), &rnd.test, &f.members));
+    let x_err = x.as_ref().map(|f| {
+        (
+            on(&model(ModelKind::Pollux, false), &ext.test, &f.members),
+            on(&model(ModelKind::Pacer, false), &ext.test, &f.members),
+        )
+    });
+    (name, min_r, all, rnd_err, x, x_err)
+}
+
+/// Fits and evaluates every model kind on both splits, printing one line each.
+fn fit_models(name: &str, rows: &[StepRow], rnd: &Split, ext: &Split, min_r: u32) -> Fitted {
+    let mut fitted: Vec<(ModelKind, Option<StepModel>, Option<StepModel>)> = Vec::new();
+    for kind in ModelKind::ALL {
+        let a = evaluate(kind, rows, rnd);
+        let b = evaluate(kind, rows, ext);
+        fitted.push((
+            kind,
+            a.as_ref().ok().map(|r| r.0.clone()),
+            b.as_ref().ok().map(|r| r.0.clone()),
+        ));
+        let fmt = |r: &Result<_, _>| match r {
+            Ok((_, s)) => {
+                let s: &pacer_predict::itertime::ErrorStats = s;
+                format!(
+                    "{:>7.2} {:>7.2}",
+                    s.median_abs_pct_error, s.p90_abs_pct_error
+                )
+            }
+            Err(e) => format!("error: {e}"),
+        };
+        println!(
+            "{:<12} {:<7} {:>6} {:>6} | {} | {:>6} {:>6} {:>8} {}",
+            name,
+            kind.name(),
+            rnd.train.len(),
+            rnd.test.len(),
+            fmt(&a),
+            ext.train.len(),
+            ext.test.len(),
+            min_r,
+            fmt(&b)
+        );
+        if std::env::var("VERBOSE").is_ok() {
+            if let Ok((m, _)) = &a {
+                println!("    {m:?}");
+            }
+        }
+    }
+    fitted
+}
+
+/// Extrapolation error by table and replica count, for the model fitted on
+/// the training rows and (to tell form error from extrapolation error) on
+/// every row.
+fn print_breakdown(
+    name: &str,
+    rows: &[StepRow],
+    ext: &Split,
+    model: &dyn Fn(ModelKind, bool) -> Option<StepModel>,
+) {
+    for (fit_on, k) in [
+        ("train", ModelKind::Pollux),
+        ("train", ModelKind::Pacer),
+        ("all", ModelKind::Pollux),
+        ("all", ModelKind::Pacer),
+    ] {
+        let m = if fit_on == "all" {
+            pacer_predict::itertime::fit(k, rows).ok()
+        } else {
+            model(k, false)
+        };
+        let Some(m) = m else { continue };
+        for (label, lo, hi, scal) in [
+            ("all", 0, u32::MAX, None),
+            ("placements", 0, 16, Some(false)),
+            ("scal r<=16", 0, 16, Some(true)),
+            ("scal 17-32", 17, 32, Some(true)),
+            ("scal 33-64", 33, 64, Some(true)),
+        ] {
+            let pick: Vec<StepRow> = ext
+                .test
+                .iter()
+                .map(|&i| rows[i].clone())
+                .filter(|r| {
+                    scal.is_none_or(|s| r.source.contains("scalability.csv") == s)
+                        && (lo..=hi).contains(&r.config.replicas)
+                })
+                .collect();
+            if pick.is_empty() {
+                continue;
+            }
+            let bias = pick
+                .iter()
+                .map(|r| (m.step_time(&r.config) / r.step_time_s).ln())
+                .sum::<f64>()
+                / pick.len() as f64;
+            let s = error_stats(&m, &pick);
+            println!(
+            "  {:<12} x test rows, fit on {:<5} {:<7} {:<11} n={:>4} med {:>6.2} p90 {:>6.2} mean ln(pred/meas) {:>+6.2}%",
+            name,
+            fit_on,
+            k.name(),
+            label,
+            s.rows,
+            s.median_abs_pct_error,
+            s.p90_abs_pct_error,
+            100.0 * bias
+        );
+        }
+    }
+}
+
+/// The repeats table: noise of order-permuted repeats beside the models' errors on them.
+fn print_repeats(repeats: &[Repeats]) {
     println!();
     println!("repeats: placements that differ only in node order (1344, 1434, 1443) are");
     println!("repeated measurements for any model that, like all here, ignores node order");
@@ -259,7 +304,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         None => format!("{:>13}", "-"),
     };
-    for (name, min_r, all, rnd_err, x, x_err) in &repeats {
+    for (name, min_r, all, rnd_err, x, x_err) in repeats {
         let Some(all) = all else {
             println!("{name:<12} no order-permuted repeats");
             continue;
@@ -297,6 +342,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             xs
         );
     }
+}
+
+/// The noise-floor table.
+fn print_noise(noise: Vec<(String, Option<NoiseFloor>)>) {
     println!();
     println!("noise floor (no model: each row vs its placement's neighbours in ln batch,");
     println!("shape shared by all placements removed; see itertime::noise_floor)");
@@ -313,5 +362,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None => println!("{name:<12} too few rows on a common batch grid"),
         }
     }
-    Ok(())
 }

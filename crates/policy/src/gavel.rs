@@ -50,7 +50,8 @@
 use crate::place::TypedPools;
 use crate::{ClusterView, JobView, Policy};
 use good_lp::{
-    clarabel, constraint, variable, variables, Expression, Solution, SolverModel, Variable,
+    clarabel, constraint, variable, variables, Expression, ProblemVariables, Solution, SolverModel,
+    Variable,
 };
 use pacer_model::{Allocation, DeviceTypeId, JobId};
 use std::collections::HashMap;
@@ -211,6 +212,61 @@ pub fn isolated_throughputs(scale: &[f64], tput: &[Vec<f64>], capacity: &[f64]) 
         .collect()
 }
 
+/// The time-fraction variables `x[i][t] ∈ [0, 1]` of an LP over jobs × device
+/// types: one where `coef[i][t] > 0` (job `i` can run on type `t`), none elsewhere.
+fn fraction_vars(vars: &mut ProblemVariables, coef: &[Vec<f64>]) -> Vec<Vec<Option<Variable>>> {
+    coef.iter()
+        .map(|row| {
+            row.iter()
+                .map(|&c| (c > 0.0).then(|| vars.add(variable().min(0.0).max(1.0))))
+                .collect()
+        })
+        .collect()
+}
+
+/// `Σ_i Σ_t w(i, t)·x[i][t]` over the variables that exist.
+fn weighted_sum(x: &[Vec<Option<Variable>>], w: impl Fn(usize, usize) -> f64) -> Expression {
+    let mut sum = Expression::from(0.0);
+    for (i, row) in x.iter().enumerate() {
+        for (t, v) in row.iter().enumerate() {
+            if let Some(v) = v {
+                sum += w(i, t) * *v;
+            }
+        }
+    }
+    sum
+}
+
+/// Adds the capacity constraints `Σ_i scale_i·x[i][t] ≤ capacity_t`, one per type.
+fn with_capacity<M: SolverModel>(
+    mut model: M,
+    x: &[Vec<Option<Variable>>],
+    scale: &[f64],
+    capacity: &[f64],
+) -> M {
+    for (t, &cap) in capacity.iter().enumerate() {
+        let mut used = Expression::from(0.0);
+        for (row, &s) in x.iter().zip(scale) {
+            if let Some(v) = row[t] {
+                used += s * v;
+            }
+        }
+        model = model.with(constraint!(used <= cap));
+    }
+    model
+}
+
+/// The solved time fractions, clamped to [0, 1]; 0 where a job has no variable.
+fn fractions(sol: &impl Solution, x: &[Vec<Option<Variable>>]) -> Vec<Vec<f64>> {
+    x.iter()
+        .map(|row| {
+            row.iter()
+                .map(|v| v.map_or(0.0, |v| sol.value(v).clamp(0.0, 1.0)))
+                .collect()
+        })
+        .collect()
+}
+
 /// Solves `max λ + ε·Σ_i Σ_t coef[i][t]·x[i][t]/n` s.t. `Σ_t coef[i][t]·x[i][t] ≥ λ`
 /// for the jobs in `bind`, `Σ_t x[i][t] ≤ 1`, `Σ_i s_i·x[i][t] ≤ W_t`, `x ≥ 0`.
 /// Returns (λ, x).
@@ -224,22 +280,8 @@ pub fn max_min_lp(
     let types = capacity.len();
     let mut vars = variables!();
     let lambda = vars.add(variable().min(0.0));
-    let x: Vec<Vec<Option<Variable>>> = coef
-        .iter()
-        .map(|row| {
-            row.iter()
-                .map(|&c| (c > 0.0).then(|| vars.add(variable().min(0.0).max(1.0))))
-                .collect()
-        })
-        .collect();
-    let mut eff = Expression::from(0.0);
-    for (i, row) in x.iter().enumerate() {
-        for (t, v) in row.iter().enumerate() {
-            if let Some(v) = v {
-                eff += coef[i][t] * *v;
-            }
-        }
-    }
+    let x = fraction_vars(&mut vars, coef);
+    let eff = weighted_sum(&x, |i, t| coef[i][t]);
     let objective = Expression::from(lambda) + (EFFICIENCY_EPS / n.max(1) as f64) * eff;
     let mut model = vars.maximise(objective).using(clarabel);
     for i in 0..n {
@@ -261,26 +303,10 @@ pub fn max_min_lp(
         }
         model = model.with(constraint!(time <= 1.0));
     }
-    for t in 0..types {
-        let mut used = Expression::from(0.0);
-        for i in 0..n {
-            if let Some(v) = x[i][t] {
-                used += scale[i] * v;
-            }
-        }
-        model = model.with(constraint!(used <= capacity[t]));
-    }
+    model = with_capacity(model, &x, scale, capacity);
     // A job that can run nowhere makes λ = 0 the only feasible value; keep it out.
     let sol = model.solve().ok()?;
-    let xs: Vec<Vec<f64>> = x
-        .iter()
-        .map(|row| {
-            row.iter()
-                .map(|v| v.map_or(0.0, |v| sol.value(v).clamp(0.0, 1.0)))
-                .collect()
-        })
-        .collect();
-    Some((sol.value(lambda), xs))
+    Some((sol.value(lambda), fractions(&sol, &x)))
 }
 
 /// Gavel's max-min fairness allocation over normalised effective throughput.
@@ -309,23 +335,8 @@ pub fn solve_max_sum(inp: &LpInput, weight: &[f64]) -> Vec<Vec<f64>> {
     let types = inp.capacity.len();
     let empty = || vec![vec![0.0; types]; n];
     let mut vars = variables!();
-    let x: Vec<Vec<Option<Variable>>> = inp
-        .tput
-        .iter()
-        .map(|row| {
-            row.iter()
-                .map(|&c| (c > 0.0).then(|| vars.add(variable().min(0.0).max(1.0))))
-                .collect()
-        })
-        .collect();
-    let mut objective = Expression::from(0.0);
-    for (i, row) in x.iter().enumerate() {
-        for (t, v) in row.iter().enumerate() {
-            if let Some(v) = v {
-                objective += (weight[i] * inp.tput[i][t]) * *v;
-            }
-        }
-    }
+    let x = fraction_vars(&mut vars, &inp.tput);
+    let objective = weighted_sum(&x, |i, t| weight[i] * inp.tput[i][t]);
     let mut model = vars.maximise(objective).using(clarabel);
     for row in &x {
         let mut time = Expression::from(0.0);
@@ -338,24 +349,9 @@ pub fn solve_max_sum(inp: &LpInput, weight: &[f64]) -> Vec<Vec<f64>> {
             model = model.with(constraint!(time <= 1.0));
         }
     }
-    for (t, &cap) in inp.capacity.iter().enumerate() {
-        let mut used = Expression::from(0.0);
-        for (row, &s) in x.iter().zip(&inp.scale) {
-            if let Some(v) = row[t] {
-                used += s * v;
-            }
-        }
-        model = model.with(constraint!(used <= cap));
-    }
+    model = with_capacity(model, &x, &inp.scale, &inp.capacity);
     match model.solve() {
-        Ok(sol) => x
-            .iter()
-            .map(|row| {
-                row.iter()
-                    .map(|v| v.map_or(0.0, |v| sol.value(v).clamp(0.0, 1.0)))
-                    .collect()
-            })
-            .collect(),
+        Ok(sol) => fractions(&sol, &x),
         Err(_) => empty(),
     }
 }

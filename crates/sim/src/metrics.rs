@@ -2,7 +2,7 @@
 //! summary every policy is compared on (JCT statistics, makespan, queueing delay,
 //! utilisation, finish-time fairness ρ = T_shared / T_independent).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One job's outcome.
 #[derive(Debug, Clone, Serialize)]
@@ -47,7 +47,7 @@ pub struct RoundStat {
 }
 
 /// Summary of one simulation (the keys of `pacer simulate --json`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub policy: String,
     pub jobs: usize,

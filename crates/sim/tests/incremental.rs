@@ -6,17 +6,12 @@
 
 use pacer_model::{Allocation, ClusterSpec, JobSpec};
 use pacer_policy::{ClusterView, IncrementalPolicy, Policy};
-use pacer_sim::trace::{synthetic, synthetic_philly, SyntheticSpec};
-use pacer_sim::{
-    embedded_profiles, AppModel, ArrivalReplan, SimConfig, SimJob, SimResult, Simulation,
-};
+use pacer_sim::trace::{synthetic_philly, SyntheticSpec};
+use pacer_sim::{ArrivalReplan, SimConfig, SimJob, SimResult, Simulation};
 use proptest::prelude::*;
-use std::sync::OnceLock;
 
-fn apps() -> &'static [AppModel] {
-    static APPS: OnceLock<Vec<AppModel>> = OnceLock::new();
-    APPS.get_or_init(|| embedded_profiles().into_iter().map(AppModel::new).collect())
-}
+mod common;
+use common::{apps, short_profiled};
 
 /// A policy with its event-driven form hidden: the engine calls `allocate`.
 struct FullOnly(Box<dyn Policy>);
@@ -95,33 +90,6 @@ fn both_ways(cluster: &str, jobs: &[SimJob], replan: ArrivalReplan, round_s: f64
             "{name} on {cluster:?}, {replan:?}: event-driven and full decisions differ"
         );
     }
-}
-
-/// Short profiled jobs (bert, cifar10, ncf) so debug-mode tests stay fast.
-fn short_profiled(jobs: usize, per_hour: f64, seed: u64, max_replicas: u32) -> Vec<SimJob> {
-    let short: Vec<usize> = apps()
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| ["bert", "ncf", "cifar10"].contains(&a.name()))
-        .map(|(i, _)| i)
-        .collect();
-    let mut w = synthetic(
-        &SyntheticSpec {
-            jobs,
-            arrivals_per_hour: per_hour,
-            seed,
-            max_replicas: Some(max_replicas),
-        },
-        apps(),
-    );
-    for (k, j) in w.iter_mut().enumerate() {
-        let app = short[k % short.len()];
-        let a = &apps()[app];
-        j.work = pacer_sim::Work::Profiled { app };
-        j.spec.application = a.name().to_string();
-        j.spec.requested_batch = a.profile.validation[k % 3].global_batch;
-    }
-    w
 }
 
 /// Duration jobs with Philly's sizes, shortened so runs stay small.

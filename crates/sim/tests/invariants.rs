@@ -4,43 +4,11 @@
 //! finishes, progress never decreases, and the same seed gives the same result.
 
 use pacer_model::ClusterSpec;
-use pacer_sim::trace::{synthetic, SyntheticSpec};
-use pacer_sim::{embedded_profiles, AppModel, ArrivalReplan, SimConfig, SimJob, Simulation, Work};
+use pacer_sim::{ArrivalReplan, SimConfig, SimJob, Simulation, Work};
 use proptest::prelude::*;
-use std::sync::OnceLock;
 
-fn apps() -> &'static [AppModel] {
-    static APPS: OnceLock<Vec<AppModel>> = OnceLock::new();
-    APPS.get_or_init(|| embedded_profiles().into_iter().map(AppModel::new).collect())
-}
-
-/// Short jobs only (bert, cifar10, ncf, yolov3 are minutes to hours) keep tests fast.
-fn workload(jobs: usize, per_hour: f64, seed: u64, max_replicas: u32) -> Vec<SimJob> {
-    let short: Vec<usize> = apps()
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| ["bert", "ncf", "cifar10"].contains(&a.name()))
-        .map(|(i, _)| i)
-        .collect();
-    let mut w = synthetic(
-        &SyntheticSpec {
-            jobs,
-            arrivals_per_hour: per_hour,
-            seed,
-            // A job larger than the cluster is refused (`pacer_sim::admit`).
-            max_replicas: Some(max_replicas),
-        },
-        apps(),
-    );
-    for (k, j) in w.iter_mut().enumerate() {
-        let app = short[k % short.len()];
-        let a = &apps()[app];
-        j.work = Work::Profiled { app };
-        j.spec.application = a.name().to_string();
-        j.spec.requested_batch = a.profile.validation[k % 3].global_batch;
-    }
-    w
-}
+mod common;
+use common::{apps, short_profiled};
 
 /// The embedded apps on `cluster`, default settings but `replan`.
 fn simulation<'a>(
@@ -117,7 +85,7 @@ proptest! {
 
     #[test]
     fn invariants_hold_for_every_policy(seed in 0u64..1000, jobs in 3usize..14, nodes in 1u32..4, per_node in 1u32..5, replan in 0usize..3) {
-        let w = workload(jobs, 6.0, seed, nodes * per_node);
+        let w = short_profiled(jobs, 6.0, seed, nodes * per_node);
         let cluster = format!("{nodes}x{per_node}:t4");
         let replan = [ArrivalReplan::Never, ArrivalReplan::WhenIdle, ArrivalReplan::Always][replan];
         for policy in pacer_policy::POLICY_NAMES {
@@ -129,7 +97,7 @@ proptest! {
 #[test]
 fn same_seed_same_result() {
     let run = |seed| {
-        let w = workload(12, 10.0, seed, 8);
+        let w = short_profiled(12, 10.0, seed, 8);
         let cluster = ClusterSpec::parse("2x4:t4", "t").unwrap();
         let sim = Simulation {
             cluster: &cluster,
@@ -269,7 +237,7 @@ fn rounds_too_short_to_advance_the_clock_are_an_error_not_a_hang() {
     // A round of 1e-300 s: `now + round_s == now` once a job has arrived, so the
     // loop never ended. Zero, NaN and infinity are refused the same way.
     let cluster = ClusterSpec::parse("1x4:t4", "t").unwrap();
-    let jobs = workload(2, 10.0, 1, 4);
+    let jobs = short_profiled(2, 10.0, 1, 4);
     for round_s in [1e-300, 0.0, f64::NAN, f64::INFINITY, -60.0] {
         let sim = Simulation {
             cluster: &cluster,

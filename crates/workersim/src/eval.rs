@@ -4,11 +4,11 @@
 use crate::model::{conditions, Workers};
 use crate::scenario::Scenario;
 use pacer_control::session::{IterationObservation, JobSession, SessionConfig, WorkerKey};
-use pacer_control::worker::{make_controller_with, GateConfig, CONTROLLERS};
+use pacer_control::worker::{make_controller_with, BatchProblem, GateConfig, CONTROLLERS};
 use pacer_predict::speed::{make_predictors, Exogenous, SpeedPredictor, PREDICTORS};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use rand_distr::StandardNormal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
 /// What one run measured.
@@ -30,7 +30,7 @@ pub struct RunStats {
 }
 
 /// The `pacer batching eval` report.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EvalReport {
     pub scenario: String,
     pub controller: String,
@@ -116,32 +116,7 @@ pub fn simulate_custom(
             preds.len()
         )));
     }
-    // The scenario's workers are the job session's members 0..n, each with its own
-    // predictor (built by the caller) and its scenario bounds.
-    let label = preds.first().map_or("", |p| p.name()).to_string();
-    let preds = std::sync::Mutex::new(preds.into_iter().map(Some).collect::<Vec<_>>());
-    let cfg = SessionConfig {
-        global_batch: problem.global_batch(),
-        controller: controller.to_string(),
-        predictor: label,
-        seed: sc.seed,
-        gate: opts.gate,
-        gpu_like: problem.gpu_like(),
-    };
-    let mut session = JobSession::with_predictors(
-        cfg,
-        Box::new(move |w: WorkerKey| {
-            preds.lock().expect("predictor list")[w.0 as usize]
-                .take()
-                .expect("each scenario worker joins once")
-        }),
-    )
-    .map_err(|e| EvalError::Infeasible(e.to_string()))?;
-    for (i, b) in problem.bounds().iter().enumerate() {
-        session
-            .join(WorkerKey(i as u64), Some(*b))
-            .map_err(|e| EvalError::Infeasible(e.to_string()))?;
-    }
+    let mut session = open_session(sc, &problem, controller, opts, preds)?;
     let specs: Vec<_> = sc.expanded().collect();
     let workers = Workers::new(sc);
     let sigma: Vec<f64> = specs.iter().map(|w| w.noise).collect();
@@ -196,17 +171,7 @@ pub fn simulate_custom(
             predicted.copy_from_slice(decision.predicted_speed);
             batches.copy_from_slice(decision.batches);
             if batches != prev {
-                stats.batch_changes += 1;
-                for i in 0..n {
-                    if batches[i] != prev[i] {
-                        stats.worker_batch_changes += 1;
-                        let d = if batches[i] > prev[i] { 1 } else { -1 };
-                        if last_dir[i] == -d {
-                            stats.direction_flips += 1;
-                        }
-                        last_dir[i] = d;
-                    }
-                }
+                count_changes(&mut stats, &batches, &prev, &mut last_dir);
                 prev.clone_from(&batches);
             }
         } else {
@@ -254,6 +219,58 @@ pub fn simulate_custom(
     };
     stats.final_batches = batches;
     Ok(stats)
+}
+
+/// The job session a scenario runs under: the scenario's workers as members
+/// 0..n, each with its own predictor (built by the caller) and its scenario bounds.
+fn open_session(
+    sc: &Scenario,
+    problem: &BatchProblem,
+    controller: &str,
+    opts: &SimOptions,
+    preds: Vec<Box<dyn SpeedPredictor>>,
+) -> Result<JobSession, EvalError> {
+    let label = preds.first().map_or("", |p| p.name()).to_string();
+    let preds = std::sync::Mutex::new(preds.into_iter().map(Some).collect::<Vec<_>>());
+    let cfg = SessionConfig {
+        global_batch: problem.global_batch(),
+        controller: controller.to_string(),
+        predictor: label,
+        seed: sc.seed,
+        gate: opts.gate,
+        gpu_like: problem.gpu_like(),
+    };
+    let mut session = JobSession::with_predictors(
+        cfg,
+        Box::new(move |w: WorkerKey| {
+            preds.lock().expect("predictor list")[w.0 as usize]
+                .take()
+                .expect("each scenario worker joins once")
+        }),
+    )
+    .map_err(|e| EvalError::Infeasible(e.to_string()))?;
+    for (i, b) in problem.bounds().iter().enumerate() {
+        session
+            .join(WorkerKey(i as u64), Some(*b))
+            .map_err(|e| EvalError::Infeasible(e.to_string()))?;
+    }
+    Ok(session)
+}
+
+/// Counts one iteration's batch change: workers whose batch moved, and those
+/// that moved against their previous direction.
+fn count_changes(stats: &mut RunStats, batches: &[u64], prev: &[u64], last_dir: &mut [i8]) {
+    stats.batch_changes += 1;
+    for i in 0..batches.len() {
+        if batches[i] != prev[i] {
+            stats.worker_batch_changes += 1;
+            let d = if batches[i] > prev[i] { 1 } else { -1 };
+            if last_dir[i] == -d {
+                stats.direction_flips += 1;
+            }
+            last_dir[i] = d;
+        }
+    }
 }
 
 /// Run `controller` × `predictor` on `sc` and compare with `uniform`.

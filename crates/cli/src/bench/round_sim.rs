@@ -3,10 +3,10 @@
 
 use super::RoundArgs;
 use anyhow::Result;
+use pacer_cli::json::SimRoundReport;
 use pacer_model::Allocation;
 use pacer_policy::ClusterView;
 use pacer_sim::{trace, SimConfig, Simulation};
-use serde::Serialize;
 use std::time::Instant;
 
 /// A policy that times each of its inner policy's rounds.
@@ -33,29 +33,6 @@ impl pacer_policy::Policy for Timed {
             .push((view.jobs.len(), t.elapsed().as_secs_f64() * 1e3));
         out
     }
-}
-
-#[derive(Debug, Serialize)]
-struct SimRoundReport {
-    policy: String,
-    workload: String,
-    gpus: u32,
-    rounds: usize,
-    /// Policy time of the first round (ms) and its active jobs.
-    first_ms: f64,
-    first_jobs: usize,
-    median_ms: f64,
-    p95_ms: f64,
-    max_ms: f64,
-    /// Active jobs in the slowest round and the most in any round.
-    max_ms_jobs: usize,
-    max_jobs: usize,
-    /// The whole simulation (policy and job progress).
-    sim_wall_s: f64,
-    avg_jct_h: f64,
-    /// The policy's own account of its last round, when it gives one (sia-exact:
-    /// solver fallbacks).
-    notes: String,
 }
 
 fn percentile(mut v: Vec<f64>, q: f64) -> f64 {

@@ -26,6 +26,13 @@
 //! a job only on those ([`crate::admit`]) rather than relabel T4 numbers as another
 //! type's.
 
+mod sia;
+mod tables;
+
+pub use sia::{load_sia_dir, SIA_APPS};
+pub use tables::canonical_placement;
+use tables::{build_tables, fit_table, table_step_time, Curve, Level};
+
 use pacer_model::profile::{self, AppProfile};
 use pacer_model::ParseError;
 use std::path::Path;
@@ -45,9 +52,9 @@ macro_rules! embedded_app {
     ($name:literal, [$($b:literal),*]) => {
         (
             $name,
-            include_str!(concat!("../data/pollux/", $name, "/placements.csv")),
-            include_str!(concat!("../data/pollux/", $name, "/scalability.csv")),
-            &[$(($b, include_str!(concat!("../data/pollux/", $name, "/validation-", $b, ".csv")))),*],
+            include_str!(concat!("../../data/pollux/", $name, "/placements.csv")),
+            include_str!(concat!("../../data/pollux/", $name, "/scalability.csv")),
+            &[$(($b, include_str!(concat!("../../data/pollux/", $name, "/validation-", $b, ".csv")))),*],
         )
     };
 }
@@ -78,35 +85,35 @@ const EMBEDDED: &[EmbeddedApp] = &[
 pub const EMBEDDED_WORKLOADS: &[(&str, &str)] = &[
     (
         "workload-1",
-        include_str!("../data/pollux/workloads/workload-1.csv"),
+        include_str!("../../data/pollux/workloads/workload-1.csv"),
     ),
     (
         "workload-2",
-        include_str!("../data/pollux/workloads/workload-2.csv"),
+        include_str!("../../data/pollux/workloads/workload-2.csv"),
     ),
     (
         "workload-3",
-        include_str!("../data/pollux/workloads/workload-3.csv"),
+        include_str!("../../data/pollux/workloads/workload-3.csv"),
     ),
     (
         "workload-4",
-        include_str!("../data/pollux/workloads/workload-4.csv"),
+        include_str!("../../data/pollux/workloads/workload-4.csv"),
     ),
     (
         "workload-5",
-        include_str!("../data/pollux/workloads/workload-5.csv"),
+        include_str!("../../data/pollux/workloads/workload-5.csv"),
     ),
     (
         "workload-6",
-        include_str!("../data/pollux/workloads/workload-6.csv"),
+        include_str!("../../data/pollux/workloads/workload-6.csv"),
     ),
     (
         "workload-7",
-        include_str!("../data/pollux/workloads/workload-7.csv"),
+        include_str!("../../data/pollux/workloads/workload-7.csv"),
     ),
     (
         "workload-8",
-        include_str!("../data/pollux/workloads/workload-8.csv"),
+        include_str!("../../data/pollux/workloads/workload-8.csv"),
     ),
 ];
 
@@ -206,238 +213,6 @@ pub fn load_app_dir(dir: &Path) -> Result<AppProfile, AppError> {
     )
 }
 
-/// Sia's per-application settings (its `simulator_config.py` and `applications.py`):
-/// the calibration slowdown its simulator multiplies step times by (fitted to its
-/// real runs) and the restart penalty (`rescale_time`, s).
-pub const SIA_APPS: &[(&str, f64, f64)] = &[
-    ("bert", 1.2, 120.0),
-    ("cifar10", 1.8, 50.0),
-    ("deepspeech2", 1.2, 25.0),
-    ("imagenet", 1.2, 250.0),
-    ("ncf", 1.5, 15.0),
-    ("yolov3", 1.2, 80.0),
-];
-
-/// Applications of Sia's layout Pacer does not model: `gpt_pmp` is a
-/// pipeline-parallel job whose tables hold per-stage times, not data-parallel steps.
-const SIA_SKIPPED: &[&str] = &["gpt_pmp"];
-
-/// Reads Sia's trace folder (`DIR/<app>/placements-<type>.csv`,
-/// `scalability-<type>.csv`, `validation-<batch>.csv`): every application with its
-/// tables on every device type it has them for (the untyped Pollux tables are not
-/// read). With `calibrate`, step and sync times are multiplied by Sia's calibration
-/// slowdowns ([`SIA_APPS`]), as Sia's simulator does, so JCTs compare with its
-/// numbers. Each application also takes Sia's restart penalty.
-pub fn load_sia_dir(root: &Path, calibrate: bool) -> Result<Vec<AppModel>, AppError> {
-    fn io(p: &Path) -> impl Fn(std::io::Error) -> AppError {
-        let path = p.display().to_string();
-        move |source| AppError::Io {
-            path: path.clone(),
-            source,
-        }
-    }
-    let read = |p: &Path| std::fs::read_to_string(p).map_err(io(p));
-    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
-    for e in std::fs::read_dir(root).map_err(io(root))? {
-        let e = e.map_err(io(root))?;
-        if e.path().is_dir() {
-            dirs.push(e.path());
-        }
-    }
-    dirs.sort();
-    let mut out = Vec::new();
-    for dir in dirs {
-        let name = dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("app")
-            .to_string();
-        if SIA_SKIPPED.contains(&name.as_str()) {
-            continue;
-        }
-        let mut type_names: Vec<String> = Vec::new();
-        let mut curves = Vec::new();
-        for e in std::fs::read_dir(&dir).map_err(io(&dir))? {
-            let e = e.map_err(io(&dir))?;
-            let file = e.file_name();
-            let Some(file) = file.to_str() else { continue };
-            if let Some(ty) = file
-                .strip_prefix("placements-")
-                .and_then(|f| f.strip_suffix(".csv"))
-            {
-                type_names.push(ty.to_string());
-            } else if let Some(batch) = profile::validation_batch_from_name(file) {
-                let p = e.path();
-                curves.push(profile::parse_validation(
-                    &read(&p)?,
-                    batch,
-                    &p.display().to_string(),
-                )?);
-            }
-        }
-        if type_names.is_empty() {
-            return Err(ParseError::whole(
-                &dir.display().to_string(),
-                "no placements-<type>.csv: an application needs a table for at least one device type",
-            )
-            .into());
-        }
-        type_names.sort();
-        let slowdown = match (calibrate, SIA_APPS.iter().find(|a| a.0 == name)) {
-            (true, Some(a)) => a.1,
-            _ => 1.0,
-        };
-        let mut types = Vec::new();
-        for ty in type_names {
-            let pl = dir.join(format!("placements-{ty}.csv"));
-            let sc = dir.join(format!("scalability-{ty}.csv"));
-            let (pl_o, sc_o) = (pl.display().to_string(), sc.display().to_string());
-            let mut placements = profile::parse_placements(&read(&pl)?, &pl_o)?;
-            if !sc.exists() {
-                return Err(ParseError::whole(
-                    &sc_o,
-                    format!("missing: device type `{ty}` has {pl_o} but no scalability table"),
-                )
-                .into());
-            }
-            let mut scalability = profile::parse_scalability(&read(&sc)?, &sc_o)?;
-            for (o, n) in [(&pl_o, placements.len()), (&sc_o, scalability.len())] {
-                if n < 2 {
-                    return Err(ParseError::whole(
-                        o,
-                        format!(
-                            "{n} data row(s); a step-time table needs at least 2 to interpolate"
-                        ),
-                    )
-                    .into());
-                }
-            }
-            for r in &mut placements {
-                r.step_time_s *= slowdown;
-                r.sync_time_s *= slowdown;
-            }
-            for r in &mut scalability {
-                r.step_time_s *= slowdown;
-                r.sync_time_s *= slowdown;
-            }
-            types.push(TypeProfile {
-                device_type: ty,
-                placements,
-                scalability,
-            });
-        }
-        let mut base = AppProfile::new(
-            &dir.display().to_string(),
-            types[0].placements.clone(),
-            types[0].scalability.clone(),
-            curves,
-        )?;
-        base.name = name.clone();
-        let mut m = AppModel::with_types(base, types);
-        m.restart_s = SIA_APPS.iter().find(|a| a.0 == name).map(|a| a.2);
-        out.push((dir, m));
-    }
-    check_same_types(&out)?;
-    Ok(out.into_iter().map(|(_, m)| m).collect())
-}
-
-/// Every application of a Sia folder must have tables for every device type any of
-/// them has (Sia's simulator runs each application on each type): the first gap is
-/// an error naming the missing file.
-fn check_same_types(apps: &[(std::path::PathBuf, AppModel)]) -> Result<(), AppError> {
-    let mut all: Vec<&str> = apps
-        .iter()
-        .flat_map(|(_, m)| m.typed().iter().map(|t| t.device_type.as_str()))
-        .collect();
-    all.sort_unstable();
-    all.dedup();
-    for (dir, m) in apps {
-        if let Some(ty) = all.iter().find(|ty| m.type_index(ty).is_none()) {
-            let having: Vec<&str> = apps
-                .iter()
-                .filter(|(_, o)| o.type_index(ty).is_some())
-                .map(|(_, o)| o.name())
-                .collect();
-            let file = dir.join(format!("placements-{ty}.csv"));
-            return Err(ParseError::whole(
-                &file.display().to_string(),
-                format!(
-                    "missing: application `{}` has no table for device type `{ty}`, which {} \
-                     ha{} (every application needs a table for every device type of the folder)",
-                    m.name(),
-                    having.join(", "),
-                    if having.len() == 1 { "s" } else { "ve" }
-                ),
-            )
-            .into());
-        }
-    }
-    Ok(())
-}
-
-/// (local batch, step time, sync time) samples per (nodes, replicas).
-type PointsByShape = std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>>;
-
-/// Step/sync time samples of one (nodes, replicas) level, sorted by local batch.
-#[derive(Debug, Clone)]
-struct Curve {
-    bsz: Vec<f64>,
-    step: Vec<f64>,
-    sync: Vec<f64>,
-}
-
-impl Curve {
-    fn from_points(mut pts: Vec<(f64, f64, f64)>) -> Curve {
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        // Average duplicates (same local batch measured twice).
-        let mut c = Curve {
-            bsz: Vec::new(),
-            step: Vec::new(),
-            sync: Vec::new(),
-        };
-        let mut i = 0;
-        while i < pts.len() {
-            let mut j = i;
-            let (mut s, mut y) = (0.0, 0.0);
-            while j < pts.len() && pts[j].0 == pts[i].0 {
-                s += pts[j].1;
-                y += pts[j].2;
-                j += 1;
-            }
-            let n = (j - i) as f64;
-            c.bsz.push(pts[i].0);
-            c.step.push(s / n);
-            c.sync.push(y / n);
-            i = j;
-        }
-        c
-    }
-
-    /// (step, sync) at local batch `b`, linear between samples, clamped at the ends.
-    fn at(&self, b: f64) -> (f64, f64) {
-        let n = self.bsz.len();
-        if b <= self.bsz[0] || n == 1 {
-            return (self.step[0], self.sync[0]);
-        }
-        if b >= self.bsz[n - 1] {
-            return (self.step[n - 1], self.sync[n - 1]);
-        }
-        let k = self.bsz.partition_point(|&x| x <= b) - 1;
-        let t = (b - self.bsz[k]) / (self.bsz[k + 1] - self.bsz[k]);
-        (
-            self.step[k] + t * (self.step[k + 1] - self.step[k]),
-            self.sync[k] + t * (self.sync[k + 1] - self.sync[k]),
-        )
-    }
-}
-
-/// One node-count level of the scattered grid: replica counts with their curves.
-#[derive(Debug, Clone)]
-struct Level {
-    nodes: u32,
-    replicas: Vec<(u32, Curve)>,
-}
-
 /// Ground-truth performance and convergence of one application.
 #[derive(Debug, Clone)]
 pub struct AppModel {
@@ -497,145 +272,6 @@ pub struct TypeProfile {
     pub device_type: String,
     pub placements: Vec<profile::PlacementRow>,
     pub scalability: Vec<profile::ScalabilityRow>,
-}
-
-type Tables = (
-    std::collections::HashMap<Vec<u32>, Curve>,
-    usize,
-    Vec<Level>,
-);
-
-/// Exact-placement curves and the interpolation grid of one table set.
-fn build_tables(
-    placements: &[profile::PlacementRow],
-    scalability: &[profile::ScalabilityRow],
-) -> Tables {
-    let mut exact_pts: std::collections::HashMap<Vec<u32>, Vec<(f64, f64, f64)>> =
-        Default::default();
-    let mut grid: PointsByShape = Default::default();
-    for r in placements {
-        exact_pts
-            .entry(canonical_placement(&r.placement))
-            .or_default()
-            .push((r.local_bsz, r.step_time_s, r.sync_time_s));
-        grid.entry((r.num_nodes(), r.num_replicas()))
-            .or_default()
-            .push((r.local_bsz, r.step_time_s, r.sync_time_s));
-    }
-    // Per-(nodes, replicas, bsz) means of placements, then scalability rows.
-    let mut grid: std::collections::BTreeMap<(u32, u32), Curve> = grid
-        .into_iter()
-        .map(|(k, v)| (k, Curve::from_points(v)))
-        .collect();
-    let mut scal: PointsByShape = Default::default();
-    for r in scalability {
-        scal.entry((r.num_nodes, r.num_replicas))
-            .or_default()
-            .push((r.local_bsz, r.step_time_s, r.sync_time_s));
-    }
-    for (k, v) in scal {
-        grid.entry(k).or_insert_with(|| Curve::from_points(v));
-    }
-    let mut levels: Vec<Level> = Vec::new();
-    for ((n, r), c) in grid {
-        match levels.last_mut() {
-            Some(l) if l.nodes == n => l.replicas.push((r, c)),
-            _ => levels.push(Level {
-                nodes: n,
-                replicas: vec![(r, c)],
-            }),
-        }
-    }
-    let max_exact_nodes = exact_pts.keys().map(Vec::len).max().unwrap_or(0);
-    let exact = exact_pts
-        .into_iter()
-        .map(|(k, v)| (k, Curve::from_points(v)))
-        .collect();
-    (exact, max_exact_nodes, levels)
-}
-
-/// Step and sync time from one table set (see [`AppModel::step_time`]).
-fn table_step_time(
-    exact: &std::collections::HashMap<Vec<u32>, Curve>,
-    max_exact_nodes: usize,
-    levels: &[Level],
-    placement: &[u32],
-    atomic_bsz: f64,
-) -> (f64, f64) {
-    let used = placement.iter().filter(|&&x| x > 0).count();
-    if used <= max_exact_nodes {
-        if let Some(c) = exact.get(&canonical_placement(placement)) {
-            return c.at(atomic_bsz);
-        }
-    }
-    let nodes = (used as u32).min(levels.last().map(|l| l.nodes).unwrap_or(1));
-    let replicas: u32 = placement.iter().sum();
-    interpolate(levels, nodes, replicas, atomic_bsz)
-}
-
-fn level_at(level: &Level, replicas: u32, b: f64) -> (f64, f64) {
-    let rs = &level.replicas;
-    if replicas <= rs[0].0 {
-        return rs[0].1.at(b);
-    }
-    let last = rs.len() - 1;
-    if replicas >= rs[last].0 {
-        return rs[last].1.at(b);
-    }
-    let k = rs.partition_point(|x| x.0 <= replicas) - 1;
-    let (s0, y0) = rs[k].1.at(b);
-    let (s1, y1) = rs[k + 1].1.at(b);
-    let t = (replicas - rs[k].0) as f64 / (rs[k + 1].0 - rs[k].0) as f64;
-    (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
-}
-
-fn interpolate(ls: &[Level], nodes: u32, replicas: u32, b: f64) -> (f64, f64) {
-    let k = ls.partition_point(|l| l.nodes <= nodes);
-    if k == 0 {
-        return level_at(&ls[0], replicas, b);
-    }
-    let lo = &ls[k - 1];
-    if lo.nodes == nodes || k == ls.len() {
-        return level_at(lo, replicas, b);
-    }
-    let hi = &ls[k];
-    let (s0, y0) = level_at(lo, replicas, b);
-    let (s1, y1) = level_at(hi, replicas, b);
-    let t = (nodes - lo.nodes) as f64 / (hi.nodes - lo.nodes) as f64;
-    (s0 + t * (s1 - s0), y0 + t * (y1 - y0))
-}
-
-/// The Pollux step-time model fitted to every measured placement row.
-fn fit_table(placements: &[profile::PlacementRow]) -> Option<pacer_predict::goodput::PerfParams> {
-    let mut obs: Vec<pacer_predict::goodput::PerfObservation> = placements
-        .iter()
-        .map(|r| pacer_predict::goodput::PerfObservation {
-            nodes: r.num_nodes(),
-            replicas: r.num_replicas(),
-            atomic_bsz: r.local_bsz,
-            compute_time_s: (r.step_time_s - r.sync_time_s).max(1e-9),
-            step_time_s: r.step_time_s,
-        })
-        .collect();
-    obs.sort_by(|a, b| {
-        (a.nodes, a.replicas)
-            .cmp(&(b.nodes, b.replicas))
-            .then(a.atomic_bsz.total_cmp(&b.atomic_bsz))
-    });
-    pacer_predict::goodput::fit_perf_params_from(&obs, None).ok()
-}
-
-/// Canonical form of a placement: zeros dropped, lexicographically smallest rotation.
-pub fn canonical_placement(p: &[u32]) -> Vec<u32> {
-    let p: Vec<u32> = p.iter().copied().filter(|&x| x > 0).collect();
-    let mut best = p.clone();
-    for i in 1..p.len() {
-        let rot: Vec<u32> = p[i..].iter().chain(p[..i].iter()).copied().collect();
-        if rot < best {
-            best = rot;
-        }
-    }
-    best
 }
 
 impl AppModel {

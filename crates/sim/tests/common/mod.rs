@@ -1,0 +1,42 @@
+//! Helpers shared by the simulator's integration tests (`incremental.rs`,
+//! `invariants.rs`): the embedded applications, parsed once, and short random
+//! workloads of profiled jobs.
+
+use pacer_sim::trace::{synthetic, SyntheticSpec};
+use pacer_sim::{embedded_profiles, AppModel, SimJob, Work};
+use std::sync::OnceLock;
+
+/// The six embedded Pollux applications, parsed once per test binary.
+pub fn apps() -> &'static [AppModel] {
+    static APPS: OnceLock<Vec<AppModel>> = OnceLock::new();
+    APPS.get_or_init(|| embedded_profiles().into_iter().map(AppModel::new).collect())
+}
+
+/// A seeded synthetic workload of short profiled jobs only (bert, cifar10, ncf:
+/// minutes to hours) so debug-mode tests stay fast; no job asks for more than
+/// `max_replicas` (a job larger than the cluster is refused, `pacer_sim::admit`).
+pub fn short_profiled(jobs: usize, per_hour: f64, seed: u64, max_replicas: u32) -> Vec<SimJob> {
+    let short: Vec<usize> = apps()
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| ["bert", "ncf", "cifar10"].contains(&a.name()))
+        .map(|(i, _)| i)
+        .collect();
+    let mut w = synthetic(
+        &SyntheticSpec {
+            jobs,
+            arrivals_per_hour: per_hour,
+            seed,
+            max_replicas: Some(max_replicas),
+        },
+        apps(),
+    );
+    for (k, j) in w.iter_mut().enumerate() {
+        let app = short[k % short.len()];
+        let a = &apps()[app];
+        j.work = Work::Profiled { app };
+        j.spec.application = a.name().to_string();
+        j.spec.requested_batch = a.profile.validation[k % 3].global_batch;
+    }
+    w
+}
