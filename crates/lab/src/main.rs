@@ -16,6 +16,7 @@ mod job_eval;
 mod narx_ablation;
 mod sia_eval;
 mod sia_profiles;
+mod sia_tune;
 
 #[derive(Parser)]
 #[command(
@@ -49,6 +50,9 @@ enum Command {
     /// Where the fast Sia solver's choices differ from the exact optimum, round by
     /// round, on one workload (docs/sia.md).
     SiaGap(sia_eval::GapArgs),
+    /// Where the Sia-style policies lose time (queueing, waiting, device types,
+    /// restarts) and the search of sia-pacer's τ on saturn 1-5 (docs/sia.md).
+    SiaTune(sia_tune::TuneArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,6 +64,7 @@ fn main() -> std::process::ExitCode {
         Command::Themis(a) => experiment::themis::run(a),
         Command::SiaEval(a) => sia_eval::run(a),
         Command::SiaGap(a) => sia_eval::gap(a),
+        Command::SiaTune(a) => sia_tune::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,7 +1,8 @@
 //! Sia's workloads under pacer's Sia policies and Sia's simulator's Gavel, next to
 //! the numbers of Sia's own simulator (`pacer-lab sia-eval`; docs/sia.md).
 //!
-//! Runs every saturn and philly workload of Sia's data under `sia` and `sia-exact`
+//! Runs every saturn and philly workload of Sia's data under `sia`, `sia-exact` and
+//! `sia-pacer`
 //! (60 s rounds) and `gavel-maxsum` (360 s rounds, as Sia's `--interval=360`) on Sia's
 //! default cluster with the calibrated tables (`sia:DIR`), reads Sia's and Gavel's
 //! numbers from the data folder's anchor table (its ANCHORS file), and writes
@@ -29,7 +30,7 @@ pub struct Args {
     /// Traces to run, comma separated (`saturn`, `philly`).
     #[arg(long, default_value = "saturn,philly")]
     pub traces: String,
-    /// Instead: run `sia` and `sia-exact` with the fitted per-type models and with
+    /// Instead: run `sia`, `sia-exact` and `sia-pacer` with the fitted per-type models and with
     /// profiles learned online (`--profiles online`), and write `profiles.md` and
     /// `profiles.json` (`crates/lab/src/sia_profiles.rs`).
     #[arg(long)]
@@ -62,6 +63,7 @@ struct Row {
     sia_anchor: Option<Anchor>,
     sia: Run,
     sia_exact: Run,
+    sia_pacer: Run,
     gavel_anchor: Option<Anchor>,
     gavel_maxsum: Run,
 }
@@ -192,6 +194,7 @@ pub fn run(a: Args) -> Result<()> {
             sia_anchor: find("sia", &trace, &w),
             sia: run_one(&cluster, &apps, &file, "sia", 60.0, fitted)?,
             sia_exact: run_one(&cluster, &apps, &file, "sia-exact", 60.0, fitted)?,
+            sia_pacer: run_one(&cluster, &apps, &file, "sia-pacer", 60.0, fitted)?,
             gavel_anchor: find("gavel", &trace, &w),
             gavel_maxsum: run_one(&cluster, &apps, &file, "gavel-maxsum", 360.0, fitted)?,
             workload: w,
@@ -230,11 +233,11 @@ fn markdown(rows: &[Row], a: &Args) -> String {
         "# Sia's workloads: pacer vs Sia's simulator\n\n\
          `pacer-lab sia-eval --data {} --cluster {}` (calibrated `sia:` tables). JCT and \
          makespan in hours; Sia's and Gavel's numbers are Sia's own simulator's \
-         (`{}/ANCHORS.md`). `sia`, `sia-exact`: 60 s rounds (✓: avg JCT ≤ Sia's); \
+         (`{}/ANCHORS.md`). `sia`, `sia-exact`, `sia-pacer`: 60 s rounds (✓: avg JCT ≤ Sia's); \
          `gavel-maxsum`: 360 s rounds, `Δ` its avg JCT against Gavel's in Sia's simulator. \
          Wall: whole simulation, seconds.\n\n\
-         | trace | workload | Sia avg | p99 | mk | sia avg | p99 | mk | wall | sia-exact avg | p99 | mk | wall | Gavel avg | p99 | mk | gavel-maxsum avg | p99 | mk | Δ |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | trace | workload | Sia avg | p99 | mk | sia avg | p99 | mk | wall | sia-exact avg | p99 | mk | wall | sia-pacer avg | p99 | mk | wall | Gavel avg | p99 | mk | gavel-maxsum avg | p99 | mk | Δ |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         a.data.display(),
         a.cluster,
         a.data.display()
@@ -256,12 +259,13 @@ fn markdown(rows: &[Row], a: &Args) -> String {
             )
         };
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {}{} | {:.2} | {:.2} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {}{} | {:.2} | {:.2} | {} |\n",
             r.trace,
             r.workload,
             anchor(&r.sia_anchor),
             run(&r.sia, mark(r.sia.avg_jct_h, &r.sia_anchor)),
             run(&r.sia_exact, mark(r.sia_exact.avg_jct_h, &r.sia_anchor)),
+            run(&r.sia_pacer, mark(r.sia_pacer.avg_jct_h, &r.sia_anchor)),
             anchor(&r.gavel_anchor),
             f(r.gavel_maxsum.avg_jct_h),
             if r.gavel_maxsum.finished < r.gavel_maxsum.jobs {
@@ -292,10 +296,11 @@ fn markdown(rows: &[Row], a: &Args) -> String {
         .collect();
     let within = gavel.iter().filter(|d| d.abs() <= 0.15).count();
     s += &format!(
-        "\navg JCT ≤ Sia's: sia {}, sia-exact {}. gavel-maxsum within ±15 % of Sia's \
+        "\navg JCT ≤ Sia's: sia {}, sia-exact {}, sia-pacer {}. gavel-maxsum within ±15 % of Sia's \
          simulator's Gavel: {within}/{} (largest |Δ| {:.1} %).\n",
         count(&|r| r.sia.avg_jct_h),
         count(&|r| r.sia_exact.avg_jct_h),
+        count(&|r| r.sia_pacer.avg_jct_h),
         gavel.len(),
         100.0 * gavel.iter().fold(0.0f64, |m, d| m.max(d.abs()))
     );

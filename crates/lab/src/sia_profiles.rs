@@ -1,4 +1,4 @@
-//! `pacer-lab sia-eval --compare-profiles`: `sia` and `sia-exact` on Sia's workloads
+//! `pacer-lab sia-eval --compare-profiles`: `sia`, `sia-exact` and `sia-pacer` on Sia's workloads
 //! with each type's model fitted to its whole table (what the simulator hands the
 //! policies by default) and with profiles learned online as Sia's simulator learns
 //! them (`--profiles online`, `crates/sim/src/engine/online.rs`); docs/sia.md.
@@ -18,6 +18,8 @@ struct Row {
     sia_online: Run,
     sia_exact_fitted: Run,
     sia_exact_online: Run,
+    sia_pacer_fitted: Run,
+    sia_pacer_online: Run,
 }
 
 /// Runs the comparison and writes `profiles.md` and `profiles.json` under `--out`.
@@ -38,6 +40,8 @@ pub fn run(
             sia_online: one("sia", ProfileMode::Online)?,
             sia_exact_fitted: one("sia-exact", ProfileMode::Fitted)?,
             sia_exact_online: one("sia-exact", ProfileMode::Online)?,
+            sia_pacer_fitted: one("sia-pacer", ProfileMode::Fitted)?,
+            sia_pacer_online: one("sia-pacer", ProfileMode::Online)?,
             trace,
             workload: w,
         });
@@ -73,14 +77,14 @@ fn markdown(rows: &[Row], a: &Args) -> String {
          from the points each job ran at, projected to unseen types by one-device \
          throughput ratios, as Sia's simulator does (`--profiles online`). Δ: online \
          against fitted. Wall: whole simulation, seconds (shared machine).\n\n\
-         | trace | workload | Sia avg | sia fitted | sia online | Δ | wall fitted / online | sia-exact fitted | sia-exact online | Δ | wall fitted / online |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         | trace | workload | Sia avg | sia fitted | sia online | Δ | wall fitted / online | sia-exact fitted | sia-exact online | Δ | wall fitted / online | sia-pacer fitted | sia-pacer online | Δ | wall fitted / online |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         a.data.display(),
         a.cluster,
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {:.2} / {:.2} | {} | {} | {} | {:.2} / {:.2} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.2} / {:.2} | {} | {} | {} | {:.2} / {:.2} | {} | {} | {} | {:.2} / {:.2} |\n",
             r.trace,
             r.workload,
             r.sia_anchor_avg_jct_h
@@ -95,22 +99,32 @@ fn markdown(rows: &[Row], a: &Args) -> String {
             delta(&r.sia_exact_online, &r.sia_exact_fitted),
             r.sia_exact_fitted.wall_s,
             r.sia_exact_online.wall_s,
+            cell(&r.sia_pacer_fitted),
+            cell(&r.sia_pacer_online),
+            delta(&r.sia_pacer_online, &r.sia_pacer_fitted),
+            r.sia_pacer_fitted.wall_s,
+            r.sia_pacer_online.wall_s,
         );
     }
     let mean =
         |pick: &dyn Fn(&Row) -> f64| rows.iter().map(pick).sum::<f64>() / rows.len().max(1) as f64;
     let wins = |pick: &dyn Fn(&Row) -> bool| rows.iter().filter(|r| pick(r)).count();
     s += &format!(
-        "\nMean over {} workloads: sia {:.3} → {:.3} h, sia-exact {:.3} → {:.3} h (fitted → online). \
-         Online at or below Sia's avg JCT: sia {} and sia-exact {} of {} with Sia numbers.\n",
+        "\nMean over {} workloads: sia {:.3} → {:.3} h, sia-exact {:.3} → {:.3} h, sia-pacer \
+         {:.3} → {:.3} h (fitted → online). At or below Sia's avg JCT online: sia {}, sia-exact {}, \
+         sia-pacer {} of {} with Sia numbers (fitted: sia-pacer {}).\n",
         rows.len(),
         mean(&|r| r.sia_fitted.avg_jct_h),
         mean(&|r| r.sia_online.avg_jct_h),
         mean(&|r| r.sia_exact_fitted.avg_jct_h),
         mean(&|r| r.sia_exact_online.avg_jct_h),
+        mean(&|r| r.sia_pacer_fitted.avg_jct_h),
+        mean(&|r| r.sia_pacer_online.avg_jct_h),
         wins(&|r| r.sia_anchor_avg_jct_h.is_some_and(|x| r.sia_online.avg_jct_h <= x)),
         wins(&|r| r.sia_anchor_avg_jct_h.is_some_and(|x| r.sia_exact_online.avg_jct_h <= x)),
+        wins(&|r| r.sia_anchor_avg_jct_h.is_some_and(|x| r.sia_pacer_online.avg_jct_h <= x)),
         wins(&|r| r.sia_anchor_avg_jct_h.is_some()),
+        wins(&|r| r.sia_anchor_avg_jct_h.is_some_and(|x| r.sia_pacer_fitted.avg_jct_h <= x)),
     );
     s
 }

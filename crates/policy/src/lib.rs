@@ -446,7 +446,7 @@ pub struct PolicyEntry {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 11] = [
+pub const POLICIES: [PolicyEntry; 12] = [
     PolicyEntry {
         name: "fifo",
         summary: "first come, first served, gang-scheduled, non-preemptive",
@@ -505,6 +505,12 @@ pub const POLICIES: [PolicyEntry; 11] = [
         name: "sia-exact",
         summary: "Sia: the same integer program solved exactly (microlp branch and bound)",
         build: || Box::new(sia::Sia::new(sia::SiaSolver::Exact)),
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "sia-pacer",
+        summary: "Sia's objective without the exploration ladder, new jobs on their fastest type",
+        build: || Box::new(sia::SiaPacer::default()),
         in_all: false,
     },
     PolicyEntry {

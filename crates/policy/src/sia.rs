@@ -38,8 +38,10 @@ use std::collections::HashMap;
 
 mod exact;
 mod fast;
+mod pacer;
 pub use exact::{solve_exact, solve_exact_bounded, ExactOutcome, DEFAULT_NODE_LIMIT};
 pub use fast::solve_fast;
+pub use pacer::{SiaPacer, Weights};
 
 /// Which solver picks the configurations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +99,15 @@ pub struct Sia {
     /// `JobView::restart_s` is unknown.
     pub restart_s: f64,
     pub solver: SiaSolver,
+    /// A job that has not run yet is offered one device of each usable type at its
+    /// one-device goodput there, normalised by the slowest type's (`sia-pacer`),
+    /// instead of `S = 1` on every type (Sia's).
+    pub fresh_by_speed: bool,
+    /// Keep a job within its exploration cap (`JobView::max_replicas`, Sia's);
+    /// `false` (`sia-pacer`): a job with a cap of at least 2 (it has run) may use up
+    /// to its batch limit (`max_batch / min_atomic`, at most 64) on a type it has a
+    /// goodput model for; a cap of 1 stays.
+    pub explore_cap: bool,
     /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
     /// solution so far (deterministic, unlike a wall-clock limit).
     pub node_limit: u64,
@@ -105,7 +116,7 @@ pub struct Sia {
     exact_at_limit: u64,
     exact_failed: u64,
     /// Per job: goodput version and goodput per configuration index.
-    cache: HashMap<JobId, (u64, Vec<f64>)>,
+    cache: HashMap<JobId, (u64, u32, Vec<f64>)>,
     /// Batch candidates with their throughput per (performance model, batch
     /// limits, nodes, devices): they depend on the step-time model only, which all
     /// jobs of one application share on a type, so a job's goodput on a
@@ -124,6 +135,8 @@ impl Sia {
             lambda_n: 1.1,
             restart_s: 30.0,
             solver,
+            fresh_by_speed: false,
+            explore_cap: true,
             node_limit: DEFAULT_NODE_LIMIT,
             exact_rounds: 0,
             exact_at_limit: 0,
@@ -223,10 +236,27 @@ impl Sia {
         m.best_candidate(cands).map_or(0.0, |b| b.goodput.max(0.0))
     }
 
-    /// Goodput per configuration (0: not usable), cached per goodput version.
+    /// Most devices `job` may get: its `max_replicas`, or without the exploration
+    /// cap its batch limit (see [`Sia::explore_cap`]).
+    fn replica_cap(&self, job: &JobView) -> u32 {
+        let cap = job.max_replicas.max(1);
+        if self.explore_cap || cap < 2 {
+            return cap;
+        }
+        match job.goodput_by_type.iter().flatten().next() {
+            Some(m) => {
+                let by_batch = (m.limits.max_batch / m.limits.min_atomic.max(1.0)) as u32;
+                cap.max(by_batch.min(64))
+            }
+            None => cap,
+        }
+    }
+
+    /// Goodput per configuration (0: not usable), cached per goodput version and cap.
     fn goodputs(&mut self, job: &JobView) -> Vec<f64> {
-        if let Some((v, g)) = self.cache.get(&job.id) {
-            if *v == job.goodput_version {
+        let cap = self.replica_cap(job);
+        if let Some((v, c, g)) = self.cache.get(&job.id) {
+            if *v == job.goodput_version && *c == cap {
                 return g.clone();
             }
         }
@@ -234,7 +264,7 @@ impl Sia {
         let g: Vec<f64> = configs
             .iter()
             .map(|c| {
-                if !job.can_use(DeviceTypeId(c.ty)) || c.gpus > job.max_replicas.max(1) {
+                if !job.can_use(DeviceTypeId(c.ty)) || c.gpus > cap {
                     return 0.0;
                 }
                 let model = match job.goodput_by_type.get(c.ty as usize) {
@@ -253,8 +283,15 @@ impl Sia {
             })
             .collect();
         self.configs = configs;
-        self.cache.insert(job.id, (job.goodput_version, g.clone()));
+        self.cache
+            .insert(job.id, (job.goodput_version, cap, g.clone()));
         g
+    }
+
+    /// Drops the cached goodputs of jobs no longer in `view`.
+    pub fn forget_finished(&mut self, view: &ClusterView) {
+        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
+        self.cache.retain(|id, _| live.contains(id));
     }
 
     /// The configuration each job holds now, if it is one of the cluster's.
@@ -292,7 +329,20 @@ impl Sia {
         let mut options = Vec::with_capacity(view.jobs.len());
         for job in view.jobs {
             let fresh = job.attained_gpu_s <= 0.0;
-            let mut s: Vec<f64> = if fresh {
+            let by_speed = if fresh && self.fresh_by_speed {
+                let mut g = self.goodputs(job);
+                for (gi, c) in g.iter_mut().zip(&self.configs) {
+                    if c.gpus != 1 {
+                        *gi = 0.0;
+                    }
+                }
+                g.iter().any(|&x| x > 0.0).then_some(g)
+            } else {
+                None
+            };
+            let mut s: Vec<f64> = if let Some(g) = by_speed {
+                g
+            } else if fresh {
                 // Not run yet: one device of any usable type (Sia profiles it first).
                 self.configs
                     .iter()
@@ -419,8 +469,7 @@ impl Policy for Sia {
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
-        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
-        self.cache.retain(|id, _| live.contains(id));
+        self.forget_finished(view);
         let problem = self.problem(view);
         let held = self.held(view);
         let choice = match self.solver {

@@ -4,7 +4,7 @@
 //! output, and the fast solver's choice fits and stays close to the exact one.
 
 use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
-use pacer_policy::sia::{place, solve_exact, solve_fast, Sia, SiaSolver};
+use pacer_policy::sia::{place, solve_exact, solve_fast, Sia, SiaPacer, SiaSolver, Weights};
 use pacer_policy::{check_capacity, ClusterView, JobView, Policy};
 use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfParams};
 use proptest::prelude::*;
@@ -131,4 +131,184 @@ proptest! {
             }
         }
     }
+}
+
+/// Rounds of 60 s on `c` under `p`: every job's attained service grows with the
+/// devices it holds, and a job leaves once it has held `need` GPU-seconds (its
+/// work, scaled by its goodput there). Returns the round each job finished in.
+fn serve_all(p: &mut dyn Policy, c: &ClusterSpec, mut js: Vec<JobView>, need: &[f64]) -> Vec<u32> {
+    let mut done = vec![0u32; js.len()];
+    let mut left = need.to_vec();
+    for round in 1..=2000u32 {
+        if js.is_empty() {
+            break;
+        }
+        let view = ClusterView {
+            now_s: 600.0 + 60.0 * round as f64,
+            cluster: c,
+            jobs: &js,
+        };
+        let a = p.allocate(&view);
+        assert!(check_capacity(c, &a).is_ok());
+        let mut keep = Vec::new();
+        for (mut j, al) in js.drain(..).zip(a) {
+            let i = j.id.0 as usize;
+            let g = al.replicas() as f64;
+            if !al.is_empty() && al != j.current {
+                j.num_restarts += 1;
+            }
+            j.attained_gpu_s += 60.0 * g;
+            left[i] -= 60.0 * g;
+            j.current = al;
+            if left[i] <= 0.0 {
+                done[i] = round;
+            } else {
+                keep.push(j);
+            }
+        }
+        js = keep;
+    }
+    done
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn sia_pacer_capacity_one_type_and_determinism(
+        shape in shapes(), n in 0usize..40, seed in 0u64..1000, tau in 60.0f64..20000.0,
+        hold in any::<bool>(), young in any::<bool>()
+    ) {
+        let w = if young { Weights::Young { tau_gpu_s: tau } } else { Weights::Old { tau_gpu_s: tau } };
+        let c = cluster(&shape);
+        let js = jobs(n, shape.len(), seed, &c);
+        let view = ClusterView { now_s: 600.0, cluster: &c, jobs: &js };
+        let a = SiaPacer::new(w, -0.5, hold).allocate(&view);
+        let b = SiaPacer::new(w, -0.5, hold).allocate(&view);
+        let d = SiaPacer::default().allocate(&view);
+        prop_assert!(check_capacity(&c, &d).is_ok());
+        prop_assert_eq!(d, SiaPacer::default().allocate(&view));
+        prop_assert_eq!(&a, &b);
+        prop_assert_eq!(a.len(), js.len());
+        prop_assert!(check_capacity(&c, &a).is_ok());
+        for al in &a {
+            let types: std::collections::BTreeSet<u16> = al
+                .slots()
+                .iter()
+                .map(|s| c.nodes[s.0 .0 as usize].device_type.0)
+                .collect();
+            prop_assert!(types.len() <= 1, "job on several types: {:?}", al);
+        }
+    }
+
+    #[test]
+    fn sia_pacer_serves_every_job(shape in shapes(), n in 1usize..30, seed in 0u64..1000) {
+        let c = cluster(&shape);
+        let mut js = jobs(n, shape.len(), seed, &c);
+        for j in &mut js {
+            // Fresh jobs, none holding devices; every job can use some type.
+            j.attained_gpu_s = 0.0;
+            j.num_restarts = 0;
+            j.current = Allocation::empty();
+            if j.goodput_by_type.iter().all(|g| g.is_none()) {
+                j.goodput_by_type[0] = Some(gfn(1.0, 10.0));
+            }
+        }
+        let need: Vec<f64> = (0..n).map(|i| 600.0 + 300.0 * (i % 7) as f64).collect();
+        let done = serve_all(&mut SiaPacer::default(), &c, js.clone(), &need);
+        prop_assert!(done.iter().all(|&d| d > 0), "unserved: {:?}", done);
+        // Same input, same rounds.
+        prop_assert_eq!(done, serve_all(&mut SiaPacer::default(), &c, js, &need));
+    }
+}
+
+#[test]
+fn sia_pacer_keeps_a_restarting_job_and_weights_young_jobs() {
+    let c = ClusterSpec::parse("1x4:aws", "t").unwrap();
+    let mut old = JobView::basic(JobId(0), 0.0, 1);
+    old.max_replicas = 4;
+    old.attained_gpu_s = 36_000.0;
+    old.goodput_version = 1;
+    old.goodput_by_type = vec![Some(gfn(1.0, 50.0))];
+    old.current = Allocation::from_pairs([(NodeId(0), 4)]);
+    let mut young = old.clone();
+    young.id = JobId(1);
+    young.attained_gpu_s = 60.0;
+    young.current = Allocation::empty();
+    young.arrival_s = 500.0;
+    let js = vec![old.clone(), young.clone()];
+    // This policy starts the old job at t = 570 s (alone, it gets devices); its
+    // restart takes 250 s, so at t = 600 s it keeps exactly those devices, though a
+    // young job now competes for them.
+    let mut p = SiaPacer::default();
+    let mut idle = old.clone();
+    idle.current = Allocation::empty();
+    idle.restart_s = Some(250.0);
+    let first = p.allocate(&ClusterView {
+        now_s: 570.0,
+        cluster: &c,
+        jobs: &[idle.clone()],
+    });
+    assert!(!first[0].is_empty());
+    let mut busy = idle.clone();
+    busy.current = first[0].clone();
+    let pair = [busy.clone(), young.clone()];
+    let a = p.allocate(&ClusterView {
+        now_s: 600.0,
+        cluster: &c,
+        jobs: &pair,
+    });
+    assert_eq!(a[0], first[0], "a restarting job keeps its devices");
+    // After its restart, the same round may shrink it for the young job.
+    let later = p.allocate(&ClusterView {
+        now_s: 900.0,
+        cluster: &c,
+        jobs: &pair,
+    });
+    assert!(later[1].replicas() > 0, "{later:?}");
+    // Without restarts under way, the weights give the young job at least as many
+    // devices as Sia's uniform weights do.
+    let view = ClusterView {
+        now_s: 4000.0,
+        cluster: &c,
+        jobs: &js,
+    };
+    let las = SiaPacer::new(Weights::Young { tau_gpu_s: 3600.0 }, -0.5, false).allocate(&view);
+    let uni = SiaPacer::new(Weights::Uniform, -0.5, false).allocate(&view);
+    assert!(las[1].replicas() >= uni[1].replicas(), "{las:?} vs {uni:?}");
+    assert!(las[1].replicas() > 0);
+}
+
+#[test]
+fn sia_pacer_skips_the_ladder_but_keeps_a_cap_of_one() {
+    // 2 nodes of 8: a job that has run on one device (cap 2) may go straight to 8
+    // (its model scales well); a job capped at 1 (rigid, or not run yet) never
+    // gets more than 1.
+    let c = ClusterSpec::parse("2x8:dgx", "t").unwrap();
+    let mut ran = JobView::basic(JobId(0), 0.0, 1);
+    ran.max_replicas = 2;
+    ran.attained_gpu_s = 600.0;
+    ran.goodput_version = 1;
+    let mut g = gfn(1.0, 5000.0);
+    g.perf.alpha_n = 0.0;
+    g.perf.beta_n = 0.0;
+    g.perf.alpha_r = 0.0;
+    g.perf.beta_r = 0.0;
+    ran.goodput_by_type = vec![Some(g)];
+    let mut rigid = ran.clone();
+    rigid.id = JobId(1);
+    rigid.max_replicas = 1;
+    let js = vec![ran, rigid];
+    let view = ClusterView {
+        now_s: 600.0,
+        cluster: &c,
+        jobs: &js,
+    };
+    let a = SiaPacer::default().allocate(&view);
+    assert!(a[0].replicas() > 2, "{a:?}");
+    assert!(a[1].replicas() <= 1, "{a:?}");
+    let mut capped = SiaPacer::default();
+    capped.sia.explore_cap = true;
+    let b = capped.allocate(&view);
+    assert!(b[0].replicas() <= 2, "{b:?}");
 }
