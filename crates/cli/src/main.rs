@@ -13,6 +13,7 @@ mod report;
 mod runtime_cmd;
 mod serve_cmd;
 mod simulate;
+mod train_ranks;
 mod validate;
 
 use clap::{Parser, Subcommand};

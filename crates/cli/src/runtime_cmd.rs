@@ -243,6 +243,12 @@ pub struct TrainArgs {
     /// parameters are there (the behaviour before pipelining; for comparisons).
     #[arg(long)]
     pub no_pipeline: bool,
+    /// Run as one rank of a multi-node Slurm job (`srun`, one task per node): with
+    /// SLURM_NTASKS > 1, rank 0 (SLURM_PROCID) is the controller on
+    /// MASTER_ADDR:MASTER_PORT and every rank runs --workers workers (default 1) that
+    /// join it; without Slurm tasks, plain `pacer train`.
+    #[arg(long)]
+    pub slurm: bool,
 }
 
 fn resolve(addr: &str, flag: &str) -> anyhow::Result<SocketAddr> {
@@ -657,6 +663,11 @@ fn parse_join(s: &str) -> anyhow::Result<(u64, f64)> {
 
 /// `pacer train`.
 pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
+    if a.slurm {
+        if let Some(r) = crate::train_ranks::Ranks::from_vars(|k| std::env::var(k).ok())? {
+            return crate::train_ranks::run(a, r);
+        }
+    }
     let workers = match a.workers {
         Some(n) => n,
         None => replicas_from_env(std::env::var("PACER_REPLICAS").ok().as_deref())?,
@@ -698,27 +709,50 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         _ => e.into(),
     })?;
     let data = Arc::new(data::load(&a.job.dataset)?);
-    let mut cfg = controller_config(&a.job, &data)?;
-    cfg.pipeline = !a.no_pipeline;
+    let cfg = train_controller_config(&a, &data)?;
     // A checkpoint of another run is an error before any worker starts.
     controller::resume_from(&cfg, &data)?;
-    catch_signals(&mut cfg)?;
     let (report, outcomes) = train_local(data, cfg, launch, progress_bar(&a.job))?;
     for (i, o) in outcomes.iter().enumerate() {
         if let Err(e) = o {
             eprintln!("worker {i}: {e}");
         }
     }
+    finish_train(&report, &a, workers)
+}
+
+/// The controller of `pacer train` (also rank 0's with `--slurm`), SIGINT/SIGTERM caught.
+pub(crate) fn train_controller_config(
+    a: &TrainArgs,
+    data: &data::Data,
+) -> anyhow::Result<ControllerConfig> {
+    let mut cfg = controller_config(&a.job, data)?;
+    cfg.pipeline = !a.no_pipeline;
+    catch_signals(&mut cfg)?;
+    Ok(cfg)
+}
+
+pub(crate) fn progress_for(job: &JobArgs) -> Option<ProgressFn> {
+    progress_bar(job)
+}
+
+/// Prints `pacer train`'s report and exits 130/143 when it was interrupted.
+/// `workers`: how many the speeds list covers (missing = 1).
+pub(crate) fn finish_train(
+    report: &TrainReport,
+    a: &TrainArgs,
+    workers: usize,
+) -> anyhow::Result<()> {
     let mut speeds = a.speeds.clone();
     speeds.resize(workers, 1.0);
     print_report(
-        &report,
+        report,
         a.job.json,
         speeds,
         a.time_scale,
-        a.interference.map(|p| p.display().to_string()),
+        a.interference.as_ref().map(|p| p.display().to_string()),
     )?;
-    exit_if_interrupted(&report);
+    exit_if_interrupted(report);
     Ok(())
 }
 
