@@ -11,7 +11,7 @@
 #                                        # test (default: cargo build --release -p pacer-cli)
 #   SLURM_E2E_TIMEOUT_S=N                # bound on the run after the builds (default 900 s);
 #                                        # past it: teardown and exit 124
-#   SLURM_E2E_PHASES=adopt,workload,nodefail  # run only these serve phases (default: all;
+#   SLURM_E2E_PHASES=adopt,workload,train,nodefail  # run only these serve phases (default: all;
 #                                        # the live tests run unless SKIP_LIVE=1)
 #   SLURM_E2E_REPEAT=N                   # run the selected serve phases N times in a row
 #   SLURM_E2E_NODE_FAIL=0                # leave out the node-failure phase
@@ -240,9 +240,41 @@ print(j[0]["id"], "n%d" % (j[0]["run"]["alloc"][0][0] + 1))')
     rm -rf "$STATE"
 }
 
+# `pacer train --slurm` submitted to pacer serve as one job of 8 GPUs: pacer places it on
+# two nodes (4 GPUs each), Slurm runs one rank per node under srun, rank 0 is the controller
+# on MASTER_ADDR:MASTER_PORT, each rank runs a worker. squeue must show the run on 2 nodes
+# (checked by `watch` against pacer's decision), and the job's log must show both ranks'
+# workers trained and the controller's report counting 2 workers.
+phase_train() {
+    local t5 log
+    new_state
+    t5=$SECONDS
+    start_serve fair
+    cat >"$STATE/train.toml" <<TOML
+name = "train"
+command = ["$PACER_BIN", "train", "--slurm", "--dataset", "tiny", "--max-iterations", "3000", "--json", "--no-progress", "--normal-priority"]
+replicas = 8
+min_replicas = 8
+TOML
+    "$PACER_BIN" submit "$STATE/train.toml" >/dev/null
+    watch_until 120 succeeded failed cancelled
+    python3 "$CHECK" states "$STATE/jobs.json" succeeded
+    python3 "$CHECK" multinode "$STATE/seen.json" job-1
+    log="$STATE/logs/job-1.log"
+    grep -E '^pacer train: rank' "$log"
+    grep -Eq 'rank 0 on n[0-9]+: 1 worker\(s\) trained [1-9]' "$log" &&
+        grep -Eq 'rank 1 on n[0-9]+: 1 worker\(s\) trained [1-9]' "$log" ||
+        { cat "$log"; echo "slurm-e2e: the log does not show both ranks trained" >&2; exit 1; }
+    grep -q '"workers": *2' "$log" && grep -q '"iterations": *3000' "$log" ||
+        { cat "$log"; echo "slurm-e2e: no report of 3000 iterations on 2 workers" >&2; exit 1; }
+    stop_serve
+    echo "slurm-e2e: pacer train --slurm across 2 nodes: both ranks trained, 3000 iterations, in $((SECONDS - t5)) s"
+    rm -rf "$STATE"
+}
+
 other=
 trap 'stop_serve; [ -z "$other" ] || scancel "$other" 2>/dev/null || true; teardown' EXIT
-phases=${SLURM_E2E_PHASES:-adopt,workload,nodefail}
+phases=${SLURM_E2E_PHASES:-adopt,workload,train,nodefail}
 [ "${SLURM_E2E_NODE_FAIL:-1}" = 1 ] || phases=${phases//nodefail/}
 for ((rep = 1; rep <= ${SLURM_E2E_REPEAT:-1}; rep++)); do
     for phase in ${phases//,/ }; do

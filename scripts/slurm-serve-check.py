@@ -16,6 +16,8 @@
       every relaunch redid at most EVERY steps (the `start … resume S done D` lines of
       scripts/slurm-job.sh); at least one job was lost and relaunched; no pacer run used
       more than 4 - TAKEN_GPUS GPUs of node TAKEN_NODE (another user's job held those)
+  slurm-serve-check.py multinode SEEN_JSON JOB_ID
+      some run of JOB_ID was seen RUNNING in squeue on 2 nodes or more (by `watch`)
   slurm-serve-check.py overhead EVENTS_DIR LOG_DIR
       decision-to-first-step time per run (EVENTS_DIR: one `pacer job ID` JSON per job)
 Node i of pacer's cluster is Slurm node n{i+1} (the dev cluster's, in Slurm's order).
@@ -208,6 +210,16 @@ def overhead(events_dir, log_dir):
           % (len(times), times[0], times[len(times) // 2], times[-1]))
 
 
+def multinode(seen_path, job_id):
+    runs = load(seen_path)["runs"] if os.path.exists(seen_path) else {}
+    mine = {k: r for k, r in runs.items() if k.startswith("pacer-%s." % job_id)}
+    wide = [k for k, r in mine.items() if len(r["nodes"]) >= 2]
+    if not wide:
+        sys.exit("%s: no run seen in squeue on 2 nodes or more (seen: %s)" % (job_id, mine))
+    for k in wide:
+        print("%s: squeue showed it on %s with gpus %s" % (k, mine[k]["nodes"], mine[k]["gpus"]))
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "placement":
@@ -220,6 +232,8 @@ if __name__ == "__main__":
         watch(sys.argv[2], sys.argv[3], sys.argv[4])
     elif cmd == "workload":
         workload(sys.argv[2], sys.argv[3], "--need-restart" in sys.argv[4:])
+    elif cmd == "multinode":
+        multinode(sys.argv[2], sys.argv[3])
     elif cmd == "overhead":
         overhead(sys.argv[2], sys.argv[3])
     elif cmd == "lost":
