@@ -12,7 +12,9 @@
 //! `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_NODEID` set, rank 0's exit status is the run's) and
 //! SIGTERM goes to those ranks (Slurm's job steps). The run directory must be on a file
 //! system every node shares (on the dev cluster all nodes are this machine). `MASTER_ADDR`
-//! is the first node's Slurm address.
+//! is the first node's Slurm address, `MASTER_PORT` the service's; `pacer train --slurm` as
+//! the job's command makes rank 0 the controller there and every rank a worker
+//! (crates/cli/src/train_ranks.rs).
 //!
 //! A run whose node failed (Slurm has the node down or not responding, requeued the run or
 //! ended it `NODE_FAIL`) is cancelled in
