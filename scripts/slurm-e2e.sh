@@ -11,7 +11,7 @@
 #                                        # test (default: cargo build --release -p pacer-cli)
 #   SLURM_E2E_TIMEOUT_S=N                # bound on the run after the builds (default 900 s);
 #                                        # past it: teardown and exit 124
-#   SLURM_E2E_PHASES=adopt,workload,train,nodefail  # run only these serve phases (default: all;
+#   SLURM_E2E_PHASES=adopt,workload,train,torch,nodefail  # only these serve phases (default: all;
 #                                        # the live tests run unless SKIP_LIVE=1)
 #   SLURM_E2E_REPEAT=N                   # run the selected serve phases N times in a row
 #   SLURM_E2E_NODE_FAIL=0                # leave out the node-failure phase
@@ -272,9 +272,41 @@ TOML
     rm -rf "$STATE"
 }
 
+# The same with a pacer_torch job (scripts/slurm-torch-job.py): 8 GPUs, so two nodes; the
+# process group comes from SLURM_PROCID/SLURM_NTASKS + MASTER_ADDR/MASTER_PORT (gloo over
+# loopback). Skipped, saying so, when the venv (scripts/test-python.sh makes it) is missing.
+phase_torch() {
+    local t6 log py=${PACER_VENV:-$HOME/.cache/pacer/venv}/bin/python
+    if ! [ -x "$py" ] || ! "$py" -c 'import torch, pacer_torch' 2>/dev/null; then
+        echo "slurm-e2e: phase torch SKIPPED: no $py with torch and pacer_torch (run scripts/test-python.sh to make it)"
+        return 0
+    fi
+    new_state
+    t6=$SECONDS
+    start_serve fair
+    cat >"$STATE/torch.toml" <<TOML
+name = "torch"
+command = ["$py", "$(realpath scripts/slurm-torch-job.py)", "2"]
+replicas = 8
+min_replicas = 8
+TOML
+    "$PACER_BIN" submit "$STATE/torch.toml" >/dev/null
+    watch_until 180 succeeded failed cancelled
+    log="$STATE/logs/job-1.log"
+    python3 "$CHECK" states "$STATE/jobs.json" succeeded || { cat "$log"; exit 1; }
+    python3 "$CHECK" multinode "$STATE/seen.json" job-1
+    grep -E '^torch rank' "$log" | cut -c1-80
+    grep -Eq "^torch rank 0 of 2 on n[0-9]+: [1-9][0-9]* steps.*'source': 'slurm'" "$log" &&
+        grep -Eq "^torch rank 1 of 2 on n[0-9]+: [1-9][0-9]* steps.*'source': 'slurm'" "$log" ||
+        { cat "$log"; echo "slurm-e2e: the log does not show both torch ranks trained" >&2; exit 1; }
+    stop_serve
+    echo "slurm-e2e: pacer_torch across 2 nodes: both ranks trained, in $((SECONDS - t6)) s"
+    rm -rf "$STATE"
+}
+
 other=
 trap 'stop_serve; [ -z "$other" ] || scancel "$other" 2>/dev/null || true; teardown' EXIT
-phases=${SLURM_E2E_PHASES:-adopt,workload,train,nodefail}
+phases=${SLURM_E2E_PHASES:-adopt,workload,train,torch,nodefail}
 [ "${SLURM_E2E_NODE_FAIL:-1}" = 1 ] || phases=${phases//nodefail/}
 for ((rep = 1; rep <= ${SLURM_E2E_REPEAT:-1}; rep++)); do
     for phase in ${phases//,/ }; do

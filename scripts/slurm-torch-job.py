@@ -1,0 +1,49 @@
+"""A small pacer_torch job for scripts/slurm-e2e.sh (phase `torch`): run as every rank of a
+multi-node Slurm run (`pacer serve --executor slurm`, one `srun` task per node), the process
+group comes from SLURM_PROCID/SLURM_NTASKS and MASTER_ADDR/MASTER_PORT (gloo); a linear
+classifier on seeded synthetic data for EPOCHS epochs. Each rank prints one line:
+    torch rank R of N on NODE: S steps, samples B, loss L
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import pacer_torch as pacer
+
+
+def main() -> None:
+    epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    info = pacer.init_process_group(timeout_s=120)
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, 16, generator=g)
+    y = (x @ torch.randn(16, 4, generator=g)).argmax(1)
+    data = torch.utils.data.TensorDataset(x, y)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(data, global_batch=256, controller="lbbsp", seed=3)
+    steps, samples, loss = 0, 0, float("nan")
+    for _ in pacer.remaining_epochs(epochs):
+        for xb, yb in loader:
+            out = F.cross_entropy(net(xb), yb)
+            opt.zero_grad()
+            out.backward()
+            opt.step()
+            steps += 1
+            samples += len(xb)
+            loss = out.item()
+    node = os.environ.get("SLURMD_NODENAME", "?")
+    print(f"torch rank {rank} of {world} on {node}: {steps} steps, samples {samples}, "
+          f"loss {loss:.3f} ({info})", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
