@@ -2,9 +2,9 @@
 //!
 //! Thin bindings, no decision logic of their own:
 //! - [`Session`]: `pacer_control::session::JobSession` (join / leave / decide / observe /
-//!   predicted speeds / override batches), plus a checkpointable state: the session is
-//!   deterministic for its seed, so its state is the log of the calls that succeeded, and
-//!   replaying that log through a fresh session rebuilds it exactly ([`SessionState`]);
+//!   predicted speeds / override batches), plus a checkpointable state of bounded size:
+//!   the session's exact snapshot (`pacer_control::session::SessionSnapshot`), its members
+//!   with their bounds and the last [`RECENT_CAP`] observations ([`SessionState`]);
 //! - [`Predictor`]: one speed predictor by registry name;
 //! - [`Gns`]: the gradient-noise-scale estimator as the runtime uses it (batch-weighted
 //!   aggregation, EMA decay per global batch) and the goodput-optimal global batch;
@@ -13,10 +13,11 @@
 //!
 //! Every error is a Python `ValueError` that says which argument was wrong.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
 use pacer_control::session::{
-    IterationObservation, JobSession, SessionConfig, SessionError, WorkerKey,
+    IterationObservation, JobSession, SessionConfig, SessionError, SessionSnapshot, WorkerKey,
 };
 use pacer_control::worker::{BatchBounds, CONTROLLERS};
 use pacer_predict::gns::{Aggregation, GnsEstimator};
@@ -26,8 +27,13 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// Version of [`SessionState`]'s JSON; a state of another version is refused.
-const STATE_VERSION: u32 = 1;
+/// Version of [`SessionState`]'s JSON. Version 1 (the log of every call) is still read,
+/// by replaying it; other versions are refused.
+const STATE_VERSION: u32 = 2;
+
+/// Observations a session keeps for [`Session::with_global_batch`] (its `recent` at
+/// most): the only history in its state, so the state's size does not grow with steps.
+const RECENT_CAP: usize = 64;
 
 fn value_error(what: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(what.to_string())
@@ -37,7 +43,10 @@ fn session_error(e: SessionError) -> PyErr {
     value_error(e)
 }
 
-/// One call that changed a session (only calls that succeeded are logged).
+/// `(worker, samples, compute_s, cpu_load, mem_load)`: one worker's observation.
+type ObsRow = (u64, u64, f64, f64, f64);
+
+/// One call that changes a session (the entries of a version-1 log).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 enum Event {
     Join {
@@ -53,15 +62,38 @@ enum Event {
         mem_load: f64,
     },
     Decide,
-    /// `(worker, samples, compute_s, cpu_load, mem_load)` per worker.
-    Observe(Vec<(u64, u64, f64, f64, f64)>),
+    Observe(Vec<ObsRow>),
     Override(Vec<u64>),
 }
 
-/// A session as JSON: its configuration and the calls that built its state.
+/// The configuration a session was made with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    global_batch: u64,
+    controller: String,
+    predictor: String,
+    seed: u64,
+    gpu_like: bool,
+}
+
+/// A session as JSON (version 2): configuration, exact snapshot, members with their
+/// bounds, and the last [`RECENT_CAP`] observations; its size depends on the workers,
+/// not on the steps.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SessionState {
+    version: u32,
+    config: Config,
+    snapshot: SessionSnapshot,
+    members: Vec<(u64, Option<(u64, u64)>)>,
+    recent: VecDeque<Vec<ObsRow>>,
+}
+
+/// A version-1 state: the configuration and the log of every call that succeeded.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogStateV1 {
     version: u32,
     global_batch: u64,
     controller: String,
@@ -75,19 +107,21 @@ type DecisionOut = (Vec<u64>, Vec<f64>, bool);
 
 struct Inner {
     session: JobSession,
-    state: SessionState,
+    config: Config,
+    /// The members in key order, with the bounds they joined with.
+    members: Vec<(u64, Option<(u64, u64)>)>,
+    recent: VecDeque<Vec<ObsRow>>,
 }
 
 impl Inner {
-    fn new(
-        global_batch: u64,
-        controller: &str,
-        predictor: &str,
-        seed: u64,
-        gpu_like: bool,
-    ) -> PyResult<Self> {
-        let mut cfg = SessionConfig::new(global_batch, controller, predictor, seed);
-        cfg.gpu_like = gpu_like;
+    fn new(config: Config) -> PyResult<Self> {
+        let mut cfg = SessionConfig::new(
+            config.global_batch,
+            &config.controller,
+            &config.predictor,
+            config.seed,
+        );
+        cfg.gpu_like = config.gpu_like;
         let session = JobSession::new(cfg).map_err(|e| match e {
             SessionError::UnknownController(_) => value_error(format!("controller: {e}")),
             SessionError::UnknownPredictor(_) => value_error(format!("predictor: {e}")),
@@ -95,40 +129,36 @@ impl Inner {
         })?;
         Ok(Inner {
             session,
-            state: SessionState {
-                version: STATE_VERSION,
-                global_batch,
-                controller: controller.to_string(),
-                predictor: predictor.to_string(),
-                seed,
-                gpu_like,
-                events: Vec::new(),
-            },
+            config,
+            members: Vec::new(),
+            recent: VecDeque::new(),
         })
     }
 
-    /// Applies one call to the session; logs it when it succeeded. A decision is
-    /// returned as `(batches, predicted speeds, rebalanced)`.
+    /// Applies one call to the session; on success records what the state keeps (the
+    /// members, the last observations). A decision is returned as `(batches,
+    /// predicted speeds, rebalanced)`.
     fn apply(&mut self, event: Event) -> Result<Option<DecisionOut>, SessionError> {
         let s = &mut self.session;
         let mut out = None;
-        match &event {
-            Event::Join { worker, bounds } => s.join(
-                WorkerKey(*worker),
-                bounds.map(|(min, max)| BatchBounds { min, max }),
-            )?,
-            Event::Leave { worker } => s.leave(WorkerKey(*worker))?,
+        match event {
+            Event::Join { worker, bounds } => {
+                s.join(
+                    WorkerKey(worker),
+                    bounds.map(|(min, max)| BatchBounds { min, max }),
+                )?;
+                let at = self.members.partition_point(|m| m.0 < worker);
+                self.members.insert(at, (worker, bounds));
+            }
+            Event::Leave { worker } => {
+                s.leave(WorkerKey(worker))?;
+                self.members.retain(|m| m.0 != worker);
+            }
             Event::Signals {
                 worker,
                 cpu_load,
                 mem_load,
-            } => s.set_next_signals(
-                WorkerKey(*worker),
-                Exogenous {
-                    cpu_load: *cpu_load,
-                    mem_load: *mem_load,
-                },
-            )?,
+            } => s.set_next_signals(WorkerKey(worker), Exogenous { cpu_load, mem_load })?,
             Event::Decide => {
                 let d = s.decide()?;
                 out = Some((d.batches.to_vec(), d.predicted_speed.to_vec(), d.rebalanced));
@@ -145,34 +175,110 @@ impl Inner {
                         },
                     )
                     .collect();
-                s.observe(&obs)?
+                s.observe(&obs)?;
+                if self.recent.len() == RECENT_CAP {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back(rows);
             }
-            Event::Override(b) => s.override_batches(b)?,
+            Event::Override(b) => s.override_batches(&b)?,
         }
-        self.state.events.push(event);
         Ok(out)
     }
 
-    fn replay(state: SessionState) -> PyResult<Self> {
-        if state.version != STATE_VERSION {
+    fn state(&self) -> PyResult<SessionState> {
+        Ok(SessionState {
+            version: STATE_VERSION,
+            config: self.config.clone(),
+            snapshot: self.session.snapshot().map_err(session_error)?,
+            members: self.members.clone(),
+            recent: self.recent.clone(),
+        })
+    }
+
+    /// The session `st` describes, checked whole: the snapshot (by the session), and
+    /// that the configuration and members agree with it.
+    fn restore(st: SessionState) -> PyResult<Self> {
+        if st.version != STATE_VERSION {
             return Err(value_error(format!(
-                "state: version {} (expected {STATE_VERSION})",
-                state.version
+                "state: version {} (expected {STATE_VERSION}, or a version-1 log)",
+                st.version
             )));
         }
-        let mut inner = Inner::new(
-            state.global_batch,
-            &state.controller,
-            &state.predictor,
-            state.seed,
-            state.gpu_like,
-        )?;
-        for (i, e) in state.events.into_iter().enumerate() {
+        let c = &st.config;
+        let sc = &st.snapshot.config;
+        if (
+            c.global_batch,
+            &c.controller,
+            &c.predictor,
+            c.seed,
+            c.gpu_like,
+        ) != (
+            sc.global_batch,
+            &sc.controller,
+            &sc.predictor,
+            sc.seed,
+            sc.gpu_like,
+        ) {
+            return Err(value_error("state: config differs from snapshot.config"));
+        }
+        let keys: Vec<(u64, Option<(u64, u64)>)> = (st.snapshot.members.iter())
+            .map(|m| (m.key.0, m.bounds.map(|b| (b.min, b.max))))
+            .collect();
+        if keys != st.members {
+            return Err(value_error(
+                "state: members differ from the snapshot's members",
+            ));
+        }
+        if st.recent.len() > RECENT_CAP {
+            return Err(value_error(format!(
+                "state: recent holds {} observations, at most {RECENT_CAP}",
+                st.recent.len()
+            )));
+        }
+        let session =
+            JobSession::restore(st.snapshot).map_err(|e| value_error(format!("state: {e}")))?;
+        Ok(Inner {
+            session,
+            config: st.config,
+            members: st.members,
+            recent: st.recent,
+        })
+    }
+
+    /// A version-1 log, rebuilt by replaying its calls.
+    fn replay(st: LogStateV1) -> PyResult<Self> {
+        if st.version != 1 {
+            return Err(value_error(format!(
+                "state: version {} is not a log",
+                st.version
+            )));
+        }
+        let mut inner = Inner::new(Config {
+            global_batch: st.global_batch,
+            controller: st.controller,
+            predictor: st.predictor,
+            seed: st.seed,
+            gpu_like: st.gpu_like,
+        })?;
+        for (i, e) in st.events.into_iter().enumerate() {
             inner
                 .apply(e)
                 .map_err(|err| value_error(format!("state: call {i} does not replay: {err}")))?;
         }
         Ok(inner)
+    }
+
+    fn from_json(state: &str) -> PyResult<Self> {
+        let v: serde_json::Value = serde_json::from_str(state)
+            .map_err(|e| value_error(format!("state: not a session state: {e}")))?;
+        let version = v.get("version").and_then(|x| x.as_u64());
+        let not_state =
+            |e: serde_json::Error| value_error(format!("state: not a session state: {e}"));
+        match version {
+            Some(1) => Inner::replay(serde_json::from_value(v).map_err(not_state)?),
+            _ => Inner::restore(serde_json::from_value(v).map_err(not_state)?),
+        }
     }
 }
 
@@ -205,13 +311,13 @@ impl Session {
         gpu_like: bool,
     ) -> PyResult<Self> {
         Ok(Session {
-            inner: Mutex::new(Inner::new(
+            inner: Mutex::new(Inner::new(Config {
                 global_batch,
-                controller,
-                predictor,
+                controller: controller.to_string(),
+                predictor: predictor.to_string(),
                 seed,
                 gpu_like,
-            )?),
+            })?),
         })
     }
 
@@ -219,7 +325,7 @@ impl Session {
     /// least one sample when the global batch allows, at most the global batch).
     #[pyo3(signature = (worker, min_batch=None, max_batch=None))]
     fn join(&self, worker: u64, min_batch: Option<u64>, max_batch: Option<u64>) -> PyResult<()> {
-        let g = self.lock().state.global_batch;
+        let g = self.lock().config.global_batch;
         let bounds = match (min_batch, max_batch) {
             (None, None) => None,
             (min, max) => {
@@ -275,7 +381,16 @@ impl Session {
 
     /// What the workers measured in the step that ran: a list of
     /// `(worker, samples, compute_s, cpu_load, mem_load)`; checked whole first.
-    fn observe(&self, observations: Vec<(u64, u64, f64, f64, f64)>) -> PyResult<()> {
+    fn observe(&self, observations: Vec<ObsRow>) -> PyResult<()> {
+        for (i, r) in observations.iter().enumerate() {
+            // The state keeps recent rows as JSON, which has no NaN or infinity.
+            if !(r.3.is_finite() && r.4.is_finite()) {
+                return Err(value_error(format!(
+                    "observations[{i}]: cpu_load {} / mem_load {} is not a finite number",
+                    r.3, r.4
+                )));
+            }
+        }
         self.lock()
             .apply(Event::Observe(observations))
             .map(drop)
@@ -309,91 +424,78 @@ impl Session {
 
     #[getter]
     fn global_batch(&self) -> u64 {
-        self.lock().state.global_batch
+        self.lock().config.global_batch
     }
 
     #[getter]
     fn controller(&self) -> String {
-        self.lock().state.controller.clone()
+        self.lock().config.controller.clone()
     }
 
     #[getter]
     fn predictor(&self) -> String {
-        self.lock().state.predictor.clone()
+        self.lock().config.predictor.clone()
     }
 
     #[getter]
     fn seed(&self) -> u64 {
-        self.lock().state.seed
+        self.lock().config.seed
     }
 
-    /// Calls logged so far (the size of `state()`).
-    fn logged_calls(&self) -> usize {
-        self.lock().state.events.len()
+    /// Observations the state keeps (at most `RECENT_CAP` = 64).
+    fn recent_observations(&self) -> usize {
+        self.lock().recent.len()
     }
 
-    /// The session as JSON text; `Session.from_state` rebuilds the same session.
+    /// The session as JSON text (version 2; its size does not grow with the steps);
+    /// `Session.from_state` rebuilds the same session.
     fn state(&self) -> PyResult<String> {
-        serde_json::to_string(&self.lock().state).map_err(value_error)
+        let st = self.lock().state()?;
+        serde_json::to_string(&st).map_err(value_error)
     }
 
-    /// The session `state()` described, rebuilt by replaying its calls.
+    /// The session `state()` described: a version-2 state restored exactly, or a
+    /// version-1 log (earlier releases) replayed.
     #[staticmethod]
     fn from_state(state: &str) -> PyResult<Self> {
-        let st: SessionState = serde_json::from_str(state)
-            .map_err(|e| value_error(format!("state: not a session state: {e}")))?;
         Ok(Session {
-            inner: Mutex::new(Inner::replay(st)?),
+            inner: Mutex::new(Inner::from_json(state)?),
         })
     }
 
     /// A new session with global batch `global_batch` and this one's configuration and
-    /// members; its predictors have seen this session's last `recent` observations (a
-    /// changed global batch changes the batching problem, so the controller starts anew).
+    /// members; its predictors have seen this session's last `recent` observations (at
+    /// most 64, the ones a session keeps; a changed global batch changes the batching
+    /// problem, so the controller starts anew).
     #[pyo3(signature = (global_batch, recent=32))]
     fn with_global_batch(&self, global_batch: u64, recent: usize) -> PyResult<Self> {
-        let g = self.lock();
-        let st = &g.state;
-        let mut inner = Inner::new(
-            global_batch,
-            &st.controller,
-            &st.predictor,
-            st.seed,
-            st.gpu_like,
-        )?;
-        // The members as they are now, with their bounds.
-        let mut joined: Vec<(u64, Option<(u64, u64)>)> = Vec::new();
-        for e in &st.events {
-            match e {
-                Event::Join { worker, bounds } => joined.push((*worker, *bounds)),
-                Event::Leave { worker } => joined.retain(|(w, _)| w != worker),
-                _ => {}
-            }
+        if recent > RECENT_CAP {
+            return Err(value_error(format!(
+                "recent: {recent} exceeds the {RECENT_CAP} observations a session keeps"
+            )));
         }
-        for (worker, bounds) in joined {
+        let g = self.lock();
+        let mut inner = Inner::new(Config {
+            global_batch,
+            ..g.config.clone()
+        })?;
+        for &(worker, bounds) in &g.members {
             let bounds = bounds.map(|(min, max)| (min, max.min(global_batch)));
             inner
                 .apply(Event::Join { worker, bounds })
                 .map_err(|e| value_error(format!("global_batch: {e}")))?;
         }
-        let members: Vec<u64> = inner.session.workers().map(|w| w.0).collect();
-        let observed: Vec<&Event> = st
-            .events
-            .iter()
-            .filter(|e| matches!(e, Event::Observe(_)))
-            .collect();
-        for e in &observed[observed.len().saturating_sub(recent)..] {
-            if let Event::Observe(rows) = e {
-                let rows: Vec<_> = rows
-                    .iter()
-                    .copied()
-                    .filter(|r| members.contains(&r.0))
-                    .collect();
-                inner.apply(Event::Observe(rows)).map_err(session_error)?;
-            }
+        let members: Vec<u64> = g.members.iter().map(|m| m.0).collect();
+        for rows in g.recent.iter().skip(g.recent.len().saturating_sub(recent)) {
+            let rows: Vec<_> = rows
+                .iter()
+                .copied()
+                .filter(|r| members.contains(&r.0))
+                .collect();
+            inner.apply(Event::Observe(rows)).map_err(session_error)?;
         }
         // Refuse a global batch the members' bounds cannot hold now, not at the next step.
-        let mut probe = Inner::replay(inner.state.clone())?;
+        let mut probe = Inner::restore(inner.state()?)?;
         probe
             .apply(Event::Decide)
             .map_err(|e| value_error(format!("global_batch: {e}")))?;
@@ -406,10 +508,10 @@ impl Session {
         let g = self.lock();
         format!(
             "Session(global_batch={}, controller={:?}, predictor={:?}, seed={}, workers={:?})",
-            g.state.global_batch,
-            g.state.controller,
-            g.state.predictor,
-            g.state.seed,
+            g.config.global_batch,
+            g.config.controller,
+            g.config.predictor,
+            g.config.seed,
             g.session.workers().map(|w| w.0).collect::<Vec<_>>()
         )
     }
