@@ -43,14 +43,14 @@ def test_bad_calls_change_nothing():
     s.join(0)
     s.join(1)
     s.decide()
-    n = s.logged_calls()
+    before = s.state()
     with pytest.raises(ValueError, match="observations: worker 1: compute time NaN"):
         s.observe([(0, 50, 0.1, 0, 0), (1, 50, math.nan, 0, 0)])
     with pytest.raises(ValueError, match="already in the job"):
         s.join(1)
     with pytest.raises(ValueError, match="batches:"):
         s.override_batches([10, 10])
-    assert s.logged_calls() == n
+    assert s.state() == before
     with pytest.raises(ValueError, match="^state: not a session state"):
         pacer.Session.from_state("{}")
     bad = json.loads(s.state())
@@ -69,6 +69,68 @@ def test_with_global_batch_keeps_members_and_recent_speeds():
     assert rebalanced and sum(b) == 600 and b[0] > b[1]
     with pytest.raises(ValueError, match="^global_batch"):
         s.with_global_batch(5000)
+
+
+def _step(s, k, rng):
+    """One step of a 4-worker job with load bursts on worker 1; the decision, bit for bit."""
+    load = 0.5 if (k // 50) % 2 else 0.0
+    s.set_next_signals(1, load, 0.0)
+    b, p, r = s.decide()
+    speeds = [1000.0, 800.0 * (1 - load), 500.0, 250.0]
+    s.observe([(w, b[i], b[i] / (speeds[i] * (1 + 0.05 * rng.random())), load if w == 1 else 0.0,
+                0.0) for i, w in enumerate(s.workers())])
+    return b, [x.hex() for x in p], r
+
+
+@pytest.mark.parametrize("controller,predictor", [("lbbsp", "narx"), ("pid", "ets"),
+                                                  ("lbbsp-gpu", "ewma"), ("uniform", "last")])
+def test_state_size_stays_flat_and_resumes_bit_identically(controller, predictor):
+    s = pacer.Session(512, controller, predictor, 7)
+    for w in range(4):
+        s.join(w)
+    rng = random.Random(4)
+    sizes = {}
+    for k in range(2000):
+        _step(s, k, rng)
+        if k + 1 in (100, 500, 1000, 2000):
+            sizes[k + 1] = len(s.state())
+    # Version 1 grew ~220 B per step here (437,834 B at 2,000 steps); now the size
+    # depends on the workers and the 64 kept observations only.
+    assert max(sizes.values()) < 1.05 * sizes[100], sizes
+    assert json.loads(s.state())["version"] == 2 and s.recent_observations() == 64
+    t = pacer.Session.from_state(s.state())
+    assert t.state() == s.state()
+    ra, rb = random.Random(9), random.Random(9)
+    assert [_step(s, k, ra) for k in range(2000, 2300)] == [_step(t, k, rb) for k in range(2000, 2300)]
+    # with_global_batch sees the same recent observations after a resume.
+    u = pacer.Session.from_state(s.state())
+    assert s.with_global_batch(1024).decide() == u.with_global_batch(1024).decide()
+    with pytest.raises(ValueError, match="^recent: 65 exceeds the 64"):
+        s.with_global_batch(1024, recent=65)
+
+
+def test_version_1_logs_are_replayed():
+    s = pacer.Session(300, "pid", "ewma", 2)
+    events = []
+    for w in range(3):
+        s.join(w)
+        events.append({"Join": {"worker": w, "bounds": None}})
+    for k in range(20):
+        b, _, _ = s.decide()
+        rows = [(w, b[w], b[w] / (100.0 * (w + 1)), 0.0, 0.0) for w in range(3)]
+        s.observe(rows)
+        events += ["Decide", {"Observe": [list(r) for r in rows]}]
+    v1 = {"version": 1, "global_batch": 300, "controller": "pid", "predictor": "ewma",
+          "seed": 2, "gpu_like": False, "events": events}
+    t = pacer.Session.from_state(json.dumps(v1))
+    assert t.state() == s.state() and t.decide() == s.decide()
+    v1["events"].append({"Leave": {"worker": 9}})
+    with pytest.raises(ValueError, match="^state: call 43 does not replay: worker 9 is not in"):
+        pacer.Session.from_state(json.dumps(v1))
+    bad = json.loads(s.state())
+    bad["snapshot"]["members"][0]["predictor"]["state"] = -1.0
+    with pytest.raises(ValueError, match=r"^state: snapshot: members\[0\]\.predictor\.state"):
+        pacer.Session.from_state(json.dumps(bad))
 
 
 def test_noise_scale_matches_the_two_batch_estimate():

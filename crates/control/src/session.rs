@@ -49,6 +49,9 @@
 
 use std::fmt;
 
+mod snapshot;
+pub use snapshot::{MemberSnapshot, SessionSnapshot};
+
 use crate::worker::{
     apportion, make_controller_with, BatchBounds, BatchController, BatchError, BatchProblem,
     GateConfig, Observation, CONTROLLERS,
@@ -57,7 +60,10 @@ use pacer_predict::speed::{Exogenous, PredictorFactory, SpeedPredictor, PREDICTO
 
 /// A worker's stable identity within its job: it names the worker in observations and seeds
 /// its predictor, so it must not be reused for another worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct WorkerKey(pub u64);
 
 impl fmt::Display for WorkerKey {
@@ -67,7 +73,7 @@ impl fmt::Display for WorkerKey {
 }
 
 /// What a session is set up with.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SessionConfig {
     /// The global batch `B` the local batches always sum to.
     pub global_batch: u64,
@@ -133,6 +139,9 @@ pub enum SessionError {
     },
     #[error("{error} (with {workers} workers)")]
     Infeasible { workers: usize, error: BatchError },
+    /// A snapshot could not be taken or restored: the field and what was expected.
+    #[error("snapshot: {0}")]
+    Snapshot(String),
 }
 
 /// The batches of the coming iteration, in membership order ([`JobSession::workers`]).
@@ -160,10 +169,26 @@ struct Member {
 
 type Factory = Box<dyn Fn(WorkerKey) -> Box<dyn SpeedPredictor> + Send>;
 
+/// Where members' predictors come from: the registry (restorable from a snapshot) or
+/// a caller's closure ([`JobSession::with_predictors`]).
+enum Predictors {
+    Registry(PredictorFactory),
+    Custom(Factory),
+}
+
+impl Predictors {
+    fn make(&self, key: WorkerKey) -> Box<dyn SpeedPredictor> {
+        match self {
+            Predictors::Registry(f) => f.make(key.0),
+            Predictors::Custom(f) => f(key),
+        }
+    }
+}
+
 /// One job's worker-level decisions (module docs).
 pub struct JobSession {
     cfg: SessionConfig,
-    make_predictor: Factory,
+    make_predictor: Predictors,
     members: Vec<Member>,
     controller: Option<Box<dyn BatchController>>,
     variant: &'static str,
@@ -188,12 +213,16 @@ impl JobSession {
     pub fn new(cfg: SessionConfig) -> Result<Self, SessionError> {
         let factory = PredictorFactory::new(&cfg.predictor, cfg.seed)
             .ok_or_else(|| SessionError::UnknownPredictor(cfg.predictor.clone()))?;
-        Self::with_predictors(cfg, Box::new(move |w: WorkerKey| factory.make(w.0)))
+        Self::build(cfg, Predictors::Registry(factory))
     }
 
     /// A session whose predictors come from `make` (variants the registry does not name);
     /// `cfg.predictor` is then only a label.
     pub fn with_predictors(cfg: SessionConfig, make: Factory) -> Result<Self, SessionError> {
+        Self::build(cfg, Predictors::Custom(make))
+    }
+
+    fn build(cfg: SessionConfig, make: Predictors) -> Result<Self, SessionError> {
         if !CONTROLLERS.contains(&cfg.controller.as_str()) {
             return Err(SessionError::UnknownController(cfg.controller.clone()));
         }
@@ -245,7 +274,7 @@ impl JobSession {
             Member {
                 key,
                 bounds,
-                predictor: (self.make_predictor)(key),
+                predictor: self.make_predictor.make(key),
                 speed: 0.0,
                 compute_s: 0.0,
                 next_signals: Exogenous::default(),
@@ -328,25 +357,31 @@ impl JobSession {
         );
     }
 
+    /// The batching problem of the current members.
+    fn problem(&self) -> Result<BatchProblem, SessionError> {
+        let n = self.members.len();
+        let b = self.cfg.global_batch;
+        let bounds = self
+            .members
+            .iter()
+            .map(|m| {
+                m.bounds.unwrap_or(BatchBounds {
+                    // ≥ 1 sample each when possible: a worker with none measures no speed.
+                    min: u64::from(b >= n as u64),
+                    max: b,
+                })
+            })
+            .collect();
+        BatchProblem::new(b, bounds, self.cfg.gpu_like)
+            .map_err(|error| SessionError::Infeasible { workers: n, error })
+    }
+
     /// The local batches of the coming iteration.
     pub fn decide(&mut self) -> Result<Decision<'_>, SessionError> {
         let n = self.members.len();
-        let b = self.cfg.global_batch;
         let rebalanced = self.membership_changed;
         if rebalanced {
-            let bounds = self
-                .members
-                .iter()
-                .map(|m| {
-                    m.bounds.unwrap_or(BatchBounds {
-                        // ≥ 1 sample each when possible: a worker with none measures no speed.
-                        min: u64::from(b >= n as u64),
-                        max: b,
-                    })
-                })
-                .collect();
-            let problem = BatchProblem::new(b, bounds, self.cfg.gpu_like)
-                .map_err(|error| SessionError::Infeasible { workers: n, error })?;
+            let problem = self.problem()?;
             let controller = make_controller_with(&self.cfg.controller, &problem, self.cfg.gate)
                 .expect("controller name checked by the constructor");
             self.variant = controller.name();

@@ -64,7 +64,7 @@
 use super::Observation;
 
 /// Constants of [`NoiseGate`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GateConfig {
     /// Significance, in noise levels, of the jump and the evidence tests. `0`
     /// disables the gate (every new prediction is accepted: the ungated rule).
@@ -109,13 +109,16 @@ impl GateConfig {
 const MEAN_ABS_TO_SIGMA: f64 = 1.2533;
 
 /// Per-worker significance filter on predicted speeds; see the module docs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct NoiseGate {
     cfg: GateConfig,
     /// Accepted log-speed (NaN until the first usable prediction), and its `exp`.
+    #[serde(with = "super::state::nan_vec")]
     level: Vec<f64>,
+    #[serde(with = "super::state::nan_vec")]
     speed: Vec<f64>,
     /// Log of the prediction made for the iteration now running (NaN if none).
+    #[serde(with = "super::state::nan_vec")]
     last_pred: Vec<f64>,
     /// Mean absolute one-step log error (clipped) and its effective sample count.
     err_abs: Vec<f64>,
@@ -168,6 +171,53 @@ impl NoiseGate {
             accepted: 0,
             jumps: 0,
         }
+    }
+
+    /// `Err(what)` unless the state fits `n` workers: every vector of length `n`, the
+    /// accepted levels finite or unset (NaN), everything else finite.
+    pub(super) fn check(&self, n: usize) -> Result<(), String> {
+        let c = &self.cfg;
+        let cfg = [
+            c.z,
+            c.evidence_leak,
+            c.noise_memory,
+            c.prior_noise,
+            c.prior_weight,
+            c.clip,
+        ];
+        if cfg.iter().any(|x| !x.is_finite()) {
+            return Err("gate.cfg: every constant must be finite".into());
+        }
+        for (f, v) in [
+            ("level", &self.level),
+            ("speed", &self.speed),
+            ("last_pred", &self.last_pred),
+        ] {
+            if v.len() != n || v.iter().any(|x| x.is_infinite()) {
+                return Err(format!("gate.{f}: expected {n} finite or unset values"));
+            }
+        }
+        let finite = [
+            ("err_abs", &self.err_abs),
+            ("err_w", &self.err_w),
+            ("acc", &self.acc),
+            ("acc_w1", &self.acc_w1),
+            ("acc_w2", &self.acc_w2),
+            ("seg", &self.seg),
+            ("seg_n", &self.seg_n),
+        ];
+        for (f, v) in finite {
+            if v.len() != n || v.iter().any(|x| !x.is_finite()) {
+                return Err(format!("gate.{f}: expected {n} finite values"));
+            }
+        }
+        if self.track.len() != n || self.track.iter().any(|t| !(-1..=1).contains(t)) {
+            return Err(format!("gate.track: expected {n} values in -1..=1"));
+        }
+        if self.jumps > n {
+            return Err(format!("gate.jumps: {} exceeds {n} workers", self.jumps));
+        }
+        Ok(())
     }
 
     pub fn config(&self) -> &GateConfig {

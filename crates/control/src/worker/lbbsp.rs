@@ -3,7 +3,7 @@ use super::{
 };
 
 /// Which LB-BSP rule to apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LbBspMode {
     /// CPU-like devices (time ∝ batch): `b_i = B·v̂_i / Σ v̂_j` every iteration.
     Proportional,
@@ -37,7 +37,7 @@ const MAX_WINDOW_FACTOR: u32 = 8;
 /// 0.73–0.79 on `interference.json`, 0.97–0.98 with the restart; 0.92–0.94 → 0.99 on
 /// `gpu_imagenet_caps.json`). Noise no longer restarts it, since the gate holds noise
 /// back.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LbBsp {
     mode: LbBspMode,
     global_batch: u64,
@@ -53,7 +53,8 @@ pub struct LbBsp {
     last_dir: Vec<i8>,
     /// Significance filter on the predictions (see [`NoiseGate`]).
     gate: NoiseGate,
-    /// The gated speeds of the current decision.
+    /// The gated speeds of the current decision (scratch: rewritten by every decision).
+    #[serde(skip)]
     speeds: Vec<f64>,
 }
 
@@ -81,6 +82,21 @@ impl LbBsp {
             gate: NoiseGate::new(problem.n_workers(), gate),
             speeds: Vec::new(),
         }
+    }
+
+    /// `Err(what)` unless this state belongs to `problem`.
+    pub(super) fn check(&self, problem: &BatchProblem) -> Result<(), String> {
+        let n = problem.n_workers();
+        if self.global_batch != problem.global_batch() || self.bounds != problem.bounds() {
+            return Err("global_batch/bounds: differ from the members'".into());
+        }
+        if self.last_dir.len() != n || self.last_dir.iter().any(|d| !(-1..=1).contains(d)) {
+            return Err(format!("last_dir: expected {n} values in -1..=1"));
+        }
+        if self.delta0 == 0 || self.delta == 0 || self.window0 == 0 || self.window == 0 {
+            return Err("delta/window: must be ≥ 1".into());
+        }
+        self.gate.check(n)
     }
 
     /// The noise gate (noise levels, number of accepted changes).
@@ -186,6 +202,10 @@ impl BatchController for LbBsp {
             LbBspMode::Shift => self.shift(&speeds, batches),
         }
         self.speeds = speeds;
+    }
+
+    fn save(&self) -> Option<super::ControllerState> {
+        Some(super::ControllerState::LbBsp(self.clone()))
     }
 }
 

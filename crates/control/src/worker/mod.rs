@@ -32,18 +32,20 @@
 mod gate;
 mod lbbsp;
 mod pid;
+mod state;
 mod uniform;
 
 pub use gate::{GateConfig, NoiseGate};
 pub use lbbsp::{LbBsp, LbBspMode};
 pub use pid::{Pid, PidConfig};
+pub use state::ControllerState;
 pub use uniform::Uniform;
 
 use std::fmt;
 
 /// Bounds on one worker's local batch. `max` is the tighter of the configured
 /// maximum and the memory cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BatchBounds {
     pub min: u64,
     pub max: u64,
@@ -234,6 +236,11 @@ pub trait BatchController: Send {
     /// `batches` holds the batches of the iteration that just ran; overwrite it with
     /// the next iteration's. Must keep `Σ = B` and the bounds (use [`apportion`]).
     fn decide(&mut self, obs: &Observation<'_>, batches: &mut [u64]);
+    /// The controller's state, for a session snapshot; `None` (the default) for a
+    /// controller the registry does not know, which makes a snapshot refuse.
+    fn save(&self) -> Option<ControllerState> {
+        None
+    }
 }
 
 /// Names accepted by [`make_controller`].

@@ -4,7 +4,7 @@ use super::{
 };
 
 /// Gains and shape of [`Pid`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PidConfig {
     /// Proportional gain on the windowed relative batch error.
     pub kp: f64,
@@ -68,7 +68,7 @@ impl Default for PidConfig {
 /// time and not at all against `last`'s (efficiency 0.984 and 0.921 on
 /// `noisy_homogeneous.json`; 0.999 gated). τ and the integral stay, for sub-noise
 /// imbalances that the gate has accepted but that are too small to act on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Pid {
     cfg: PidConfig,
     global_batch: u64,
@@ -81,6 +81,8 @@ pub struct Pid {
     target: Vec<f64>,
     desired: Vec<f64>,
     gate: NoiseGate,
+    /// Scratch: rewritten by every decision.
+    #[serde(skip)]
     speeds: Vec<f64>,
 }
 
@@ -104,6 +106,38 @@ impl Pid {
             gate: NoiseGate::new(n, cfg.gate),
             speeds: Vec::new(),
         }
+    }
+
+    /// `Err(what)` unless this state belongs to `problem`.
+    pub(super) fn check(&self, problem: &BatchProblem) -> Result<(), String> {
+        let n = problem.n_workers();
+        let c = &self.cfg;
+        if self.global_batch != problem.global_batch() || self.bounds != problem.bounds() {
+            return Err("global_batch/bounds: differ from the members'".into());
+        }
+        let gains = [c.kp, c.ki, c.leak, c.i_max, c.dead_band, c.max_step];
+        if gains.iter().any(|x| !x.is_finite()) || c.window == 0 {
+            return Err("cfg: gains must be finite and window ≥ 1".into());
+        }
+        let w = c.window;
+        if self.filled > w || self.head >= w {
+            return Err(format!(
+                "filled/head: {}/{} outside the window {w}",
+                self.filled, self.head
+            ));
+        }
+        let vecs = [
+            ("integral", &self.integral, n),
+            ("errors", &self.errors, n * w),
+            ("target", &self.target, n),
+            ("desired", &self.desired, n),
+        ];
+        for (f, v, len) in vecs {
+            if v.len() != len || v.iter().any(|x| !x.is_finite()) {
+                return Err(format!("{f}: expected {len} finite values"));
+            }
+        }
+        self.gate.check(n)
     }
 
     /// The noise gate (noise levels, number of accepted changes).
@@ -159,6 +193,10 @@ impl BatchController for Pid {
         self.filled = 0;
         self.head = 0;
         self.integral.iter_mut().for_each(|x| *x = 0.0);
+    }
+
+    fn save(&self) -> Option<super::ControllerState> {
+        Some(super::ControllerState::Pid(self.clone()))
     }
 }
 

@@ -1,4 +1,5 @@
-use super::{usable, Exogenous, SpeedPredictor};
+use super::state::finite_n;
+use super::{usable, EtsState, Exogenous, PredictorState, SpeedPredictor};
 
 /// Smoothing parameters tried online: level α × trend β. Damping φ is fixed.
 const ALPHAS: [f64; 4] = [0.1, 0.3, 0.6, 0.9];
@@ -69,6 +70,24 @@ impl Ets {
     }
 }
 
+impl Ets {
+    /// An `Ets` continuing from `s` (checked: one value per grid filter, finite).
+    pub(super) fn restore(s: &EtsState) -> Result<Self, String> {
+        let mut e = Ets::default();
+        let n = e.filters.len();
+        finite_n("level", &s.level, n)?;
+        finite_n("trend", &s.trend, n)?;
+        finite_n("sse", &s.sse, n)?;
+        for (i, f) in e.filters.iter_mut().enumerate() {
+            f.level = s.level[i];
+            f.trend = s.trend[i];
+            f.sse = s.sse[i];
+        }
+        e.seen = s.seen;
+        Ok(e)
+    }
+}
+
 impl SpeedPredictor for Ets {
     fn name(&self) -> &'static str {
         "ets"
@@ -99,6 +118,14 @@ impl SpeedPredictor for Ets {
         let b = self.best();
         // A speed never goes negative; a steep trend must not extrapolate through zero.
         Some(b.forecast().max(b.level * 0.1))
+    }
+    fn save(&self) -> Option<PredictorState> {
+        Some(PredictorState::Ets(EtsState {
+            level: self.filters.iter().map(|f| f.level).collect(),
+            trend: self.filters.iter().map(|f| f.trend).collect(),
+            sse: self.filters.iter().map(|f| f.sse).collect(),
+            seen: self.seen,
+        }))
     }
 }
 

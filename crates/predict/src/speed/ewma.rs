@@ -1,4 +1,4 @@
-use super::{usable, Exogenous, SpeedPredictor};
+use super::{usable, Exogenous, PredictorState, SpeedPredictor};
 
 /// Exponentially weighted moving average: `s ← α·v + (1−α)·s`.
 ///
@@ -18,6 +18,10 @@ impl Ewma {
             state: None,
         }
     }
+
+    pub(super) fn set_state(&mut self, state: Option<f64>) {
+        self.state = state;
+    }
 }
 
 impl SpeedPredictor for Ewma {
@@ -35,6 +39,10 @@ impl SpeedPredictor for Ewma {
     }
     fn predict_next(&self, _exo: &Exogenous) -> Option<f64> {
         self.state
+    }
+    fn save(&self) -> Option<PredictorState> {
+        // Only the registry's α = 0.3 is restorable.
+        (self.alpha == 0.3).then_some(PredictorState::Ewma { state: self.state })
     }
 }
 

@@ -23,15 +23,17 @@ mod ets;
 mod ewma;
 mod last;
 mod narx;
+mod state;
 
 pub use ets::Ets;
 pub use ewma::Ewma;
 pub use last::LastValue;
 pub use narx::{LoadPool, Narx, NarxConfig};
+pub use state::{EtsState, ExoFilterState, NarxState, PredictorState, RlsState};
 
 /// Resource signals a node monitor observes at the *start* of an iteration, before the
 /// step runs. Both are fractions in `[0, 1]`.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Exogenous {
     /// Share of the worker's machine taken by co-located work (CPU load).
     pub cpu_load: f64,
@@ -83,6 +85,11 @@ pub trait SpeedPredictor: Send {
     /// Predict the speed of the next iteration, whose starting signals are `exo`.
     /// `None` until the predictor has seen at least one observation.
     fn predict_next(&self, exo: &Exogenous) -> Option<f64>;
+    /// The learnt state, for a session snapshot; `None` (the default) for a predictor
+    /// the registry does not know, which makes a snapshot refuse.
+    fn save(&self) -> Option<PredictorState> {
+        None
+    }
 }
 
 /// Names accepted by [`make_predictor`].
@@ -142,6 +149,59 @@ impl PredictorFactory {
             )),
             None => make_predictor(self.name, self.seed, worker).expect("registered name"),
         }
+    }
+}
+
+impl PredictorFactory {
+    /// The learnt state of the pooled NARX load response (`None` for other kinds):
+    /// saved once per job, not per worker.
+    pub fn save_pool(&self) -> Option<RlsState> {
+        self.pool.as_ref().map(|(_, pool)| pool.save())
+    }
+
+    /// Set the pooled load response to `state` (what [`Self::save_pool`] gave); every
+    /// predictor this factory made or makes shares it. Nothing changes on an error.
+    pub fn restore_pool(&self, state: &RlsState) -> Result<(), String> {
+        match &self.pool {
+            Some((_, pool)) => pool.restore(state),
+            None => Err(format!("`{}` has no pooled load response", self.name)),
+        }
+    }
+
+    /// Worker `worker`'s predictor, continuing from `state` (what its
+    /// [`SpeedPredictor::save`] gave). The state is checked whole: kind, lengths,
+    /// finiteness; the error names the field.
+    pub fn restore(
+        &self,
+        worker: u64,
+        state: &PredictorState,
+    ) -> Result<Box<dyn SpeedPredictor>, String> {
+        if state.kind() != self.name {
+            return Err(format!(
+                "kind: `{}` state for a `{}` predictor",
+                state.kind(),
+                self.name
+            ));
+        }
+        Ok(match state {
+            PredictorState::Last { last } => {
+                state::speed_opt("last", *last)?;
+                Box::new(LastValue::from_state(*last))
+            }
+            PredictorState::Ewma { state: s } => {
+                state::speed_opt("state", *s)?;
+                let mut p = Ewma::new(0.3);
+                p.set_state(*s);
+                Box::new(p)
+            }
+            PredictorState::Ets(s) => Box::new(Ets::restore(s)?),
+            PredictorState::Narx(s) => {
+                let (cfg, pool) = self.pool.as_ref().expect("narx factories have a pool");
+                let mut p = Narx::pooled(*cfg, worker_seed(self.seed, worker), pool.clone());
+                p.restore(s)?;
+                Box::new(p)
+            }
+        })
     }
 }
 

@@ -1,4 +1,6 @@
-use super::{usable, Exogenous, SpeedPredictor};
+mod state;
+
+use super::{usable, Exogenous, PredictorState, SpeedPredictor};
 use std::sync::{Arc, Mutex};
 
 /// Shape and learning constants of [`Narx`].
@@ -610,6 +612,10 @@ impl SpeedPredictor for Narx {
         self.ar_features(phi);
         let out = (self.ar.predict(phi) + g).clamp(-MAX_LOG_STEP, MAX_LOG_STEP);
         Some((self.level + out).exp())
+    }
+
+    fn save(&self) -> Option<PredictorState> {
+        Some(PredictorState::Narx(self.save_state()))
     }
 }
 
