@@ -64,17 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         seed,
         verbose,
     } = args;
-    anyhow::ensure!(
-        dir.is_dir(),
-        "{}: not a folder of application traces (each with placements.csv)",
-        dir.display()
-    );
-    let mut apps: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("placements.csv").is_file())
-        .collect();
-    apps.sort();
+    let apps = crate::app_traces::app_folders(&dir)?;
     let machines = vec![
         MachineType {
             name: "measured".into(),

@@ -10,6 +10,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod app_traces;
 mod experiment;
 mod itertime_eval;
 mod job_eval;
