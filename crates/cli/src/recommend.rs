@@ -208,7 +208,7 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
             })
         }
         Some(o) => {
-            let target = common_target(&conv);
+            let target = conv.common_target();
             let cands = candidates(&table, &measured, machines.len(), args.max_replicas);
             let within = |v: Vec<Costed>, m: f64| -> Vec<Costed> {
                 v.into_iter()
@@ -277,27 +277,6 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         );
     }
     crate::out::print(&render(&out, args.json, priced)?)
-}
-
-/// The metric every measured batch reaches (the worst of the curves' last points).
-fn common_target(conv: &ConvergenceModel) -> f64 {
-    conv.curves
-        .iter()
-        .map(|c| c.points.last().map(|p| p.1).unwrap_or(f64::NAN))
-        .fold(
-            if conv.higher_is_better {
-                f64::INFINITY
-            } else {
-                f64::NEG_INFINITY
-            },
-            |a, b| {
-                if conv.higher_is_better {
-                    a.min(b)
-                } else {
-                    a.max(b)
-                }
-            },
-        )
 }
 
 /// The answer as printed: pretty JSON (`--json`), else one line per pick.

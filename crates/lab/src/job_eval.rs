@@ -258,20 +258,7 @@ impl App<'_> {
     /// (predicted vs measured, per objective) and online.
     fn search(&self, margin: f64, seed: u64) {
         let conv = self.conv;
-        let target = conv.curves.iter().map(|c| c.points.last().unwrap().1).fold(
-            if conv.higher_is_better {
-                f64::INFINITY
-            } else {
-                f64::NEG_INFINITY
-            },
-            |a, b| {
-                if conv.higher_is_better {
-                    a.min(b)
-                } else {
-                    a.max(b)
-                }
-            },
-        );
+        let target = conv.common_target();
         let measured: Vec<f64> = conv.curves.iter().map(|c| c.global_batch).collect();
         let scands = candidates(&self.table, &measured, self.machines.len(), 64);
         // Extrapolated predictions carry the uniform held-out p90 |error| margin.

@@ -193,6 +193,28 @@ impl ConvergenceModel {
             / self.epoch_samples
     }
 
+    /// The metric every measured batch reaches: the worst of the curves' last points
+    /// (a curve without points is passed over).
+    pub fn common_target(&self) -> f64 {
+        self.curves
+            .iter()
+            .map(|c| c.points.last().map_or(f64::NAN, |p| p.1))
+            .fold(
+                if self.higher_is_better {
+                    f64::INFINITY
+                } else {
+                    f64::NEG_INFINITY
+                },
+                |a, b| {
+                    if self.higher_is_better {
+                        a.min(b)
+                    } else {
+                        a.max(b)
+                    }
+                },
+            )
+    }
+
     /// `better(a, b)`: is metric `a` better than `b`.
     pub fn better(&self, a: f64, b: f64) -> bool {
         if self.higher_is_better {
@@ -269,6 +291,25 @@ mod tests {
         let s = m.samples_to(0.9, 10.0).unwrap();
         assert!(s > 2000.0 && s < 6000.0, "{s}");
         assert!(m.samples_to(2.0, 10.0).is_none());
+    }
+
+    #[test]
+    fn common_target_is_the_worst_last_point() {
+        let m = ConvergenceModel::fit(&[curve(32), curve(128)]).unwrap();
+        let lasts: Vec<f64> = m
+            .curves
+            .iter()
+            .map(|c| c.points.last().unwrap().1)
+            .collect();
+        let worst = if m.higher_is_better {
+            lasts.iter().copied().fold(f64::INFINITY, f64::min)
+        } else {
+            lasts.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        };
+        assert_eq!(m.common_target(), worst);
+        let mut empty = m.clone();
+        empty.curves[1].points.clear();
+        assert_eq!(empty.common_target(), lasts[0]);
     }
 
     #[test]
