@@ -517,6 +517,34 @@ impl Narx {
 /// much as a prediction).
 const STACK: usize = 24;
 
+/// Zeroed scratch for one step's φ (AR features), ψ (load features) and x
+/// (exogenous inputs): on the stack when each fits in [`STACK`], else on the heap.
+struct Scratch {
+    stack: [[f64; STACK]; 3],
+    heap: [Vec<f64>; 3],
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Self {
+            stack: [[0.0; STACK]; 3],
+            heap: Default::default(),
+        }
+    }
+
+    /// φ, ψ and x of lengths `np`, `nq` and `nx`.
+    fn split(&mut self, np: usize, nq: usize, nx: usize) -> (&mut [f64], &mut [f64], &mut [f64]) {
+        if np.max(nq).max(nx) <= STACK {
+            let [phi, psi, x] = &mut self.stack;
+            (&mut phi[..np], &mut psi[..nq], &mut x[..nx])
+        } else {
+            self.heap = [vec![0.0; np], vec![0.0; nq], vec![0.0; nx]];
+            let [phi, psi, x] = &mut self.heap;
+            (phi, psi, x)
+        }
+    }
+}
+
 impl SpeedPredictor for Narx {
     fn name(&self) -> &'static str {
         "narx"
@@ -527,21 +555,9 @@ impl SpeedPredictor for Narx {
             return;
         }
         let y = v.ln();
-        let (np, nq, nx) = (
-            self.ar.w.len(),
-            self.pool.n_features(),
-            2 * EXO_DIM * self.cfg.exo_lags,
-        );
-        let (mut phi, mut psi, mut x) = ([0.0; STACK], [0.0; STACK], [0.0; STACK]);
-        let (mut phi_h, mut psi_h, mut x_h);
-        let (phi, psi, x): (&mut [f64], &mut [f64], &mut [f64]) = if np.max(nq).max(nx) <= STACK {
-            (&mut phi[..np], &mut psi[..nq], &mut x[..nx])
-        } else {
-            phi_h = vec![0.0; np];
-            psi_h = vec![0.0; nq];
-            x_h = vec![0.0; nx];
-            (&mut phi_h, &mut psi_h, &mut x_h)
-        };
+        let nx = 2 * EXO_DIM * self.cfg.exo_lags;
+        let mut scratch = Scratch::new();
+        let (phi, psi, x) = scratch.split(self.ar.w.len(), self.pool.n_features(), nx);
         self.exo_inputs(exo, x);
         let innovation = if self.seen == 0 {
             // The first speed is the level; the load it ran under is unknown in effect.
@@ -591,21 +607,9 @@ impl SpeedPredictor for Narx {
         if self.seen == 0 {
             return None;
         }
-        let (np, nq, nx) = (
-            self.ar.w.len(),
-            self.pool.n_features(),
-            2 * EXO_DIM * self.cfg.exo_lags,
-        );
-        let (mut phi, mut psi, mut x) = ([0.0; STACK], [0.0; STACK], [0.0; STACK]);
-        let (mut phi_h, mut psi_h, mut x_h);
-        let (phi, psi, x): (&mut [f64], &mut [f64], &mut [f64]) = if np.max(nq).max(nx) <= STACK {
-            (&mut phi[..np], &mut psi[..nq], &mut x[..nx])
-        } else {
-            phi_h = vec![0.0; np];
-            psi_h = vec![0.0; nq];
-            x_h = vec![0.0; nx];
-            (&mut phi_h, &mut psi_h, &mut x_h)
-        };
+        let nx = 2 * EXO_DIM * self.cfg.exo_lags;
+        let mut scratch = Scratch::new();
+        let (phi, psi, x) = scratch.split(self.ar.w.len(), self.pool.n_features(), nx);
         self.exo_inputs(exo, x);
         self.pool.features(x, psi);
         let g = self.pool.with_rls(|r| r.predict(psi));
