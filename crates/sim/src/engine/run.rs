@@ -28,6 +28,28 @@ struct Models<'s> {
     unrestricted: bool,
 }
 
+impl Models<'_> {
+    /// What a policy sees of job `i` (with its quality view when `uses_quality`).
+    fn job_view(
+        &self,
+        sim: &Simulation<'_>,
+        i: usize,
+        st: &mut JobState,
+        uses_quality: bool,
+    ) -> JobView {
+        let (kind, speed) = (&*self.kinds[i], &self.speeds[i]);
+        sim.job_view(
+            i,
+            kind,
+            st,
+            self.modes[i],
+            speed,
+            self.caps[i],
+            uses_quality,
+        )
+    }
+}
+
 /// The state of a run between rounds.
 struct RunState<'s> {
     sim: &'s Simulation<'s>,
@@ -407,16 +429,7 @@ impl<'s> RunState<'s> {
     ) -> Result<(), SimError> {
         let sim = self.sim;
         for &i in &self.arrived {
-            let v = sim.job_view(
-                i,
-                &*m.kinds[i],
-                &mut self.states[i],
-                m.modes[i],
-                &m.speeds[i],
-                m.caps[i],
-                false,
-            );
-            inc.admit(&v);
+            inc.admit(&m.job_view(sim, i, &mut self.states[i], false));
         }
         // `attained` lists the running jobs that did not finish (`advance`): those
         // still running after `admit_and_retire`.
@@ -450,15 +463,7 @@ impl<'s> RunState<'s> {
         let sim = self.sim;
         self.views.clear();
         for &i in &self.active {
-            let v = sim.job_view(
-                i,
-                &*m.kinds[i],
-                &mut self.states[i],
-                m.modes[i],
-                &m.speeds[i],
-                m.caps[i],
-                m.uses_quality,
-            );
+            let v = m.job_view(sim, i, &mut self.states[i], m.uses_quality);
             self.views.push(v);
         }
         let view = ClusterView {
