@@ -45,27 +45,10 @@ impl JobProgress for Duration {
         round: &Round<'_>,
         st: &mut JobState,
         now: f64,
-        mut dt: f64,
+        dt: f64,
     ) {
-        let replicas = st.alloc.replicas();
-        let delay = st.rescale_left_s.min(dt);
-        st.attained_gpu_s += delay * replicas as f64;
-        st.rescale_left_s -= delay;
-        dt -= delay;
         let req = round.job.spec.requested_replicas.max(1);
-        let rate = replicas.min(req) as f64 / req as f64 / self.duration_s;
-        if rate <= 0.0 || dt <= 0.0 {
-            return;
-        }
-        let need = 1.0 - st.progress;
-        if need <= rate * dt {
-            let delta = need / rate;
-            st.progress = 1.0;
-            st.attained_gpu_s += delta * replicas as f64;
-            st.completion_s = Some(now + delay + delta);
-        } else {
-            st.progress += rate * dt;
-            st.attained_gpu_s += dt * replicas as f64;
-        }
+        let rate = st.alloc.replicas().min(req) as f64 / req as f64 / self.duration_s;
+        super::step_at(rate, 1.0, st, now, dt);
     }
 }

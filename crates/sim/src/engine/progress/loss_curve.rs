@@ -88,14 +88,8 @@ impl JobProgress for LossCurve<'_> {
         })
     }
 
-    fn iterations_per_work(
-        &self,
-        _sim: &Simulation<'_>,
-        _job: &SimJob,
-        _st: &mut JobState,
-        _cap: u32,
-    ) -> Option<f64> {
-        Some(1.0)
+    fn counts_steps(&self) -> bool {
+        true
     }
 
     fn advance(

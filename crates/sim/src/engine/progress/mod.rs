@@ -123,6 +123,12 @@ pub(crate) trait JobProgress {
         memo: &mut DedicatedMemo,
     ) -> f64;
 
+    /// Whether the work is counted in optimiser steps (then one step per unit of
+    /// work, the default [`Self::iterations_per_work`]).
+    fn counts_steps(&self) -> bool {
+        false
+    }
+
     /// Optimiser steps per unit of work ([`pacer_policy::JobView`]'s
     /// `iterations_per_work`; may be computed once and kept in `st`); `None`: unknown.
     fn iterations_per_work(
@@ -132,7 +138,7 @@ pub(crate) trait JobProgress {
         _st: &mut JobState,
         _cap: u32,
     ) -> Option<f64> {
-        None
+        self.counts_steps().then_some(1.0)
     }
 
     /// Batch settings under a policy (`adaptive`: it lets jobs pick their batch).
@@ -164,7 +170,8 @@ pub(crate) trait JobProgress {
         None
     }
 
-    /// Advances the job by `dt` seconds from `now` (the restart delay first).
+    /// Advances the job by `dt` seconds from `now` (the restart delay first); by
+    /// default at its speed table's rate towards [`Self::total_work`].
     fn advance(
         &self,
         sim: &Simulation<'_>,
@@ -172,7 +179,9 @@ pub(crate) trait JobProgress {
         st: &mut JobState,
         now: f64,
         dt: f64,
-    );
+    ) {
+        sim.step_rate(round.speed, self.total_work(), st, now, dt);
+    }
 
     /// Called before the job's allocation changes from `st.alloc` to `to`.
     fn reallocating(&self, _sim: &Simulation<'_>, _st: &mut JobState, _to: &Allocation) {}
@@ -190,26 +199,38 @@ impl Simulation<'_> {
         total: f64,
         st: &mut JobState,
         now: f64,
-        mut dt: f64,
+        dt: f64,
     ) {
-        let replicas = st.alloc.replicas();
-        let delay = st.rescale_left_s.min(dt);
-        st.attained_gpu_s += delay * replicas as f64;
-        st.rescale_left_s -= delay;
-        dt -= delay;
-        let rate = speed.rate_of(self.cluster, &st.alloc);
-        if rate <= 0.0 || dt <= 0.0 {
-            return;
-        }
-        let need = total - st.progress;
-        if need <= rate * dt {
-            let delta = need / rate;
-            st.progress = total;
-            st.attained_gpu_s += delta * replicas as f64;
-            st.completion_s = Some(now + delay + delta);
-        } else {
-            st.progress += rate * dt;
-            st.attained_gpu_s += dt * replicas as f64;
-        }
+        step_at(speed.rate_of(self.cluster, &st.alloc), total, st, now, dt);
+    }
+}
+
+/// Spends up to `dt` seconds of the job's restart delay on its `replicas` devices;
+/// returns the seconds spent.
+fn spend_restart(st: &mut JobState, replicas: u32, dt: f64) -> f64 {
+    let delay = st.rescale_left_s.min(dt);
+    st.attained_gpu_s += delay * replicas as f64;
+    st.rescale_left_s -= delay;
+    delay
+}
+
+/// Advances a job at a constant `rate` units/s towards `total` units for `dt`
+/// seconds from `now`, after its restart delay.
+fn step_at(rate: f64, total: f64, st: &mut JobState, now: f64, mut dt: f64) {
+    let replicas = st.alloc.replicas();
+    let delay = spend_restart(st, replicas, dt);
+    dt -= delay;
+    if rate <= 0.0 || dt <= 0.0 {
+        return;
+    }
+    let need = total - st.progress;
+    if need <= rate * dt {
+        let delta = need / rate;
+        st.progress = total;
+        st.attained_gpu_s += delta * replicas as f64;
+        st.completion_s = Some(now + delay + delta);
+    } else {
+        st.progress += rate * dt;
+        st.attained_gpu_s += dt * replicas as f64;
     }
 }

@@ -253,9 +253,7 @@ impl Simulation<'_> {
         mut dt: f64,
     ) {
         let replicas = st.replicas;
-        let delay = st.rescale_left_s.min(dt);
-        st.attained_gpu_s += delay * replicas as f64;
-        st.rescale_left_s -= delay;
+        let delay = super::spend_restart(st, replicas, dt);
         dt -= delay;
         let mut t = now + delay;
         if mode.fixed.is_some() {

@@ -1,7 +1,7 @@
 //! Jobs with a measured speed per device type (Gavel's throughputs): `steps` to
 //! run on the requested devices, linear below that size and flat above.
 
-use super::{DedicatedMemo, JobProgress, JobState, Round, SimJob, Simulation};
+use super::{DedicatedMemo, JobProgress, SimJob, Simulation};
 use crate::engine::TypeRate;
 use pacer_model::DeviceTypeId;
 use pacer_policy::{SpeedCurve, SpeedTable};
@@ -83,24 +83,7 @@ impl JobProgress for Throughput<'_> {
         self.steps / rate.max(1e-300)
     }
 
-    fn iterations_per_work(
-        &self,
-        _sim: &Simulation<'_>,
-        _job: &SimJob,
-        _st: &mut JobState,
-        _cap: u32,
-    ) -> Option<f64> {
-        Some(1.0)
-    }
-
-    fn advance(
-        &self,
-        sim: &Simulation<'_>,
-        round: &Round<'_>,
-        st: &mut JobState,
-        now: f64,
-        dt: f64,
-    ) {
-        sim.step_rate(round.speed, self.steps, st, now, dt);
+    fn counts_steps(&self) -> bool {
+        true
     }
 }
