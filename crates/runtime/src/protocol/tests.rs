@@ -75,32 +75,12 @@ async fn streamed_step_reads_header_then_values() {
     read_f32s(&mut r, &mut v, "p", "t").await.unwrap();
     assert_eq!(v, [1.0, -2.0, 0.5]);
     let mut whole = Vec::new();
-    let Message::Gradient {
-        task,
-        iteration,
-        len,
-        loss_sum,
-        correct,
-        timing,
-        signals,
-        first,
-        ..
-    } = g
-    else {
+    let mut full = g;
+    let Message::Gradient { grad, .. } = &mut full else {
         unreachable!()
     };
-    Message::Gradient {
-        task,
-        iteration,
-        len,
-        loss_sum,
-        correct,
-        timing,
-        signals,
-        first,
-        grad: v,
-    }
-    .encode(&mut whole);
+    *grad = v;
+    full.encode(&mut whole);
     assert_eq!(whole, head);
     // So does a GradientPart.
     let part = Message::GradientPart {
