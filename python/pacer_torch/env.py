@@ -1,9 +1,19 @@
-"""Process-group initialisation from torchrun's or Slurm's environment."""
+"""Process-group initialisation from torchrun's or Slurm's environment, and its teardown.
+
+Why ``init_process_group`` imports ``torch.distributed.nn.functional`` first and why
+``destroy_process_group`` checks that the group object is gone: python/README.md,
+"Troubleshooting" (a rank aborting at exit with "terminate called without an active
+exception").
+"""
 
 from __future__ import annotations
 
 import datetime
+import gc
+import importlib
 import os
+import warnings
+import weakref
 from typing import Dict, Optional
 
 import torch
@@ -77,6 +87,12 @@ def init_process_group(backend: Optional[str] = None, timeout_s: float = 300.0) 
         device = torch.device("cuda", int(info["local_rank"]))
         torch.cuda.set_device(device)
     if not dist.is_initialized():
+        # This module binds the world group as a default argument of its functions when
+        # it is first imported; torch._dynamo imports it (the first torch.optim optimiser
+        # does), and imported after the group exists it keeps the group alive past
+        # destroy_process_group. Imported now, those defaults are None.
+        importlib.import_module("torch.distributed.nn.functional")
+
         os.environ.setdefault("MASTER_ADDR", str(info["master_addr"]))
         os.environ.setdefault("MASTER_PORT", str(info["master_port"]))
         dist.init_process_group(
@@ -88,3 +104,35 @@ def init_process_group(backend: Optional[str] = None, timeout_s: float = 300.0) 
     info["backend"] = backend
     info["device"] = device
     return info
+
+
+def destroy_process_group() -> bool:
+    """Leaves the job's process group: a barrier (every rank is past its last
+    collective), ``torch.distributed.destroy_process_group``, then checks that the group
+    object itself is gone, which joins its gloo worker threads here rather than during
+    interpreter shutdown, where a worker that still frees a finished collective's
+    tensors needs the GIL, is ended by the interpreter inside a C++ destructor and
+    aborts the process (python/README.md, "Troubleshooting"). Returns whether the group
+    was released; when something still references it, warns (``RuntimeWarning``) and
+    returns False. Does nothing (True) without a process group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return True
+    pg = dist.group.WORLD
+    dist.barrier()
+    gone = weakref.ref(pg)
+    del pg
+    dist.destroy_process_group()
+    if gone() is not None:
+        gc.collect()
+    if gone() is None:
+        return True
+    warnings.warn(
+        "pacer_torch.destroy_process_group: the process group is still referenced after "
+        "torch.distributed.destroy_process_group (e.g. torch.distributed.nn.functional "
+        "imported after the group was created, or a variable of the script); its worker "
+        "threads outlive it and may abort the process at exit (python/README.md, "
+        "Troubleshooting)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False

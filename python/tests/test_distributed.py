@@ -186,3 +186,24 @@ def test_sigterm_on_one_rank_checkpoints_all_after_that_step_and_exits(tmp_path)
     state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)
     assert state["steps"] == 3 and state["sampler"]["offset"] == 3 * 128
     assert state["world_size"] == 2 and "momentum_buffer" in state["optimizer"]["state"][0]
+
+
+def _optimiser_after_init(rank, world):
+    import torch.distributed as dist
+
+    model = make_model()
+    # The first torch.optim optimiser imports torch._dynamo, which imports
+    # torch.distributed.nn.functional: imported after the group exists, that module's
+    # defaults held the group past destroy_process_group (python/README.md).
+    torch.optim.Adam(model.parameters(), lr=1e-2)
+    import torch.distributed.nn.functional as fn
+
+    assert all(d is not dist.group.WORLD for d in fn.all_reduce.__defaults__)
+    parts = [None] * world
+    dist.all_gather_object(parts, [rank])
+    assert parts == [[r] for r in range(world)]
+
+
+def test_the_group_is_gone_after_teardown_whatever_torch_imported(tmp_path):
+    # _dist.run fails when pacer_torch.destroy_process_group finds the group still alive.
+    _dist.run(_optimiser_after_init, 2)
