@@ -106,32 +106,54 @@ def init_process_group(backend: Optional[str] = None, timeout_s: float = 300.0) 
     return info
 
 
+#: The name torch gives the worker threads of a gloo process group (Linux).
+GLOO_WORKER = "pt_gloo_runloop"
+
+
+def _gloo_workers() -> Optional[int]:
+    """How many gloo worker threads this process has (None where /proc cannot tell)."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                n += f.read().strip() == GLOO_WORKER
+        except OSError:  # the thread ended meanwhile
+            pass
+    return n
+
+
 def destroy_process_group() -> bool:
-    """Leaves the job's process group: a barrier (every rank is past its last
+    """Leaves the job's process groups: a barrier (every rank is past its last
     collective), ``torch.distributed.destroy_process_group``, then checks that the group
-    object itself is gone, which joins its gloo worker threads here rather than during
-    interpreter shutdown, where a worker that still frees a finished collective's
-    tensors needs the GIL, is ended by the interpreter inside a C++ destructor and
-    aborts the process (python/README.md, "Troubleshooting"). Returns whether the group
-    was released; when something still references it, warns (``RuntimeWarning``) and
-    returns False. Does nothing (True) without a process group."""
+    is really gone: its Python object freed and, on Linux, no gloo worker thread left.
+    Freeing it joins those threads here; alive during interpreter shutdown, a worker that
+    still frees a finished collective's tensors needs the GIL, is ended by the
+    interpreter inside a C++ destructor and aborts the process ("terminate called
+    without an active exception"; python/README.md, "Troubleshooting"). Returns whether
+    the group is gone; if not, warns (``RuntimeWarning``) and returns False. Without a
+    process group: does nothing, True."""
     if not (dist.is_available() and dist.is_initialized()):
         return True
     pg = dist.group.WORLD
     dist.barrier()
-    gone = weakref.ref(pg)
+    alive = weakref.ref(pg)
     del pg
     dist.destroy_process_group()
-    if gone() is not None:
-        gc.collect()
-    if gone() is None:
+    if alive() is not None or _gloo_workers():
+        gc.collect()  # a reference cycle (a wrapped model, a hook) may hold it
+    workers = _gloo_workers()
+    if alive() is None and not workers:
         return True
     warnings.warn(
-        "pacer_torch.destroy_process_group: the process group is still referenced after "
-        "torch.distributed.destroy_process_group (e.g. torch.distributed.nn.functional "
-        "imported after the group was created, or a variable of the script); its worker "
-        "threads outlive it and may abort the process at exit (python/README.md, "
-        "Troubleshooting)",
+        "pacer_torch.destroy_process_group: the process group outlived "
+        f"torch.distributed.destroy_process_group ({workers} gloo worker threads left; "
+        "something still references it: a DistributedDataParallel model, a variable, or "
+        "torch.distributed.nn.functional imported after the group was created); its "
+        "worker threads may abort the process at exit (python/README.md, Troubleshooting)",
         RuntimeWarning,
         stacklevel=2,
     )
