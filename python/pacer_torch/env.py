@@ -111,7 +111,9 @@ GLOO_WORKER = "pt_gloo_runloop"
 
 
 def _gloo_workers() -> Optional[int]:
-    """How many gloo worker threads this process has (None where /proc cannot tell)."""
+    """How many gloo worker threads this process has (None where /proc cannot tell).
+    torch names a worker when it first runs a collective; an unnamed one has no
+    finished collective to free, so it cannot abort the exit."""
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:

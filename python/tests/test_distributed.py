@@ -207,3 +207,27 @@ def _optimiser_after_init(rank, world):
 def test_the_group_is_gone_after_teardown_whatever_torch_imported(tmp_path):
     # _dist.run fails when pacer_torch.destroy_process_group finds the group still alive.
     _dist.run(_optimiser_after_init, 2)
+
+
+def _held_group(rank, world):
+    import warnings
+
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+    from pacer_torch.env import _gloo_workers
+
+    held = dist.group.WORLD
+    dist.barrier()  # torch names a gloo worker thread when it first runs a collective
+    assert _gloo_workers() > 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert pacer.destroy_process_group() is False
+    assert any("outlived" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    assert _gloo_workers() > 0
+    del held  # the last reference: the group's destructor joins its worker threads
+    assert _gloo_workers() == 0
+
+
+def test_a_group_still_held_at_teardown_is_reported(tmp_path):
+    _dist.run(_held_group, 2)
