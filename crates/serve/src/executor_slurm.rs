@@ -10,7 +10,9 @@
 //! while the service was down is settled from its exit file. A one-node job runs once, in
 //! the batch step; a multi-node job runs one rank per node (`srun` in the batch script,
 //! `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_NODEID` set, rank 0's exit status is the run's) and
-//! SIGTERM goes to those ranks (Slurm's job steps). The run directory must be on a file
+//! SIGTERM goes to those ranks (Slurm's job steps; a run whose ranks' step Slurm has not
+//! started yet is cancelled instead, as a SIGTERM would reach nobody). The run directory
+//! must be on a file
 //! system every node shares (on the dev cluster all nodes are this machine). `MASTER_ADDR`
 //! is the first node's Slurm address, `MASTER_PORT` the service's; `pacer train --slurm` as
 //! the job's command makes rank 0 the controller there and every rank a worker
@@ -308,14 +310,29 @@ impl Executor for SlurmExecutor {
                         });
                         return Ok(());
                     }
-                    let to = if multi {
-                        SignalTarget::Steps
+                    if multi {
+                        // Running, but srun may not have started the ranks' step yet: a
+                        // SIGTERM to the steps then reaches nobody (scancel exits 0) and
+                        // the run trains on until the grace period's SIGKILL, its work
+                        // lost. With no task step there is nothing to save: cancelled.
+                        self.in_background(format!("SIGTERM to Slurm job {id}"), move |c| {
+                            if c.has_task_step(id)? {
+                                c.signal(id, "TERM", SignalTarget::Steps)
+                            } else {
+                                tracing::info!(
+                                    slurm_job = id,
+                                    "SIGTERM: its ranks have not started (no job step yet): cancelled"
+                                );
+                                c.cancel(id)
+                            }
+                        });
                     } else {
-                        SignalTarget::All
-                    };
-                    self.in_background(format!("SIGTERM to Slurm job {id}"), move |c| {
-                        c.signal(id, "TERM", to)
-                    });
+                        // One node: a signal before the batch step starts ends the job
+                        // (measured: `CANCELLED`), so it is not lost either.
+                        self.in_background(format!("SIGTERM to Slurm job {id}"), move |c| {
+                            c.signal(id, "TERM", SignalTarget::All)
+                        });
+                    }
                 }
                 StopSignal::Kill => {
                     self.in_background(format!("cancel Slurm job {id}"), move |c| c.cancel(id))
@@ -551,7 +568,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let d = dir.display();
         let scripts = [
-            ("squeue", format!("#!/bin/sh\necho x >> {d}/squeue.calls\n[ -e {d}/hang ] && sleep 5\ncat {d}/squeue.json\n")),
+            ("squeue", format!("#!/bin/sh\ncase \"$*\" in *--steps*) echo \"$*\" >> {d}/steps.calls; cat {d}/steps.txt; exit 0;; esac\necho x >> {d}/squeue.calls\n[ -e {d}/hang ] && sleep 5\ncat {d}/squeue.json\n")),
             ("scancel", format!("#!/bin/sh\necho \"$*\" >> {d}/scancel.log\n")),
         ];
         for (prog, text) in scripts {
@@ -581,6 +598,8 @@ mod tests {
             format!(r#"{{"jobs":[{}]}}"#, jobs.join(",")),
         )
         .unwrap();
+        // Job 12 (two nodes) has its ranks' step running.
+        std::fs::write(dir.join("steps.txt"), "12.0\n12.batch\n").unwrap();
         dir
     }
 
@@ -634,6 +653,26 @@ mod tests {
             scancel_calls(&dir, 4),
             ["--signal=TERM --full 11", "--signal=TERM 12", "12", "13"]
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn sigterm_before_the_ranks_step_exists_cancels_the_run() {
+        // Job 12 is RUNNING on two nodes but srun has not started its ranks: only the
+        // batch step. A SIGTERM to its steps would reach nobody (measured on the dev
+        // cluster: the ranks started afterwards and trained on), so it is cancelled.
+        let dir = fake_slurm("early");
+        std::fs::write(dir.join("steps.txt"), "12.batch\n").unwrap();
+        let ex = fake_executor(&dir);
+        ex.signal(&handle(12), StopSignal::Term).await.unwrap();
+        assert_eq!(scancel_calls(&dir, 1), ["12"]);
+        let asked = std::fs::read_to_string(dir.join("steps.calls")).unwrap();
+        assert!(asked.contains("--jobs=12"), "{asked}");
+        // Once step 0 is there, the same SIGTERM goes to the steps.
+        std::fs::write(dir.join("steps.txt"), "12.0\n12.batch\n").unwrap();
+        std::fs::remove_file(dir.join("scancel.log")).unwrap();
+        ex.signal(&handle(12), StopSignal::Term).await.unwrap();
+        assert_eq!(scancel_calls(&dir, 1), ["--signal=TERM 12"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
