@@ -81,7 +81,7 @@ start_serve() { # start_serve POLICY [FLAG...]
         --round-s 1 --grace-s 5 --listen 127.0.0.1:0 "${@:2}" >"$out" 2>&1 &
     serve_pid=$!
     for ((i = 0; i < 100; i++)); do
-        grep -q "listening on" "$out" && break
+        grep -q "listening on" "$out" 2>/dev/null && break
         kill -0 "$serve_pid" 2>/dev/null || { cat "$out"; echo "slurm-e2e: pacer serve exited" >&2; exit 1; }
         sleep 0.1
     done
@@ -355,7 +355,7 @@ phase_preempt() {
     # yet. The stop must take less than the grace period (5 s), not end in SIGKILL.
     new_state
     t7=$SECONDS
-    start_serve fair --min-run-s 0
+    RUST_LOG=pacer_serve=info start_serve fair --min-run-s 0
     submit_train 3000
     for ((i = 0; ; i++)); do
         [ "$(squeue -h -n pacer-job-1.1 -o %T)" = RUNNING ] && break
@@ -369,6 +369,8 @@ phase_preempt() {
         { grep -v '^ ' "$STATE/logs/job-1.log" | tail -40; exit 1; }
     python3 "$CHECK" states "$STATE/jobs.json" succeeded
     stop_serve
+    # Which way the early stop went: cancelled before srun started the ranks, or SIGTERM.
+    grep -h "have not started" "$STATE"/serve-*.out | sed 's/^/slurm-e2e: /' || true
     echo "slurm-e2e: pacer train --slurm resized right after it started: stopped within the grace period, finished, in $((SECONDS - t7)) s"
     rm -rf "$STATE"
 }
