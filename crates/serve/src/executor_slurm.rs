@@ -171,6 +171,7 @@ impl SlurmExecutor {
             &[],
         );
         r.command = command;
+        r.planned_gpus = req.alloc.iter().map(|&(_, k)| k).collect();
         r.gpu_type = self.gpu_types[first.0 as usize].clone();
         r.output = req.log_path.clone();
         r.append_output = true;
@@ -555,6 +556,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("no node 5"));
+        assert!(!args.iter().any(|a| a.starts_with("--comment")), "{args:?}");
+        // Uneven: Slurm holds 3 on both nodes; the plan (3 and 1) rides in the comment.
+        let uneven = LaunchRequest {
+            alloc: vec![(0, 3), (1, 1)],
+            ..req.clone()
+        };
+        let ru = executor().job_request(&uneven).unwrap();
+        assert_eq!((ru.gpus_per_node, ru.planned_gpus.clone()), (3, vec![3, 1]));
+        let args = ru.sbatch_args("pacer-").unwrap();
+        assert!(
+            args.contains(&"--comment=pacer-gpus=n1:3,n2:1".to_string()),
+            "{args:?}"
+        );
     }
 
     /// A fake Slurm in a scratch directory: `squeue` prints `squeue.json` (or hangs while

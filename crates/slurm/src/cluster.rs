@@ -229,17 +229,25 @@ impl Cluster {
         self.nodes.iter().find(|n| n.name == name)
     }
 
-    /// GPUs per node held by running jobs that are not pacer's (name without `prefix`):
-    /// capacity pacer must treat as taken.
+    /// GPUs per node that pacer must treat as taken: those held by running jobs that
+    /// are not pacer's (name without `prefix`), and what pacer's own jobs hold beyond
+    /// its plan (an uneven placement holds its largest count on every node, as
+    /// `--gres` is per node; [`JobInfo::planned_gpus`]).
     pub fn foreign_gpus(&self, prefix: &str) -> BTreeMap<String, u32> {
         let mut out = BTreeMap::new();
-        for j in self
-            .jobs
-            .iter()
-            .filter(|j| j.state.holds_resources() && !j.name.starts_with(prefix))
-        {
+        for j in self.jobs.iter().filter(|j| j.state.holds_resources()) {
+            let own = j.name.starts_with(prefix);
+            let plan = if own { j.planned_gpus() } else { None };
             for (node, gres) in &j.gres_per_node {
-                *out.entry(node.clone()).or_insert(0) += count_gpus(gres, None);
+                let held = count_gpus(gres, None);
+                let taken = match (own, &plan) {
+                    (false, _) => held,
+                    (true, Some(p)) => held.saturating_sub(p.get(node).copied().unwrap_or(held)),
+                    (true, None) => 0,
+                };
+                if taken > 0 {
+                    *out.entry(node.clone()).or_insert(0) += taken;
+                }
             }
         }
         out

@@ -7,6 +7,9 @@ use std::path::PathBuf;
 use crate::cluster::{count_gpus, Gres};
 use crate::SlurmError;
 
+/// Prefix of the job comment that carries an uneven plan ([`JobRequest::plan_comment`]).
+pub const PLAN_COMMENT: &str = "pacer-gpus=";
+
 /// A job pinned to nodes and GPU counts, as pacer decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRequest {
@@ -22,6 +25,12 @@ pub struct JobRequest {
     pub cpus_per_task: Option<u32>,
     /// GPUs on each node (0: none).
     pub gpus_per_node: u32,
+    /// GPUs pacer plans to use on each node, in `nodes` order, when fewer than
+    /// `gpus_per_node` on some (an uneven placement; empty: `gpus_per_node` on
+    /// each). `--gres` is per node, so Slurm holds `gpus_per_node` everywhere; the
+    /// plan travels in the job's comment ([`JobInfo::planned_gpus`]) so that the
+    /// surplus Slurm holds can be counted as taken.
+    pub planned_gpus: Vec<u32>,
     /// GPU type (`--gres=gpu:TYPE:N`); `None` takes any type.
     pub gpu_type: Option<String>,
     /// Seconds before the time limit at which Slurm sends SIGTERM to the batch step
@@ -62,6 +71,7 @@ impl JobRequest {
             tasks_per_node: 1,
             cpus_per_task: None,
             gpus_per_node,
+            planned_gpus: Vec::new(),
             gpu_type: None,
             grace_s: None,
             time_limit_min: None,
@@ -73,6 +83,21 @@ impl JobRequest {
             per_task: false,
             requeue: true,
         }
+    }
+
+    /// `pacer-gpus=NODE:N,…` for an uneven placement (see `planned_gpus`); `None`
+    /// when every node uses `gpus_per_node`.
+    pub fn plan_comment(&self) -> Option<String> {
+        if self.planned_gpus.iter().all(|&g| g >= self.gpus_per_node) {
+            return None;
+        }
+        let per_node: Vec<String> = self
+            .nodes
+            .iter()
+            .zip(&self.planned_gpus)
+            .map(|(n, g)| format!("{n}:{g}"))
+            .collect();
+        Some(format!("{PLAN_COMMENT}{}", per_node.join(",")))
     }
 
     /// Where a signal must go to reach the job's training processes (see [`SignalTarget`]).
@@ -166,6 +191,9 @@ impl JobRequest {
                 Some(t) => format!("--gres=gpu:{t}:{}", self.gpus_per_node),
                 None => format!("--gres=gpu:{}", self.gpus_per_node),
             });
+        }
+        if let Some(c) = self.plan_comment() {
+            a.push(format!("--comment={c}"));
         }
         if let Some(g) = self.grace_s {
             // To the processes that train: the steps under srun (srun itself would answer
@@ -353,9 +381,24 @@ pub struct JobInfo {
     pub requeue: bool,
     /// Node running the batch step.
     pub batch_host: Option<String>,
+    /// The job's comment (`--comment`; empty when none).
+    pub comment: String,
 }
 
 impl JobInfo {
+    /// GPUs pacer planned to use on each node of an uneven placement, from the
+    /// comment [`JobRequest::plan_comment`] wrote; `None` without one (or when it
+    /// does not parse: then what Slurm holds is the plan).
+    pub fn planned_gpus(&self) -> Option<BTreeMap<String, u32>> {
+        let list = self.comment.strip_prefix(PLAN_COMMENT)?;
+        list.split(',')
+            .map(|kv| {
+                let (node, n) = kv.rsplit_once(':')?;
+                Some((node.to_string(), n.parse().ok()?))
+            })
+            .collect()
+    }
+
     /// GPUs allocated on `node`.
     pub fn gpus_on(&self, node: &str) -> u32 {
         self.gres_per_node
@@ -577,6 +620,40 @@ mod tests {
             exit_code: 0,
             requeue: true,
             batch_host: None,
+            comment: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_uneven_plan_travels_in_the_comment_and_comes_back() {
+        let mut r = JobRequest::new("j", "gpu", &["n2", "n1"], 3, &["true"]);
+        assert_eq!(r.plan_comment(), None, "no plan: every node uses 3");
+        r.planned_gpus = vec![3, 3];
+        assert_eq!(r.plan_comment(), None, "an even plan needs no comment");
+        r.planned_gpus = vec![3, 1];
+        assert_eq!(r.plan_comment().as_deref(), Some("pacer-gpus=n2:3,n1:1"));
+        let args = r.sbatch_args("pacer-").unwrap();
+        assert!(args.contains(&"--gres=gpu:3".to_string()), "{args:?}");
+        assert!(
+            args.contains(&"--comment=pacer-gpus=n2:3,n1:1".to_string()),
+            "{args:?}"
+        );
+        let mut j = info(1, JobState::Running, 0);
+        j.comment = r.plan_comment().unwrap();
+        let plan = j.planned_gpus().unwrap();
+        assert_eq!(
+            plan.into_iter().collect::<Vec<_>>(),
+            [("n1".to_string(), 1), ("n2".to_string(), 3)]
+        );
+        for bad in [
+            "",
+            "pacer-gpus=",
+            "pacer-gpus=n1",
+            "pacer-gpus=n1:x",
+            "other",
+        ] {
+            j.comment = bad.into();
+            assert_eq!(j.planned_gpus(), None, "{bad:?}");
         }
     }
 

@@ -67,6 +67,8 @@ struct JobJson {
     #[serde(default)]
     gres_detail: Vec<String>,
     #[serde(default)]
+    comment: Option<String>,
+    #[serde(default)]
     tres_per_node: Option<String>,
     #[serde(default)]
     restart_cnt: Option<u32>,
@@ -211,6 +213,7 @@ fn job_from_json(j: JobJson) -> Result<JobInfo, SlurmError> {
         exit_code: j.exit_code.unwrap_or(0),
         requeue: j.requeue.unwrap_or(false),
         batch_host: j.batch_host.filter(|h| !h.is_empty()),
+        comment: j.comment.unwrap_or_default(),
     })
 }
 

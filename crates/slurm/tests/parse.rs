@@ -105,6 +105,24 @@ fn other_users_jobs_are_capacity_taken() {
 }
 
 #[test]
+fn what_an_uneven_pacer_job_holds_beyond_its_plan_is_taken() {
+    let mut c = cluster(&fixture("sinfo-busy.json"));
+    // Job 3 (pacer's, 4 GPUs on n1 and on n2) was planned as 4 on n1 and 1 on n2:
+    // Slurm holds 3 on n2 that pacer must not plan with.
+    let j = c.jobs.iter_mut().find(|j| j.id == 3).unwrap();
+    j.comment = "pacer-gpus=n1:4,n2:1".into();
+    let foreign = c.foreign_gpus("pacer-");
+    assert_eq!(
+        foreign.into_iter().collect::<Vec<_>>(),
+        [("n2".to_string(), 3), ("n3".to_string(), 1)]
+    );
+    // An unreadable plan: what Slurm holds is the plan (nothing extra taken).
+    let j = c.jobs.iter_mut().find(|j| j.id == 3).unwrap();
+    j.comment = "pacer-gpus=garbage".into();
+    assert_eq!(c.foreign_gpus("pacer-").len(), 1);
+}
+
+#[test]
 fn cancelled_jobs_are_terminal() {
     let jobs = parse_squeue(&fixture("squeue-cancelled.json")).unwrap();
     assert_eq!(jobs.len(), 4);

@@ -144,18 +144,21 @@ pub struct SimJob {
 #[derive(Debug, Clone)]
 #[repr(C, align(64))]
 struct JobState {
-    // Line 1: every round of a running job.
+    // Line 1: every round of a running job (all that `steady_round` reads).
     progress: f64,
-    epoch: usize,
     rescale_left_s: f64,
     attained_gpu_s: f64,
     completion_s: Option<f64>,
     /// Fixed-batch jobs: the goodput in the current epoch on the current
     /// allocation (NaN: not computed since the epoch or the allocation changed).
     fixed_goodput: f64,
+    /// The progress at which the epoch `fixed_goodput` holds for ends (valid
+    /// while `fixed_goodput` is not NaN).
+    fixed_next: f64,
     /// `alloc.replicas()`.
     replicas: u32,
-    // Line 2: fixed-batch jobs' cached step time, and batch.
+    // Line 2: fixed-batch jobs' cached step time, epoch and batch.
+    epoch: usize,
     /// Fixed-batch jobs: (step, sync) on the current allocation.
     fixed_step: Option<(f64, f64)>,
     /// (devices, device type) of the one-node allocation `fixed_step` and
@@ -215,10 +218,37 @@ impl JobState {
             loss: None,
             fixed_step: None,
             fixed_goodput: f64::NAN,
+            fixed_next: f64::INFINITY,
             fixed_shape: None,
             iterations: None,
             online: online::OnlineProfiles::default(),
         }
+    }
+}
+
+impl JobState {
+    /// A round of `dt` seconds for a job whose progress this round is one
+    /// multiply-add: a fixed-batch job past its restart delay whose cached goodput
+    /// (`fixed_goodput`) reaches no epoch end this round. Makes that progress and
+    /// returns the GPU-seconds attained, or returns `None` and changes nothing (the
+    /// job's kind then advances it). The arithmetic is that of the kind's own
+    /// round (`step_fixed`), so both give the same bits; this one reads the
+    /// state's first cache line only, which is what most of a long run's rounds
+    /// cost.
+    #[inline]
+    fn steady_round(&mut self, dt: f64) -> Option<f64> {
+        let g = self.fixed_goodput;
+        if self.completion_s.is_some()
+            || self.rescale_left_s > 0.0
+            || g.is_nan()
+            || self.progress + g * dt >= self.fixed_next
+        {
+            return None;
+        }
+        let before = self.attained_gpu_s;
+        self.progress += g * dt;
+        self.attained_gpu_s += dt * self.replicas as f64;
+        Some(self.attained_gpu_s - before)
     }
 }
 

@@ -315,8 +315,16 @@ impl<'s> RunState<'s> {
         let sim = self.sim;
         let (now, dt) = (self.now, until - self.now);
         self.just_finished.clear();
+        // The attained service the policy is told is collected here, while the
+        // state is in cache: the running jobs that did not finish, in order.
+        self.attained.clear();
         for &i in &self.running {
             let st = &mut self.states[i];
+            if let Some(gpu_s) = st.steady_round(dt) {
+                self.busy_gpu_s += gpu_s;
+                self.attained.push((JobId(i as u32), st.attained_gpu_s));
+                continue;
+            }
             if st.completion_s.is_some() {
                 continue;
             }
@@ -333,6 +341,8 @@ impl<'s> RunState<'s> {
                 self.finished += 1;
                 self.just_finished.push(i);
                 self.holds[i] = false;
+            } else {
+                self.attained.push((JobId(i as u32), st.attained_gpu_s));
             }
         }
         self.now = until;
@@ -408,16 +418,14 @@ impl<'s> RunState<'s> {
             );
             inc.admit(&v);
         }
-        self.attained.clear();
-        if inc.uses_attained() {
-            let states = &self.states;
-            self.attained.extend(
-                self.running
-                    .iter()
-                    .map(|&i| (JobId(i as u32), states[i].attained_gpu_s)),
-            );
-        }
-        inc.decide(self.now, sim.cluster, &self.attained, &mut self.changes);
+        // `attained` lists the running jobs that did not finish (`advance`): those
+        // still running after `admit_and_retire`.
+        let attained: &[(JobId, f64)] = if inc.uses_attained() {
+            &self.attained
+        } else {
+            &[]
+        };
+        inc.decide(self.now, sim.cluster, attained, &mut self.changes);
         self.decision += 1;
         for k in 0..self.changes.len() {
             let i = self.changes[k].0 .0 as usize;
@@ -627,7 +635,12 @@ mod tests {
         let end = |offset: usize, size: usize| offset + size;
         assert!(end(offset_of!(JobState, replicas), 4) <= 64);
         assert!(end(offset_of!(JobState, fixed_goodput), 8) <= 64);
+        assert!(end(offset_of!(JobState, fixed_next), 8) <= 64);
+        assert!(end(offset_of!(JobState, progress), 8) <= 64);
+        assert!(end(offset_of!(JobState, rescale_left_s), 8) <= 64);
+        assert!(end(offset_of!(JobState, attained_gpu_s), 8) <= 64);
         assert!(end(offset_of!(JobState, completion_s), size_of::<Option<f64>>()) <= 64);
+        assert!(end(offset_of!(JobState, epoch), 8) <= 128);
         assert!(end(offset_of!(JobState, accum_steps), 4) <= 128);
         assert!(
             end(

@@ -340,6 +340,7 @@ impl Simulation<'_> {
                     let g = gain / total;
                     // (A NaN goodput is recomputed each round: the same value.)
                     st.fixed_goodput = g;
+                    st.fixed_next = app.epoch_end_progress(st.epoch);
                     g
                 }
             };
