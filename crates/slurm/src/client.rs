@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::{Cluster, Node};
 use crate::cmd::Runner;
 use crate::job::{JobInfo, JobRequest, JobState, SignalTarget};
-use crate::json::{parse_partitions, parse_sinfo, parse_squeue, parse_steps};
+use crate::json::{parse_partitions, parse_sinfo, parse_squeue, parse_state_nodes, parse_steps};
 use crate::SlurmError;
 
 /// The programs the client runs.
@@ -125,6 +125,22 @@ impl SlurmClient {
         let jobs = format!("--jobs={id}");
         let out = self.run("squeue", &["--steps", &jobs, "--noheader", "--format=%i"])?;
         parse_steps(&out, id)
+    }
+
+    /// Job `id`'s state and node count now, from a query of this job alone (`squeue
+    /// --jobs=ID --states=all --format="%T %D"`: cheap where `squeue --json` prints every
+    /// job the controller remembers); `None` once Slurm no longer knows it.
+    pub fn job_state_nodes(&self, id: u64) -> Result<Option<(JobState, u32)>, SlurmError> {
+        let jobs = format!("--jobs={id}");
+        let args = [&jobs, "--states=all", "--noheader", "--format=%T %D"];
+        match self.run("squeue", &args) {
+            Ok(out) => parse_state_nodes(&out),
+            // An id Slurm has forgotten: `slurm_load_jobs error: Invalid job id specified`.
+            Err(SlurmError::Command { stderr, .. }) if stderr.contains("Invalid job id") => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Whether job `id` has a step of tasks (`srun`'s, numbered) that a signal to

@@ -39,4 +39,4 @@ pub use cmd::MAX_OUTPUT_BYTES;
 pub use error::SlurmError;
 pub use hostlist::{expand_hostlist, MAX_HOSTS};
 pub use job::{shell_quote, JobEvent, JobInfo, JobRequest, JobState, JobWatch, SignalTarget};
-pub use json::{parse_partitions, parse_sinfo, parse_squeue, parse_steps};
+pub use json::{parse_partitions, parse_sinfo, parse_squeue, parse_state_nodes, parse_steps};

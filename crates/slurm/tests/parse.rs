@@ -2,8 +2,8 @@
 //! 22.05.8) into tests/fixtures: 4 nodes n1..n4, 4 `gpu:t4` each, partition `gpu`.
 
 use pacer_slurm::{
-    parse_partitions, parse_sinfo, parse_squeue, parse_steps, Cluster, JobRequest, JobState,
-    SlurmError,
+    parse_partitions, parse_sinfo, parse_squeue, parse_state_nodes, parse_steps, Cluster,
+    JobRequest, JobState, SlurmError,
 };
 
 fn fixture(name: &str) -> String {
@@ -255,4 +255,30 @@ fn steps_of_one_job_are_read_and_garbage_is_named() {
     assert!(err.to_string().contains("squeue --steps"), "{err}");
     assert!(err.to_string().contains("slurm_load_jobs error"), "{err}");
     assert!(parse_steps("1037.\n", 1037).is_err());
+}
+
+#[test]
+fn one_jobs_state_and_node_count_are_read() {
+    // As `squeue --jobs=1205 --states=all --noheader --format="%T %D"` printed.
+    assert_eq!(
+        parse_state_nodes("COMPLETED 3\n").unwrap(),
+        Some((JobState::Completed, 3))
+    );
+    assert_eq!(
+        parse_state_nodes("RUNNING 1\n").unwrap(),
+        Some((JobState::Running, 1))
+    );
+    assert_eq!(parse_state_nodes("").unwrap(), None);
+    for bad in [
+        "RUNNING",
+        "RUNNING two",
+        "running 2",
+        "slurm_load_jobs error: x",
+    ] {
+        let err = parse_state_nodes(bad).unwrap_err().to_string();
+        assert!(
+            err.contains("squeue --format") && err.contains(bad),
+            "{err}"
+        );
+    }
 }
