@@ -365,7 +365,7 @@ phase_preempt() {
     submit other 8 8 4 0.5 4
     watch_until 90 succeeded failed cancelled
     "$PACER_BIN" job job-1 >"$STATE/job-1.json"
-    python3 "$CHECK" early "$STATE/jobs.json" "$STATE/job-1.json" "$STATE/logs/job-1.log" job-1 5 ||
+    python3 "$CHECK" early "$STATE/jobs.json" "$STATE/job-1.json" "$STATE/logs/job-1.log" job-1 5 3000 ||
         { grep -v '^ ' "$STATE/logs/job-1.log" | tail -40; exit 1; }
     python3 "$CHECK" states "$STATE/jobs.json" succeeded
     stop_serve
