@@ -221,13 +221,19 @@ def overhead(events_dir, log_dir):
                     firsts.setdefault(m.group(1), float(m.group(4)))
     times = []
     for name in sorted(os.listdir(events_dir)):
-        doc = load(os.path.join(events_dir, name))
-        for e in doc.get("events", []):
+        events = load(os.path.join(events_dir, name)).get("events", [])
+        for i, e in enumerate(events):
             m = LAUNCHED.match(e.get("detail", "")) if e.get("kind") == "launched" else None
             if not m:
                 continue
             run = "%s:%s" % (e["job"], m.group(1))
             decided = e["t_ms"] / 1000.0 - int(m.group(2)) / 1000.0
+            # A run stopped before Slurm started it (pending, or its ranks' step not
+            # there yet) is cancelled: it never has a first step.
+            end = next((x for x in events[i + 1:] if x["kind"] not in ("stopping",)), None)
+            if run not in firsts and end and end["kind"] == "queued" and end.get("detail") == "killed":
+                print("%s: stopped and cancelled before it started (no first step)" % run)
+                continue
             if run not in firsts:
                 sys.exit("%s: launched, but its log has no start line" % run)
             dt = firsts[run] - decided
