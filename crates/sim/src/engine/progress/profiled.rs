@@ -219,20 +219,23 @@ impl Simulation<'_> {
         let ty = self
             .alloc_type(&st.alloc)
             .filter(|_| !app.typed().is_empty());
-        let (atomic, accum) = match (mode.fixed, self.goodput_fn(app, st)) {
-            (Some(b), _) => split_fixed_on(app, ty, b, replicas),
-            (None, Some(g)) => match g.optimize(nodes, replicas) {
-                Some(c) => (c.atomic_bsz, c.accum_steps),
-                None => split_fixed(
-                    app,
-                    app.init_batch.max(app.min_local_bsz * replicas as f64) as u32,
-                    replicas,
-                ),
+        // (A fixed batch never reads the goodput model: its fields are cold.)
+        let (atomic, accum) = match mode.fixed {
+            Some(b) => split_fixed_on(app, ty, b, replicas),
+            None => match self.goodput_fn(app, st) {
+                Some(g) => match g.optimize(nodes, replicas) {
+                    Some(c) => (c.atomic_bsz, c.accum_steps),
+                    None => split_fixed(
+                        app,
+                        app.init_batch.max(app.min_local_bsz * replicas as f64) as u32,
+                        replicas,
+                    ),
+                },
+                None => {
+                    let b = app.init_batch.max(app.min_local_bsz * replicas as f64);
+                    split_fixed(app, b as u32, replicas)
+                }
             },
-            (None, None) => {
-                let b = app.init_batch.max(app.min_local_bsz * replicas as f64);
-                split_fixed(app, b as u32, replicas)
-            }
         };
         st.batch_version = st.goodput_version;
         let count = replicas * (accum + 1);
