@@ -11,7 +11,7 @@
 #                                        # test (default: cargo build --release -p pacer-cli)
 #   SLURM_E2E_TIMEOUT_S=N                # bound on the run after the builds (default 900 s);
 #                                        # past it: teardown and exit 124
-#   SLURM_E2E_PHASES=adopt,workload,train,torch,nodefail  # only these serve phases (default: all;
+#   SLURM_E2E_PHASES=adopt,workload,train,torch,preempt,nodefail  # only these serve phases (default: all;
 #                                        # the live tests run unless SKIP_LIVE=1)
 #   SLURM_E2E_REPEAT=N                   # run the selected serve phases N times in a row
 #   SLURM_E2E_NODE_FAIL=0                # leave out the node-failure phase
@@ -74,14 +74,14 @@ JOB=$(realpath scripts/slurm-job.sh)
 STATE=
 serve_pid=
 starts=0
-start_serve() { # start_serve POLICY
+start_serve() { # start_serve POLICY [FLAG...]
     starts=$((starts + 1))
     local out="$STATE/serve-$starts.out" i
     "$PACER_BIN" serve --executor slurm --cluster slurm --state "$STATE" --policy "$1" \
-        --round-s 1 --grace-s 5 --listen 127.0.0.1:0 >"$out" 2>&1 &
+        --round-s 1 --grace-s 5 --listen 127.0.0.1:0 "${@:2}" >"$out" 2>&1 &
     serve_pid=$!
     for ((i = 0; i < 100; i++)); do
-        grep -q "listening on" "$out" && break
+        grep -q "listening on" "$out" 2>/dev/null && break
         kill -0 "$serve_pid" 2>/dev/null || { cat "$out"; echo "slurm-e2e: pacer serve exited" >&2; exit 1; }
         sleep 0.1
     done
@@ -304,9 +304,80 @@ TOML
     rm -rf "$STATE"
 }
 
+# A multi-node `pacer train --slurm` job preempted/resized by the policy (issue 17): alone
+# it asks for and gets 12 GPUs (3 nodes × 4); once it trains, a second job of 8 GPUs
+# arrives and `fair` shares the 16 GPUs 8/8, so job-1 gets SIGTERM in its Slurm steps,
+# rank 0 checkpoints and exits 143, and pacer resubmits it as a new Slurm job on 2 nodes,
+# where it resumes from the checkpoint (and may grow back to 3 nodes once job-2 is done).
+# Checked (slurm-serve-check.py preempt): SIGTERM, checkpoint, a new Slurm job id per
+# attempt, each start resumed at the last checkpoint's step, a different node set, the full
+# iteration count at the end, and never two Slurm jobs of job-1 alive at once (every squeue
+# snapshot of `watch`, and Slurm's start/end times).
+PREEMPT_ITERS=${PREEMPT_ITERS:-12000}
+submit_train() { # submit_train ITERATIONS: job-1, 12 GPUs (3 nodes), at least 4
+    cat >"$STATE/train.toml" <<TOML
+name = "train"
+command = ["$PACER_BIN", "train", "--slurm", "--dataset", "tiny", "--max-iterations", "$1", "--json", "--no-progress", "--normal-priority", "--verbose"]
+replicas = 12
+min_replicas = 4
+TOML
+    "$PACER_BIN" submit "$STATE/train.toml" >/dev/null
+}
+phase_preempt() {
+    local t7 log i
+    new_state
+    t7=$SECONDS
+    start_serve fair
+    submit_train "$PREEMPT_ITERS"
+    log="$STATE/logs/job-1.log"
+    # Until it trains on 3 nodes (its controller's heartbeat every 50 iterations).
+    for ((i = 0; ; i++)); do
+        squeue --json >"$STATE/squeue.json"
+        "$PACER_BIN" jobs --json >"$STATE/jobs.json"
+        python3 "$CHECK" watch "$STATE/jobs.json" "$STATE/squeue.json" "$STATE/seen.json"
+        grep -q '^pacer controller: iteration' "$log" 2>/dev/null && break
+        [ "$i" -lt 120 ] || { cat "$log"; echo "slurm-e2e: job-1 did not start training in 60 s" >&2; exit 1; }
+        sleep 0.5
+    done
+    submit other 8 8 16 0.5 4
+    watch_until 120 succeeded failed cancelled
+    squeue --json >"$STATE/squeue.json"
+    "$PACER_BIN" job job-1 >"$STATE/job-1.json"
+    python3 "$CHECK" preempt "$STATE/jobs.json" "$STATE/seen.json" "$STATE/job-1.json" "$log" \
+        "$STATE/squeue.json" job-1 "$PREEMPT_ITERS" || { grep -v '^ ' "$log" | tail -40; exit 1; }
+    python3 "$CHECK" states "$STATE/jobs.json" succeeded
+    stop_serve
+    echo "slurm-e2e: pacer train --slurm preempted/resized and resumed from its checkpoint on another allocation, in $((SECONDS - t7)) s"
+    rm -rf "$STATE"
+
+    # Part 2: the same resize right after Slurm starts the run (--min-run-s 0: job-2 is
+    # submitted once squeue shows job-1 RUNNING), when its ranks' job step may not exist
+    # yet. The stop must take less than the grace period (5 s), not end in SIGKILL.
+    new_state
+    t7=$SECONDS
+    RUST_LOG=pacer_serve=info start_serve fair --min-run-s 0
+    submit_train 3000
+    for ((i = 0; ; i++)); do
+        [ "$(squeue -h -n pacer-job-1.1 -o %T)" = RUNNING ] && break
+        [ "$i" -lt 200 ] || { echo "slurm-e2e: job-1 not RUNNING in Slurm within 20 s" >&2; exit 1; }
+        sleep 0.1
+    done
+    submit other 8 8 4 0.5 4
+    watch_until 90 succeeded failed cancelled
+    "$PACER_BIN" job job-1 >"$STATE/job-1.json"
+    python3 "$CHECK" early "$STATE/jobs.json" "$STATE/job-1.json" "$STATE/logs/job-1.log" job-1 5 3000 ||
+        { grep -v '^ ' "$STATE/logs/job-1.log" | tail -40; exit 1; }
+    python3 "$CHECK" states "$STATE/jobs.json" succeeded
+    stop_serve
+    # Which way the early stop went: cancelled before srun started the ranks, or SIGTERM.
+    grep -h "have not started" "$STATE"/serve-*.out | sed 's/^/slurm-e2e: /' || true
+    echo "slurm-e2e: pacer train --slurm resized right after it started: stopped within the grace period, finished, in $((SECONDS - t7)) s"
+    rm -rf "$STATE"
+}
+
 other=
 trap 'stop_serve; [ -z "$other" ] || scancel "$other" 2>/dev/null || true; teardown' EXIT
-phases=${SLURM_E2E_PHASES:-adopt,workload,train,torch,nodefail}
+phases=${SLURM_E2E_PHASES:-adopt,workload,train,torch,preempt,nodefail}
 [ "${SLURM_E2E_NODE_FAIL:-1}" = 1 ] || phases=${phases//nodefail/}
 for ((rep = 1; rep <= ${SLURM_E2E_REPEAT:-1}; rep++)); do
     for phase in ${phases//,/ }; do

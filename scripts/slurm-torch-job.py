@@ -42,7 +42,9 @@ def main() -> None:
     node = os.environ.get("SLURMD_NODENAME", "?")
     print(f"torch rank {rank} of {world} on {node}: {steps} steps, samples {samples}, "
           f"loss {loss:.3f} ({info})", flush=True)
-    dist.destroy_process_group()
+    del net  # the wrapper holds the process group
+    # A barrier, then the group and its gloo threads must be gone (python/README.md).
+    pacer.destroy_process_group()
 
 
 if __name__ == "__main__":

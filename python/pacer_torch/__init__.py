@@ -13,7 +13,7 @@ A DDP script changes in five lines (python/README.md)::
 
 from . import _native
 from ._native import CONTROLLERS, PREDICTORS, Gns, Perf, Predictor, Session
-from .env import init_process_group, rendezvous
+from .env import destroy_process_group, init_process_group, rendezvous
 from .job import current
 from .parallel import (
     DataLoader,
@@ -38,6 +38,7 @@ __all__ = [
     "Predictor",
     "Session",
     "current",
+    "destroy_process_group",
     "init_process_group",
     "probe_max_local_batch",
     "remaining_epochs",

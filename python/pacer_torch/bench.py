@@ -315,7 +315,10 @@ def worker(args: argparse.Namespace) -> None:
             out["noise_scale"] = pacer.current().noise_scale()
         with open(args.out, "w") as f:
             json.dump(out, f)
-    dist.destroy_process_group()
+    # A DistributedDataParallel model holds the process group: drop it first, so that the
+    # group and its gloo threads are gone before the interpreter exits (env.py).
+    del net
+    pacer.destroy_process_group()
 
 
 # -- the orchestrator ---------------------------------------------------------------------

@@ -1,9 +1,19 @@
-"""Process-group initialisation from torchrun's or Slurm's environment."""
+"""Process-group initialisation from torchrun's or Slurm's environment, and its teardown.
+
+Why ``init_process_group`` imports ``torch.distributed.nn.functional`` first and why
+``destroy_process_group`` checks that the group object is gone: python/README.md,
+"Troubleshooting" (a rank aborting at exit with "terminate called without an active
+exception").
+"""
 
 from __future__ import annotations
 
 import datetime
+import gc
+import importlib
 import os
+import warnings
+import weakref
 from typing import Dict, Optional
 
 import torch
@@ -77,6 +87,12 @@ def init_process_group(backend: Optional[str] = None, timeout_s: float = 300.0) 
         device = torch.device("cuda", int(info["local_rank"]))
         torch.cuda.set_device(device)
     if not dist.is_initialized():
+        # This module binds the world group as a default argument of its functions when
+        # it is first imported; torch._dynamo imports it (the first torch.optim optimiser
+        # does), and imported after the group exists it keeps the group alive past
+        # destroy_process_group. Imported now, those defaults are None.
+        importlib.import_module("torch.distributed.nn.functional")
+
         os.environ.setdefault("MASTER_ADDR", str(info["master_addr"]))
         os.environ.setdefault("MASTER_PORT", str(info["master_port"]))
         dist.init_process_group(
@@ -88,3 +104,59 @@ def init_process_group(backend: Optional[str] = None, timeout_s: float = 300.0) 
     info["backend"] = backend
     info["device"] = device
     return info
+
+
+#: The name torch gives the worker threads of a gloo process group (Linux).
+GLOO_WORKER = "pt_gloo_runloop"
+
+
+def _gloo_workers() -> Optional[int]:
+    """How many gloo worker threads this process has (None where /proc cannot tell).
+    torch names a worker when it first runs a collective; an unnamed one has no
+    finished collective to free, so it cannot abort the exit."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                n += f.read().strip() == GLOO_WORKER
+        except OSError:  # the thread ended meanwhile
+            pass
+    return n
+
+
+def destroy_process_group() -> bool:
+    """Leaves the job's process groups: a barrier (every rank is past its last
+    collective), ``torch.distributed.destroy_process_group``, then checks that the group
+    is really gone: its Python object freed and, on Linux, no gloo worker thread left.
+    Freeing it joins those threads here; alive during interpreter shutdown, a worker that
+    still frees a finished collective's tensors needs the GIL, is ended by the
+    interpreter inside a C++ destructor and aborts the process ("terminate called
+    without an active exception"; python/README.md, "Troubleshooting"). Returns whether
+    the group is gone; if not, warns (``RuntimeWarning``) and returns False. Without a
+    process group: does nothing, True."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return True
+    pg = dist.group.WORLD
+    dist.barrier()
+    alive = weakref.ref(pg)
+    del pg
+    dist.destroy_process_group()
+    if alive() is not None or _gloo_workers():
+        gc.collect()  # a reference cycle (a wrapped model, a hook) may hold it
+    workers = _gloo_workers()
+    if alive() is None and not workers:
+        return True
+    warnings.warn(
+        "pacer_torch.destroy_process_group: the process group outlived "
+        f"torch.distributed.destroy_process_group ({workers} gloo worker threads left; "
+        "something still references it: a DistributedDataParallel model, a variable, or "
+        "torch.distributed.nn.functional imported after the group was created); its "
+        "worker threads may abort the process at exit (python/README.md, Troubleshooting)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False

@@ -352,8 +352,9 @@ class Job:
         save(self, path)
         if self.reporter is not None:
             self.reporter.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        from .env import destroy_process_group
+
+        destroy_process_group()
         raise SystemExit(0)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 
 import torch.multiprocessing as mp
 
@@ -34,31 +33,15 @@ def _entry(rank, fn, world, port, args):
     import pacer_torch as pacer
 
     pacer.init_process_group(timeout_s=120)
-    try:
-        fn(rank, world, *args)
-    finally:
-        if dist.is_initialized():
-            # All ranks reach teardown before any closes its gloo pairs: a rank that
-            # destroyed the group while a peer was still inside the last collective
-            # made that peer abort in gloo ("terminate called without an active
-            # exception", about 1 run in 6 here).
-            dist.barrier()
-            dist.destroy_process_group()
+    fn(rank, world, *args)
+    # Not in a `finally`: after a failure the peers never reach this barrier. The check
+    # that the group is gone is the fix of the gloo abort at exit (python/README.md,
+    # Troubleshooting): a group still alive here lets gloo abort the interpreter's exit.
+    if dist.is_initialized() and not pacer.destroy_process_group():
+        raise RuntimeError(f"rank {rank}: the process group outlived destroy_process_group")
 
 
 def run(fn, world: int, *args) -> None:
-    """``fn(rank, world, *args)`` in ``world`` spawned processes; raises if any fails.
-
-    A rank killed by SIGABRT inside gloo ("terminate called without an active exception",
-    C++, no Python error) is retried once, loudly: about 1 run in 6 of the 4-rank
-    checkpoint test does that on this 2-core machine, cause not yet found (open). A
-    Python error or a second abort fails the test."""
-    try:
-        mp.start_processes(_entry, args=(fn, world, free_port(), args), nprocs=world,
-                           start_method="spawn")
-    except mp.ProcessExitedException as e:
-        if getattr(e, "signal_name", None) != "SIGABRT":
-            raise
-        sys.stderr.write(f"_dist.run: {e}; retrying once (known gloo abort, open)\n")
-        mp.start_processes(_entry, args=(fn, world, free_port(), args), nprocs=world,
-                           start_method="spawn")
+    """``fn(rank, world, *args)`` in ``world`` spawned processes; raises if any fails."""
+    mp.start_processes(_entry, args=(fn, world, free_port(), args), nprocs=world,
+                       start_method="spawn")

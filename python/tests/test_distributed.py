@@ -186,3 +186,48 @@ def test_sigterm_on_one_rank_checkpoints_all_after_that_step_and_exits(tmp_path)
     state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)
     assert state["steps"] == 3 and state["sampler"]["offset"] == 3 * 128
     assert state["world_size"] == 2 and "momentum_buffer" in state["optimizer"]["state"][0]
+
+
+def _optimiser_after_init(rank, world):
+    import torch.distributed as dist
+
+    model = make_model()
+    # The first torch.optim optimiser imports torch._dynamo, which imports
+    # torch.distributed.nn.functional: imported after the group exists, that module's
+    # defaults held the group past destroy_process_group (python/README.md).
+    torch.optim.Adam(model.parameters(), lr=1e-2)
+    import torch.distributed.nn.functional as fn
+
+    assert all(d is not dist.group.WORLD for d in fn.all_reduce.__defaults__)
+    parts = [None] * world
+    dist.all_gather_object(parts, [rank])
+    assert parts == [[r] for r in range(world)]
+
+
+def test_the_group_is_gone_after_teardown_whatever_torch_imported(tmp_path):
+    # _dist.run fails when pacer_torch.destroy_process_group finds the group still alive.
+    _dist.run(_optimiser_after_init, 2)
+
+
+def _held_group(rank, world):
+    import warnings
+
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+    from pacer_torch.env import _gloo_workers
+
+    held = dist.group.WORLD
+    dist.barrier()  # torch names a gloo worker thread when it first runs a collective
+    assert _gloo_workers() > 0
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert pacer.destroy_process_group() is False
+    assert any("outlived" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    assert _gloo_workers() > 0
+    del held  # the last reference: the group's destructor joins its worker threads
+    assert _gloo_workers() == 0
+
+
+def test_a_group_still_held_at_teardown_is_reported(tmp_path):
+    _dist.run(_held_group, 2)

@@ -6,7 +6,8 @@
 //! which connect there. The controller waits for all `SLURM_NTASKS` × workers-per-rank
 //! workers, checkpoints and exits 143 on SIGTERM exactly as `pacer train` does; the worker
 //! ranks ignore SIGTERM (Slurm sends it to every rank) and end when the controller shuts
-//! them down, so a preemption is one checkpoint, not a race between ranks.
+//! them down, so a preemption is one checkpoint, not a race between ranks. A worker rank
+//! stopped before the controller answered exits 143 at once rather than wait for it.
 //!
 //! With no `SLURM_NTASKS` or a single task, `pacer train --slurm` is plain `pacer train`.
 
@@ -106,7 +107,16 @@ pub fn run(a: crate::runtime_cmd::TrainArgs, r: Ranks) -> anyhow::Result<()> {
         // workers down, so a worker rank only notes the signal.
         pacer_runtime::interrupt::install_sigterm_handler()
             .context("installing the SIGTERM handler")?;
-        wait_for_controller(addr)?;
+        if !wait_for_controller(addr, pacer_runtime::interrupt::sigterm_received)? {
+            // Stopped before rank 0's controller answered (it got the SIGTERM too, or
+            // died of it before its handler was in place): nothing to train or save here.
+            // Waiting on (60 s) held the Slurm job until the service's SIGKILL.
+            eprintln!(
+                "pacer train: rank {} on {}: SIGTERM before the controller at {} answered; exiting",
+                r.rank, r.node, r.master
+            );
+            std::process::exit(143);
+        }
         return run_workers(&a, &r, addr, per_rank, None);
     }
     let data = Arc::new(data::load(&a.job.dataset)?);
@@ -122,12 +132,16 @@ pub fn run(a: crate::runtime_cmd::TrainArgs, r: Ranks) -> anyhow::Result<()> {
     run_workers(&a, &r, addr, per_rank, Some(ctrl))
 }
 
-/// Waits until rank 0's controller accepts connections (bounded by [`CONNECT_WAIT`]).
-fn wait_for_controller(addr: SocketAddr) -> anyhow::Result<()> {
+/// Waits until rank 0's controller accepts connections (bounded by [`CONNECT_WAIT`]):
+/// `true` once it does, `false` as soon as `stopped()` says the rank was told to stop.
+fn wait_for_controller(addr: SocketAddr, stopped: impl Fn() -> bool) -> anyhow::Result<bool> {
     let t = Instant::now();
     loop {
+        if stopped() {
+            return Ok(false);
+        }
         match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(true),
             Err(e) if t.elapsed() > CONNECT_WAIT => {
                 bail!(
                     "--slurm: rank 0's controller at {addr} did not answer within {} s: {e}",
@@ -194,6 +208,25 @@ fn run_workers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stopped_worker_rank_stops_waiting_for_its_controller() {
+        // Nothing listens on this port: without a stop the wait would last CONNECT_WAIT.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let t = Instant::now();
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let stop_after_3 = || asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 3;
+        assert!(!wait_for_controller(addr, stop_after_3).unwrap());
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        // A controller that answers: connected.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(wait_for_controller(l.local_addr().unwrap(), || false).unwrap());
+    }
 
     fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| {

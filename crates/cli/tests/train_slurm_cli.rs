@@ -134,3 +134,23 @@ fn sigterm_to_every_rank_leaves_one_checkpoint_and_the_next_pair_resumes() {
     );
     let _ = std::fs::remove_dir_all(&ckpt);
 }
+
+#[test]
+fn a_worker_rank_stopped_before_its_controller_answers_exits_at_once() {
+    // Rank 0 never comes (under Slurm: it died of the SIGTERM before its handler was in
+    // place). The worker rank used to wait 60 s for it, holding the Slurm job.
+    let ckpt = scratch("early");
+    let r1 = rank(1, free_port(), &ckpt, 100);
+    std::thread::sleep(Duration::from_millis(1000));
+    let ok = Command::new("kill")
+        .args(["-TERM", &r1.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let t = Instant::now();
+    let (c1, _, err1) = finish(r1);
+    assert_eq!(c1, Some(143), "{err1}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(err1.contains("SIGTERM before the controller"), "{err1}");
+    let _ = std::fs::remove_dir_all(&ckpt);
+}

@@ -10,7 +10,9 @@
 //! while the service was down is settled from its exit file. A one-node job runs once, in
 //! the batch step; a multi-node job runs one rank per node (`srun` in the batch script,
 //! `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_NODEID` set, rank 0's exit status is the run's) and
-//! SIGTERM goes to those ranks (Slurm's job steps). The run directory must be on a file
+//! SIGTERM goes to those ranks (Slurm's job steps; a run whose ranks' step Slurm has not
+//! started yet is cancelled instead, as a SIGTERM would reach nobody). The run directory
+//! must be on a file
 //! system every node shares (on the dev cluster all nodes are this machine). `MASTER_ADDR`
 //! is the first node's Slurm address, `MASTER_PORT` the service's; `pacer train --slurm` as
 //! the job's command makes rank 0 the controller there and every rank a worker
@@ -252,6 +254,75 @@ fn init_logging() {
         .try_init();
 }
 
+/// How many times [`sigterm`] asks Slurm before it gives up (then the service's
+/// grace-period kill ends the run), and the pause between two tries.
+const SIGTERM_TRIES: u32 = 3;
+const SIGTERM_RETRY: Duration = Duration::from_millis(500);
+
+/// Sends SIGTERM to Slurm job `id` where it reaches the job's processes, decided from
+/// Slurm's answer now (one `squeue` of this job, and of its steps when it spans nodes):
+/// - pending: cancelled (nothing to save; measured: `scancel --signal=TERM` of a pending
+///   job blocked 5 s, then reached the job as it started, with `--full`, so srun killed
+///   its ranks);
+/// - several nodes: to its job steps, the ranks (`srun`, the batch step, would answer
+///   SIGTERM by killing them at once); while srun has not started the ranks' step yet the
+///   signal would reach nobody (`scancel` exits 0; the run trained on until the SIGKILL),
+///   so it is cancelled, nothing started;
+/// - one node: to every process of the batch step (`--full`; `--batch` alone does not
+///   reach the command the batch shell runs).
+///
+/// Nothing is sent on a guess: when Slurm does not answer, it asks again
+/// ([`SIGTERM_TRIES`]), then leaves the run to the grace-period kill.
+fn sigterm(c: &SlurmClient, id: u64) {
+    let t = Instant::now();
+    for attempt in 1..=SIGTERM_TRIES {
+        match sigterm_once(c, id) {
+            Ok(how) => {
+                tracing::info!(
+                    slurm_job = id,
+                    ms = t.elapsed().as_secs_f64() * 1e3,
+                    "SIGTERM: {how}"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(slurm_job = id, attempt, "SIGTERM: {e}");
+                if attempt < SIGTERM_TRIES {
+                    std::thread::sleep(SIGTERM_RETRY);
+                }
+            }
+        }
+    }
+    tracing::warn!(
+        slurm_job = id,
+        "SIGTERM not sent: Slurm did not answer; the grace period's kill will end it"
+    );
+}
+
+fn sigterm_once(c: &SlurmClient, id: u64) -> Result<&'static str, pacer_slurm::SlurmError> {
+    let Some((state, nodes)) = c.job_state_nodes(id)? else {
+        return Ok("Slurm no longer lists the job");
+    };
+    if state.is_terminal() {
+        return Ok("the job has ended");
+    }
+    if state == SlurmState::Pending {
+        c.cancel(id)?;
+        return Ok("pending: cancelled");
+    }
+    if nodes <= 1 {
+        c.signal(id, "TERM", SignalTarget::All)?;
+        return Ok("sent to every process of its batch step");
+    }
+    if c.has_task_step(id)? {
+        c.signal(id, "TERM", SignalTarget::Steps)?;
+        Ok("sent to its ranks' job steps")
+    } else {
+        c.cancel(id)?;
+        Ok("its ranks have not started (no job step yet): cancelled")
+    }
+}
+
 fn slurm_id(run: &RunHandle) -> Result<u64, ServeError> {
     run.id
         .parse()
@@ -284,39 +355,14 @@ impl Executor for SlurmExecutor {
             let id = slurm_id(run)?;
             match sig {
                 StopSignal::Term => {
-                    // A multi-node job's ranks are job steps; `srun` (the batch step) would
-                    // answer SIGTERM by killing them at once. A one-node job's command is a
-                    // child of the batch shell, which `--batch` alone would signal.
-                    // A run Slurm has not started has nothing to save: it is cancelled
-                    // (measured: `scancel --signal=TERM` of a pending job blocked for 5 s,
-                    // then reached the job as it started, with `--full`, so srun killed
-                    // its ranks).
-                    let (pending, multi) = match self.snapshot().await {
-                        Ok(jobs) => jobs
-                            .iter()
-                            .find(|j| j.id == id)
-                            .map_or((false, false), |j| {
-                                (j.state == SlurmState::Pending, j.nodes.len() > 1)
-                            }),
-                        Err(e) => {
-                            tracing::warn!(slurm_job = id, "SIGTERM: {e}; sent to every step");
-                            (false, false)
-                        }
-                    };
-                    if pending {
-                        self.in_background(format!("cancel pending Slurm job {id}"), move |c| {
-                            c.cancel(id)
-                        });
-                        return Ok(());
-                    }
-                    let to = if multi {
-                        SignalTarget::Steps
-                    } else {
-                        SignalTarget::All
-                    };
-                    self.in_background(format!("SIGTERM to Slurm job {id}"), move |c| {
-                        c.signal(id, "TERM", to)
-                    });
+                    // Decided and sent in the background from a query of this job alone
+                    // ([`sigterm`]): a round never waits for Slurm here. (It used to look
+                    // the job up in the round's `squeue --json`; when that timed out on a
+                    // loaded machine it guessed "one node" and sent `--full`, and srun
+                    // killed the ranks of a 3-node run: 11,621 iterations lost.)
+                    self.forget_snapshot();
+                    let client = self.client.clone();
+                    tokio::task::spawn_blocking(move || sigterm(&client, id));
                 }
                 StopSignal::Kill => {
                     self.in_background(format!("cancel Slurm job {id}"), move |c| c.cancel(id))
@@ -565,8 +611,24 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let d = dir.display();
         let scripts = [
-            ("squeue", format!("#!/bin/sh\necho x >> {d}/squeue.calls\n[ -e {d}/hang ] && sleep 5\ncat {d}/squeue.json\n")),
-            ("scancel", format!("#!/bin/sh\necho \"$*\" >> {d}/scancel.log\n")),
+            (
+                "squeue",
+                format!(
+                    concat!(
+                "#!/bin/sh\n[ -e {d}/hang ] && sleep 5\n",
+                "id=$(echo \"$*\" | sed -n 's/.*--jobs=\\([0-9]*\\).*/\\1/p')\n",
+                "case \"$*\" in\n",
+                "  *--steps*) echo \"$*\" >> {d}/steps.calls; cat {d}/steps.txt; exit 0;;\n",
+                "  *--format=*) grep \"^$id \" {d}/shape.txt | cut -d' ' -f2-; exit 0;;\n",
+                "esac\n",
+                "echo x >> {d}/squeue.calls\ncat {d}/squeue.json\n"),
+                    d = d
+                ),
+            ),
+            (
+                "scancel",
+                format!("#!/bin/sh\necho \"$*\" >> {d}/scancel.log\n"),
+            ),
         ];
         for (prog, text) in scripts {
             let p = dir.join(prog);
@@ -593,6 +655,13 @@ mod tests {
         std::fs::write(
             dir.join("squeue.json"),
             format!(r#"{{"jobs":[{}]}}"#, jobs.join(",")),
+        )
+        .unwrap();
+        // Job 12 (two nodes) has its ranks' step running.
+        std::fs::write(dir.join("steps.txt"), "12.0\n12.batch\n").unwrap();
+        std::fs::write(
+            dir.join("shape.txt"),
+            "11 RUNNING 1\n12 RUNNING 2\n13 PENDING 2\n",
         )
         .unwrap();
         dir
@@ -648,6 +717,48 @@ mod tests {
             scancel_calls(&dir, 4),
             ["--signal=TERM --full 11", "--signal=TERM 12", "12", "13"]
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn sigterm_before_the_ranks_step_exists_cancels_the_run() {
+        // Job 12 is RUNNING on two nodes but srun has not started its ranks: only the
+        // batch step. A SIGTERM to its steps would reach nobody (measured on the dev
+        // cluster: the ranks started afterwards and trained on), so it is cancelled.
+        let dir = fake_slurm("early");
+        std::fs::write(dir.join("steps.txt"), "12.batch\n").unwrap();
+        let ex = fake_executor(&dir);
+        ex.signal(&handle(12), StopSignal::Term).await.unwrap();
+        assert_eq!(scancel_calls(&dir, 1), ["12"]);
+        let asked = std::fs::read_to_string(dir.join("steps.calls")).unwrap();
+        assert!(asked.contains("--jobs=12"), "{asked}");
+        // Once step 0 is there, the same SIGTERM goes to the steps.
+        std::fs::write(dir.join("steps.txt"), "12.0\n12.batch\n").unwrap();
+        std::fs::remove_file(dir.join("scancel.log")).unwrap();
+        ex.signal(&handle(12), StopSignal::Term).await.unwrap();
+        assert_eq!(scancel_calls(&dir, 1), ["--signal=TERM 12"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn sigterm_waits_for_no_slurm_and_never_guesses_the_target() {
+        // Slurm hangs: signal() returns at once (the round goes on), and nothing is sent
+        // on a guess (`--full` to a multi-node run made srun kill its ranks). Once Slurm
+        // answers again, a later try sends it where it belongs.
+        let dir = fake_slurm("hang");
+        std::fs::write(dir.join("hang"), "").unwrap();
+        let ex = fake_executor(&dir);
+        let t = Instant::now();
+        ex.signal(&handle(12), StopSignal::Term).await.unwrap();
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            t.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(450));
+        assert!(!dir.join("scancel.log").exists(), "sent while Slurm hung");
+        std::fs::remove_file(dir.join("hang")).unwrap();
+        assert_eq!(scancel_calls(&dir, 1), ["--signal=TERM 12"]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::{Cluster, Node};
 use crate::cmd::Runner;
 use crate::job::{JobInfo, JobRequest, JobState, SignalTarget};
-use crate::json::{parse_partitions, parse_sinfo, parse_squeue};
+use crate::json::{parse_partitions, parse_sinfo, parse_squeue, parse_state_nodes, parse_steps};
 use crate::SlurmError;
 
 /// The programs the client runs.
@@ -112,6 +112,44 @@ impl SlurmClient {
     /// All jobs the controller remembers, any user (`squeue --json`).
     pub fn jobs(&self) -> Result<Vec<JobInfo>, SlurmError> {
         parse_squeue(&self.run("squeue", &["--json"])?)
+    }
+
+    /// The steps Slurm lists for job `id` now (`squeue --steps`): the part after `ID.`
+    /// (`batch`, `extern`, `0`, `1`, …); empty when it has none yet, or has ended.
+    ///
+    /// Measured on the dev cluster: a 2-node `srun` job is `RUNNING` with only `batch`
+    /// for ~0.2-1.4 s before step `0` (its ranks) appears, and `scancel --signal=TERM`
+    /// ([`SignalTarget::Steps`]) in that window exits 0 and reaches nobody: the ranks start
+    /// afterwards and run on (still training 80 s later).
+    pub fn steps(&self, id: u64) -> Result<Vec<String>, SlurmError> {
+        let jobs = format!("--jobs={id}");
+        let out = self.run("squeue", &["--steps", &jobs, "--noheader", "--format=%i"])?;
+        parse_steps(&out, id)
+    }
+
+    /// Job `id`'s state and node count now, from a query of this job alone (`squeue
+    /// --jobs=ID --states=all --format="%T %D"`: cheap where `squeue --json` prints every
+    /// job the controller remembers); `None` once Slurm no longer knows it.
+    pub fn job_state_nodes(&self, id: u64) -> Result<Option<(JobState, u32)>, SlurmError> {
+        let jobs = format!("--jobs={id}");
+        let args = [&jobs, "--states=all", "--noheader", "--format=%T %D"];
+        match self.run("squeue", &args) {
+            Ok(out) => parse_state_nodes(&out),
+            // An id Slurm has forgotten: `slurm_load_jobs error: Invalid job id specified`.
+            Err(SlurmError::Command { stderr, .. }) if stderr.contains("Invalid job id") => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether job `id` has a step of tasks (`srun`'s, numbered) that a signal to
+    /// [`SignalTarget::Steps`] would reach.
+    pub fn has_task_step(&self, id: u64) -> Result<bool, SlurmError> {
+        Ok(self
+            .steps(id)?
+            .iter()
+            .any(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())))
     }
 
     /// One job, or `None` when Slurm no longer lists it.

@@ -227,3 +227,47 @@ pub fn parse_partitions(text: &str) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// Parses `squeue --steps --noheader --format=%i` for job `id` into its step names (the
+/// part after `ID.`: `batch`, `extern`, `0`, …); lines of other jobs are skipped, a line
+/// that is not `JOB.STEP` is an error naming it.
+pub fn parse_steps(text: &str, id: u64) -> Result<Vec<String>, SlurmError> {
+    let mut steps = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (job, step) = line
+            .split_once('.')
+            .filter(|(j, s)| {
+                !s.is_empty() && !j.is_empty() && j.bytes().all(|b| b.is_ascii_digit())
+            })
+            .ok_or_else(|| {
+                parse_err(
+                    "`squeue --steps` output",
+                    format!("expected JOB.STEP, got `{line}`"),
+                )
+            })?;
+        if job == id.to_string() {
+            steps.push(step.to_string());
+        }
+    }
+    Ok(steps)
+}
+
+/// Parses `squeue --format="%T %D"` of one job (`RUNNING 3`) into its state and node count;
+/// `None` for no line (the job is not listed). A malformed line is an error naming it.
+pub fn parse_state_nodes(text: &str) -> Result<Option<(JobState, u32)>, SlurmError> {
+    let Some(line) = text.lines().map(str::trim).find(|l| !l.is_empty()) else {
+        return Ok(None);
+    };
+    let bad = || {
+        parse_err(
+            "`squeue --format=\"%T %D\"` output",
+            format!("expected STATE NODES, got `{line}`"),
+        )
+    };
+    let (state, nodes) = line.split_once(' ').ok_or_else(bad)?;
+    let nodes: u32 = nodes.trim().parse().map_err(|_| bad())?;
+    if state.is_empty() || !state.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+        return Err(bad());
+    }
+    Ok(Some((JobState::parse(state), nodes)))
+}

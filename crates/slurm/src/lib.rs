@@ -12,7 +12,8 @@
 //! - [`SlurmClient::jobs`], [`JobWatch`]: states, and the changes between two looks —
 //!   started, requeued (a node failed), ended, vanished.
 //! - [`SlurmClient::signal`], [`SlurmClient::cancel`], [`SlurmClient::preempt`] (SIGTERM,
-//!   grace, cancel).
+//!   grace, cancel); [`SlurmClient::steps`]: whether the ranks of an `srun` job have started
+//!   (a signal to its steps before then reaches nobody).
 //!
 //! Errors name what is missing: Slurm not installed, controller unreachable, a partition
 //! or node that does not exist, a node without the GPUs asked for ([`SlurmError`]).
@@ -38,4 +39,4 @@ pub use cmd::MAX_OUTPUT_BYTES;
 pub use error::SlurmError;
 pub use hostlist::{expand_hostlist, MAX_HOSTS};
 pub use job::{shell_quote, JobEvent, JobInfo, JobRequest, JobState, JobWatch, SignalTarget};
-pub use json::{parse_partitions, parse_sinfo, parse_squeue};
+pub use json::{parse_partitions, parse_sinfo, parse_squeue, parse_state_nodes, parse_steps};

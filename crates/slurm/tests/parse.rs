@@ -2,7 +2,8 @@
 //! 22.05.8) into tests/fixtures: 4 nodes n1..n4, 4 `gpu:t4` each, partition `gpu`.
 
 use pacer_slurm::{
-    parse_partitions, parse_sinfo, parse_squeue, Cluster, JobRequest, JobState, SlurmError,
+    parse_partitions, parse_sinfo, parse_squeue, parse_state_nodes, parse_steps, Cluster,
+    JobRequest, JobState, SlurmError,
 };
 
 fn fixture(name: &str) -> String {
@@ -233,4 +234,51 @@ fn malformed_output_is_a_parse_error_naming_the_command() {
     assert!(err.to_string().contains("squeue --json"), "{err}");
     let err = parse_sinfo("").unwrap_err();
     assert!(err.to_string().contains("sinfo --json"), "{err}");
+}
+
+#[test]
+fn steps_of_one_job_are_read_and_garbage_is_named() {
+    // As `squeue --steps --jobs=1037 --noheader --format=%i` printed on the dev cluster.
+    assert_eq!(
+        parse_steps("1037.0\n1037.batch\n", 1037).unwrap(),
+        ["0", "batch"]
+    );
+    // Before srun has started the ranks: only the batch step.
+    assert_eq!(parse_steps("1037.batch\n", 1037).unwrap(), ["batch"]);
+    // An ended or unknown job: nothing (squeue exits 0); other jobs' steps are skipped.
+    assert!(parse_steps("", 1).unwrap().is_empty());
+    assert_eq!(
+        parse_steps("10370.0\n1037.extern\n", 1037).unwrap(),
+        ["extern"]
+    );
+    let err = parse_steps("1037.0\nslurm_load_jobs error\n", 1037).unwrap_err();
+    assert!(err.to_string().contains("squeue --steps"), "{err}");
+    assert!(err.to_string().contains("slurm_load_jobs error"), "{err}");
+    assert!(parse_steps("1037.\n", 1037).is_err());
+}
+
+#[test]
+fn one_jobs_state_and_node_count_are_read() {
+    // As `squeue --jobs=1205 --states=all --noheader --format="%T %D"` printed.
+    assert_eq!(
+        parse_state_nodes("COMPLETED 3\n").unwrap(),
+        Some((JobState::Completed, 3))
+    );
+    assert_eq!(
+        parse_state_nodes("RUNNING 1\n").unwrap(),
+        Some((JobState::Running, 1))
+    );
+    assert_eq!(parse_state_nodes("").unwrap(), None);
+    for bad in [
+        "RUNNING",
+        "RUNNING two",
+        "running 2",
+        "slurm_load_jobs error: x",
+    ] {
+        let err = parse_state_nodes(bad).unwrap_err().to_string();
+        assert!(
+            err.contains("squeue --format") && err.contains(bad),
+            "{err}"
+        );
+    }
 }
