@@ -174,7 +174,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }
     let mut text = String::new();
     if args.json {
-        writeln!(text, "{}", serde_json::to_string_pretty(&reports)?)?;
+        writeln!(text, "{}", pacer_cli::json::pretty(&reports)?)?;
     } else {
         writeln!(
             text,

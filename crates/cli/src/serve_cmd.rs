@@ -106,7 +106,7 @@ pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
         .block_on(c.get("/v1/jobs?limit=20000"))?
         .ok_json()?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", pacer_cli::json::pretty(&v)?);
         return Ok(());
     }
     println!(
@@ -148,7 +148,7 @@ pub fn run_job(a: JobArgs) -> anyhow::Result<()> {
         .block_on(c.get(&format!("/v1/jobs/{}/events", a.id)))?
         .ok_json()?;
     v["events"] = ev["events"].clone();
-    println!("{}", serde_json::to_string_pretty(&v)?);
+    println!("{}", pacer_cli::json::pretty(&v)?);
     Ok(())
 }
 

@@ -196,7 +196,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         crate::out::write_bytes(path, &md)?;
     }
     if a.json {
-        crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
+        crate::out::print(&format!("{}\n", pacer_cli::json::pretty(&rows)?))
     } else {
         crate::out::print(&md)
     }

@@ -63,12 +63,9 @@ pub async fn serve(
         "--grace-s: {} is out of range 0..=3600",
         cfg.grace_s
     );
-    anyhow::ensure!(
-        pacer_policy::by_name(&cfg.policy).is_some(),
-        "--policy: unknown policy `{}` (one of {})",
-        cfg.policy,
-        pacer_policy::POLICY_NAMES.join(", ")
-    );
+    if let Err(e) = pacer_policy::parse(&cfg.policy) {
+        anyhow::bail!("--policy: {e}");
+    }
     anyhow::ensure!(
         cfg.min_run_s.is_finite() && (0.0..=86_400.0).contains(&cfg.min_run_s),
         "--min-run-s: {} is out of range 0..=86400",

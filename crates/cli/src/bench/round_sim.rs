@@ -101,7 +101,7 @@ pub(super) fn round_sim(a: &RoundArgs, file: &str) -> Result<()> {
         });
     }
     if a.json {
-        putline!("{}", serde_json::to_string_pretty(&reports)?);
+        putline!("{}", pacer_cli::json::pretty(&reports)?);
     } else {
         putline!(
             "{:<12} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>10}  notes",

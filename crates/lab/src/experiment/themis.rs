@@ -404,11 +404,8 @@ fn parse_policies(list: &str) -> Result<Vec<String>> {
         bail!("--policies: expected at least one policy name");
     }
     for (i, p) in policies.iter().enumerate() {
-        if pacer_policy::by_name(p).is_none() {
-            bail!(
-                "--policies: unknown policy `{p}`; expected any of {} or themis-fX",
-                pacer_policy::POLICY_NAMES.join(", ")
-            );
+        if let Err(e) = pacer_policy::parse(p) {
+            bail!("--policies: {e}");
         }
         if policies[..i].contains(p) {
             bail!("--policies: `{p}` is named twice");
