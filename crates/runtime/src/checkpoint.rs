@@ -214,6 +214,29 @@ impl Checkpoint {
                 format!("{} bytes after the checksum", buf.len() - c.pos),
             ));
         }
+        // A checksum proves no damage, not honesty: whoever wrote the file could
+        // recompute it. Numbers that would poison the run are refused by name.
+        for (field, values, nonneg) in [
+            ("params", &params, false),
+            ("optimiser state m", &m, false),
+            ("optimiser state v", &v, true),
+        ] {
+            if let Some(i) = values
+                .iter()
+                .position(|x| !x.is_finite() || (nonneg && *x < 0.0))
+            {
+                return Err(c.err(
+                    field,
+                    format!(
+                        "value {i} of {} is {}; expected a finite number{} (a poisoned or \
+                         diverged checkpoint; remove it to start afresh)",
+                        values.len(),
+                        values[i],
+                        if nonneg { " ≥ 0" } else { "" }
+                    ),
+                ));
+            }
+        }
         let optimizer =
             Optimizer::restore(meta.optimizer, t, m, v).map_err(|e| c.err("optimiser state", e))?;
         Ok(Checkpoint {
