@@ -52,7 +52,7 @@ fn a_stopped_run_resumes_with_fewer_workers_at_the_same_step_and_sample() {
     for o in outcomes {
         o.unwrap();
     }
-    let c = Checkpoint::load(&dir)
+    let c = Checkpoint::load(&dir, &cfg.model)
         .unwrap()
         .expect("written on the stop");
     assert_eq!((c.meta.step, c.meta.samples), (12, 12 * b));
@@ -198,11 +198,11 @@ fn a_checkpoint_with_non_finite_parameters_is_refused_naming_the_file() {
     let c = Checkpoint::of_run(&d, &cfg, 5, 5 * 64, params, opt);
     // A sound one loads (the tampering below is the only difference).
     c.save(&dir).unwrap();
-    assert!(Checkpoint::load(&dir).unwrap().is_some());
+    assert!(Checkpoint::load(&dir, &cfg.model).unwrap().is_some());
     let path = Checkpoint::path(&dir).display().to_string();
     for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
         write_tampered(&c, &dir, 7, bad);
-        let e = Checkpoint::load(&dir).unwrap_err().to_string();
+        let e = Checkpoint::load(&dir, &cfg.model).unwrap_err().to_string();
         assert!(
             e.contains(&path) && e.contains("params") && e.contains("value 7 of"),
             "{e}"

@@ -227,7 +227,7 @@ pub fn resume_from(
     let Some(dir) = &cfg.checkpoint_dir else {
         return Ok(None);
     };
-    let Some(c) = Checkpoint::load(dir)? else {
+    let Some(c) = Checkpoint::load(dir, &cfg.model)? else {
         return Ok(None);
     };
     c.check_matches(dir, data, &cfg.model, &cfg.optimizer, cfg.seed)?;

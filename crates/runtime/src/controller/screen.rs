@@ -76,7 +76,7 @@ fn lower_median<T: PartialOrd + Copy>(v: &mut [T]) -> Option<T> {
     if v.is_empty() {
         return None;
     }
-    v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     Some(v[(v.len() - 1) / 2])
 }
 
