@@ -46,6 +46,7 @@ mod membership;
 mod report;
 mod retry;
 mod run;
+mod screen;
 #[cfg(test)]
 mod tests;
 
@@ -57,6 +58,7 @@ pub use config::{
 pub use report::{
     EvalPoint, LedgerEntry, Overhead, Progress, ProgressFn, TrainReport, WorkerStats,
 };
+pub use screen::{check_params, norm_ratio_sqr, MIN_REFERENCE, NORM_FACTOR, WINDOW};
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Data;
@@ -225,7 +227,7 @@ pub fn resume_from(
     let Some(dir) = &cfg.checkpoint_dir else {
         return Ok(None);
     };
-    let Some(c) = Checkpoint::load(dir)? else {
+    let Some(c) = Checkpoint::load(dir, &cfg.model)? else {
         return Ok(None);
     };
     c.check_matches(dir, data, &cfg.model, &cfg.optimizer, cfg.seed)?;

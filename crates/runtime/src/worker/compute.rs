@@ -348,6 +348,11 @@ impl Computer<'_> {
             clock,
         } = c;
         let (task, iteration) = (s.task, s.iteration);
+        if let Some(Fault::PoisonFrom(p, from)) = cfg.fault {
+            if iteration >= from {
+                p.apply(&mut self.grad);
+            }
+        }
         let (cpu_s, wall_s) = (clock.cpu_s, clock.wall_s);
         // The monitor's reading belongs to a node agent, not to the step's critical
         // path: take it inside the padding.

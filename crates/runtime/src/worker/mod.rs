@@ -72,6 +72,52 @@ pub enum Fault {
     /// then drop the connection before the `Gradient` (the controller must not
     /// count the partial gradient).
     DieAfterPartsAt(u64),
+    /// From this iteration on, send poisoned gradients (a bad peer: the controller
+    /// must drop it and redo the step without it, `controller/screen.rs`).
+    PoisonFrom(Poison, u64),
+}
+
+/// How a poisoned worker spoils its gradient (tests of the controller's screen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poison {
+    /// Every value is NaN (a worker whose arithmetic blew up).
+    Nan,
+    /// The last value is +∞.
+    Inf,
+    /// Every value × 10⁶: finite, but an implausible norm.
+    Huge,
+}
+
+impl Poison {
+    /// Spoils `grad` in place.
+    pub fn apply(self, grad: &mut [f32]) {
+        let n = grad.len();
+        if n == 0 {
+            return;
+        }
+        match self {
+            Poison::Nan => grad.iter_mut().for_each(|v| *v = f32::NAN),
+            Poison::Inf => grad[n - 1] = f32::INFINITY,
+            Poison::Huge => grad.iter_mut().for_each(|v| *v *= 1e6),
+        }
+    }
+}
+
+impl std::str::FromStr for Poison {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "nan" => Poison::Nan,
+            "inf" => Poison::Inf,
+            "huge" => Poison::Huge,
+            _ => {
+                return Err(RuntimeError::config(
+                    "poison",
+                    format!("unknown `{s}`; expected nan, inf or huge"),
+                ))
+            }
+        })
+    }
 }
 
 /// A worker's configuration.
