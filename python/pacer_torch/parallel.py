@@ -11,7 +11,7 @@ from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from . import _native
 from .checkpoint import checkpoint_file, load, save
-from .job import ROW, Job, _world, current, set_current
+from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
 from .signals import Emulation
 
 
@@ -28,8 +28,8 @@ class DataParallel(torch.nn.Module):
 
     At the end of each ``backward()`` the local mean gradients ``g_i`` are combined as
     ``g = sum_i (b_i / B) g_i`` in one all-reduce (which also carries every rank's
-    measurements, ``job.py``), so ``g`` is exactly the mean gradient over the global
-    batch whatever the local batches are. The loss must be the *mean* over the local
+    measurements and rank 0's decision for the next step, ``job.py``), so ``g`` is
+    exactly the mean gradient over the global batch whatever the local batches are. The loss must be the *mean* over the local
     batch (PyTorch's default reduction). ``optimizer``, when given, is checkpointed
     with the model and gets the AdaScale LR gain of the adaptive global batch.
     Parameters and buffers are broadcast from rank 0 once, here.
@@ -90,7 +90,9 @@ class DataParallel(torch.nn.Module):
         total = sum(ctx.sizes)
         sizes = [p.numel() for p in params]
         n_par = sum(sizes)
-        buf = torch.zeros(n_par + ROW * world, dtype=dtype, device=device)
+        n_rows = ROW * world
+        n_dec = Decision.slot_len(world)
+        buf = torch.zeros(n_par + n_rows + n_dec, dtype=dtype, device=device)
         flat = buf[:n_par]
         if b > 0:
             torch.cat(
@@ -106,6 +108,8 @@ class DataParallel(torch.nn.Module):
             sqr = 0.0
         row = job.local_row(measured, sqr)
         buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
+        if rank == 0:
+            buf[n_par + n_rows :] = torch.tensor(job.decision_slot(), dtype=dtype)
         trace = job.trace
         if trace is not None:
             trace.mark("arrive")
@@ -114,7 +118,9 @@ class DataParallel(torch.nn.Module):
         if trace is not None:
             trace.mark("reduced")
         agg_sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
-        rows = buf[n_par:].view(world, ROW).cpu().tolist()
+        tail = buf[n_par:].cpu()
+        rows = tail[:n_rows].view(world, ROW).tolist()
+        decision = tail[n_rows:].tolist()
         at = 0
         with torch.no_grad():
             for p, n in zip(params, sizes):
@@ -124,7 +130,7 @@ class DataParallel(torch.nn.Module):
                 else:
                     p.grad.copy_(g)
                 at += n
-        job.gathered(rows, agg_sqr)
+        job.gathered(rows, agg_sqr, decision)
         if trace is not None:
             trace.mark("gathered")
 
@@ -214,6 +220,12 @@ class DataLoader:
             raise ValueError(
                 f"max_global_batch: {max_global_batch} is below global_batch {global_batch}"
             )
+        for name, v in (("global_batch", global_batch), ("max_global_batch", max_global_batch)):
+            if v is not None and v > MAX_SLOT_BATCH:
+                raise ValueError(
+                    f"{name}: {v} exceeds {MAX_SLOT_BATCH} (2^24, the largest global batch "
+                    "the per-step decision carries exactly)"
+                )
         if not isinstance(adapt_every, int) or adapt_every < 1:
             raise ValueError(f"adapt_every: {adapt_every!r} (expected an integer >= 1)")
         emulation = Emulation(_speed_for(rank, speed), time_scale, emulation_cost)
@@ -257,9 +269,21 @@ class DataLoader:
 
     def set_batches(self, batches: Sequence[int]) -> None:
         """Runs ``batches`` (one per rank, summing to the global batch) in the coming
-        step instead of the decided ones; the controller continues from them."""
-        self.job.session.override_batches([int(b) for b in batches])
-        self.job.batches = [int(b) for b in batches]
+        step and the one after instead of the decided ones (every rank calls it with the
+        same batches, between steps); the controller continues from them."""
+        job = self.job
+        want = [int(b) for b in batches]
+        nxt = job.next
+        if len(want) != job.world or sum(want) != nxt.global_batch or min(want) < 0:
+            raise ValueError(
+                f"batches: {want} (expected {job.world} non-negative batches summing to "
+                f"the global batch {nxt.global_batch})"
+            )
+        if job.session is not None and job.pending is not None:
+            if job.session.global_batch == nxt.global_batch:
+                job.session.override_batches(want)
+                job.pending.batches = list(want)
+        nxt.batches = want
 
     @property
     def local_batch(self) -> int:
@@ -275,7 +299,7 @@ class DataLoader:
         return out
 
     def __len__(self) -> int:
-        b = self.job.session.global_batch
+        b = self.job.global_batch
         return -(-self.job.sampler.remaining() // b)
 
     def __iter__(self) -> Iterator[Any]:
