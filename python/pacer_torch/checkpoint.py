@@ -126,16 +126,12 @@ def load(job: "Job", path: str) -> None:
             nxt = Decision.from_state(state["next"])
             pending = Decision.from_state(state["pending"])
         else:
-            caps = job.caps
             for w in members:
                 if w >= job.world:
                     session.leave(w)
             for r in range(job.world):
                 if r not in members:
-                    if caps[r] is None:
-                        session.join(r)
-                    else:
-                        session.join(r, 1, caps[r])
+                    job.join(session, r)
             try:
                 d = session.decide()
             except ValueError as e:

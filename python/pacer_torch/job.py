@@ -182,6 +182,8 @@ class Job:
         predictor: str,
         seed: int,
         caps: List[Optional[int]],
+        minima: Optional[List[int]] = None,
+        min_explicit: bool = False,
         gpu_like: bool,
         emulation: Emulation,
         adaptive_batch: bool,
@@ -192,14 +194,15 @@ class Job:
         self.rank, self.world = _world()
         self.base_batch = global_batch
         self.caps = list(caps)
+        #: Each rank's smallest local batch (``min_local_batch``).
+        self.minima: List[int] = list(minima) if minima is not None else [1] * len(caps)
+        #: Whether the user gave ``min_local_batch`` (else derived from the model).
+        self.min_explicit = min_explicit
         # Built on every rank, so that a bad configuration is the same ValueError
         # everywhere; only rank 0's decides (module docs).
         session = _native.Session(global_batch, controller, predictor, seed, gpu_like)
-        for r, cap in enumerate(caps):
-            if cap is None:
-                session.join(r)
-            else:
-                session.join(r, 1, cap)
+        for r in range(len(caps)):
+            self.join(session, r)
         #: Rank 0: the session that decides for the job. Other ranks: None.
         self.session: Optional[_native.Session] = session if self.rank == 0 else None
         #: The coming step's decision (the same on every rank).
@@ -210,6 +213,7 @@ class Job:
         self._lr_gain = 1.0
         self.gns = _native.Gns(float(global_batch))
         self.sampler = ElasticSampler(num_samples, seed)
+        self.sampler.minima, self.sampler.caps = self.minima, self.caps
         self.emulation = emulation
         self.monitor = LoadMonitor()
         self.signals = [(0.0, 0.0)] * self.world
@@ -281,6 +285,45 @@ class Job:
             self.pending = self.next.copy()
 
     # -- membership of the pieces -------------------------------------------------
+
+    def join(self, session: "_native.Session", r: int) -> None:
+        """Rank ``r`` joins ``session`` with this job's bounds for it."""
+        lo, cap = self.minima[r], self.caps[r]
+        if lo == 1 and cap is None:
+            session.join(r)  # the session's default bounds
+        else:
+            session.join(r, lo, cap)
+
+    def require_min_local_batch(self, need: int, why: str) -> None:
+        """Raises every rank's minimum local batch to ``need`` (collective: every rank
+        calls it at the same point, before the first step); ``why`` names the cause in
+        the error when the global batch cannot give every rank that many."""
+        minima = [max(m, need) for m in self.minima]
+        if minima == self.minima:
+            return
+        total = sum(minima)
+        if total > self.next.global_batch:
+            raise ValueError(
+                f"min_local_batch: {why} need {need} samples per rank, {total} in all, "
+                f"more than the global batch {self.next.global_batch}"
+            )
+        bad = [r for r, c in enumerate(self.caps) if c is not None and c < minima[r]]
+        if bad:
+            raise ValueError(
+                f"min_local_batch: {why} need {need} samples per rank, above rank "
+                f"{bad[0]}'s max_local_batch {self.caps[bad[0]]}"
+            )
+        self.minima = minima
+        self.sampler.minima = minima
+
+        def rebuilt() -> Decision:
+            assert self.session is not None
+            for r in range(self.world):
+                self.session.leave(r)
+                self.join(self.session, r)
+            return self._first_decision(self.next.lr_gain)
+
+        self.share_decision(rebuilt)
 
     def attach(self, model: "DataParallel", optimizer: Optional[torch.optim.Optimizer]) -> None:
         self.model = model
