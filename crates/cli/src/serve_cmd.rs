@@ -90,11 +90,20 @@ pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
     // Check locally first, so errors name the file.
     let s =
         std::str::from_utf8(&text).with_context(|| format!("{}: not UTF-8", a.spec.display()))?;
-    pacer_serve::spec::JobSpec::from_toml(s, &a.spec.display().to_string())
+    let mut spec = pacer_serve::spec::JobSpec::from_toml(s, &a.spec.display().to_string())
         .map_err(|e| anyhow::anyhow!("{} (key `{}`)", e.message, e.field))?;
-    let c = a.client.client()?;
+    submit_spec(&mut spec, &a.client)
+}
+
+/// Sends `spec` with its `cwd` resolved as sbatch does (none: this process's working
+/// directory; relative: against it), as JSON; prints the job id.
+fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> anyhow::Result<()> {
+    let here = std::env::current_dir().context("the current directory (the job's default cwd)")?;
+    spec.resolve_cwd(&here)
+        .map_err(|e| anyhow::anyhow!("{} (key `{}`)", e.message, e.field))?;
+    let c = client.client()?;
     let v = runtime()?
-        .block_on(c.post("/v1/jobs", text, "application/toml"))?
+        .block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?
         .ok_json()?;
     println!("{}", v["id"].as_str().unwrap_or("?"));
     Ok(())
