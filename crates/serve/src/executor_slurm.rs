@@ -193,6 +193,17 @@ impl SlurmExecutor {
             self.addresses[first.0 as usize].clone(),
         );
         r.env.insert("PACER_RUN_ID".into(), req.run_id.clone());
+        // Each node's rank and device count for `launcher = "torchrun"` (crate::launcher),
+        // in allocation order: node rank 0 is the one at MASTER_ADDR.
+        r.env.insert("PACER_NODE_NAMES".into(), nodes.join(","));
+        r.env.insert(
+            "PACER_NODE_DEVICES".into(),
+            req.alloc
+                .iter()
+                .map(|&(_, k)| k.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
         Ok(r)
     }
 
@@ -557,6 +568,8 @@ mod tests {
         assert_eq!(r.env["MASTER_ADDR"], "10.0.0.2");
         assert!(!r.env.contains_key("CUDA_VISIBLE_DEVICES"));
         assert_eq!(r.env["PACER_RUN_ID"], "j:3");
+        assert_eq!(r.env["PACER_NODE_NAMES"], "n2,n1");
+        assert_eq!(r.env["PACER_NODE_DEVICES"], "2,2");
         // The spec's env travels as is (sbatch's environment, `--export=ALL,NAME…`) and
         // its cwd becomes `--chdir`.
         assert_eq!(r.env["HF_HOME"], "/data/hf cache, \"quoted\"");

@@ -2,6 +2,7 @@
 //! job posts, and the cluster spec. Every error names the field it is about.
 
 use crate::error::ApiError;
+use crate::launcher::Launcher;
 use pacer_model::ClusterSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -61,6 +62,14 @@ pub struct JobSpec {
     /// service's own job variables ([`reserved_env`]) cannot be set here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// How `command` is started: `"none"` (default) or `"torchrun"`
+    /// ([`crate::launcher`]: nproc, nodes, node rank and master from the allocation).
+    #[serde(default, skip_serializing_if = "Launcher::is_none")]
+    pub launcher: Launcher,
+    /// With `launcher = "torchrun"`: run `PYTHON -m torch.distributed.run` instead of
+    /// the `torchrun` on the job's PATH (e.g. a venv's python).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
 }
 
 /// Most entries of a spec's `env`.
@@ -211,6 +220,24 @@ impl JobSpec {
             }
         }
         self.validate_cwd_env()?;
+        if self.launcher == Launcher::Torchrun && self.command.is_none() {
+            return bad(
+                "launcher",
+                "`launcher = \"torchrun\"` runs a `command` (the script and its arguments \
+                 as after torchrun's options), not a `[trainer]`"
+                    .into(),
+            );
+        }
+        if let Some(p) = &self.python {
+            if self.launcher != Launcher::Torchrun {
+                return bad(
+                    "python",
+                    "only with `launcher = \"torchrun\"` (it runs PYTHON -m torch.distributed.run)"
+                        .into(),
+                );
+            }
+            check_argv("python", std::slice::from_ref(p))?;
+        }
         let usable = self.usable_devices(cluster);
         if self.min() > usable {
             return bad(
@@ -338,7 +365,10 @@ impl JobSpec {
     /// The argument vector to run with `replicas` devices (`pacer_bin` runs the trainer).
     pub fn argv(&self, pacer_bin: &str, replicas: u32) -> Vec<String> {
         if let Some(c) = &self.command {
-            return c.clone();
+            return match self.launcher {
+                Launcher::None => c.clone(),
+                Launcher::Torchrun => crate::launcher::torchrun_argv(self.python.as_deref(), c),
+            };
         }
         let t = self
             .trainer
@@ -658,6 +688,50 @@ mod tests {
         // The JSON a client sends parses back to the same spec.
         let back = JobSpec::from_json(&serde_json::to_vec(&s).unwrap()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn torchrun_launcher_wraps_commands_only() {
+        let s = JobSpec::from_toml(
+            "name = \"d\"\nlauncher = \"torchrun\"\ncommand = [\"train.py\", \"--lr\", \"0.1\"]\n",
+            "j",
+        )
+        .unwrap();
+        s.validate(&cluster()).unwrap();
+        let argv = s.argv("pacer", 2);
+        assert_eq!(argv[..2], ["/bin/sh", "-c"]);
+        assert_eq!(argv[4..], ["1", "torchrun", "train.py", "--lr", "0.1"]);
+        let py = JobSpec {
+            python: Some("/venv/bin/python3".into()),
+            ..s.clone()
+        };
+        py.validate(&cluster()).unwrap();
+        assert_eq!(
+            py.argv("pacer", 2)[4..8],
+            ["3", "/venv/bin/python3", "-m", "torch.distributed.run"]
+        );
+        let e = JobSpec::from_toml(
+            "name = \"d\"\nlauncher = \"mpirun\"\ncommand = [\"x\"]\n",
+            "j",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "launcher");
+        let e = JobSpec::from_toml(
+            "name = \"d\"\nlauncher = \"torchrun\"\n[trainer]\ndataset = \"tiny\"\n",
+            "j",
+        )
+        .unwrap()
+        .validate(&cluster())
+        .unwrap_err();
+        assert_eq!(e.field, "launcher");
+        let e = JobSpec::from_toml(
+            "name = \"d\"\npython = \"python3\"\ncommand = [\"x\"]\n",
+            "j",
+        )
+        .unwrap()
+        .validate(&cluster())
+        .unwrap_err();
+        assert_eq!(e.field, "python");
     }
 
     #[test]

@@ -8,6 +8,9 @@ use common::{test_dir, Service};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// The tests of this file run one at a time: `common`'s port choice is per process.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn start(name: &str) -> (std::path::PathBuf, Service) {
     let dir = test_dir(name);
     let svc = Service::start(
@@ -58,6 +61,7 @@ fn read(p: &Path) -> String {
 
 #[test]
 fn a_job_runs_in_its_cwd_with_its_env_and_bad_ones_are_refused() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (dir, svc) = start("cwd-env");
     let work = dir.join("work dir");
     std::fs::create_dir_all(&work).unwrap();
@@ -165,5 +169,87 @@ fn a_job_runs_in_its_cwd_with_its_env_and_bad_ones_are_refused() {
     assert_eq!(j["state"], "failed", "{j}");
     let why = j["last_exit"].as_str().unwrap();
     assert!(why.contains("cwd") && why.contains("gone"), "{why}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn torchrun_jobs_get_nproc_and_the_rendezvous_from_their_allocation() {
+    use std::os::unix::fs::PermissionsExt;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (dir, svc) = start("torchrun");
+    // A fake torchrun (and a fake python for `python = …`) on the job's PATH: each
+    // writes its name and arguments, one per line, to argv-<job>.txt in its cwd.
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for prog in ["torchrun", "venv-python"] {
+        let p = bin.join(prog);
+        std::fs::write(
+            &p,
+            "#!/bin/sh\nf=argv-$PACER_JOB_ID.txt\necho \"$0\" > $f\nfor a do echo \"$a\" >> $f; done\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let spec = |python: Option<String>| {
+        let mut s = serde_json::json!({
+            "name": "ddp",
+            "launcher": "torchrun",
+            "command": ["train.py", "--lr", "0.1", "two words"],
+            "replicas": 3,
+            "cwd": work.to_str().unwrap(),
+            "env": {"PATH": path},
+        });
+        if let Some(p) = python {
+            s["python"] = p.into();
+        }
+        s
+    };
+    let mut ids = Vec::new();
+    for python in [None, Some(bin.join("venv-python").display().to_string())] {
+        let (status, body) = submit(&svc, &spec(python));
+        assert_eq!(status, 201, "{body}");
+        ids.push(body["id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        let j = wait_done(&svc, id);
+        assert_eq!(j["state"], "succeeded", "{j}");
+    }
+    let argv = |id: &str| -> Vec<String> {
+        read(&work.join(format!("argv-{id}.txt")))
+            .lines()
+            .map(String::from)
+            .collect()
+    };
+    let a = argv(&ids[0]);
+    assert!(a[0].ends_with("/bin/torchrun"), "{a:?}");
+    let port = a[5].strip_prefix("--master_port=").unwrap();
+    assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "{a:?}");
+    assert_eq!(
+        a[1..5],
+        [
+            "--nproc_per_node=3",
+            "--nnodes=1",
+            "--node_rank=0",
+            "--master_addr=127.0.0.1"
+        ]
+    );
+    assert_eq!(a[6..], ["train.py", "--lr", "0.1", "two words"]);
+    let b = argv(&ids[1]);
+    assert!(b[0].ends_with("/bin/venv-python"), "{b:?}");
+    assert_eq!(b[1..3], ["-m", "torch.distributed.run"]);
+    assert_eq!(b[3], "--nproc_per_node=3");
+    assert_eq!(b[8..], ["train.py", "--lr", "0.1", "two words"]);
+    // The launcher says what it started, in the job's log.
+    let log = svc.get_json(&format!("/v1/jobs/{}/logs", ids[0]));
+    assert!(
+        log["data"]
+            .as_str()
+            .unwrap()
+            .contains("1 node(s), 3 process(es) on this one, node rank 0"),
+        "{log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
