@@ -52,7 +52,7 @@ enum Command {
     Train(runtime_cmd::TrainArgs),
     /// Run the multi-job scheduler service (docs/serve.md).
     Serve(pacer_serve::args::ServeArgs),
-    /// Submit a job spec (TOML) to a running service; prints the job id.
+    /// Submit a job spec (TOML), or a command with --wrap, to a running service; prints the job id.
     Submit(serve_cmd::SubmitArgs),
     /// List the service's jobs.
     Jobs(serve_cmd::JobsArgs),

@@ -33,9 +33,31 @@ impl ClientArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  pacer submit examples/jobs/hello.toml
+  pacer submit --wrap 'python3 train.py --epochs 3' -n 2 --name mnist --env OMP_NUM_THREADS=4
+The flags below --wrap also override a spec file's values, as sbatch's flags override
+its #SBATCH lines. The job runs in the directory pacer submit runs in unless --cwd or
+the spec's cwd says otherwise (a relative one is resolved against it).")]
 pub struct SubmitArgs {
-    /// Job spec (TOML).
-    pub spec: PathBuf,
+    /// Job spec (TOML); or give --wrap instead.
+    #[arg(conflicts_with = "wrap")]
+    pub spec: Option<PathBuf>,
+    /// Run this shell command as the job (`sh -c CMD`), without a spec file (as sbatch --wrap).
+    #[arg(long, value_name = "CMD")]
+    pub wrap: Option<String>,
+    /// Devices asked for (the spec's `replicas`; --wrap: default 1).
+    #[arg(short = 'n', long = "replicas", value_name = "N")]
+    pub replicas: Option<u32>,
+    /// The job's name (--wrap: default `wrap`).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Working directory of the job (relative: to this directory; default: this directory).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// An environment variable for the job, KEY=VALUE (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -86,15 +108,69 @@ pub fn run_serve(a: pacer_serve::args::ServeArgs) -> anyhow::Result<()> {
 }
 
 pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
-    let text = std::fs::read(&a.spec).with_context(|| format!("reading {}", a.spec.display()))?;
-    // Check locally first, so errors name the file.
-    let s =
-        std::str::from_utf8(&text).with_context(|| format!("{}: not UTF-8", a.spec.display()))?;
-    pacer_serve::spec::JobSpec::from_toml(s, &a.spec.display().to_string())
+    let mut spec = submit_spec_of(&a)?;
+    submit_spec(&mut spec, &a.client)
+}
+
+/// The spec `pacer submit` sends before its cwd is resolved: the file's, or the --wrap
+/// job's, with the flags' values over it.
+fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> {
+    let mut spec = match (&a.spec, &a.wrap) {
+        (Some(path), _) => {
+            let text =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            // Check locally first, so errors name the file.
+            let s = std::str::from_utf8(&text)
+                .with_context(|| format!("{}: not UTF-8", path.display()))?;
+            pacer_serve::spec::JobSpec::from_toml(s, &path.display().to_string())
+                .map_err(|e| anyhow::anyhow!("{} (key `{}`)", e.message, e.field))?
+        }
+        (None, Some(cmd)) => {
+            if cmd.trim().is_empty() {
+                bail!("--wrap: the command is empty");
+            }
+            serde_json::from_value(serde_json::json!({
+                "name": "wrap",
+                "command": ["sh", "-c", cmd],
+            }))
+            .context("--wrap: building the job spec")?
+        }
+        (None, None) => bail!("give a job spec FILE or --wrap CMD"),
+    };
+    if let Some(n) = a.replicas {
+        spec.replicas = n;
+    }
+    if let Some(name) = &a.name {
+        spec.name = name.clone();
+    }
+    if let Some(d) = &a.cwd {
+        spec.cwd = Some(
+            d.to_str()
+                .ok_or_else(|| anyhow::anyhow!("--cwd {}: not UTF-8", d.display()))?
+                .to_string(),
+        );
+    }
+    for kv in &a.env {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("--env `{kv}`: expected KEY=VALUE");
+        };
+        if k.is_empty() {
+            bail!("--env `{kv}`: the name before `=` is empty");
+        }
+        spec.env.insert(k.to_string(), v.to_string());
+    }
+    Ok(spec)
+}
+
+/// Sends `spec` with its `cwd` resolved as sbatch does (none: this process's working
+/// directory; relative: against it), as JSON; prints the job id.
+fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> anyhow::Result<()> {
+    let here = std::env::current_dir().context("the current directory (the job's default cwd)")?;
+    spec.resolve_cwd(&here)
         .map_err(|e| anyhow::anyhow!("{} (key `{}`)", e.message, e.field))?;
-    let c = a.client.client()?;
+    let c = client.client()?;
     let v = runtime()?
-        .block_on(c.post("/v1/jobs", text, "application/toml"))?
+        .block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?
         .ok_json()?;
     println!("{}", v["id"].as_str().unwrap_or("?"));
     Ok(())

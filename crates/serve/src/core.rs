@@ -235,6 +235,7 @@ impl Core {
     /// Accepts a job: validated against the cluster and staged; answer once durable.
     pub fn submit(&mut self, spec: JobSpec) -> Result<(JobRecord, Durable), ApiError> {
         spec.validate(&self.settings.cluster)?;
+        spec.check_cwd_exists()?;
         let seq = self.next_job;
         let id = format!("job-{seq}");
         let now = now_ms();
@@ -409,7 +410,15 @@ impl Core {
                 (g - offsets[node]).to_string()
             })
             .collect();
-        let mut env = vec![
+        // The spec's variables first: the service's own come after them and win (the
+        // spec cannot name them anyway, `JobSpec::validate`).
+        let mut env: Vec<(String, String)> = j
+            .spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        env.extend([
             ("WORLD_SIZE".to_string(), replicas.to_string()),
             ("MASTER_ADDR".into(), "127.0.0.1".into()),
             ("MASTER_PORT".into(), free_port().to_string()),
@@ -427,7 +436,7 @@ impl Core {
                     .collect::<Vec<_>>()
                     .join(","),
             ),
-        ];
+        ]);
         if run.device_type != "cpu" {
             env.push(("CUDA_VISIBLE_DEVICES".into(), local.join(",")));
         }
@@ -436,6 +445,7 @@ impl Core {
             run_id: run.run_id(&j.id),
             argv: j.spec.argv(&s.pacer_bin, replicas),
             env,
+            cwd: j.spec.cwd.as_ref().map(PathBuf::from),
             run_dir: self.run_dir(&j.id, run.attempt),
             log_path: self.log_path(&j.id),
             alloc: run.alloc.clone(),

@@ -32,6 +32,8 @@ pub struct LaunchRequest {
     pub run_id: String,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Working directory of the job's processes (the spec's `cwd`); `None`: the service's.
+    pub cwd: Option<PathBuf>,
     /// The run's own directory (pid and exit files of the local executor).
     pub run_dir: PathBuf,
     /// stdout and stderr are appended here.
@@ -139,6 +141,10 @@ impl LocalExecutor {
             .map_err(|e| ServeError::io(format!("opening {}", req.log_path.display()), e))?;
         let log2 = log.try_clone().map_err(|e| ServeError::io("log file", e))?;
         let mut cmd = std::process::Command::new("/bin/sh");
+        if let Some(d) = &req.cwd {
+            check_cwd(d)?;
+            cmd.current_dir(d);
+        }
         cmd.arg("-c")
             .arg(WRAPPER)
             .arg(&req.run_dir)
@@ -188,6 +194,20 @@ impl LocalExecutor {
             let _ = c.wait();
         }
         exit_status(run_dir)
+    }
+}
+
+/// A job's working directory must still be a directory at launch (it was at submission);
+/// without this check a spawn into a removed one fails as "No such file or directory"
+/// as if the program were missing.
+pub(crate) fn check_cwd(d: &Path) -> Result<(), ServeError> {
+    if d.is_dir() {
+        Ok(())
+    } else {
+        Err(ServeError::Exec(format!(
+            "the job's cwd `{}` is no longer a directory",
+            d.display()
+        )))
     }
 }
 
@@ -359,6 +379,7 @@ mod tests {
             run_id: "j:1".into(),
             argv: vec!["sleep".into(), "30".into()],
             env: vec![],
+            cwd: None,
             run_dir: dir.join("run"),
             log_path: dir.join("log"),
             alloc: vec![(0, 1)],

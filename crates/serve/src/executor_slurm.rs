@@ -177,7 +177,11 @@ impl SlurmExecutor {
         r.append_output = true;
         r.requeue = false;
         r.per_task = nodes.len() > 1;
-        r.workdir = std::env::current_dir().ok();
+        // The spec's cwd (`--chdir`, on the nodes), else the service's directory.
+        r.workdir = match &req.cwd {
+            Some(d) => Some(d.clone()),
+            None => std::env::current_dir().ok(),
+        };
         for (k, v) in &req.env {
             // Slurm sets CUDA_VISIBLE_DEVICES itself from the GRES it allocates.
             if k != "CUDA_VISIBLE_DEVICES" && k != "MASTER_ADDR" {
@@ -189,6 +193,17 @@ impl SlurmExecutor {
             self.addresses[first.0 as usize].clone(),
         );
         r.env.insert("PACER_RUN_ID".into(), req.run_id.clone());
+        // Each node's rank and device count for `launcher = "torchrun"` (crate::launcher),
+        // in allocation order: node rank 0 is the one at MASTER_ADDR.
+        r.env.insert("PACER_NODE_NAMES".into(), nodes.join(","));
+        r.env.insert(
+            "PACER_NODE_DEVICES".into(),
+            req.alloc
+                .iter()
+                .map(|&(_, k)| k.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
         Ok(r)
     }
 
@@ -537,7 +552,9 @@ mod tests {
                 ("MASTER_ADDR".into(), "127.0.0.1".into()),
                 ("CUDA_VISIBLE_DEVICES".into(), "0,1".into()),
                 ("WORLD_SIZE".into(), "4".into()),
+                ("HF_HOME".into(), "/data/hf cache, \"quoted\"".into()),
             ],
+            cwd: Some("/home/ana/project".into()),
             run_dir: "/state/runs/j/3".into(),
             log_path: "/state/logs/j.log".into(),
             alloc: vec![(1, 2), (0, 2)],
@@ -551,7 +568,21 @@ mod tests {
         assert_eq!(r.env["MASTER_ADDR"], "10.0.0.2");
         assert!(!r.env.contains_key("CUDA_VISIBLE_DEVICES"));
         assert_eq!(r.env["PACER_RUN_ID"], "j:3");
+        assert_eq!(r.env["PACER_NODE_NAMES"], "n2,n1");
+        assert_eq!(r.env["PACER_NODE_DEVICES"], "2,2");
+        // The spec's env travels as is (sbatch's environment, `--export=ALL,NAME…`) and
+        // its cwd becomes `--chdir`.
+        assert_eq!(r.env["HF_HOME"], "/data/hf cache, \"quoted\"");
         let args = r.sbatch_args("pacer-").unwrap();
+        assert!(
+            args.contains(&"--chdir=/home/ana/project".to_string()),
+            "{args:?}"
+        );
+        assert!(
+            args.iter()
+                .any(|a| a.starts_with("--export=ALL,") && a.contains(",HF_HOME")),
+            "{args:?}"
+        );
         assert!(
             args.contains(&"--job-name=pacer-j.3".to_string()),
             "{args:?}"

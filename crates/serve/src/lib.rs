@@ -18,6 +18,7 @@ pub mod error;
 pub mod executor;
 pub mod executor_slurm;
 pub mod job;
+pub mod launcher;
 pub mod live;
 pub mod metrics;
 pub mod spec;

@@ -2,8 +2,10 @@
 //! job posts, and the cluster spec. Every error names the field it is about.
 
 use crate::error::ApiError;
+use crate::launcher::Launcher;
 use pacer_model::ClusterSpec;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Largest request a user may ask for, per job (devices, replicas).
 pub const MAX_REPLICAS: u32 = 4096;
@@ -50,6 +52,39 @@ pub struct JobSpec {
     /// left; without it a job is assumed to need as much again as it has done).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_samples: Option<u64>,
+    /// Working directory of the job's processes: an absolute path on the service's
+    /// machine (Slurm: on every node). `pacer submit` fills it in as sbatch does: the
+    /// submitter's directory when absent, a relative one resolved against it. Absent in
+    /// a request sent to the API directly: the service's own working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Environment variables added to the job's (names `[A-Za-z_][A-Za-z0-9_]*`); the
+    /// service's own job variables ([`reserved_env`]) cannot be set here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// How `command` is started: `"none"` (default) or `"torchrun"`
+    /// ([`crate::launcher`]: nproc, nodes, node rank and master from the allocation).
+    #[serde(default, skip_serializing_if = "Launcher::is_none")]
+    pub launcher: Launcher,
+    /// With `launcher = "torchrun"`: run `PYTHON -m torch.distributed.run` instead of
+    /// the `torchrun` on the job's PATH (e.g. a venv's python).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+}
+
+/// Most entries of a spec's `env`.
+pub const MAX_ENV: usize = 256;
+/// Largest value of an `env` entry or `cwd`, bytes.
+pub const MAX_ENV_VALUE: usize = 32 * 1024;
+
+/// Whether `name` is one of the variables the service sets for every job (`PACER_*`,
+/// the rendezvous and the device list), which a spec's `env` may not override.
+pub fn reserved_env(name: &str) -> bool {
+    name.starts_with("PACER_")
+        || matches!(
+            name,
+            "WORLD_SIZE" | "MASTER_ADDR" | "MASTER_PORT" | "CUDA_VISIBLE_DEVICES"
+        )
 }
 
 fn one() -> u32 {
@@ -184,6 +219,25 @@ impl JobSpec {
                 );
             }
         }
+        self.validate_cwd_env()?;
+        if self.launcher == Launcher::Torchrun && self.command.is_none() {
+            return bad(
+                "launcher",
+                "`launcher = \"torchrun\"` runs a `command` (the script and its arguments \
+                 as after torchrun's options), not a `[trainer]`"
+                    .into(),
+            );
+        }
+        if let Some(p) = &self.python {
+            if self.launcher != Launcher::Torchrun {
+                return bad(
+                    "python",
+                    "only with `launcher = \"torchrun\"` (it runs PYTHON -m torch.distributed.run)"
+                        .into(),
+                );
+            }
+            check_argv("python", std::slice::from_ref(p))?;
+        }
         let usable = self.usable_devices(cluster);
         if self.min() > usable {
             return bad(
@@ -194,6 +248,98 @@ impl JobSpec {
                 ),
             );
         }
+        Ok(())
+    }
+
+    /// `cwd` and `env` as text: sizes, names, reserved variables (nothing is looked up).
+    fn validate_cwd_env(&self) -> Result<(), ApiError> {
+        if let Some(d) = &self.cwd {
+            if d.is_empty() || d.len() > MAX_ENV_VALUE || d.contains('\0') {
+                return Err(ApiError::bad(
+                    "cwd",
+                    format!("must be 1 to {MAX_ENV_VALUE} bytes without NUL"),
+                ));
+            }
+            if !d.starts_with('/') {
+                return Err(ApiError::bad(
+                    "cwd",
+                    format!(
+                        "`{}` is not an absolute path (`pacer submit` resolves a relative \
+                         one against the submitter's directory; the API takes absolute paths)",
+                        d.escape_debug()
+                    ),
+                ));
+            }
+        }
+        if self.env.len() > MAX_ENV {
+            return Err(ApiError::bad("env", format!("at most {MAX_ENV} entries")));
+        }
+        for (k, v) in &self.env {
+            let field = format!("env.{}", k.escape_debug());
+            let name_ok = k.len() <= 256
+                && k.chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !name_ok {
+                return Err(ApiError::bad(
+                    &field,
+                    format!(
+                        "`{}` is not a variable name ([A-Za-z_][A-Za-z0-9_]*, ≤ 256 bytes)",
+                        k.escape_debug()
+                    ),
+                ));
+            }
+            if reserved_env(k) {
+                return Err(ApiError::bad(
+                    &field,
+                    format!(
+                        "`{k}` is set by the service for every job (PACER_*, WORLD_SIZE, \
+                         MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES) and cannot be overridden"
+                    ),
+                ));
+            }
+            if v.len() > MAX_ENV_VALUE || v.contains('\0') {
+                return Err(ApiError::bad(
+                    &field,
+                    format!("the value must be ≤ {MAX_ENV_VALUE} bytes without NUL"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What only the service's machine can tell: `cwd` exists and is a directory. The
+    /// service checks it at submission (a 400 naming `cwd`) and the executor again at
+    /// launch.
+    pub fn check_cwd_exists(&self) -> Result<(), ApiError> {
+        let Some(d) = &self.cwd else { return Ok(()) };
+        match std::fs::metadata(d) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(ApiError::bad(
+                "cwd",
+                format!("`{d}` is not a directory on the service's machine"),
+            )),
+            Err(e) => Err(ApiError::bad(
+                "cwd",
+                format!("`{d}` does not exist on the service's machine ({e})"),
+            )),
+        }
+    }
+
+    /// What `pacer submit` does before sending a spec, as sbatch does: no `cwd` becomes
+    /// `submit_dir` (the submitter's working directory), a relative one is resolved
+    /// against it.
+    pub fn resolve_cwd(&mut self, submit_dir: &std::path::Path) -> Result<(), ApiError> {
+        let dir = match &self.cwd {
+            None => submit_dir.to_path_buf(),
+            Some(d) if d.starts_with('/') => return Ok(()),
+            Some(d) => submit_dir.join(d),
+        };
+        let text = dir
+            .to_str()
+            .ok_or_else(|| ApiError::bad("cwd", format!("`{}` is not UTF-8", dir.display())))?;
+        self.cwd = Some(text.to_string());
         Ok(())
     }
 
@@ -219,7 +365,10 @@ impl JobSpec {
     /// The argument vector to run with `replicas` devices (`pacer_bin` runs the trainer).
     pub fn argv(&self, pacer_bin: &str, replicas: u32) -> Vec<String> {
         if let Some(c) = &self.command {
-            return c.clone();
+            return match self.launcher {
+                Launcher::None => c.clone(),
+                Launcher::Torchrun => crate::launcher::torchrun_argv(self.python.as_deref(), c),
+            };
         }
         let t = self
             .trainer
@@ -476,6 +625,113 @@ mod tests {
             s.argv("/bin/pacer", 2).join(" "),
             "/bin/pacer train --dataset tiny --workers 2 --global-batch 64 --speeds 1,0.5"
         );
+    }
+
+    #[test]
+    fn cwd_and_env_are_checked_and_reserved_names_refused() {
+        let spec = |extra: &str| {
+            JobSpec::from_toml(&format!("name = \"a\"\ncommand = [\"x\"]\n{extra}"), "j").unwrap()
+        };
+        let s = spec("cwd = \"/tmp\"\nenv = { HF_HOME = \"/data/hf\", _X1 = \"\" }\n");
+        s.validate(&cluster()).unwrap();
+        s.check_cwd_exists().unwrap();
+        assert_eq!(s.env["HF_HOME"], "/data/hf");
+        for (key, field) in [
+            ("PACER_JOB_ID", "env.PACER_JOB_ID"),
+            ("PACER_ANYTHING", "env.PACER_ANYTHING"),
+            ("WORLD_SIZE", "env.WORLD_SIZE"),
+            ("MASTER_ADDR", "env.MASTER_ADDR"),
+            ("MASTER_PORT", "env.MASTER_PORT"),
+            ("CUDA_VISIBLE_DEVICES", "env.CUDA_VISIBLE_DEVICES"),
+            ("\"1X\"", "env.1X"),
+            ("\"A-B\"", "env.A-B"),
+            ("\"A=B\"", "env.A=B"),
+        ] {
+            let e = spec(&format!("env = {{ {key} = \"v\" }}\n"))
+                .validate(&cluster())
+                .unwrap_err();
+            assert_eq!(e.field, field, "{}", e.message);
+        }
+        let e = spec("env = { A = \"a\\u0000b\" }\n")
+            .validate(&cluster())
+            .unwrap_err();
+        assert_eq!(e.field, "env.A");
+        let e = spec("cwd = \"rel/dir\"\n")
+            .validate(&cluster())
+            .unwrap_err();
+        assert_eq!(e.field, "cwd");
+        assert!(e.message.contains("absolute"), "{}", e.message);
+        // Existence is the service machine's to tell.
+        let missing = spec("cwd = \"/nonexistent-pacer-dir/x\"\n");
+        missing.validate(&cluster()).unwrap();
+        let e = missing.check_cwd_exists().unwrap_err();
+        assert_eq!(e.field, "cwd");
+        assert!(e.message.contains("does not exist"), "{}", e.message);
+        let e = spec("cwd = \"/proc/self/stat\"\n")
+            .check_cwd_exists()
+            .unwrap_err();
+        assert!(e.message.contains("not a directory"), "{}", e.message);
+    }
+
+    #[test]
+    fn submit_resolves_cwd_against_the_submitters_directory() {
+        let here = std::path::Path::new("/home/ana/proj");
+        let mut s = JobSpec::from_toml("name = \"a\"\ncommand = [\"x\"]\n", "j").unwrap();
+        s.resolve_cwd(here).unwrap();
+        assert_eq!(s.cwd.as_deref(), Some("/home/ana/proj"));
+        s.cwd = Some("runs/1".into());
+        s.resolve_cwd(here).unwrap();
+        assert_eq!(s.cwd.as_deref(), Some("/home/ana/proj/runs/1"));
+        s.cwd = Some("/scratch".into());
+        s.resolve_cwd(here).unwrap();
+        assert_eq!(s.cwd.as_deref(), Some("/scratch"));
+        // The JSON a client sends parses back to the same spec.
+        let back = JobSpec::from_json(&serde_json::to_vec(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn torchrun_launcher_wraps_commands_only() {
+        let s = JobSpec::from_toml(
+            "name = \"d\"\nlauncher = \"torchrun\"\ncommand = [\"train.py\", \"--lr\", \"0.1\"]\n",
+            "j",
+        )
+        .unwrap();
+        s.validate(&cluster()).unwrap();
+        let argv = s.argv("pacer", 2);
+        assert_eq!(argv[..2], ["/bin/sh", "-c"]);
+        assert_eq!(argv[4..], ["1", "torchrun", "train.py", "--lr", "0.1"]);
+        let py = JobSpec {
+            python: Some("/venv/bin/python3".into()),
+            ..s.clone()
+        };
+        py.validate(&cluster()).unwrap();
+        assert_eq!(
+            py.argv("pacer", 2)[4..8],
+            ["3", "/venv/bin/python3", "-m", "torch.distributed.run"]
+        );
+        let e = JobSpec::from_toml(
+            "name = \"d\"\nlauncher = \"mpirun\"\ncommand = [\"x\"]\n",
+            "j",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "launcher");
+        let e = JobSpec::from_toml(
+            "name = \"d\"\nlauncher = \"torchrun\"\n[trainer]\ndataset = \"tiny\"\n",
+            "j",
+        )
+        .unwrap()
+        .validate(&cluster())
+        .unwrap_err();
+        assert_eq!(e.field, "launcher");
+        let e = JobSpec::from_toml(
+            "name = \"d\"\npython = \"python3\"\ncommand = [\"x\"]\n",
+            "j",
+        )
+        .unwrap()
+        .validate(&cluster())
+        .unwrap_err();
+        assert_eq!(e.field, "python");
     }
 
     #[test]

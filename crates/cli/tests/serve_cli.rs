@@ -1,0 +1,227 @@
+//! The service's clients as a user runs them: a real `pacer serve` on a loopback port
+//! with a fresh state directory, and `pacer submit` (a spec file, `--wrap`), `pacer jobs`,
+//! `pacer job` as child processes. Every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Serve {
+    child: Child,
+    url: String,
+    state: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn test_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pacer-serve-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `pacer serve` on `127.0.0.1:0` (the port it prints), cluster `2x2:cpu`, short rounds.
+fn serve(name: &str) -> Serve {
+    let dir = test_dir(name);
+    let state = dir.join("state");
+    let log = dir.join("service.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_pacer"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+        .arg(&state)
+        .args([
+            "--cluster",
+            "2x2:cpu",
+            "--policy",
+            "fifo",
+            "--round-s",
+            "0.2",
+        ])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.join("service.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut s = Serve {
+        child,
+        url: String::new(),
+        state,
+        dir,
+    };
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(rest) = text.split("listening on ").nth(1) {
+            if let Some(url) = rest.lines().next() {
+                s.url = url.trim().to_string();
+                return s;
+            }
+        }
+        if let Some(st) = s.child.try_wait().unwrap() {
+            panic!(
+                "pacer serve exited with {st}: {}",
+                std::fs::read_to_string(s.dir.join("service.err")).unwrap_or_default()
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "pacer serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Serve {
+    /// `pacer ARGS…` against this service, run in `cwd`, with `PACER_SERVER` and
+    /// `PACER_TOKEN` set as a user would.
+    fn pacer(&self, cwd: &Path, args: &[&str]) -> Output {
+        let token = std::fs::read_to_string(self.state.join("token")).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_pacer"))
+            .args(args)
+            .current_dir(cwd)
+            .env("PACER_SERVER", &self.url)
+            .env("PACER_TOKEN", token.trim())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `pacer ARGS…` that must succeed; its stdout.
+    fn ok(&self, cwd: &Path, args: &[&str]) -> String {
+        let o = self.pacer(cwd, args);
+        assert!(
+            o.status.success(),
+            "pacer {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// The job's API record (from `pacer jobs --json`).
+    fn job(&self, id: &str) -> serde_json::Value {
+        let all: serde_json::Value =
+            serde_json::from_str(&self.ok(&self.dir, &["jobs", "--json"])).unwrap();
+        all["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {all}"))
+            .clone()
+    }
+
+    /// Waits (≤ `limit`) until job `id` has ended; its record.
+    fn wait(&self, id: &str, limit: Duration) -> serde_json::Value {
+        let t0 = Instant::now();
+        loop {
+            let j = self.job(id);
+            if ["succeeded", "failed", "cancelled"].contains(&j["state"].as_str().unwrap()) {
+                return j;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "{id} did not end within {limit:?}: {j}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn log(&self, id: &str) -> String {
+        std::fs::read_to_string(self.state.join("logs").join(format!("{id}.log"))).unwrap()
+    }
+}
+
+#[test]
+fn submit_wrap_and_a_spec_file_run_in_the_submitters_directory() {
+    let s = serve("submit");
+    let work = s.dir.join("work");
+    std::fs::create_dir_all(work.join("sub")).unwrap();
+    // --wrap: sh -c CMD, replicas, name, env; the job runs where pacer submit ran.
+    let id = s.ok(
+        &work,
+        &[
+            "submit",
+            "--wrap",
+            "echo \"cwd=$(pwd) n=$PACER_REPLICAS foo=$FOO eq=$EQ\"",
+            "-n",
+            "2",
+            "--name",
+            "wrapped",
+            "--env",
+            "FOO=bar baz",
+            "--env",
+            "EQ=a=b",
+        ],
+    );
+    let id = id.trim();
+    let j = s.wait(id, Duration::from_secs(30));
+    assert_eq!(j["state"], "succeeded", "{j}");
+    assert_eq!(j["spec"]["name"], "wrapped");
+    assert_eq!(j["spec"]["command"][0], "sh");
+    let real = std::fs::canonicalize(&work).unwrap();
+    assert!(
+        s.log(id)
+            .contains(&format!("cwd={} n=2 foo=bar baz eq=a=b", real.display())),
+        "{}",
+        s.log(id)
+    );
+
+    // A spec file without cwd, submitted from work/sub: runs there; --cwd overrides it,
+    // relative to where pacer submit runs.
+    let spec = s.dir.join("pwd.toml");
+    std::fs::write(&spec, "name = \"pwd\"\ncommand = [\"pwd\"]\n").unwrap();
+    let spec = spec.to_str().unwrap();
+    let a = s.ok(&work.join("sub"), &["submit", spec]);
+    let b = s.ok(
+        &work,
+        &["submit", spec, "--cwd", "sub/..", "--name", "other"],
+    );
+    for (id, dir) in [(a.trim(), work.join("sub")), (b.trim(), work.clone())] {
+        let j = s.wait(id, Duration::from_secs(30));
+        assert_eq!(j["state"], "succeeded", "{j}");
+        let printed = s.log(id);
+        assert_eq!(
+            std::fs::canonicalize(printed.trim()).unwrap(),
+            std::fs::canonicalize(&dir).unwrap(),
+            "{id}"
+        );
+    }
+
+    // Bad flags: one clear error each, nothing submitted.
+    for (args, says) in [
+        (
+            vec!["submit", "--wrap", "true", "--env", "NOEQUALS"],
+            "expected KEY=VALUE",
+        ),
+        (
+            vec!["submit", "--wrap", "true", "--env", "PACER_JOB_ID=x"],
+            "env.PACER_JOB_ID",
+        ),
+        (
+            vec!["submit", "--wrap", "true", "--cwd", "no/such/dir"],
+            "cwd",
+        ),
+        (vec!["submit", "--wrap", "  "], "empty"),
+        (vec!["submit"], "--wrap"),
+        (
+            vec!["submit", spec, "--wrap", "true"],
+            "cannot be used with",
+        ),
+    ] {
+        let o = s.pacer(&work, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let listed: serde_json::Value =
+        serde_json::from_str(&s.ok(&work, &["jobs", "--json"])).unwrap();
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 3);
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
