@@ -9,9 +9,11 @@ pub struct ServeArgs {
     /// Address of the API (port 0: any free port; printed at start).
     #[arg(long, default_value = "127.0.0.1:8470")]
     pub listen: String,
-    /// State directory: database, token, logs, checkpoints (created, mode 0700).
+    /// State directory: database, token, logs, checkpoints. Created with mode 0700 when
+    /// missing; refused when another user owns it or group/others can access it.
+    /// Default: $XDG_STATE_HOME/pacer, else ~/.local/state/pacer.
     #[arg(long)]
-    pub state: PathBuf,
+    pub state: Option<PathBuf>,
     /// Cluster: COUNTxSLOTS:TYPE[,…] (e.g. 4x2:cpu) or a TOML file with [[nodes]].
     #[arg(long)]
     pub cluster: String,
@@ -78,7 +80,10 @@ impl ServeArgs {
         };
         Ok(ServeConfig {
             listen: self.listen.clone(),
-            state_dir: self.state.clone(),
+            state_dir: match &self.state {
+                Some(d) => d.clone(),
+                None => crate::trust::default_state_dir().map_err(|e| anyhow::anyhow!(e))?,
+            },
             cluster,
             policy: self.policy.clone(),
             round_s: self.round_s,

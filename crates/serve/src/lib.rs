@@ -18,10 +18,12 @@ pub mod error;
 pub mod executor;
 pub mod executor_slurm;
 pub mod job;
+pub mod listen;
 pub mod live;
 pub mod metrics;
 pub mod spec;
 pub mod store;
+pub mod trust;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -74,20 +76,14 @@ pub async fn serve(
         "--min-run-s: {} is out of range 0..=86400",
         cfg.min_run_s
     );
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&cfg.state_dir)
-            .with_context(|| format!("--state {}: cannot create", cfg.state_dir.display()))?;
-    }
+    trust::state_dir(&cfg.state_dir).map_err(|e| anyhow::anyhow!(e))?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let token_path = cfg
         .token_file
         .clone()
         .unwrap_or_else(|| cfg.state_dir.join("token"));
     let token = auth::load_or_create(&token_path)?;
+    listen::raise_nofile_limit();
     let listener = tokio::net::TcpListener::bind(&cfg.listen)
         .await
         .with_context(|| format!("--listen {}: cannot bind", cfg.listen))?;
@@ -115,17 +111,16 @@ pub async fn serve(
         core: core.clone(),
         exec: exec.clone(),
         session: Arc::new(auth::session_value(&token)),
+        csrf: Arc::new(auth::csrf_value(&token)),
         token: Arc::new(token),
     };
     let rounds = tokio::spawn(round_loop(core, exec, cfg.round_s));
     on_ready(addr);
     let app = api::router(state);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await;
+    listen::serve(listener, app, listen::Limits::default(), shutdown()).await;
     rounds.abort();
     flusher.abort();
-    served.context("serving the API")
+    Ok(())
 }
 
 async fn round_loop(
