@@ -548,7 +548,10 @@ async fn logs(
     if q.offset > size {
         return Err(ApiError::bad(
             "offset",
-            format!("{} is past the end of the log ({size} bytes)", q.offset),
+            format!(
+                "{} is past the end of the log ({size} bytes; a log is rotated when it passes its cap, its previous part kept in {id}.log.1 in the state directory)",
+                q.offset
+            ),
         ));
     }
     let next = q.offset + data.len() as u64;

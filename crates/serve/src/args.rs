@@ -35,6 +35,10 @@ pub struct ServeArgs {
     /// `--cluster slurm`: the nodes, GPU counts and types are read from Slurm).
     #[arg(long, default_value = "local")]
     pub executor: String,
+    /// A job's log (`<state>/logs/<job>.log`) is rotated when it passes this many MiB:
+    /// its last MiBs move to `<job>.log.1` and the log starts again.
+    #[arg(long, default_value_t = 64)]
+    pub log_max_mib: u64,
     /// Bearer token file (default <state>/token, generated with mode 0600 if absent).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
@@ -90,6 +94,7 @@ impl ServeArgs {
             grace_s: self.grace_s,
             min_run_s: self.min_run_s.unwrap_or(3.0 * self.round_s),
             token_file: self.token_file.clone(),
+            log_max_mib: self.log_max_mib,
             pacer_bin,
             slurm,
         })

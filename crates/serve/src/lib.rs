@@ -42,6 +42,8 @@ pub struct ServeConfig {
     /// Defaults to `<state_dir>/token`.
     pub token_file: Option<PathBuf>,
     pub pacer_bin: String,
+    /// A job's log is rotated past this many MiB (`--log-max-mib`).
+    pub log_max_mib: u64,
     /// `--executor slurm`: the executor that read `cluster` from Slurm; `None` runs jobs
     /// as local processes.
     pub slurm: Option<Arc<executor_slurm::SlurmExecutor>>,
@@ -72,6 +74,11 @@ pub async fn serve(
         pacer_policy::POLICY_NAMES.join(", ")
     );
     anyhow::ensure!(
+        (1..=1 << 20).contains(&cfg.log_max_mib),
+        "--log-max-mib: {} is out of range 1..=1048576",
+        cfg.log_max_mib
+    );
+    anyhow::ensure!(
         cfg.min_run_s.is_finite() && (0.0..=86_400.0).contains(&cfg.min_run_s),
         "--min-run-s: {} is out of range 0..=86400",
         cfg.min_run_s
@@ -97,6 +104,7 @@ pub async fn serve(
         min_run_s: cfg.min_run_s,
         pacer_bin: cfg.pacer_bin.clone(),
         server_url: format!("http://{addr}"),
+        log_max_bytes: cfg.log_max_mib << 20,
     };
     let exec: Arc<dyn executor::Executor> = match &cfg.slurm {
         Some(s) => s.clone(),
