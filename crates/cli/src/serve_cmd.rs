@@ -245,9 +245,22 @@ pub fn run_logs(a: LogsArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     let mut offset = 0u64;
     loop {
-        let v = rt
-            .block_on(c.get(&format!("/v1/jobs/{}/logs?offset={offset}", a.id)))?
-            .ok_json()?;
+        let ans = rt.block_on(c.get(&format!("/v1/jobs/{}/logs?offset={offset}", a.id)))?;
+        // The service rotates a log that outgrows its cap: it starts again, shorter
+        // than where this reader was.
+        if a.follow
+            && offset > 0
+            && ans.status == 400
+            && ans.json().is_ok_and(|v| v["field"] == "offset")
+        {
+            eprintln!(
+                "pacer logs: the log of {} was rotated; following it from its new start",
+                a.id
+            );
+            offset = 0;
+            continue;
+        }
+        let v = ans.ok_json()?;
         let data = v["data"].as_str().unwrap_or("");
         print!("{data}");
         std::io::stdout().flush()?;

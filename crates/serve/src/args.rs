@@ -9,9 +9,11 @@ pub struct ServeArgs {
     /// Address of the API (port 0: any free port; printed at start).
     #[arg(long, default_value = "127.0.0.1:8470")]
     pub listen: String,
-    /// State directory: database, token, logs, checkpoints (created, mode 0700).
+    /// State directory: database, token, logs, checkpoints. Created with mode 0700 when
+    /// missing; refused when another user owns it or group/others can access it.
+    /// Default: $XDG_STATE_HOME/pacer, else ~/.local/state/pacer.
     #[arg(long)]
-    pub state: PathBuf,
+    pub state: Option<PathBuf>,
     /// Cluster: COUNTxSLOTS:TYPE[,…] (e.g. 4x2:cpu) or a TOML file with [[nodes]].
     #[arg(long)]
     pub cluster: String,
@@ -33,6 +35,10 @@ pub struct ServeArgs {
     /// `--cluster slurm`: the nodes, GPU counts and types are read from Slurm).
     #[arg(long, default_value = "local")]
     pub executor: String,
+    /// A job's log (`<state>/logs/<job>.log`) is rotated when it passes this many MiB:
+    /// its last MiBs move to `<job>.log.1` and the log starts again.
+    #[arg(long, default_value_t = 64)]
+    pub log_max_mib: u64,
     /// Bearer token file (default <state>/token, generated with mode 0600 if absent).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
@@ -78,13 +84,17 @@ impl ServeArgs {
         };
         Ok(ServeConfig {
             listen: self.listen.clone(),
-            state_dir: self.state.clone(),
+            state_dir: match &self.state {
+                Some(d) => d.clone(),
+                None => crate::trust::default_state_dir().map_err(|e| anyhow::anyhow!(e))?,
+            },
             cluster,
             policy: self.policy.clone(),
             round_s: self.round_s,
             grace_s: self.grace_s,
             min_run_s: self.min_run_s.unwrap_or(3.0 * self.round_s),
             token_file: self.token_file.clone(),
+            log_max_mib: self.log_max_mib,
             pacer_bin,
             slurm,
         })
