@@ -186,3 +186,140 @@ mod unix {
         assert_eq!(files_in(&dir).len(), 3000 + 4, "links, victim, 3 outputs");
     }
 }
+
+// ------------------------------------------------------------------- reads
+
+/// A sparse file of `len` bytes (instant, and takes no disk).
+fn sparse(dir: &Path, name: &str, len: u64) -> String {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().set_len(len).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn every_file_simulate_fit_and_batching_read_is_bounded_with_the_limit_in_the_error() {
+    // Was: read whole whatever its size (a 100 GB file, or /dev/zero, until memory ran
+    // out); a file of zeros then failed to parse, with no word about its size.
+    let dir = tmp_dir("bounded");
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec![
+                "simulate".into(),
+                "--cluster".into(),
+                sparse(&dir, "c.toml", 2 << 20),
+            ],
+            format!(
+                "is {} bytes; the limit for a cluster file is 1048576 bytes",
+                2 << 20
+            ),
+        ),
+        (
+            vec![
+                "simulate".into(),
+                "--workload".into(),
+                sparse(&dir, "w.csv", 300 << 20),
+            ],
+            format!(
+                "is {} bytes; the limit for a trace or workload file is 268435456 bytes",
+                300u64 << 20
+            ),
+        ),
+        (
+            vec![
+                "simulate".into(),
+                "--trace".into(),
+                format!("philly:{}", sparse(&dir, "philly.csv", 1 << 40)),
+            ],
+            format!(
+                "is {} bytes; the limit for a trace or workload file is 268435456 bytes",
+                1u64 << 40
+            ),
+        ),
+        (
+            vec![
+                "fit".into(),
+                "--placements".into(),
+                sparse(&dir, "p.csv", 65 << 20),
+            ],
+            format!(
+                "is {} bytes; the limit for a measured table is 67108864 bytes",
+                65 << 20
+            ),
+        ),
+        (
+            vec![
+                "batching".into(),
+                "eval".into(),
+                "--scenario".into(),
+                sparse(&dir, "s.json", 65 << 20),
+            ],
+            format!(
+                "is {} bytes; the limit for a measured table is 67108864 bytes",
+                65 << 20
+            ),
+        ),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = pacer(&args);
+        fails_with(&out, &needle);
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn submit_of_a_100_mb_spec_is_refused_with_the_limit_not_killed_by_sigpipe() {
+    // Was: read whole, parsed, sent; the service answers 413 after 64 KiB and closes,
+    // and the write to the closed socket killed `pacer submit` by SIGPIPE: no message,
+    // status 141. A stand-in service here does what the real one does.
+    use std::io::{Read, Write};
+    let dir = tmp_dir("submit");
+    let spec = dir.join("job.toml");
+    let mut text = String::from("name = \"big\"\ncommand = [\"true\"]\n# ");
+    text.push_str(&"x".repeat(100 << 20));
+    text.push('\n');
+    std::fs::write(&spec, &text).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let mut head = [0u8; 65536];
+                    let _ = s.read(&mut head);
+                    let body = "{\"error\":\"request body too large\",\"field\":\"\"}";
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    return;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+    let out = Command::new(bin())
+        .args([
+            "submit",
+            spec.to_str().unwrap(),
+            "--server",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .env("PACER_TOKEN", "t")
+        .output()
+        .unwrap();
+    let err = fails_with(
+        &out,
+        &format!(
+            "{} is {} bytes; the limit for a job spec (the service's request limit) is 65536 bytes",
+            spec.display(),
+            text.len()
+        ),
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+}
