@@ -20,7 +20,7 @@ pub struct ClientArgs {
 impl ClientArgs {
     fn client(&self) -> anyhow::Result<Client> {
         let token = match &self.token_file {
-            Some(f) => std::fs::read_to_string(f)
+            Some(f) => pacer_fsio::read_to_string_limited(f, pacer_fsio::limits::TOKEN)
                 .with_context(|| format!("--token-file {}", f.display()))?
                 .trim()
                 .to_string(),
@@ -107,6 +107,12 @@ pub fn run_serve(a: pacer_serve::args::ServeArgs) -> anyhow::Result<()> {
     a.run()
 }
 
+/// The largest job spec `pacer submit` sends: what the service accepts in a request.
+const JOB_SPEC: pacer_fsio::Limit = pacer_fsio::Limit {
+    what: "a job spec (the service's request limit)",
+    bytes: pacer_serve::api::MAX_BODY as u64,
+};
+
 pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
     let mut spec = submit_spec_of(&a)?;
     submit_spec(&mut spec, &a.client)
@@ -117,8 +123,9 @@ pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
 fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> {
     let mut spec = match (&a.spec, &a.wrap) {
         (Some(path), _) => {
-            let text =
-                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            // Bounded: a spec larger than the service accepts is refused here, naming
+            // the limit, rather than sent to be cut off (the service answers 413).
+            let text = pacer_fsio::read_limited(path, JOB_SPEC)?;
             // Check locally first, so errors name the file.
             let s = std::str::from_utf8(&text)
                 .with_context(|| format!("{}: not UTF-8", path.display()))?;
@@ -172,7 +179,7 @@ fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> an
     let v = runtime()?
         .block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?
         .ok_json()?;
-    println!("{}", v["id"].as_str().unwrap_or("?"));
+    putline!("{}", v["id"].as_str().unwrap_or("?"));
     Ok(())
 }
 
@@ -182,12 +189,18 @@ pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
         .block_on(c.get("/v1/jobs?limit=20000"))?
         .ok_json()?;
     if a.json {
-        println!("{}", pacer_cli::json::pretty(&v)?);
+        putline!("{}", pacer_cli::json::pretty(&v)?);
         return Ok(());
     }
-    println!(
+    putline!(
         "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
-        "ID", "NAME", "STATE", "DEVICES", "RESTARTS", "SAMPLES", "REPORTS"
+        "ID",
+        "NAME",
+        "STATE",
+        "DEVICES",
+        "RESTARTS",
+        "SAMPLES",
+        "REPORTS"
     );
     for j in v["jobs"].as_array().into_iter().flatten() {
         let devices: u64 = j["run"]["alloc"]
@@ -199,7 +212,7 @@ pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
             .chars()
             .take(24)
             .collect();
-        println!(
+        putline!(
             "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
             j["id"].as_str().unwrap_or("?"),
             name,
@@ -224,7 +237,7 @@ pub fn run_job(a: JobArgs) -> anyhow::Result<()> {
         .block_on(c.get(&format!("/v1/jobs/{}/events", a.id)))?
         .ok_json()?;
     v["events"] = ev["events"].clone();
-    println!("{}", pacer_cli::json::pretty(&v)?);
+    putline!("{}", pacer_cli::json::pretty(&v)?);
     Ok(())
 }
 
@@ -234,12 +247,11 @@ pub fn run_cancel(a: JobArgs) -> anyhow::Result<()> {
     let v = runtime()?
         .block_on(c.post(&format!("/v1/jobs/{}/cancel", a.id), Vec::new(), ""))?
         .ok_json()?;
-    println!("{} {}", a.id, v["state"].as_str().unwrap_or("?"));
+    putline!("{} {}", a.id, v["state"].as_str().unwrap_or("?"));
     Ok(())
 }
 
 pub fn run_logs(a: LogsArgs) -> anyhow::Result<()> {
-    use std::io::Write;
     check_id(&a.id)?;
     let c = a.client.client()?;
     let rt = runtime()?;
@@ -262,8 +274,7 @@ pub fn run_logs(a: LogsArgs) -> anyhow::Result<()> {
         }
         let v = ans.ok_json()?;
         let data = v["data"].as_str().unwrap_or("");
-        print!("{data}");
-        std::io::stdout().flush()?;
+        crate::out::print(data)?;
         offset = v["next_offset"].as_u64().unwrap_or(offset);
         let eof = v["eof"].as_bool().unwrap_or(true);
         if !a.follow || (eof && v["finished"].as_bool().unwrap_or(false)) {

@@ -176,8 +176,9 @@ pub fn load_apps(extra: &[PathBuf]) -> Result<Vec<AppModel>> {
     Ok(profiles.into_iter().map(AppModel::new).collect())
 }
 
-fn read(path: &str) -> Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))
+/// A file named on the command line, at most `limit` bytes; errors name it (and the limit).
+fn read(path: &str, limit: pacer_fsio::Limit) -> Result<String> {
+    Ok(pacer_fsio::read_to_string_limited(Path::new(path), limit)?)
 }
 
 /// The simulator's settings for `args`.
@@ -243,7 +244,12 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
             sources.push(format!("--workload {w}"));
             out.push((
                 name,
-                trace::load_pollux_workload(&read(w)?, w, apps, args.load)?,
+                trace::load_pollux_workload(
+                    &read(w, pacer_fsio::limits::TRACE)?,
+                    w,
+                    apps,
+                    args.load,
+                )?,
             ));
         }
     }
@@ -314,7 +320,7 @@ pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
     if !arg.ends_with(".toml") {
         return Ok(ClusterSpec::parse(arg, "--cluster")?);
     }
-    let text = read(arg)?;
+    let text = read(arg, pacer_fsio::limits::CLUSTER)?;
     Ok(pacer_model::cluster_file::parse_cluster_toml(&text, arg)?)
 }
 
