@@ -682,8 +682,8 @@ fn closest_name(name: &str) -> Option<&'static str> {
         .iter()
         .flat_map(|&n| {
             [
-                (strsim::levenshtein(&lower, n), n),
-                (strsim::levenshtein(stem, n), n),
+                (strsim::damerau_levenshtein(&lower, n), n),
+                (strsim::damerau_levenshtein(stem, n), n),
             ]
         })
         .filter(|&(d, n)| d <= (n.len().max(lower.len()) / 3).max(1))

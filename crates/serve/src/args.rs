@@ -30,10 +30,8 @@ pub struct ServeArgs {
     /// (default: three rounds), so policies that rotate devices do not thrash restarts.
     #[arg(long)]
     pub min_run_s: Option<f64>,
-    /// Executor: `local` (child processes on this machine) or `slurm[:PARTITION]` (Slurm
-    /// jobs pinned to the chosen nodes and GPUs; partition `gpu` unless named; needs
-    /// `--cluster slurm`: the nodes, GPU counts and types are read from Slurm).
-    #[arg(long, default_value = "local")]
+    /// Executor: `local` or `slurm[:PARTITION]` (the list: `--help`).
+    #[arg(long, default_value = "local", long_help = crate::executors::help())]
     pub executor: String,
     /// A job's log (`<state>/logs/<job>.log`) is rotated when it passes this many MiB:
     /// its last MiBs move to `<job>.log.1` and the log starts again.
@@ -50,15 +48,12 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     pub fn config(&self) -> anyhow::Result<ServeConfig> {
-        let slurm_partition = match self.executor.split_once(':') {
-            _ if self.executor == "local" => None,
-            _ if self.executor == "slurm" => Some("gpu"),
-            Some(("slurm", p)) if !p.is_empty() => Some(p),
-            _ => anyhow::bail!(
-                "--executor {}: expected `local`, `slurm` or `slurm:PARTITION`",
-                self.executor
-            ),
-        };
+        let slurm_partition =
+            match crate::executors::parse(&self.executor).map_err(|e| anyhow::anyhow!(e))? {
+                crate::executors::ExecutorChoice::Local => None,
+                crate::executors::ExecutorChoice::Slurm(p) => Some(p),
+            };
+        let slurm_partition = slurm_partition.as_deref();
         anyhow::ensure!(
             (slurm_partition.is_some()) == (self.cluster == "slurm"),
             "--cluster {} with --executor {}: `--cluster slurm` (read the cluster from Slurm) goes with `--executor slurm`, and only with it",

@@ -653,6 +653,7 @@ mod tests {
                 ),
             ],
             env: vec![],
+            cwd: None,
             run_dir: dir.join(format!("run{n}")),
             log_path: dir.join(format!("log{n}")),
             alloc: vec![(0, 1)],

@@ -17,6 +17,7 @@ pub mod core;
 pub mod error;
 pub mod executor;
 pub mod executor_slurm;
+pub mod executors;
 pub mod job;
 pub mod launcher;
 pub mod listen;
