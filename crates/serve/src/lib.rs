@@ -73,6 +73,7 @@ pub async fn serve(
         cfg.policy,
         pacer_policy::POLICY_NAMES.join(", ")
     );
+    spec::check_cluster_size(&cfg.cluster, "--cluster")?;
     anyhow::ensure!(
         (1..=1 << 20).contains(&cfg.log_max_mib),
         "--log-max-mib: {} is out of range 1..=1048576",

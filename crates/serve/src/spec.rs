@@ -408,13 +408,44 @@ fn toml_error(e: &toml::de::Error, text: &str, origin: &str) -> ApiError {
 
 /// A cluster from `--cluster`: `COUNTxSLOTS:TYPE[,…]` or a TOML file (`[[nodes]]`).
 pub fn load_cluster(arg: &str) -> anyhow::Result<ClusterSpec> {
-    if arg.ends_with(".toml") {
-        let text = std::fs::read_to_string(arg)
+    let c = if arg.ends_with(".toml") {
+        use std::io::Read;
+        let f = std::fs::File::open(arg)
             .map_err(|e| anyhow::anyhow!("--cluster {arg}: cannot read: {e}"))?;
-        Ok(pacer_model::cluster_file::parse_cluster_toml(&text, arg)?)
+        let mut text = String::new();
+        f.take(MAX_CLUSTER_FILE + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| anyhow::anyhow!("--cluster {arg}: cannot read: {e}"))?;
+        anyhow::ensure!(
+            text.len() as u64 <= MAX_CLUSTER_FILE,
+            "--cluster {arg}: larger than {MAX_CLUSTER_FILE} bytes; a cluster file describes node groups (`[[nodes]] count, gpus, type`)"
+        );
+        pacer_model::cluster_file::parse_cluster_toml(&text, arg)?
     } else {
-        Ok(ClusterSpec::parse(arg, "--cluster")?)
-    }
+        ClusterSpec::parse(arg, "--cluster")?
+    };
+    check_cluster_size(&c, &format!("--cluster {arg}"))?;
+    Ok(c)
+}
+
+/// Largest cluster file `pacer serve` reads, bytes.
+pub const MAX_CLUSTER_FILE: u64 = 1 << 20;
+/// Most devices (slots) a service manages: it keeps state per device and rebuilds it
+/// every round.
+pub const MAX_DEVICES: u64 = 1 << 20;
+/// Most nodes a service manages.
+pub const MAX_NODES: usize = 100_000;
+
+/// Refuses a cluster larger than a service manages ([`MAX_NODES`], [`MAX_DEVICES`]),
+/// before any per-device state is built.
+pub fn check_cluster_size(c: &ClusterSpec, origin: &str) -> anyhow::Result<()> {
+    let devices: u64 = c.nodes.iter().map(|n| u64::from(n.gpus)).sum();
+    anyhow::ensure!(
+        c.nodes.len() <= MAX_NODES && devices <= MAX_DEVICES,
+        "{origin}: {} nodes with {devices} devices in all; pacer serve manages at most {MAX_NODES} nodes and {MAX_DEVICES} devices",
+        c.nodes.len()
+    );
+    Ok(())
 }
 
 #[cfg(test)]
