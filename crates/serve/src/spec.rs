@@ -361,11 +361,12 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner().to_string();
-        let field = unknown_field(&inner).unwrap_or(if path == "." || path == "?" {
-            "body".into()
-        } else {
-            path
-        });
+        let field =
+            unknown_field(&inner).unwrap_or(if path.is_empty() || path == "." || path == "?" {
+                "body".into()
+            } else {
+                path
+            });
         ApiError::bad(&field, format!("malformed JSON: {inner}"))
     })
 }
@@ -373,7 +374,8 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
 /// The key an "unknown field `k`" message names.
 fn unknown_field(message: &str) -> Option<String> {
     let rest = message.split("unknown field `").nth(1)?;
-    Some(rest.split('`').next()?.to_string())
+    // An empty key (`{"": 1}`) names nothing: the caller falls back to the path.
+    Some(rest.split('`').next()?.to_string()).filter(|k| !k.is_empty())
 }
 
 /// A TOML error as `origin:line: message`, with the key it is about when known.
@@ -466,6 +468,21 @@ mod tests {
         s.validate(&cluster()).unwrap();
         assert_eq!((s.min(), s.max()), (2, 2));
         assert_eq!(s.argv("pacer", 2), vec!["sleep", "1"]);
+    }
+
+    /// Found by the `serve_job_json` fuzz target: an unknown empty key was a 400
+    /// naming the field `` (nothing).
+    #[test]
+    fn an_empty_unknown_key_still_names_a_field() {
+        for body in [&br#"{"": 1}"#[..], br#"{"step":5,"samples":0,"":1}"#] {
+            let e = JobSpec::from_json(body).unwrap_err();
+            assert!(!e.field.is_empty(), "{e:?}");
+            let e = Report::from_json(body).unwrap_err();
+            assert!(!e.field.is_empty(), "{e:?}");
+        }
+        assert_eq!(JobSpec::from_json(br#"{"": 1}"#).unwrap_err().field, "body");
+        let e = JobSpec::from_toml("name = \"a\"\n\"\" = 1\n", "j.toml").unwrap_err();
+        assert!(!e.field.is_empty(), "{e:?}");
     }
 
     #[test]
