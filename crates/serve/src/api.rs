@@ -286,6 +286,18 @@ struct Login {
     token: String,
 }
 
+/// The token of a login form body (`token=…`, application/x-www-form-urlencoded); a
+/// 400 naming `token` for anything else.
+pub fn parse_login(body: &[u8]) -> Result<String, ApiError> {
+    let form: Login = serde_urlencoded::from_bytes(body).map_err(|e| {
+        ApiError::bad(
+            "token",
+            format!("expected a form body `token=…` (application/x-www-form-urlencoded): {e}"),
+        )
+    })?;
+    Ok(form.token)
+}
+
 /// `POST /login` with a form `token=…`: the right token sets the session cookie
 /// (HttpOnly, SameSite=Strict) and sends the browser to `/`; a wrong one is a 401
 /// with the form again; a body over [`MAX_BODY`] a 413, a malformed one a 400.
@@ -295,13 +307,8 @@ async fn login(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Api
         same_origin(&headers)?;
     }
     let bytes = body_bytes(body).await?;
-    let form: Login = serde_urlencoded::from_bytes(&bytes).map_err(|e| {
-        ApiError::bad(
-            "token",
-            format!("expected a form body `token=…` (application/x-www-form-urlencoded): {e}"),
-        )
-    })?;
-    if !crate::auth::same(form.token.trim(), &s.token) {
+    let token = parse_login(&bytes)?;
+    if !crate::auth::same(token.trim(), &s.token) {
         eprintln!("pacer serve: dashboard login refused: wrong token");
         return Ok(login_form(Some("wrong token")));
     }

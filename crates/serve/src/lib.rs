@@ -72,6 +72,7 @@ pub async fn serve(
     if let Err(e) = pacer_policy::parse(&cfg.policy) {
         anyhow::bail!("--policy: {e}");
     }
+    spec::check_cluster_size(&cfg.cluster, "--cluster")?;
     anyhow::ensure!(
         (1..=1 << 20).contains(&cfg.log_max_mib),
         "--log-max-mib: {} is out of range 1..=1048576",

@@ -753,8 +753,14 @@ fn csrf_origin_and_content_types() {
 /// Runs `pacer-serve run` on `state` (with extra `args`), expecting it to refuse to
 /// start within 20 s; returns what it printed.
 fn refused_start(state: &std::path::Path, args: &[&str]) -> String {
+    let cluster: &[&str] = if args.contains(&"--cluster") {
+        &[]
+    } else {
+        &["--cluster", "1x1:cpu"]
+    };
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pacer-serve"))
-        .args(["run", "--listen", "127.0.0.1:0", "--cluster", "1x1:cpu"])
+        .args(["run", "--listen", "127.0.0.1:0"])
+        .args(cluster)
         .arg("--state")
         .arg(state)
         .args(args)
@@ -934,5 +940,42 @@ fn untrusted_state_directories_are_refused() {
         0o600
     );
     drop(svc);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A cluster that describes ~1e9 devices (a few lines of TOML, or a short flag) is
+/// refused at start with the limit, before any per-device state is built (it used to
+/// grow the service to 1.5 GB in 10 s); so is a cluster file over 1 MiB.
+#[test]
+fn huge_clusters_are_refused_before_allocating() {
+    let dir = test_dir("huge-cluster");
+    let file = dir.join("huge.toml");
+    std::fs::write(
+        &file,
+        "[[nodes]]\ncount = 1000000\ngpus = 1000\ntype = \"a100\"\n",
+    )
+    .unwrap();
+    let big = dir.join("big.toml");
+    std::fs::write(&big, "#".repeat(2 << 20)).unwrap();
+    for (cluster, want) in [
+        (
+            file.to_str().unwrap(),
+            "1000000 nodes with 1000000000 devices",
+        ),
+        ("2000x1000:t4", "2000 nodes with 2000000 devices"),
+        ("200000x1:t4", "200000 nodes with 200000 devices"),
+        (big.to_str().unwrap(), "larger than 1048576 bytes"),
+    ] {
+        let t0 = Instant::now();
+        let err = refused_start(&dir.join("state"), &["--cluster", cluster]);
+        assert!(err.contains(want), "{cluster}: `{want}` not in {err}");
+        if !cluster.ends_with("big.toml") {
+            assert!(
+                err.contains("at most 100000 nodes and 1048576 devices"),
+                "{err}"
+            );
+        }
+        eprintln!("{cluster}: refused in {:.2} s", t0.elapsed().as_secs_f64());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
