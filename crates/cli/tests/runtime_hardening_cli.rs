@@ -366,3 +366,55 @@ fn worker_i_is_local_i_and_the_network_time_is_not_negative() {
     let gather = o["gather_ms"].as_f64().unwrap();
     assert!((parts - gather).abs() < 1e-6, "{o}");
 }
+
+/// Issue 23: SIGTERM during a `--time-scale 1e6` run (a millisecond of compute is
+/// padded to 17 minutes) ends `pacer train` promptly — the checkpoint written, the
+/// report printed, status 143 — instead of waiting out the workers' padding (under
+/// a service it was then SIGKILLed).
+#[test]
+fn sigterm_under_a_huge_time_scale_exits_promptly_with_the_checkpoint() {
+    let dir = tmp_dir("sigterm-time-scale");
+    let _ = std::fs::remove_file(dir.join("pacer-checkpoint.bin"));
+    let child = spawn(&[
+        "train",
+        "--dataset",
+        "tiny",
+        "--model",
+        "logreg",
+        "--workers",
+        "2",
+        "--time-scale",
+        "1e6",
+        "--max-iterations",
+        "1000",
+        "--checkpoint-dir",
+        dir.to_str().unwrap(),
+        "--no-progress",
+        "--normal-priority",
+    ]);
+    // Long enough for the tiny set to load and the workers to join and start their
+    // first (padded) step.
+    std::thread::sleep(Duration::from_secs(3));
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t = Instant::now();
+    let out = wait_bounded(child, Duration::from_secs(20), "pacer train after SIGTERM");
+    let took = t.elapsed();
+    eprintln!("pacer train exited {took:?} after SIGTERM");
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(143), "{stdout}\n{err}");
+    assert!(
+        took <= Duration::from_secs(2),
+        "exited {took:?} after SIGTERM\n{err}"
+    );
+    assert!(err.contains("checkpoint of step 0"), "{err}");
+    assert!(dir.join("pacer-checkpoint.bin").is_file());
+    assert!(stdout.starts_with("INTERRUPTED (SIGTERM)"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
