@@ -147,9 +147,15 @@ pub struct ControllerArgs {
     /// A connection must send its Hello within this many seconds.
     #[arg(long, default_value_t = controller::DEFAULT_HELLO_TIMEOUT_S)]
     pub hello_timeout_s: f64,
-    /// Connections in their handshake at once, at most; more are refused.
+    /// Connections in their handshake at once, at most: before their Hello (beyond
+    /// it the oldest is shed, told to try again), and again after it (beyond it a
+    /// Hello is refused, told to try again).
     #[arg(long, default_value_t = controller::DEFAULT_MAX_PENDING)]
     pub max_pending: usize,
+    /// Connections before their Hello from one address, at most; beyond it the
+    /// oldest of that address is shed.
+    #[arg(long, default_value_t = controller::DEFAULT_MAX_PRE_HELLO_PER_ADDR)]
+    pub max_pre_hello_per_addr: usize,
     #[command(flatten)]
     pub job: JobArgs,
 }
@@ -200,6 +206,14 @@ pub struct WorkerArgs {
     /// progress for this long.
     #[arg(long, default_value_t = worker::DEFAULT_STALL_TIMEOUT_S)]
     pub stall_timeout_s: f64,
+    /// Keep trying to join for this many seconds when the controller is not up yet,
+    /// hangs up, or turns the worker away for now (exponential backoff with jitter,
+    /// each try said on stderr); 0: one try.
+    #[arg(long, default_value_t = worker::DEFAULT_RETRY_FOR_S)]
+    pub retry_for_s: f64,
+    /// The longest wait between two tries to join.
+    #[arg(long, default_value_t = worker::DEFAULT_RETRY_MAX_DELAY_S)]
+    pub retry_max_delay_s: f64,
 }
 
 /// `pacer train`.
@@ -574,6 +588,7 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     cfg.join_timeout_s = a.join_timeout_s;
     cfg.hello_timeout_s = a.hello_timeout_s;
     cfg.max_pending = a.max_pending;
+    cfg.max_pre_hello_per_addr = a.max_pre_hello_per_addr;
     controller::validate(&cfg, &data)?;
     // A checkpoint of another run is an error before anything listens.
     controller::resume_from(&cfg, &data)?;
@@ -614,6 +629,8 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     cfg.welcome_timeout_s = a.welcome_timeout_s;
     cfg.idle_timeout_s = a.idle_timeout_s;
     cfg.stall_timeout_s = a.stall_timeout_s;
+    cfg.retry_for_s = a.retry_for_s;
+    cfg.retry_max_delay_s = a.retry_max_delay_s;
     cfg.validate()?;
     let plan = a
         .interference

@@ -53,7 +53,7 @@ mod tests;
 pub(crate) use config::short_num;
 pub use config::{
     validate, ControllerConfig, DEFAULT_HELLO_TIMEOUT_S, DEFAULT_MAX_PENDING,
-    DEFAULT_REJOIN_TIMEOUT_S,
+    DEFAULT_MAX_PRE_HELLO_PER_ADDR, DEFAULT_REJOIN_TIMEOUT_S,
 };
 pub use report::{
     EvalPoint, LedgerEntry, Overhead, Progress, ProgressFn, TrainReport, WorkerStats,
@@ -179,6 +179,8 @@ pub async fn serve(
         grad_pool: grad_pool.clone(),
         pending: std::sync::atomic::AtomicUsize::new(0),
         max_pending: cfg.max_pending,
+        pre_hello: Mutex::new(connections::PreHello::default()),
+        max_pre_hello_per_addr: cfg.max_pre_hello_per_addr,
         hello_timeout: Duration::from_secs_f64(cfg.hello_timeout_s),
         job_limits: protocol::Limits::for_job(
             n_params,
