@@ -225,3 +225,115 @@ fn submit_wrap_and_a_spec_file_run_in_the_submitters_directory() {
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 3);
     let _ = std::fs::remove_dir_all(&s.dir);
 }
+
+#[test]
+fn jobs_and_job_print_state_reason_exit_code_and_times() {
+    let s = serve("show");
+    let dir = s.dir.clone();
+    // job-1 fails with exit 3; job-2 holds all 4 slots; job-3 waits behind it and is
+    // cancelled while queued.
+    let failed = s.ok(
+        &dir,
+        &["submit", "--wrap", "echo out; exit 3", "--name", "fails"],
+    );
+    let failed = failed.trim();
+    assert_eq!(s.wait(failed, Duration::from_secs(30))["exit_code"], 3);
+    let hold = s.ok(
+        &dir,
+        &[
+            "submit",
+            "--wrap",
+            "exec sleep 60",
+            "-n",
+            "4",
+            "--name",
+            "holder",
+        ],
+    );
+    let waits = s.ok(&dir, &["submit", "--wrap", "true", "--name", "waiter"]);
+    let (hold, waits) = (hold.trim(), waits.trim());
+    let t0 = Instant::now();
+    while s.job(hold)["state"] != "running" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{hold} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let table = s.ok(&dir, &["jobs"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    for col in [
+        "ID",
+        "NAME",
+        "STATE",
+        "REASON",
+        "REPLICAS",
+        "EXIT",
+        "SUBMITTED",
+        "START",
+        "END",
+        "ELAPSED",
+    ] {
+        assert!(lines[0].contains(col), "{table}");
+    }
+    // Columns line up: every row's STATE starts where the header's does.
+    let at = lines[0].find("STATE").unwrap();
+    for (l, state) in lines[1..].iter().zip(["failed", "running", "queued"]) {
+        assert_eq!(&l[at..at + state.len()], state, "{table}");
+    }
+    let row = |id: &str| {
+        lines
+            .iter()
+            .find(|l| l.starts_with(id))
+            .unwrap()
+            .to_string()
+    };
+    let f = row(failed);
+    assert!(f.contains("exit 3") && f.contains(" 3 "), "{f}");
+    assert!(f.contains("0:00:0"), "elapsed: {f}");
+    let h = row(hold);
+    assert!(h.contains("4/4"), "{h}");
+    let w = row(waits);
+    assert!(
+        w.contains("waiting for devices") && w.contains("-/1"),
+        "{w}"
+    );
+
+    // pacer job: key: value lines and the events.
+    let text = s.ok(&dir, &["job", failed]);
+    for want in [
+        "state:       failed",
+        "reason:      exit 3",
+        "exit code:   3",
+        "command:     sh -c 'echo out; exit 3'",
+        &format!("cwd:         {}", dir.display()),
+        "replicas:    1 asked",
+        "progress:    no reports",
+        &format!(
+            "log:         {} (pacer logs {failed})",
+            s.state.join("logs").join(format!("{failed}.log")).display()
+        ),
+        "events (3):",
+        "submitted",
+        "launched",
+    ] {
+        assert!(text.contains(want), "`{want}` not in\n{text}");
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&s.ok(&dir, &["job", failed, "--json"])).unwrap();
+    assert_eq!(v["exit_code"], 3);
+    assert_eq!(v["events"].as_array().unwrap().len(), 3, "{v}");
+
+    s.ok(&dir, &["cancel", waits]);
+    let j = s.wait(waits, Duration::from_secs(10));
+    assert_eq!(j["reason"], "cancelled while queued");
+    s.ok(&dir, &["cancel", hold]);
+    let j = s.wait(hold, Duration::from_secs(30));
+    assert_eq!(j["state"], "cancelled");
+    assert_eq!(j["exit_code"], 143, "{j}");
+    assert_eq!(j["reason"], "cancelled (exit 143)", "{j}");
+    let text = s.ok(&dir, &["job", hold]);
+    assert!(text.contains("allocation:  -"), "{text}");
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
