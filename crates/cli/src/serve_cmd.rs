@@ -25,10 +25,42 @@ impl ClientArgs {
                 .trim()
                 .to_string(),
             None => std::env::var("PACER_TOKEN").map_err(|_| {
-                anyhow::anyhow!("no token: give --token-file FILE or set PACER_TOKEN")
+                anyhow::anyhow!("no token: give --token-file FILE or set PACER_TOKEN; {TOKEN_HINT}")
             })?,
         };
         Client::new(&self.server, &token)
+    }
+
+    /// Where the token this client sends came from.
+    fn token_source(&self) -> String {
+        match &self.token_file {
+            Some(f) => format!("--token-file {}", f.display()),
+            None => "PACER_TOKEN".into(),
+        }
+    }
+}
+
+/// Where a client's token comes from, said with every token error.
+const TOKEN_HINT: &str = "the service's token is the file <state>/token in the directory it \
+     runs with (`pacer serve --state DIR`; or the file its own --token-file names): give \
+     --token-file <state>/token, or PACER_TOKEN=$(cat <state>/token)";
+
+/// An answer's JSON, with a 401 said as where the token came from and where the
+/// service's is.
+trait AnswerExt {
+    fn ok_from(&self, client: &ClientArgs) -> anyhow::Result<serde_json::Value>;
+}
+
+impl AnswerExt for pacer_serve::client::Answer {
+    fn ok_from(&self, client: &ClientArgs) -> anyhow::Result<serde_json::Value> {
+        if self.status == 401 {
+            bail!(
+                "the service at {} refused the token from {} (401: missing or wrong token); {TOKEN_HINT}",
+                client.server,
+                client.token_source()
+            );
+        }
+        self.ok_json()
     }
 }
 
@@ -182,7 +214,7 @@ fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> an
     let c = client.client()?;
     let v = runtime()?
         .block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?
-        .ok_json()?;
+        .ok_from(client)?;
     println!("{}", v["id"].as_str().unwrap_or("?"));
     Ok(())
 }
@@ -191,7 +223,7 @@ pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
     let v = runtime()?
         .block_on(c.get("/v1/jobs?limit=20000"))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -356,10 +388,10 @@ pub fn run_job(a: JobShowArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     let mut v = rt
         .block_on(c.get(&format!("/v1/jobs/{}", a.id)))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     let ev = rt
         .block_on(c.get(&format!("/v1/jobs/{}/events", a.id)))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     v["events"] = ev["events"].clone();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -515,7 +547,7 @@ pub fn run_cancel(a: JobArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
     let v = runtime()?
         .block_on(c.post(&format!("/v1/jobs/{}/cancel", a.id), Vec::new(), ""))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     println!("{} {}", a.id, v["state"].as_str().unwrap_or("?"));
     Ok(())
 }
@@ -529,7 +561,7 @@ pub fn run_logs(a: LogsArgs) -> anyhow::Result<()> {
     loop {
         let v = rt
             .block_on(c.get(&format!("/v1/jobs/{}/logs?offset={offset}", a.id)))?
-            .ok_json()?;
+            .ok_from(&a.client)?;
         let data = v["data"].as_str().unwrap_or("");
         print!("{data}");
         std::io::stdout().flush()?;

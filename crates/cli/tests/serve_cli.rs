@@ -337,3 +337,52 @@ fn jobs_and_job_print_state_reason_exit_code_and_times() {
     assert!(text.contains("allocation:  -"), "{text}");
     let _ = std::fs::remove_dir_all(&s.dir);
 }
+
+#[test]
+fn token_errors_say_where_the_token_comes_from_and_where_the_services_is() {
+    let s = serve("token");
+    let wrong = s.dir.join("wrong-token");
+    std::fs::write(&wrong, "not-the-token\n").unwrap();
+    let run = |token_env: Option<&str>, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_pacer"));
+        c.args(args)
+            .env("PACER_SERVER", &s.url)
+            .env_remove("PACER_TOKEN");
+        if let Some(t) = token_env {
+            c.env("PACER_TOKEN", t);
+        }
+        let o = c.output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        String::from_utf8(o.stderr).unwrap()
+    };
+    let wrong_file = wrong.to_str().unwrap();
+    for (env, args, from) in [
+        (
+            Some("nope"),
+            vec!["jobs"],
+            "refused the token from PACER_TOKEN".to_string(),
+        ),
+        (
+            None,
+            vec!["job", "job-1", "--token-file", wrong_file],
+            format!("refused the token from --token-file {wrong_file}"),
+        ),
+        (
+            Some("nope"),
+            vec!["submit", "--wrap", "true"],
+            "refused the token from PACER_TOKEN".into(),
+        ),
+        (
+            None,
+            vec!["jobs"],
+            "no token: give --token-file FILE or set PACER_TOKEN".into(),
+        ),
+    ] {
+        let err = run(env, &args);
+        assert!(err.contains(&from), "{args:?}: {err}");
+        assert!(err.contains("<state>/token"), "{args:?}: {err}");
+        assert!(err.contains("pacer serve --state DIR"), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
