@@ -386,3 +386,68 @@ fn token_errors_say_where_the_token_comes_from_and_where_the_services_is() {
     }
     let _ = std::fs::remove_dir_all(&s.dir);
 }
+
+/// The repository root (the examples are submitted from there, as their README says).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+#[test]
+fn the_shipped_example_jobs_run_as_written() {
+    let s = serve("examples");
+    let root = repo_root();
+    let hello = s.ok(&root, &["submit", "examples/jobs/hello.toml"]);
+    let trainer = s.ok(&root, &["submit", "examples/jobs/trainer.toml"]);
+    let (hello, trainer) = (hello.trim(), trainer.trim());
+    for id in [hello, trainer] {
+        let j = s.wait(id, Duration::from_secs(180));
+        assert_eq!(j["state"], "succeeded", "{j}\n{}", s.log(id));
+    }
+    let log = s.log(hello);
+    for want in [
+        format!("hello from {hello} (run {hello}:1) in {}", root.display()),
+        "devices: 1 cpu".to_string(),
+        "GREETING=hi there".to_string(),
+        "bye".to_string(),
+    ] {
+        assert!(log.contains(&want), "`{want}` not in\n{log}");
+    }
+    let j = s.job(trainer);
+    assert!(j["reports"].as_u64().unwrap() > 0, "{j}");
+    assert!(
+        s.log(trainer).contains("final accuracy"),
+        "{}",
+        s.log(trainer)
+    );
+
+    // docs/serve.md's job spec, as written.
+    let doc = std::fs::read_to_string(root.join("docs/serve.md")).unwrap();
+    let block = doc
+        .split("## Job spec (TOML")
+        .nth(1)
+        .and_then(|rest| rest.split("```toml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/serve.md has a job spec block");
+    let file = s.dir.join("doc-spec.toml");
+    std::fs::write(&file, block).unwrap();
+    let id = s.ok(&root, &["submit", file.to_str().unwrap()]);
+    let j = s.wait(id.trim(), Duration::from_secs(180));
+    assert_eq!(j["state"], "succeeded", "{j}\n{}", s.log(id.trim()));
+
+    // torchrun.toml needs torch (the Python tests run it); here: it is a valid spec that
+    // starts torchrun with the script the README names.
+    let text = std::fs::read_to_string(root.join("examples/jobs/torchrun.toml")).unwrap();
+    let spec = pacer_serve::spec::JobSpec::from_toml(&text, "torchrun.toml").unwrap();
+    let cluster = pacer_model::ClusterSpec::parse("2x2:cpu", "test").unwrap();
+    spec.validate(&cluster).unwrap();
+    let argv = spec.argv("pacer", 2);
+    assert!(argv.iter().any(|a| a == "torchrun"), "{argv:?}");
+    assert!(
+        argv.iter().any(|a| a == "python/examples/train_ddp.py"),
+        "{argv:?}"
+    );
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
