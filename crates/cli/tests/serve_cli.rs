@@ -451,3 +451,78 @@ fn the_shipped_example_jobs_run_as_written() {
     );
     let _ = std::fs::remove_dir_all(&s.dir);
 }
+
+#[test]
+fn a_trainer_job_logs_progress_while_it_runs() {
+    let s = serve("progress");
+    let spec = s.dir.join("long.toml");
+    std::fs::write(
+        &spec,
+        "name = \"long\"\n[trainer]\ndataset = \"tiny\"\n\
+         args = [\"--max-iterations\", \"1000000\", \"--max-time-s\", \"120\", \"--progress-every-s\", \"0.2\"]\n",
+    )
+    .unwrap();
+    let id = s.ok(&s.dir, &["submit", spec.to_str().unwrap()]);
+    let id = id.trim();
+    // Progress lines reach the log while the job runs (before, `pacer train` printed
+    // nothing until its report at the end).
+    let t0 = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(s.state.join("logs").join(format!("{id}.log")))
+            .unwrap_or_default();
+        let lines = log
+            .lines()
+            .filter(|l| l.starts_with("progress: step "))
+            .count();
+        if lines >= 3 {
+            assert!(!log.contains("final accuracy"), "{log}");
+            assert!(log.contains("/1000000  epoch "), "{log}");
+            assert!(log.contains(" samples/s  train "), "{log}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no progress lines within 60 s:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(s.job(id)["state"], "running");
+    s.ok(&s.dir, &["cancel", id]);
+    assert_eq!(s.wait(id, Duration::from_secs(60))["state"], "cancelled");
+
+    // Outside the service: lines on stdout when it is not a terminal, none with --json.
+    let train = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_pacer"))
+            .args([
+                "train",
+                "--dataset",
+                "tiny",
+                "--max-iterations",
+                "30",
+                "--progress-every-s",
+                "0",
+            ])
+            .args(extra)
+            .env_remove("PACER_JOB_ID")
+            .env_remove("PACER_SERVER")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (
+            String::from_utf8(o.stdout).unwrap(),
+            String::from_utf8(o.stderr).unwrap(),
+        )
+    };
+    let (out, _) = train(&[]);
+    assert!(out.starts_with("progress: step 1/30  epoch "), "{out}");
+    assert!(out.contains("progress: step 30/30"), "{out}");
+    let (out, err) = train(&["--json"]);
+    serde_json::from_str::<serde_json::Value>(&out).unwrap();
+    assert!(!err.contains("progress:"), "{err}");
+    let o = Command::new(env!("CARGO_BIN_EXE_pacer"))
+        .args(["train", "--dataset", "tiny", "--progress-every-s", "NaN"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--progress-every-s"));
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
