@@ -191,7 +191,7 @@ phase_workload() {
         # job's first-step line).
         mkdir -p "$STATE/events"
         for id in job-1 job-2 job-3 job-4 job-5 job-6; do
-            "$PACER_BIN" job "$id" >"$STATE/events/$id.json"
+            "$PACER_BIN" job "$id" --json >"$STATE/events/$id.json"
         done
         python3 "$CHECK" overhead "$STATE/events" "$STATE/logs" | sed "s/^/$policy: /"
         stop_serve
@@ -228,7 +228,7 @@ print(j[0]["id"], "n%d" % (j[0]["run"]["alloc"][0][0] + 1))')
     python3 "$CHECK" lost "$STATE/jobs.json" "$STATE/logs" 4 n4 2 "$STATE/seen.json"
     # (Into a file first: `pacer job | grep -q` under pipefail failed whenever grep quit
     # before pacer had written everything, SIGPIPE.)
-    "$PACER_BIN" job "$victim_job" >"$STATE/victim.json"
+    "$PACER_BIN" job "$victim_job" --json >"$STATE/victim.json"
     grep -E '"(kind|detail)"' "$STATE/victim.json" | paste - - | sed 's/  */ /g'
     grep -q 'lost (node failure)' "$STATE/victim.json" ||
         { echo "slurm-e2e: $victim_job ran on $victim but no run of it was lost" >&2; exit 1; }
@@ -342,7 +342,7 @@ phase_preempt() {
     submit other 8 8 16 0.5 4
     watch_until 120 succeeded failed cancelled
     squeue --json >"$STATE/squeue.json"
-    "$PACER_BIN" job job-1 >"$STATE/job-1.json"
+    "$PACER_BIN" job job-1 --json >"$STATE/job-1.json"
     python3 "$CHECK" preempt "$STATE/jobs.json" "$STATE/seen.json" "$STATE/job-1.json" "$log" \
         "$STATE/squeue.json" job-1 "$PREEMPT_ITERS" || { grep -v '^ ' "$log" | tail -40; exit 1; }
     python3 "$CHECK" states "$STATE/jobs.json" succeeded
@@ -364,7 +364,7 @@ phase_preempt() {
     done
     submit other 8 8 4 0.5 4
     watch_until 90 succeeded failed cancelled
-    "$PACER_BIN" job job-1 >"$STATE/job-1.json"
+    "$PACER_BIN" job job-1 --json >"$STATE/job-1.json"
     python3 "$CHECK" early "$STATE/jobs.json" "$STATE/job-1.json" "$STATE/logs/job-1.log" job-1 5 3000 ||
         { grep -v '^ ' "$STATE/logs/job-1.log" | tail -40; exit 1; }
     python3 "$CHECK" states "$STATE/jobs.json" succeeded

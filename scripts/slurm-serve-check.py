@@ -19,7 +19,7 @@
   slurm-serve-check.py multinode SEEN_JSON JOB_ID
       some run of JOB_ID was seen RUNNING in squeue on 2 nodes or more (by `watch`)
   slurm-serve-check.py overhead EVENTS_DIR LOG_DIR
-      decision-to-first-step time per run (EVENTS_DIR: one `pacer job ID` JSON per job)
+      decision-to-first-step time per run (EVENTS_DIR: one `pacer job ID --json` per job)
   slurm-serve-check.py early JOBS_JSON EVENTS_JSON LOG JOB_ID GRACE_S ITERATIONS
       a run stopped right after it started ended within GRACE_S (no SIGKILL), and the job
       finished with the report of ITERATIONS (phase `preempt`, part 2)

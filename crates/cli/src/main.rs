@@ -57,7 +57,7 @@ enum Command {
     /// List the service's jobs.
     Jobs(serve_cmd::JobsArgs),
     /// Show one job with its events.
-    Job(serve_cmd::JobArgs),
+    Job(serve_cmd::JobShowArgs),
     /// Cancel a job (SIGTERM, then SIGKILL after the grace period).
     Cancel(serve_cmd::JobArgs),
     /// Print a job's output (--follow: until it finishes).

@@ -90,9 +90,14 @@ pub struct JobArgs {
     /// Log refusals, membership changes and every 50th iteration to stderr.
     #[arg(long)]
     pub verbose: bool,
-    /// No progress bar.
+    /// No progress bar, and no progress lines.
     #[arg(long)]
     pub no_progress: bool,
+    /// Seconds between progress lines (step, accuracy, samples/s), printed instead of the
+    /// bar when stdout is not a terminal or under `pacer serve` (PACER_JOB_ID set), so a
+    /// log (`pacer logs --follow`) shows the run as it goes.
+    #[arg(long, default_value_t = 5.0, value_name = "S")]
+    pub progress_every_s: f64,
     /// Resume from the checkpoint in DIR if there is one, and write one there when
     /// stopped by SIGTERM or SIGINT (default: $PACER_CHECKPOINT_DIR when set).
     #[arg(long, value_name = "DIR")]
@@ -300,6 +305,12 @@ fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<Control
         },
         o => bail!("--optimizer: unknown `{o}`; expected auto, sgd or adam"),
     };
+    if !(job.progress_every_s.is_finite() && (0.0..=86_400.0).contains(&job.progress_every_s)) {
+        bail!(
+            "--progress-every-s: must be 0 to 86400 seconds, got {}",
+            job.progress_every_s
+        );
+    }
     if let Some(lr) = job.lr {
         if !(lr.is_finite() && lr > 0.0) {
             bail!("--lr: must be a positive number, got {lr}");
@@ -339,6 +350,9 @@ fn progress_bar(job: &JobArgs) -> Option<ProgressFn> {
     if job.no_progress {
         return None;
     }
+    if let Some(to) = progress_lines_to(job) {
+        return Some(progress_lines(job, to));
+    }
     let limit = job.max_iterations.or(if job.target_accuracy.is_none() {
         Some(DEFAULT_MAX_ITERATIONS)
     } else {
@@ -368,6 +382,73 @@ fn progress_bar(job: &JobArgs) -> Option<ProgressFn> {
             b.join(",")
         ));
     }))
+}
+
+/// Where progress lines go instead of the bar, if anywhere: under the service (its log
+/// has stdout and stderr) on stdout, or on stderr when stdout carries `--json`; elsewhere
+/// on stdout when it is not a terminal (and not `--json`, which must stay one document).
+fn progress_lines_to(job: &JobArgs) -> Option<LineTo> {
+    use std::io::IsTerminal;
+    let under_service = std::env::var_os("PACER_JOB_ID").is_some();
+    match (under_service, job.json) {
+        (true, false) => Some(LineTo::Stdout),
+        (true, true) => Some(LineTo::Stderr),
+        (false, false) if !std::io::stdout().is_terminal() => Some(LineTo::Stdout),
+        _ => None,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LineTo {
+    Stdout,
+    Stderr,
+}
+
+/// A progress line after the first iteration and then at most every
+/// `--progress-every-s` seconds: step (of the limit), epoch, test accuracy, samples/s
+/// over the training time since the previous line, training time.
+fn progress_lines(job: &JobArgs, to: LineTo) -> ProgressFn {
+    // Checked in `controller_config`; clamped again so that no value can panic here.
+    let secs = if job.progress_every_s.is_finite() {
+        job.progress_every_s.clamp(0.0, 86_400.0)
+    } else {
+        5.0
+    };
+    let every = std::time::Duration::from_secs_f64(secs);
+    let limit = job.max_iterations.or(if job.target_accuracy.is_none() {
+        Some(DEFAULT_MAX_ITERATIONS)
+    } else {
+        None
+    });
+    let mut last: Option<std::time::Instant> = None;
+    let (mut samples, mut since_s) = (0u64, 0.0f64);
+    Box::new(move |p: &Progress| {
+        samples += p.batches.iter().map(|b| b.1).sum::<u64>();
+        if last.is_some_and(|t| t.elapsed() < every) {
+            return;
+        }
+        last = Some(std::time::Instant::now());
+        let dt = p.train_time_s - since_s;
+        let rate = if dt > 0.0 { samples as f64 / dt } else { 0.0 };
+        samples = 0;
+        since_s = p.train_time_s;
+        let line = format!(
+            "progress: step {}{}  epoch {:.2}  accuracy {}  {:.0} samples/s  train {:.1} s",
+            p.iteration,
+            limit.map_or(String::new(), |n| format!("/{n}")),
+            p.epoch,
+            p.accuracy
+                .map_or("-".to_string(), |a| format!("{:.2}%", a * 100.0)),
+            rate,
+            p.train_time_s
+        );
+        use std::io::Write;
+        // A closed stdout must not stop training: the line is dropped.
+        let _ = match to {
+            LineTo::Stdout => writeln!(std::io::stdout().lock(), "{line}"),
+            LineTo::Stderr => writeln!(std::io::stderr().lock(), "{line}"),
+        };
+    })
 }
 
 #[derive(Serialize)]

@@ -25,10 +25,42 @@ impl ClientArgs {
                 .trim()
                 .to_string(),
             None => std::env::var("PACER_TOKEN").map_err(|_| {
-                anyhow::anyhow!("no token: give --token-file FILE or set PACER_TOKEN")
+                anyhow::anyhow!("no token: give --token-file FILE or set PACER_TOKEN; {TOKEN_HINT}")
             })?,
         };
         Client::new(&self.server, &token)
+    }
+
+    /// Where the token this client sends came from.
+    fn token_source(&self) -> String {
+        match &self.token_file {
+            Some(f) => format!("--token-file {}", f.display()),
+            None => "PACER_TOKEN".into(),
+        }
+    }
+}
+
+/// Where a client's token comes from, said with every token error.
+const TOKEN_HINT: &str = "the service's token is the file <state>/token in the directory it \
+     runs with (`pacer serve --state DIR`; or the file its own --token-file names): give \
+     --token-file <state>/token, or PACER_TOKEN=$(cat <state>/token)";
+
+/// An answer's JSON, with a 401 said as where the token came from and where the
+/// service's is.
+trait AnswerExt {
+    fn ok_from(&self, client: &ClientArgs) -> anyhow::Result<serde_json::Value>;
+}
+
+impl AnswerExt for pacer_serve::client::Answer {
+    fn ok_from(&self, client: &ClientArgs) -> anyhow::Result<serde_json::Value> {
+        if self.status == 401 {
+            bail!(
+                "the service at {} refused the token from {} (401: missing or wrong token); {TOKEN_HINT}",
+                client.server,
+                client.token_source()
+            );
+        }
+        self.ok_json()
     }
 }
 
@@ -75,6 +107,17 @@ pub struct JobsArgs {
 pub struct JobArgs {
     /// Job id (e.g. job-3).
     pub id: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobShowArgs {
+    /// Job id (e.g. job-3).
+    pub id: String,
+    /// Print the service's JSON (the record and its events) instead of text.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -178,7 +221,7 @@ fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> an
     let c = client.client()?;
     let v = runtime()?
         .block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?
-        .ok_json()?;
+        .ok_from(client)?;
     putline!("{}", v["id"].as_str().unwrap_or("?"));
     Ok(())
 }
@@ -187,58 +230,323 @@ pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
     let v = runtime()?
         .block_on(c.get("/v1/jobs?limit=20000"))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     if a.json {
         putline!("{}", pacer_cli::json::pretty(&v)?);
         return Ok(());
     }
-    putline!(
-        "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
-        "ID",
-        "NAME",
-        "STATE",
-        "DEVICES",
-        "RESTARTS",
-        "SAMPLES",
-        "REPORTS"
-    );
-    for j in v["jobs"].as_array().into_iter().flatten() {
-        let devices: u64 = j["run"]["alloc"]
-            .as_array()
-            .map_or(0, |a| a.iter().filter_map(|p| p[1].as_u64()).sum());
-        let name: String = j["spec"]["name"]
-            .as_str()
-            .unwrap_or("")
-            .chars()
-            .take(24)
-            .collect();
-        putline!(
-            "{:<12} {:<24} {:<10} {:>8} {:>9} {:>12} {:>8}",
-            j["id"].as_str().unwrap_or("?"),
-            name,
-            j["state"].as_str().unwrap_or("?"),
-            devices,
-            j["restarts"].to_string(),
-            j["progress"]["samples"].to_string(),
-            j["reports"].to_string(),
-        );
-    }
+    let jobs: Vec<&serde_json::Value> = v["jobs"].as_array().into_iter().flatten().collect();
+    crate::out::print(&jobs_table(&jobs, pacer_serve::core::now_ms()))?;
     Ok(())
 }
 
-pub fn run_job(a: JobArgs) -> anyhow::Result<()> {
+/// `pacer jobs`' table: one row per job, columns as wide as their widest cell (names cut
+/// at 32 characters, reasons at 60), times local (`MM-DD HH:MM:SS`), elapsed `H:MM:SS`.
+fn jobs_table(jobs: &[&serde_json::Value], now_ms: u64) -> String {
+    let header = [
+        "ID",
+        "NAME",
+        "STATE",
+        "REASON",
+        "REPLICAS",
+        "EXIT",
+        "SUBMITTED",
+        "START",
+        "END",
+        "ELAPSED",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for j in jobs {
+        rows.push(vec![
+            text(&j["id"]),
+            cut(&text(&j["spec"]["name"]), 32),
+            text(&j["state"]),
+            cut(&reason(j), 60),
+            replicas(j),
+            j["exit_code"]
+                .as_i64()
+                .map_or("-".into(), |c| c.to_string()),
+            time_cell(j["submitted_ms"].as_u64()),
+            time_cell(j["first_start_ms"].as_u64()),
+            time_cell(j["finished_ms"].as_u64()),
+            elapsed(j, now_ms),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, &w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn text(v: &serde_json::Value) -> String {
+    v.as_str().unwrap_or("-").to_string()
+}
+
+/// `s` cut to `n` characters (`…` marks a cut), control characters shown as `?`.
+fn cut(s: &str, n: usize) -> String {
+    let clean: String = s
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if clean.chars().count() <= n {
+        return clean;
+    }
+    let mut t: String = clean.chars().take(n - 1).collect();
+    t.push('…');
+    t
+}
+
+/// Why the job is in its state (the record's `reason`; records from before it existed:
+/// how the last run ended).
+fn reason(j: &serde_json::Value) -> String {
+    match j["reason"].as_str() {
+        Some(r) => r.to_string(),
+        None => match j["state"].as_str() {
+            Some("queued") => "waiting for devices".into(),
+            _ => j["last_exit"].as_str().unwrap_or("-").to_string(),
+        },
+    }
+}
+
+/// `held/asked` devices (`-` when it holds none), with the range of an adaptive job.
+fn replicas(j: &serde_json::Value) -> String {
+    let held: u64 = j["run"]["alloc"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter_map(|p| p[1].as_u64()).sum());
+    let spec = &j["spec"];
+    let asked = spec["replicas"].as_u64().unwrap_or(1);
+    let held = if held == 0 {
+        "-".to_string()
+    } else {
+        held.to_string()
+    };
+    if spec["adaptive"].as_bool().unwrap_or(false) {
+        let min = spec["min_replicas"].as_u64().unwrap_or(1);
+        let max = spec["max_replicas"].as_u64().unwrap_or(asked);
+        format!("{held}/{asked} ({min}-{max})")
+    } else {
+        format!("{held}/{asked}")
+    }
+}
+
+/// First start to the end (or now, while it has not ended), `H:MM:SS`; `-` before it started.
+fn elapsed(j: &serde_json::Value, now_ms: u64) -> String {
+    let Some(start) = j["first_start_ms"].as_u64() else {
+        return "-".into();
+    };
+    let end = j["finished_ms"].as_u64().unwrap_or(now_ms);
+    duration(end.saturating_sub(start))
+}
+
+fn duration(ms: u64) -> String {
+    let s = ms / 1000;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn time_cell(ms: Option<u64>) -> String {
+    ms.map_or("-".into(), |t| local_time(t, false))
+}
+
+/// `ms` since the epoch in the local time zone: `MM-DD HH:MM:SS`, or with the year and
+/// the zone (`2026-11-26 16:58:18 UTC`) when `full`.
+fn local_time(ms: u64, full: bool) -> String {
+    let secs = (ms / 1000) as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which lives on this stack frame; the zone
+    // name it points to is static (tzset's) and read before anything else runs here.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
+    if !ok {
+        return format!("@{}", ms / 1000);
+    }
+    let md = format!(
+        "{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    );
+    if !full {
+        return md;
+    }
+    let zone = if tm.tm_zone.is_null() {
+        String::new()
+    } else {
+        // SAFETY: tm_zone is a NUL-terminated static string set by localtime_r.
+        let z = unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) };
+        format!(" {}", z.to_string_lossy())
+    };
+    format!("{}-{md}{zone}", tm.tm_year + 1900)
+}
+
+pub fn run_job(a: JobShowArgs) -> anyhow::Result<()> {
     check_id(&a.id)?;
     let c = a.client.client()?;
     let rt = runtime()?;
     let mut v = rt
         .block_on(c.get(&format!("/v1/jobs/{}", a.id)))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     let ev = rt
         .block_on(c.get(&format!("/v1/jobs/{}/events", a.id)))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     v["events"] = ev["events"].clone();
-    putline!("{}", pacer_cli::json::pretty(&v)?);
+    if a.json {
+        putline!("{}", pacer_cli::json::pretty(&v)?);
+    } else {
+        crate::out::print(&job_text(&v, pacer_serve::core::now_ms()))?;
+    }
     Ok(())
+}
+
+/// `pacer job ID`: a `key: value` block, then the job's events.
+fn job_text(j: &serde_json::Value, now_ms: u64) -> String {
+    let spec = &j["spec"];
+    let mut kv: Vec<(&str, String)> = vec![
+        ("name", cut(&text(&spec["name"]), 128)),
+        ("state", text(&j["state"])),
+        ("reason", reason(j)),
+        (
+            "exit code",
+            j["exit_code"]
+                .as_i64()
+                .map_or("-".into(), |c| c.to_string()),
+        ),
+    ];
+    let what = if let Some(argv) = spec["command"].as_array() {
+        let words: Vec<String> = argv
+            .iter()
+            .map(|a| shell_word(a.as_str().unwrap_or("")))
+            .collect();
+        let launcher = spec["launcher"]
+            .as_str()
+            .map_or(String::new(), |l| format!("{l} "));
+        format!("{launcher}{}", words.join(" "))
+    } else {
+        format!("[trainer] dataset {}", text(&spec["trainer"]["dataset"]))
+    };
+    kv.push(("command", cut(&what, 400)));
+    kv.push(("cwd", text(&spec["cwd"])));
+    let mut rep = format!("{} asked", spec["replicas"].as_u64().unwrap_or(1));
+    if spec["adaptive"].as_bool().unwrap_or(false) {
+        rep += &format!(
+            " (adaptive {}-{})",
+            spec["min_replicas"].as_u64().unwrap_or(1),
+            spec["max_replicas"]
+                .as_u64()
+                .unwrap_or(spec["replicas"].as_u64().unwrap_or(1))
+        );
+    }
+    kv.push(("replicas", rep));
+    let run = &j["run"];
+    if run.is_object() {
+        let nodes: Vec<String> = run["alloc"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| format!("node {} ×{}", p[0], p[1]))
+            .collect();
+        let slots: Vec<String> = run["slots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.to_string())
+            .collect();
+        kv.push((
+            "allocation",
+            format!(
+                "{} {} ({}; slots {}), attempt {}",
+                replicas(j).split('/').next().unwrap_or("-"),
+                text(&run["device_type"]),
+                nodes.join(", "),
+                slots.join(","),
+                run["attempt"]
+            ),
+        ));
+    } else {
+        kv.push(("allocation", "-".into()));
+    }
+    kv.push((
+        "attempts",
+        format!("{} (restarts {})", j["attempts"], j["restarts"]),
+    ));
+    let t = |k: &str| j[k].as_u64().map_or("-".into(), |ms| local_time(ms, true));
+    kv.push(("submitted", t("submitted_ms")));
+    kv.push(("started", t("first_start_ms")));
+    kv.push(("ended", t("finished_ms")));
+    kv.push(("elapsed", elapsed(j, now_ms)));
+    let p = &j["progress"];
+    let reports = j["reports"].as_u64().unwrap_or(0);
+    if reports > 0 {
+        let mut prog = format!(
+            "step {}, {} samples, {:.1} samples/s",
+            p["step"],
+            p["samples"],
+            p["throughput"].as_f64().unwrap_or(0.0)
+        );
+        if let Some(l) = p["loss"].as_f64() {
+            prog += &format!(", loss {l:.4}");
+        }
+        if p["done"].as_bool().unwrap_or(false) {
+            prog += ", done";
+        }
+        kv.push(("progress", prog));
+        let last = p["last_report_ms"].as_u64().unwrap_or(0);
+        kv.push((
+            "last report",
+            format!(
+                "{} ago ({reports} reports)",
+                duration(now_ms.saturating_sub(last))
+            ),
+        ));
+    } else {
+        kv.push(("progress", "no reports".into()));
+    }
+    kv.push((
+        "log",
+        j["log_path"].as_str().map_or_else(
+            || format!("pacer logs {}", text(&j["id"])),
+            |p| format!("{p} (pacer logs {})", text(&j["id"])),
+        ),
+    ));
+    let mut out = format!("{}\n", text(&j["id"]));
+    for (k, v) in kv {
+        out += &format!("  {:<12} {v}\n", format!("{k}:"));
+    }
+    let events = j["events"].as_array().map_or(&[][..], |e| e.as_slice());
+    out += &format!("events ({}):\n", events.len());
+    for e in events {
+        out += &format!(
+            "  {}  {:<10} {}\n",
+            e["t_ms"]
+                .as_u64()
+                .map_or("-".into(), |ms| local_time(ms, false)),
+            cut(&text(&e["kind"]), 16),
+            cut(e["detail"].as_str().unwrap_or(""), 200)
+        );
+    }
+    out
+}
+
+/// `w` as a shell would need it written (quoted when it has anything but plain characters).
+fn shell_word(w: &str) -> String {
+    if !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
 }
 
 pub fn run_cancel(a: JobArgs) -> anyhow::Result<()> {
@@ -246,7 +554,7 @@ pub fn run_cancel(a: JobArgs) -> anyhow::Result<()> {
     let c = a.client.client()?;
     let v = runtime()?
         .block_on(c.post(&format!("/v1/jobs/{}/cancel", a.id), Vec::new(), ""))?
-        .ok_json()?;
+        .ok_from(&a.client)?;
     putline!("{} {}", a.id, v["state"].as_str().unwrap_or("?"));
     Ok(())
 }
@@ -272,7 +580,7 @@ pub fn run_logs(a: LogsArgs) -> anyhow::Result<()> {
             offset = 0;
             continue;
         }
-        let v = ans.ok_json()?;
+        let v = ans.ok_from(&a.client)?;
         let data = v["data"].as_str().unwrap_or("");
         crate::out::print(data)?;
         offset = v["next_offset"].as_u64().unwrap_or(offset);

@@ -411,7 +411,10 @@ async fn list(State(s): State<AppState>, q: Result<Query<ListQuery>, QueryReject
 
 async fn get_job(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let core = s.core.lock().await;
-    Ok(Json(core.job(&id)?.public_json()).into_response())
+    let mut v = core.job(&id)?.public_json();
+    // Where its stdout and stderr go (`pacer job` shows it).
+    v["log_path"] = core.log_path(&id).display().to_string().into();
+    Ok(Json(v).into_response())
 }
 
 async fn cancel(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {

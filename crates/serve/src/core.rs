@@ -320,6 +320,7 @@ impl Core {
             JobState::Queued => {
                 j.state = JobState::Cancelled;
                 j.finished_ms = Some(now_ms());
+                j.reason = Some("cancelled while queued".into());
                 self.event(&mut c, id, "cancelled", "while queued".into());
             }
             JobState::Running | JobState::Stopping => {
@@ -330,6 +331,7 @@ impl Core {
                     sent_ms,
                     killed: false,
                 });
+                j.reason = Some("cancelling: SIGTERM sent".into());
                 self.event(&mut c, id, "cancelling", "SIGTERM".into());
             }
             s => {
@@ -382,6 +384,10 @@ impl Core {
                     j.state = JobState::Queued;
                     j.run = None;
                     j.stop = None;
+                    j.reason = Some(format!(
+                        "{}: launch interrupted by a restart of the service",
+                        crate::job::WAITING
+                    ));
                     self.event(
                         &mut c,
                         &id,
@@ -420,6 +426,25 @@ impl Core {
             }
             _ if status == RunStatus::Exited(0) => JobState::Succeeded,
             _ => JobState::Failed,
+        };
+        j.reason = Some(match next {
+            JobState::Queued if status == RunStatus::Lost => {
+                format!("node failure: {}", crate::job::WAITING)
+            }
+            JobState::Queued => {
+                // The stop's reason says why it stopped (`preempted: …`, `resizing: …`).
+                let why = j.reason.as_deref().and_then(|r| r.split(':').next());
+                format!("{}: {}", why.unwrap_or("stopped"), crate::job::WAITING)
+            }
+            JobState::Cancelled => format!("cancelled ({how})"),
+            _ if status == RunStatus::Killed => {
+                "killed (no exit status: a signal, or the grace period ran out)".into()
+            }
+            _ => how.clone(),
+        });
+        j.exit_code = match status {
+            RunStatus::Exited(code) => Some(code),
+            _ => None,
         };
         j.state = next;
         j.run = None;

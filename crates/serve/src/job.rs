@@ -138,6 +138,14 @@ pub struct JobRecord {
     pub restarts: u32,
     /// How the last run ended (`exit 0`, `exit 3`, `killed`, `launch failed: …`).
     pub last_exit: Option<String>,
+    /// The last run's exit status, when it exited (not killed, not failed to launch).
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// Why the job is in its state, for people (`pacer jobs`' REASON): what it waits
+    /// for while queued (`waiting for devices`, `preempted: waiting for devices`), why it
+    /// is stopping, how it ended. Absent in records written before it existed.
+    #[serde(default)]
+    pub reason: Option<String>,
     /// The per-job report token (never shown by the API).
     pub report_token: String,
     /// Accepted reports (their indices are 0..reports).
@@ -150,6 +158,9 @@ pub struct JobRecord {
     #[serde(default)]
     pub model: LiveModel,
 }
+
+/// The reason of a job queued for the first time.
+pub const WAITING: &str = "waiting for devices";
 
 /// Whether `id` is a valid job id: `[a-z0-9-]{1,64}`.
 pub fn valid_id(id: &str) -> bool {
@@ -176,6 +187,8 @@ impl JobRecord {
             attempts: 0,
             restarts: 0,
             last_exit: None,
+            exit_code: None,
+            reason: Some(WAITING.into()),
             report_token,
             reports: 0,
             attained_device_s: 0.0,

@@ -335,6 +335,7 @@ impl Core {
             } else {
                 "resizing"
             };
+            j.reason = Some(format!("{why}: SIGTERM sent"));
             self.event(&mut c, id, "stopping", format!("{why}: SIGTERM"));
             to_signal.push(run.handle.clone().expect("checked"));
             c.job(&j);
@@ -392,6 +393,7 @@ impl Core {
                 launched_ms: now,
             };
             j.state = JobState::Running;
+            j.reason = None;
             j.first_start_ms.get_or_insert(now);
             j.run = Some(run.clone());
             c.job(&j);
@@ -429,6 +431,8 @@ impl Core {
                     j.run = None;
                     j.finished_ms = Some(now_ms());
                     j.last_exit = Some(format!("launch failed: {e}"));
+                    j.reason = j.last_exit.clone();
+                    j.exit_code = None;
                     self.event(&mut c, &id, "failed", format!("launch failed: {e}"));
                 }
             }
