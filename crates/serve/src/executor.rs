@@ -116,8 +116,11 @@ pub(crate) fn hold_taken(held: &mut [Vec<bool>], taken: &[u32]) {
 /// The shell wrapper around a job's command: records its pid first, keeps itself
 /// alive through SIGTERM (the job gets it too, as a member of the process group; a
 /// trap that runs a command is reset to the default in the job on exec), and records
-/// the job's exit status atomically at the end.
-const WRAPPER: &str = r#"d="$0"; echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; trap : TERM; "$@"; s=$?; echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit""#;
+/// the job's exit status atomically at the end. After the job, SIGTERM is ignored (`trap ''`,
+/// which the `mv` it forks inherits): a stop signal swept over the run's tree while the
+/// status is being recorded would otherwise kill that `mv`, and a run stopped with 143 was
+/// recorded as killed (seen as a flaky `a_setsid_grandchild_is_part_of_its_run`).
+const WRAPPER: &str = r#"d="$0"; echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; trap : TERM; "$@"; s=$?; trap '' TERM; echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit""#;
 
 /// Runs jobs as local processes.
 ///

@@ -40,7 +40,7 @@ use crate::executor::{ExecFuture, Executor, LaunchRequest, RunHandle, RunStatus,
 /// The wrapper around a job's command, as the local executor's: records that it started
 /// (the Slurm job id as `pid`), keeps itself alive through SIGTERM, records the exit status.
 /// In a multi-node job every rank runs it (under `srun`); rank 0's status is the run's.
-const WRAPPER: &str = r#"d="$0"; r=${SLURM_PROCID:-0}; if [ "$r" = 0 ]; then echo "$SLURM_JOB_ID" > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; fi; trap : TERM; "$@"; s=$?; if [ "$r" = 0 ]; then echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit"; fi; exit $s"#;
+const WRAPPER: &str = r#"d="$0"; r=${SLURM_PROCID:-0}; if [ "$r" = 0 ]; then echo "$SLURM_JOB_ID" > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; fi; trap : TERM; "$@"; s=$?; trap '' TERM; if [ "$r" = 0 ]; then echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit"; fi; exit $s"#;
 
 /// Runs jobs through Slurm.
 #[derive(Debug)]
