@@ -25,9 +25,10 @@
 //! ([`check_params`]): non-finite parameters end the run with an error, never a
 //! report or a checkpoint of a poisoned model.
 //!
-//! `K` = [`NORM_FACTOR`]: measured on honest runs of every bundled model on the
-//! shipped `tiny` set (docs/runtime.md, "Numbers from peers"), the largest ratio
-//! `|g_i| / (median · max(1, b_med/b_i))^½` seen was far below it.
+//! `K` = [`NORM_FACTOR`]: on 120 honest runs of every bundled model on the shipped
+//! `tiny` set (crates/runtime/README.md, "Numbers from peers") the largest ratio
+//! `|g_i| / (median · max(1, b_med/b_i))^½` seen was 27.9 (logreg), and nobody was
+//! dropped.
 
 use super::iteration::{Iteration, Task};
 use super::run::Run;
