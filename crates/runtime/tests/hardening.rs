@@ -475,7 +475,7 @@ fn a_poisoned_peer_is_dropped_and_the_run_reaches_the_honest_accuracy() {
 
 /// Honest runs of every model on the shipped set: nobody is dropped, and the largest
 /// norm ratio an honest gradient reached is printed (the margin below
-/// `NORM_FACTOR`; docs/runtime.md, "Numbers from peers").
+/// `NORM_FACTOR`; crates/runtime/README.md, "Numbers from peers").
 #[test]
 fn honest_runs_of_every_model_drop_nobody() {
     let d = tiny();

@@ -25,9 +25,10 @@
 //! ([`check_params`]): non-finite parameters end the run with an error, never a
 //! report or a checkpoint of a poisoned model.
 //!
-//! `K` = [`NORM_FACTOR`]: measured on honest runs of every bundled model on the
-//! shipped `tiny` set (docs/runtime.md, "Numbers from peers"), the largest ratio
-//! `|g_i| / (median · max(1, b_med/b_i))^½` seen was far below it.
+//! `K` = [`NORM_FACTOR`]: on 120 honest runs of every bundled model on the shipped
+//! `tiny` set (crates/runtime/README.md, "Numbers from peers") the largest ratio
+//! `|g_i| / (median · max(1, b_med/b_i))^½` seen was 27.9 (logreg), and nobody was
+//! dropped.
 
 use super::iteration::{Iteration, Task};
 use super::run::Run;
@@ -236,5 +237,50 @@ impl Run<'_> {
                 },
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_batch_is_allowed_its_noise_and_a_zero_reference_screens_nothing() {
+        // Same norm as the reference: ratio 1.
+        assert_eq!(norm_ratio_sqr(4.0, 64, 4.0, 64), Some(1.0));
+        // A batch 16 × smaller may have a 16 × larger |g|² (noise-dominated).
+        assert_eq!(norm_ratio_sqr(64.0, 4, 4.0, 64), Some(1.0));
+        // A larger batch gets no discount.
+        assert_eq!(norm_ratio_sqr(4.0, 256, 4.0, 64), Some(1.0));
+        assert_eq!(norm_ratio_sqr(4.0, 64, 0.0, 64), None);
+        assert_eq!(norm_ratio_sqr(4.0, 0, 1.0, 64), None);
+    }
+
+    #[test]
+    fn bad_values_and_parameters_are_named() {
+        let v = [0.5, f32::NAN, 1.0];
+        assert_eq!(describe_bad_values(&v, 10), "gradient value 11 is NaN");
+        let v = [0.5, -3e19, 1.0];
+        let d = describe_bad_values(&v, 0);
+        assert!(
+            d.starts_with("gradient value 1 is -3e19") && d.contains("overflows"),
+            "{d}"
+        );
+        assert!(check_params(&[1.0, 2.0], 5, "at the end").is_ok());
+        let e = check_params(&[1.0, f32::INFINITY], 5, "at the end")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("parameter 1 of 2 is inf at the end (iteration 5)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_lower_median_ignores_one_outlier_of_four() {
+        let mut v = [1.0, 1e12, 2.0, 3.0];
+        assert_eq!(lower_median(&mut v), Some(2.0));
+        let mut e: [f64; 0] = [];
+        assert_eq!(lower_median(&mut e), None);
     }
 }
