@@ -2,7 +2,9 @@
 //! what a peer that has not authenticated can hold.
 //!
 //! - Headers must arrive within [`Limits::header_read`] (slow-loris), bodies within
-//!   [`Limits::body_read`] (enforced where the API reads them, [`crate::api`]).
+//!   [`Limits::body_read`] (enforced where the API reads them, [`crate::api`]). hyper
+//!   runs the header timer from the moment it waits for a request's head, so it also
+//!   closes a kept-alive connection that sends no next request within that time.
 //! - A connection that has not carried an authenticated request closes
 //!   [`Limits::unauthenticated`] after it was accepted (once no request of it is being
 //!   answered); an authenticated one closes after [`Limits::idle`] without a request.

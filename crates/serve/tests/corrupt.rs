@@ -110,6 +110,7 @@ fn damaged_database_is_a_clear_error() {
     let mut offsets = vec![0usize, 9, 64, 200, 600];
     let step = (good.len() / 24 / 4096).max(1) * 4096;
     offsets.extend((4096..good.len() - 4096).step_by(step).map(|p| p + 1234));
+    let tried = offsets.len();
     for off in offsets {
         let mut bad = good.clone();
         bad[off] ^= 0x5a;
@@ -124,6 +125,7 @@ fn damaged_database_is_a_clear_error() {
         }
         let _ = std::fs::remove_dir_all(&d);
     }
+    eprintln!("{noticed} of {tried} flipped bytes refused clearly, the others started; no panic");
     assert!(noticed >= 2, "only {noticed} flipped bytes were noticed");
 
     // What the error says to do works: the file moved aside, a fresh service starts.
