@@ -65,7 +65,10 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return clap_exit(e),
+    };
     // Offline commands print and exit like other Unix tools: a reader that stops early
     // (`pacer simulate | head`) ends the process quietly by SIGPIPE (they write
     // through `out::print`, which turns any other stdout error into an error). The runtime commands keep Rust's default (SIGPIPE ignored), since
@@ -110,6 +113,33 @@ fn main() -> std::process::ExitCode {
         Err(e) if out::is_stdout_closed(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints what clap has to say (help and version to stdout, usage errors to stderr)
+/// and exits with its status — or with 1 and a message when it cannot be written:
+/// clap's own `exit` ignored write errors, so `pacer --help > /dev/full` exited 0.
+/// A reader that went away (`pacer --help | head -1`) is not an error.
+fn clap_exit(e: clap::Error) -> std::process::ExitCode {
+    use std::io::Write;
+    let stream = if e.use_stderr() {
+        "standard error"
+    } else {
+        "standard output"
+    };
+    match e.print().and_then(|()| {
+        if e.use_stderr() {
+            Ok(())
+        } else {
+            std::io::stdout().flush()
+        }
+    }) {
+        Ok(()) => std::process::ExitCode::from(e.exit_code().clamp(0, 255) as u8),
+        Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::SUCCESS,
+        Err(w) => {
+            let _ = writeln!(std::io::stderr(), "error: cannot write to {stream}: {w}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -680,7 +680,14 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     let bound = listener
         .local_addr()
         .with_context(|| format!("--listen {addr}: reading the bound address"))?;
-    if !a.job.json {
+    if a.job.json {
+        // The first line of --json output, as soon as workers can connect (with
+        // port 0 nothing else says which port the OS chose).
+        let event = pacer_cli::json::Listening {
+            listening: bound.to_string(),
+        };
+        putline!("{}", serde_json::to_string(&event)?);
+    } else {
         eprintln!(
             "pacer controller: listening on {bound}, waiting for {} worker(s)",
             a.min_workers

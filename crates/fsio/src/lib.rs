@@ -13,7 +13,8 @@
 //!     temporary file. A replaced file keeps its permission bits.
 //!   - a **device, a FIFO** (`/dev/null`, `/dev/full`, `mkfifo`): opened for writing
 //!     without `O_CREAT`/`O_TRUNC` and without following a symlink, and written
-//!     directly. It is never replaced by a regular file.
+//!     directly. It is never replaced by a regular file. One owned by another user
+//!     (not root) is refused: a planted FIFO would receive the output.
 //!   - a **symbolic link**: followed only if every link on the way is owned by the
 //!     user running the command or by root, like Linux's `protected_symlinks` but in
 //!     every folder; the file it leads to is then written by the rules above (a

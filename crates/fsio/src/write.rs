@@ -125,6 +125,28 @@ fn trust_links(_path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// A device or FIFO is written only when it belongs to us or to root: a FIFO another
+/// user planted at an output's name (in a shared folder) would receive the output,
+/// and one nobody reads would block the command.
+#[cfg(unix)]
+fn foreign_owner(m: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() == me || m.uid() == 0 {
+        return Ok(());
+    }
+    let what = if m.file_type().is_fifo() {
+        "a FIFO"
+    } else {
+        "a device"
+    };
+    Err(format!(
+        "it is {what} owned by user {} (neither you nor root); refusing to write to it",
+        m.uid()
+    ))
+}
+
 /// Writes a device or FIFO in place: opened for writing without creating or
 /// truncating it, and (unless reached through a trusted link) without following a
 /// link swapped in since we looked. Refuses if a regular file appeared meanwhile.
@@ -142,13 +164,13 @@ fn direct<E: Display>(
     #[cfg(unix)]
     {
         use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-        if let Ok(m) = std::fs::metadata(path) {
-            if m.file_type().is_socket() {
-                return Err(fail(
-                    "it is a socket; expected a file, a device or a FIFO".into(),
-                ));
-            }
+        let m = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+        if m.file_type().is_socket() {
+            return Err(fail(
+                "it is a socket; expected a file, a device or a FIFO".into(),
+            ));
         }
+        foreign_owner(&m).map_err(fail)?;
         if !follow {
             open.custom_flags(libc::O_NOFOLLOW);
         }
@@ -160,6 +182,8 @@ fn direct<E: Display>(
             "it was replaced by a regular file while being opened; not writing".into(),
         ));
     }
+    #[cfg(unix)]
+    foreign_owner(&meta).map_err(fail)?;
     let mut w = BufWriter::new(file);
     write(&mut w).map_err(|e| fail(e.to_string()))?;
     w.flush().map_err(|e| fail(e.to_string()))?;

@@ -178,6 +178,38 @@ fn a_fifo_delivers_the_bytes_and_remains_a_fifo() {
 }
 
 #[test]
+fn a_fifo_owned_by_another_user_is_refused_without_blocking() {
+    if !is_root() {
+        eprintln!("skipped: needs root to give a FIFO another owner");
+        return;
+    }
+    // A FIFO planted at an output's name would get the output (or, unread, block
+    // the command forever). Nobody reads this one: a writer that opened it would
+    // block, so the write runs on a thread and the test fails at the timeout.
+    let dir = tmp_dir("foreign-fifo");
+    let p = dir.join("out.txt");
+    mkfifo(&p);
+    std::os::unix::fs::lchown(&p, Some(12345), Some(12345)).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let q = p.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(write_bytes(&q, "secret\n").map_err(|e| e.to_string()));
+    });
+    let e = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the write returned within 10 s")
+        .unwrap_err();
+    assert_eq!(
+        e,
+        format!(
+            "cannot write {}: it is a FIFO owned by user 12345 (neither you nor root); refusing to write to it",
+            p.display()
+        )
+    );
+    assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_fifo());
+}
+
+#[test]
 fn our_own_symlink_is_followed_and_its_file_replaced_atomically() {
     let dir = tmp_dir("own-link");
     std::fs::create_dir(dir.join("real")).unwrap();

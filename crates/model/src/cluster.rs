@@ -30,6 +30,15 @@ pub struct NodeGroup {
     pub device_type: String,
 }
 
+/// The most nodes a cluster may have (docs/limits.md).
+pub const MAX_NODES: u32 = 1_000_000;
+/// The most devices one node may have.
+pub const MAX_GPUS_PER_NODE: u32 = 1024;
+/// The most devices a cluster may have, 2^20 (docs/limits.md): the largest cluster any
+/// policy is run on at a bounded cost per round. Checked from the node groups before
+/// any node is built, so a short spec (`1000000x1024:t4`, 10^9 devices) costs nothing.
+pub const MAX_DEVICES: u64 = 1 << 20;
+
 /// The machines of a cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterSpec {
@@ -78,8 +87,31 @@ impl ClusterSpec {
         Self::from_groups(&groups, origin)
     }
 
-    /// Builds a spec from node groups; rejects empty clusters and zero counts.
+    /// Builds a spec from node groups; rejects empty clusters, zero counts and
+    /// clusters over [`MAX_NODES`], [`MAX_GPUS_PER_NODE`] or [`MAX_DEVICES`].
+    ///
+    /// ```
+    /// let e = pacer_model::ClusterSpec::parse("10x2048:t4", "--cluster").unwrap_err();
+    /// assert!(e.to_string().contains("at most 1024 devices per node"));
+    /// let e = pacer_model::ClusterSpec::parse("200000x8:t4", "--cluster").unwrap_err();
+    /// assert!(e.to_string().contains("1600000 devices; at most 1048576"));
+    /// ```
     pub fn from_groups(groups: &[NodeGroup], origin: &str) -> Result<Self, ParseError> {
+        // Saturating: two groups of 2^32 nodes × 2^32 devices overflow a u64.
+        let nodes = groups
+            .iter()
+            .fold(0u64, |n, g| n.saturating_add(u64::from(g.count)));
+        let devices = groups.iter().fold(0u64, |n, g| {
+            n.saturating_add(u64::from(g.count) * u64::from(g.gpus_per_node))
+        });
+        if nodes > u64::from(MAX_NODES) || devices > MAX_DEVICES {
+            return Err(ParseError::whole(
+                origin,
+                format!(
+                    "cluster too large: {nodes} nodes, {devices} devices; at most {MAX_DEVICES} devices on at most {MAX_NODES} nodes"
+                ),
+            ));
+        }
         let mut spec = ClusterSpec {
             device_types: Vec::new(),
             nodes: Vec::new(),
@@ -94,12 +126,15 @@ impl ClusterSpec {
                     ),
                 ));
             }
-            // The node limit is on the whole cluster: per group, a short spec
-            // (`1000000x1:a,1000000x1:a,...`) would still build any number of nodes.
-            if g.count > 1_000_000 - spec.nodes.len() as u32 || g.gpus_per_node > 1024 {
+            // The limits are on the whole cluster (checked above): per group, a short
+            // spec (`1000000x1:a,1000000x1:a,...`) would still build any number of nodes.
+            if g.gpus_per_node > MAX_GPUS_PER_NODE {
                 return Err(ParseError::whole(
                     origin,
-                    "cluster too large (at most 1,000,000 nodes of ≤ 1024 devices)",
+                    format!(
+                        "cluster too large: node group {}x{}:{} has {} devices per node; at most {MAX_GPUS_PER_NODE} devices per node",
+                        g.count, g.gpus_per_node, g.device_type, g.gpus_per_node
+                    ),
                 ));
             }
             let ty = spec.type_id_or_insert(&g.device_type);
@@ -187,5 +222,27 @@ mod tests {
             let e = ClusterSpec::parse(bad, "--cluster").unwrap_err();
             assert!(e.to_string().starts_with("--cluster"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn total_devices_and_nodes_are_bounded_before_nodes_are_built() {
+        // Was: a 10^9-device cluster (`1000000x1000:t4`, or a TOML file saying so)
+        // accepted and simulated for minutes.
+        let c = ClusterSpec::parse("100000x8:t4", "--cluster").unwrap();
+        assert_eq!(c.total_gpus(), 800_000);
+        let c = ClusterSpec::parse("1024x1024:t4", "--cluster").unwrap();
+        assert_eq!(u64::from(c.total_gpus()), MAX_DEVICES);
+        let e = ClusterSpec::parse("1000000x1000:t4", "--cluster").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--cluster: cluster too large: 1000000 nodes, 1000000000 devices; at most 1048576 devices on at most 1000000 nodes"
+        );
+        let e = ClusterSpec::parse("1024x1024:t4,1x1:k80", "--cluster").unwrap_err();
+        assert!(e.to_string().contains("1048577 devices"), "{e}");
+        let e =
+            ClusterSpec::parse("4294967295x4294967295:a,4294967295x4294967295:b", "c").unwrap_err();
+        assert!(e.to_string().contains("cluster too large"), "{e}");
+        let e = ClusterSpec::parse("1000001x1:t4", "--cluster").unwrap_err();
+        assert!(e.to_string().contains("1000001 nodes"), "{e}");
     }
 }

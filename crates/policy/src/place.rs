@@ -17,17 +17,29 @@ struct Buckets {
     total: u64,
 }
 
+/// `buckets[k]` = the nodes (indices, ascending in `free`) with exactly k free devices,
+/// and the free total. Each set is built in one pass from its sorted indices rather
+/// than by one insert per node: inserts (O(log n) each, with node splits) were ~80 %
+/// of a Pollux-style round on 100,000 nodes, which rebuilds the pool every round.
+fn bucketed<'a>(
+    max: usize,
+    free: impl Iterator<Item = (usize, &'a u32)>,
+) -> (Vec<BTreeSet<u32>>, u64) {
+    let mut lists: Vec<Vec<u32>> = vec![Vec::new(); max + 1];
+    let mut total = 0u64;
+    for (i, &f) in free {
+        lists[f as usize].push(i as u32);
+        total += f as u64;
+    }
+    // Collecting sorted input bulk-builds the tree in linear time.
+    let buckets = lists.into_iter().map(BTreeSet::from_iter).collect();
+    (buckets, total)
+}
+
 impl Buckets {
     fn from_free<'a>(max: usize, free: impl Iterator<Item = (usize, &'a u32)>) -> Self {
-        let mut b = Buckets {
-            buckets: vec![BTreeSet::new(); max + 1],
-            total: 0,
-        };
-        for (i, &f) in free {
-            b.buckets[f as usize].insert(i as u32);
-            b.total += f as u64;
-        }
-        b
+        let (buckets, total) = bucketed(max, free);
+        Buckets { buckets, total }
     }
 
     fn mv(&mut self, node: u32, old: u32, new: u32) {
@@ -84,11 +96,7 @@ impl FreePool {
     /// A pool of one device type with `free` devices per node.
     pub fn from_free(free: Vec<u32>) -> Self {
         let max = free.iter().copied().max().unwrap_or(0) as usize;
-        let mut buckets = vec![BTreeSet::new(); max + 1];
-        for (i, &f) in free.iter().enumerate() {
-            buckets[f as usize].insert(i as u32);
-        }
-        let total = free.iter().map(|&f| f as u64).sum();
+        let (buckets, total) = bucketed(max, free.iter().enumerate());
         FreePool {
             free,
             buckets,

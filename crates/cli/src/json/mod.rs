@@ -15,7 +15,7 @@
 //! | `pacer bench round --json` | [`BenchRound`] (with `--workload`: `Vec<`[`SimRoundReport`]`>`) |
 //! | `pacer bench simulate --json` | `Vec<`[`SimReport`]`>` |
 //! | `pacer bench scale --json` | `Vec<`[`ScaleReport`]`>` |
-//! | `pacer train` / `pacer controller --json` | the runtime's `TrainReport` and the run's settings (`crates/cli/src/runtime_cmd.rs`) |
+//! | `pacer train` / `pacer controller --json` | the runtime's `TrainReport` and the run's settings (`crates/cli/src/runtime_cmd.rs`); `controller` first prints one line, [`Listening`] |
 
 mod bench;
 mod recommend;
@@ -89,6 +89,15 @@ impl serde_json::ser::Formatter for Rounded {
     fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.0.end_object_value(w)
     }
+}
+
+/// `pacer controller --json`: its first line, printed (compact, on one line) as soon
+/// as it listens, before the report: the address workers connect to, with the port
+/// the OS chose for `--listen HOST:0`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Listening {
+    /// `HOST:PORT`.
+    pub listening: String,
 }
 
 /// `pacer simulate --json`: one (workload, policy) row; the summary's keys follow

@@ -29,10 +29,20 @@ pub const PHILLY_FORMAT: TraceFormat = TraceFormat {
     },
 };
 
+/// The most jobs a synthetic trace may have (docs/limits.md). Checked before anything
+/// is allocated: `synthetic:1000000000` aborted allocating 136 GB. 10^7 jobs take
+/// about 1.4 GB as a trace, and a simulation of them hours.
+pub const MAX_JOBS: usize = 10_000_000;
+
 /// The generator's settings for `JOBS` jobs drawn for the context's cluster.
 fn spec(arg: &str, ctx: &TraceContext) -> Result<SyntheticSpec, TraceError> {
     let jobs: usize = pacer_model::error::parse_whole(arg, 1)
         .map_err(|e| TraceError::Spec(format!("expected JOBS, a whole number ≥ 1: {e}")))?;
+    if jobs > MAX_JOBS {
+        return Err(TraceError::Spec(format!(
+            "JOBS {jobs} is too many; at most {MAX_JOBS} jobs"
+        )));
+    }
     if !(ctx.arrivals_per_hour > 0.0 && ctx.arrivals_per_hour.is_finite()) {
         return Err(TraceError::Spec(format!(
             "arrivals per hour: expected a number > 0, got {}",
