@@ -13,6 +13,7 @@ from . import _native
 from .checkpoint import checkpoint_file, load, save
 from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
 from .signals import Emulation
+from .state import UserState
 
 
 #: The last DataParallel made: a DataLoader made after it attaches it to its job.
@@ -198,7 +199,10 @@ class DataLoader:
     ``adaptive_batch``: move the global batch to the goodput-optimal
     one in ``[global_batch, max_global_batch]`` every ``adapt_every`` steps
     (python/README.md). ``checkpoint_dir`` (default ``PACER_CHECKPOINT_DIR``): where a
-    stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes.
+    stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes;
+    ``checkpoint_every_steps`` / ``checkpoint_every_s``: also checkpoint there after
+    every that many steps / after the first step that ends that many seconds (rank 0's
+    clock) after the last checkpoint.
     """
 
     def __init__(
@@ -220,6 +224,8 @@ class DataLoader:
         collate_fn: Optional[Callable] = None,
         device: Optional[torch.device] = None,
         checkpoint_dir: Optional[str] = None,
+        checkpoint_every_steps: Optional[int] = None,
+        checkpoint_every_s: Optional[float] = None,
         gpu_like: bool = False,
     ):
         rank, world = _world()
@@ -297,6 +303,33 @@ class DataLoader:
             )
         if checkpoint_dir is None:
             checkpoint_dir = os.environ.get("PACER_CHECKPOINT_DIR") or None
+        if checkpoint_every_steps is not None and (
+            isinstance(checkpoint_every_steps, bool)
+            or not isinstance(checkpoint_every_steps, int)
+            or checkpoint_every_steps < 1
+        ):
+            raise ValueError(
+                f"checkpoint_every_steps: {checkpoint_every_steps!r} (expected an integer >= 1)"
+            )
+        if checkpoint_every_s is not None and (
+            isinstance(checkpoint_every_s, bool)
+            or not isinstance(checkpoint_every_s, (int, float))
+            or not checkpoint_every_s > 0
+            or checkpoint_every_s == float("inf")
+        ):
+            raise ValueError(
+                f"checkpoint_every_s: {checkpoint_every_s!r} (expected a finite number of "
+                "seconds > 0)"
+            )
+        for name, v in (
+            ("checkpoint_every_steps", checkpoint_every_steps),
+            ("checkpoint_every_s", checkpoint_every_s),
+        ):
+            if v is not None and checkpoint_dir is None:
+                raise ValueError(
+                    f"{name}: no checkpoint directory to write to (checkpoint_dir= or "
+                    "PACER_CHECKPOINT_DIR)"
+                )
         self.dataset = dataset
         self.collate_fn = collate_fn or default_collate
         self.device = device
@@ -315,6 +348,8 @@ class DataLoader:
             max_global_batch=max_global_batch,
             adapt_every=adapt_every,
             checkpoint_dir=checkpoint_dir,
+            checkpoint_every_steps=checkpoint_every_steps,
+            checkpoint_every_s=float(checkpoint_every_s) if checkpoint_every_s else None,
         )
         set_current(self.job)
         if _LAST_MODEL is not None:
@@ -449,8 +484,25 @@ def resume(path: str) -> None:
     load(job, path)
 
 
+def state() -> UserState:
+    """The job's user state: a dict whose entries pacer's checkpoints save and a resume
+    restores (``pacer_torch/state.py``): objects with ``state_dict``/``load_state_dict``
+    (LR scheduler, GradScaler, EMA) in place, other values replaced by the saved ones.
+    Register entries after the ``DataLoader`` is made and before the resume
+    (``remaining_epochs`` or the first iteration)::
+
+        pacer.state()["scheduler"] = scheduler
+        pacer.state()["best_accuracy"] = 0.0
+    """
+    job = current()
+    if job is None:
+        raise RuntimeError("pacer_torch.state: create the pacer_torch.DataLoader first")
+    return job.user_state
+
+
 def request_stop() -> None:
-    """Checkpoint to the checkpoint directory and exit after the current step."""
+    """Checkpoint to the checkpoint directory after the current step, then exit with
+    status 143 (``job.STOP_EXIT_STATUS``) on every rank."""
     job = current()
     if job is not None:
         job.request_stop()
