@@ -12,9 +12,13 @@ from torch.utils.data import Dataset, TensorDataset, default_collate
 from . import _native
 from .checkpoint import checkpoint_file, load, save
 from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
+from .ddp_engine import DdpEngine
 from .signals import Emulation
 from .state import UserState
 
+
+#: How ``DataParallel`` reduces the gradients (its docs).
+ENGINES = ("flat", "ddp")
 
 #: The last DataParallel made: a DataLoader made after it attaches it to its job.
 _LAST_MODEL: Optional["DataParallel"] = None
@@ -34,15 +38,34 @@ class DataParallel(torch.nn.Module):
     batch (PyTorch's default reduction). ``optimizer``, when given, is checkpointed
     with the model and gets the AdaScale LR gain of the adaptive global batch.
     Parameters and buffers are broadcast from rank 0 once, here.
+
+    ``engine``: ``"flat"`` (default) reduces all gradients in one all-reduce after the
+    backward pass; ``"ddp"`` runs the model inside PyTorch's
+    ``DistributedDataParallel`` and weights its buckets in a communication hook, so the
+    reduction overlaps the backward pass (``ddp_engine.py``; ``bucket_cap_mb`` is DDP's).
+    Without a process group both run as one process.
     """
 
-    def __init__(self, module: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        *,
+        engine: str = "flat",
+        bucket_cap_mb: Optional[float] = None,
+    ):
         super().__init__()
+        if engine not in ENGINES:
+            raise ValueError(f"engine: {engine!r} (expected one of {', '.join(ENGINES)})")
         self.module = module
         self._params = [p for p in module.parameters() if p.requires_grad]
         if not self._params:
             raise ValueError("module: has no parameter that requires a gradient")
-        if _dist_on():
+        self._engine: Optional[DdpEngine] = None
+        if engine == "ddp" and _dist_on():
+            # DDP broadcasts parameters and buffers from rank 0 itself.
+            self._engine = DdpEngine(module, bucket_cap_mb)
+        elif _dist_on():
             with torch.no_grad():
                 for t in list(module.parameters()) + list(module.buffers()):
                     dist.broadcast(t.data, src=0)
@@ -64,6 +87,8 @@ class DataParallel(torch.nn.Module):
         job = current()
         if job is not None and job.model is not self:
             job.attach(self, self._optimizer)
+        if self._engine is not None:
+            return self._engine.forward(*args, **kwargs)
         return self.module(*args, **kwargs)
 
     def _on_grad(self, _p: torch.Tensor) -> None:
@@ -73,6 +98,9 @@ class DataParallel(torch.nn.Module):
 
     def _sync(self) -> None:
         self._queued = False
+        if self._engine is not None:
+            self._engine.finish()
+            return
         job = current()
         ctx = job.step_ctx if job is not None else None
         if ctx is None:

@@ -74,6 +74,11 @@ def test_periodic_checkpoints_need_a_directory_and_a_period(tmp_path, monkeypatc
             global_batch=8, checkpoint_every_s=float("nan"), checkpoint_dir=str(tmp_path))
 
 
+def test_unknown_engine():
+    with pytest.raises(ValueError, match=r"^engine: 'reducer' \(expected one of flat, ddp\)"):
+        pacer.DataParallel(torch.nn.Linear(4, 2), engine="reducer")
+
+
 def test_unknown_controller_and_predictor():
     refused(r"^controller: unknown `fastest` \(expected one of uniform, lbbsp", global_batch=8,
             controller="fastest")

@@ -27,13 +27,14 @@ def make_data(n, dtype=torch.float32):
     return torch.utils.data.TensorDataset(x, y, idx)
 
 
-def _exactness(rank, world, out):
+def _exactness(rank, world, out, engine):
     import pacer_torch as pacer
 
     data = make_data(512)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    net = pacer.DataParallel(model, opt)
+    # A small bucket cap: the DDP engine reduces this model in several buckets.
+    net = pacer.DataParallel(model, opt, engine=engine, bucket_cap_mb=0.001)
     loader = pacer.DataLoader(data, global_batch=512, controller="lbbsp", seed=3)
     loader.set_batches(BATCHES)
     for x, y, idx in loader:
@@ -41,13 +42,16 @@ def _exactness(rank, world, out):
         loss = torch.nn.functional.cross_entropy(net(x), y)
         loss.backward()
         grads = [p.grad.clone() for p in model.parameters()]
-        torch.save({"grads": grads, "idx": idx, "gns_steps": pacer.current().gns.steps},
+        job = pacer.current()
+        torch.save({"grads": grads, "idx": idx, "gns_steps": job.gns.steps,
+                    "noise_scale_inputs": job.gns.state()},
                    os.path.join(out, f"rank{rank}.pt"))
         break
 
 
-def test_weighted_gradient_equals_the_single_process_gradient(tmp_path):
-    _dist.run(_exactness, 4, str(tmp_path))
+@pytest.mark.parametrize("engine", ["flat", "ddp"])
+def test_weighted_gradient_equals_the_single_process_gradient(tmp_path, engine):
+    _dist.run(_exactness, 4, str(tmp_path), engine)
     data = make_data(512)
     ref_model = make_model()
     x, y, _ = data.tensors
