@@ -1,6 +1,6 @@
 """A PyTorch DDP training script ported to pacer_torch (python/README.md, "Porting a
 DDP script"). Every line that differs from the plain DDP script is marked `# pacer:`
-with the line it replaces.
+with the line it replaces; lines marked `# optional:` only show what pacer does.
 
 Runs as shipped, on CPU (gloo) or CUDA (nccl), with synthetic data (no download):
 
@@ -9,12 +9,16 @@ Runs as shipped, on CPU (gloo) or CUDA (nccl), with synthetic data (no download)
     torchrun --nproc_per_node=4 python/examples/train_ddp.py --speeds 1,1,0.5,0.25
 
 `--speeds` emulates slower devices (a rank of speed s takes 1/s times as long per
-sample), `--adaptive` lets pacer move the global batch to the goodput-optimal one,
-`--checkpoint-dir` makes a SIGTERM checkpoint and a restart resume. Rank 0 prints one
-line per epoch and `final accuracy A` at the end.
+step: on this small model the step's fixed costs dominate, so the split is far from
+proportional), `--adaptive` lets pacer move the global batch to the goodput-optimal one,
+`--checkpoint-dir` makes a SIGTERM checkpoint (exit status 143) and a restart resume;
+launched by `python -m pacer_torch.run` instead of `torchrun` (same arguments) the
+launcher too exits 143 on SIGTERM, without torchrun's traceback. Rank 0 prints one line
+per epoch and `final accuracy A` at the end.
 """
 
 import argparse
+import os
 
 import torch
 import torch.nn.functional as F
@@ -59,16 +63,18 @@ def main() -> None:
     ap.add_argument("--checkpoint-dir", default=None)
     args = ap.parse_args()
 
-    info = pacer.init_process_group()  # pacer: (was dist.init_process_group("gloo"))
-    device = info["device"]
-    rank = int(info["rank"])
+    pacer.init_process_group()  # pacer: (was dist.init_process_group(backend))
+    rank = torch.distributed.get_rank()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if cuda else torch.device("cpu")
     train = synthetic(args.train_size, seed=1)
     test_x, test_y = synthetic(2048, seed=2).tensors
 
     model = Net(args.batch_norm).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.7)
     net = pacer.DataParallel(model, opt)  # pacer: (was DDP(model))
-    speeds = [float(s) for s in args.speeds.split(",")] if args.speeds else None
+    speeds = [float(s) for s in args.speeds.split(",")] if args.speeds else None  # optional
     loader = pacer.DataLoader(  # pacer: (was DistributedSampler + DataLoader(batch_size=B/world))
         train,
         global_batch=args.global_batch,
@@ -77,30 +83,35 @@ def main() -> None:
         max_global_batch=args.max_global_batch if args.adaptive else None,
         adapt_every=10,
         speed=speeds,
-        device=device,
         checkpoint_dir=args.checkpoint_dir,
     )
+    pacer.state()["scheduler"] = scheduler  # pacer: (new: checkpointed with the model)
+    if pacer.restore_if_needed() and rank == 0:  # optional: resume here, not in the loop
+        print(f"resumed at step {pacer.current().steps}", flush=True)
     acc = float("nan")
     for epoch in pacer.remaining_epochs(args.epochs):  # pacer: (was range(epochs) + sampler.set_epoch)
         net.train()
         total, n = 0.0, 0
         for x, y in loader:
+            x, y = x.to(device), y.to(device)
             loss = F.cross_entropy(net(x), y)  # the mean over the local batch
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item() * len(x)
             n += len(x)
+        scheduler.step()
         if rank == 0:
             net.eval()
             with torch.no_grad():
                 acc = float((net(test_x.to(device)).argmax(dim=1) == test_y.to(device)).float().mean())
-            job = pacer.current()
             print(
                 f"epoch {epoch}: train loss {total / max(n, 1):.4f} (rank 0), test accuracy "
-                f"{acc:.4f}, global batch {job.global_batch}, local batches {job.batches}",
+                f"{acc:.4f}, lr {scheduler.get_last_lr()[0]:.5f}",
                 flush=True,
             )
+            job = pacer.current()  # optional: what pacer decided
+            print(f"  global batch {job.global_batch}, local batches {job.batches}", flush=True)
     if rank == 0:
         print(f"final accuracy {acc:.4f}", flush=True)
     pacer.destroy_process_group()  # pacer: (was dist.destroy_process_group())

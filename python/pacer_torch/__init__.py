@@ -1,14 +1,17 @@
 """pacer for PyTorch: per-worker batches, gradient noise scale, goodput and elastic
 restarts in data-parallel training, driven by pacer's Rust job session.
 
-A DDP script changes in five lines (python/README.md)::
+A DDP script changes in seven lines (python/README.md, "Porting a DDP script";
+python/examples/train_ddp.py marks each)::
 
     import pacer_torch as pacer
     pacer.init_process_group()
-    model = pacer.DataParallel(model, optimizer)
+    net = pacer.DataParallel(model, optimizer)
     loader = pacer.DataLoader(dataset, global_batch=512, controller="lbbsp")
+    pacer.state()["scheduler"] = scheduler      # checkpointed with the model
     for epoch in pacer.remaining_epochs(10):
         for x, y in loader: ...
+    pacer.destroy_process_group()
 """
 
 from . import _native
@@ -23,6 +26,7 @@ from .parallel import (
     restore_if_needed,
     resume,
     save_checkpoint,
+    state,
 )
 from .probe import probe_max_local_batch
 from .sampler import ElasticSampler
@@ -47,5 +51,6 @@ __all__ = [
     "restore_if_needed",
     "resume",
     "save_checkpoint",
+    "state",
     "_native",
 ]

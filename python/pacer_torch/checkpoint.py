@@ -1,4 +1,5 @@
-"""Checkpoints: model, optimiser, sampler position, session and noise-scale state.
+"""Checkpoints: model, optimiser, sampler position, session and noise-scale state, and
+the script's own state (``pacer.state()``: LR scheduler, GradScaler, EMA, counters).
 
 Rank 0 writes ``<dir>/checkpoint.pt`` (to a temporary name, then renamed, so a
 checkpoint is either whole or absent); every rank waits for it. A checkpoint is checked
@@ -14,6 +15,7 @@ otherwise rank 0 re-balances and broadcasts the new one.
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
 import torch
@@ -69,11 +71,13 @@ def save(job: "Job", directory: str) -> str:
             "base_batch": job.base_batch,
             "lr_gain": job.lr_gain,
             "world_size": job.world,
+            "user_state": job.user_state.snapshot(),
         }
         tmp = path + ".tmp"
         torch.save(state, tmp)
         os.replace(tmp, path)
     _barrier()
+    job.last_checkpoint_t = time.monotonic()
     return path
 
 
@@ -98,6 +102,7 @@ def _check(job: "Job", state: Dict) -> None:
             f"job's {_optimizer_layout(job.optimizer)}"
         )
     job.sampler.check_state(state["sampler"])
+    job.user_state.check(state.get("user_state", {}))
 
 
 def load(job: "Job", path: str) -> None:
@@ -148,6 +153,7 @@ def load(job: "Job", path: str) -> None:
     if job.optimizer is not None:
         job.optimizer.load_state_dict(state["optimizer"])
     job.sampler.load_state_dict(state["sampler"])
+    job.user_state.restore(state.get("user_state", {}))
     job.gns = gns
     if job.rank == 0:
         job.session = built["session"]  # type: ignore[assignment]
@@ -155,4 +161,5 @@ def load(job: "Job", path: str) -> None:
     job.next = nxt
     job._lr_gain = float(state["lr_gain"])
     job.steps, job.samples = int(state["steps"]), int(state["samples"])
+    job.last_checkpoint_t = time.monotonic()
     job.restored = True

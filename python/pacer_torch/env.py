@@ -142,6 +142,9 @@ def destroy_process_group() -> bool:
         return True
     pg = dist.group.WORLD
     dist.barrier()
+    from .ddp_engine import release_all
+
+    release_all()  # DataParallel(engine="ddp")'s DDP wrappers hold the group
     alive = weakref.ref(pg)
     del pg
     dist.destroy_process_group()

@@ -31,14 +31,21 @@ from . import _native
 from .report import Reporter
 from .sampler import ElasticSampler
 from .signals import Emulation, LoadMonitor
+from .state import UserState
 from .trace import Tracer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .parallel import DataParallel
 
-#: Columns of a rank's row in the gathered statistics.
-ROW = 6
-COMPUTE, CPU, MEM, SQR, BATCH, STOP = range(ROW)
+#: Columns of a rank's row in the gathered statistics (CKPT: rank 0's clock says a
+#: periodic checkpoint is due).
+ROW = 7
+COMPUTE, CPU, MEM, SQR, BATCH, STOP, CKPT = range(ROW)
+
+#: Exit status of every rank after a stop's checkpoint (SIGTERM or ``request_stop``):
+#: 128 + SIGTERM, the shell's "ended by SIGTERM", so that torchrun, Slurm and other
+#: orchestrators read "stopped before the end", not "finished".
+STOP_EXIT_STATUS = 143
 
 _JOB: Optional["Job"] = None
 
@@ -190,6 +197,8 @@ class Job:
         max_global_batch: Optional[int],
         adapt_every: int,
         checkpoint_dir: Optional[str],
+        checkpoint_every_steps: Optional[int] = None,
+        checkpoint_every_s: Optional[float] = None,
     ):
         self.rank, self.world = _world()
         self.base_batch = global_batch
@@ -227,6 +236,14 @@ class Job:
         self.model: Optional["DataParallel"] = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every_steps = checkpoint_every_steps
+        self.checkpoint_every_s = checkpoint_every_s
+        #: When the last checkpoint was written or resumed (rank 0's clock decides).
+        self.last_checkpoint_t = time.monotonic()
+        #: The step that just ran ends with a periodic checkpoint (agreed by all ranks).
+        self.checkpoint_due = False
+        #: The script's own objects and values saved in the checkpoint (``pacer.state()``).
+        self.user_state = UserState()
         self.stop_requested = False
         self.restored = False
         self.reporter = Reporter.from_env(self.rank)
@@ -405,7 +422,20 @@ class Job:
         assert ctx is not None
         compute, cpu, mem = measured
         b = ctx.sizes[self.rank]
-        return [compute, cpu, mem, grad_sqr if b > 0 else 0.0, float(b), float(self._sigterm)]
+        due = (
+            self.rank == 0
+            and self.checkpoint_every_s is not None
+            and time.monotonic() - self.last_checkpoint_t >= self.checkpoint_every_s
+        )
+        return [
+            compute,
+            cpu,
+            mem,
+            grad_sqr if b > 0 else 0.0,
+            float(b),
+            float(self._sigterm),
+            float(due),
+        ]
 
     def decision_slot(self) -> List[float]:
         """This rank's part of the all-reduce's decision slot: rank 0's pending
@@ -451,6 +481,8 @@ class Job:
         self.stats.max_compute_s = max(row[COMPUTE] for row in rows)
         self.stop_requested = any(row[STOP] > 0 for row in rows)
         self.steps += 1
+        every = self.checkpoint_every_steps
+        self.checkpoint_due = rows[0][CKPT] > 0 or (every is not None and self.steps % every == 0)
         self.samples += sum(sizes)
         ctx.synced = True
         if session is not None and full:
@@ -493,6 +525,11 @@ class Job:
             self.reporter.send(self.report(done=False))
         if self.stop_requested:
             self.checkpoint_and_exit()
+        elif self.checkpoint_due:
+            from .checkpoint import save
+
+            assert self.checkpoint_dir is not None  # checked by the DataLoader
+            save(self, self.checkpoint_dir)
 
     # -- adaptive global batch ----------------------------------------------------------
 
@@ -585,12 +622,19 @@ class Job:
                 "(DataLoader(checkpoint_dir=...) or PACER_CHECKPOINT_DIR)"
             )
         save(self, path)
+        # Stopping now whatever else is said: a launcher that sees one rank exit tells
+        # the others with SIGTERM, which during the interpreter's shutdown (its own
+        # handlers gone) would end them by the signal instead of with our status.
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
         if self.reporter is not None:
             self.reporter.close()
         from .env import destroy_process_group
 
         destroy_process_group()
-        raise SystemExit(0)
+        raise SystemExit(STOP_EXIT_STATUS)
 
 
 def set_current(job: Optional[Job]) -> None:

@@ -12,8 +12,13 @@ from torch.utils.data import Dataset, TensorDataset, default_collate
 from . import _native
 from .checkpoint import checkpoint_file, load, save
 from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
+from .ddp_engine import DdpEngine
 from .signals import Emulation
+from .state import UserState
 
+
+#: How ``DataParallel`` reduces the gradients (its docs).
+ENGINES = ("flat", "ddp")
 
 #: The last DataParallel made: a DataLoader made after it attaches it to its job.
 _LAST_MODEL: Optional["DataParallel"] = None
@@ -33,15 +38,34 @@ class DataParallel(torch.nn.Module):
     batch (PyTorch's default reduction). ``optimizer``, when given, is checkpointed
     with the model and gets the AdaScale LR gain of the adaptive global batch.
     Parameters and buffers are broadcast from rank 0 once, here.
+
+    ``engine``: ``"flat"`` (default) reduces all gradients in one all-reduce after the
+    backward pass; ``"ddp"`` runs the model inside PyTorch's
+    ``DistributedDataParallel`` and weights its buckets in a communication hook, so the
+    reduction overlaps the backward pass (``ddp_engine.py``; ``bucket_cap_mb`` is DDP's).
+    Without a process group both run as one process.
     """
 
-    def __init__(self, module: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        *,
+        engine: str = "flat",
+        bucket_cap_mb: Optional[float] = None,
+    ):
         super().__init__()
+        if engine not in ENGINES:
+            raise ValueError(f"engine: {engine!r} (expected one of {', '.join(ENGINES)})")
         self.module = module
         self._params = [p for p in module.parameters() if p.requires_grad]
         if not self._params:
             raise ValueError("module: has no parameter that requires a gradient")
-        if _dist_on():
+        self._engine: Optional[DdpEngine] = None
+        if engine == "ddp" and _dist_on():
+            # DDP broadcasts parameters and buffers from rank 0 itself.
+            self._engine = DdpEngine(module, bucket_cap_mb)
+        elif _dist_on():
             with torch.no_grad():
                 for t in list(module.parameters()) + list(module.buffers()):
                     dist.broadcast(t.data, src=0)
@@ -63,6 +87,8 @@ class DataParallel(torch.nn.Module):
         job = current()
         if job is not None and job.model is not self:
             job.attach(self, self._optimizer)
+        if self._engine is not None:
+            return self._engine.forward(*args, **kwargs)
         return self.module(*args, **kwargs)
 
     def _on_grad(self, _p: torch.Tensor) -> None:
@@ -72,6 +98,9 @@ class DataParallel(torch.nn.Module):
 
     def _sync(self) -> None:
         self._queued = False
+        if self._engine is not None:
+            self._engine.finish()
+            return
         job = current()
         ctx = job.step_ctx if job is not None else None
         if ctx is None:
@@ -198,7 +227,10 @@ class DataLoader:
     ``adaptive_batch``: move the global batch to the goodput-optimal
     one in ``[global_batch, max_global_batch]`` every ``adapt_every`` steps
     (python/README.md). ``checkpoint_dir`` (default ``PACER_CHECKPOINT_DIR``): where a
-    stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes.
+    stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes;
+    ``checkpoint_every_steps`` / ``checkpoint_every_s``: also checkpoint there after
+    every that many steps / after the first step that ends that many seconds (rank 0's
+    clock) after the last checkpoint.
     """
 
     def __init__(
@@ -220,6 +252,8 @@ class DataLoader:
         collate_fn: Optional[Callable] = None,
         device: Optional[torch.device] = None,
         checkpoint_dir: Optional[str] = None,
+        checkpoint_every_steps: Optional[int] = None,
+        checkpoint_every_s: Optional[float] = None,
         gpu_like: bool = False,
     ):
         rank, world = _world()
@@ -297,6 +331,33 @@ class DataLoader:
             )
         if checkpoint_dir is None:
             checkpoint_dir = os.environ.get("PACER_CHECKPOINT_DIR") or None
+        if checkpoint_every_steps is not None and (
+            isinstance(checkpoint_every_steps, bool)
+            or not isinstance(checkpoint_every_steps, int)
+            or checkpoint_every_steps < 1
+        ):
+            raise ValueError(
+                f"checkpoint_every_steps: {checkpoint_every_steps!r} (expected an integer >= 1)"
+            )
+        if checkpoint_every_s is not None and (
+            isinstance(checkpoint_every_s, bool)
+            or not isinstance(checkpoint_every_s, (int, float))
+            or not checkpoint_every_s > 0
+            or checkpoint_every_s == float("inf")
+        ):
+            raise ValueError(
+                f"checkpoint_every_s: {checkpoint_every_s!r} (expected a finite number of "
+                "seconds > 0)"
+            )
+        for name, v in (
+            ("checkpoint_every_steps", checkpoint_every_steps),
+            ("checkpoint_every_s", checkpoint_every_s),
+        ):
+            if v is not None and checkpoint_dir is None:
+                raise ValueError(
+                    f"{name}: no checkpoint directory to write to (checkpoint_dir= or "
+                    "PACER_CHECKPOINT_DIR)"
+                )
         self.dataset = dataset
         self.collate_fn = collate_fn or default_collate
         self.device = device
@@ -315,6 +376,8 @@ class DataLoader:
             max_global_batch=max_global_batch,
             adapt_every=adapt_every,
             checkpoint_dir=checkpoint_dir,
+            checkpoint_every_steps=checkpoint_every_steps,
+            checkpoint_every_s=float(checkpoint_every_s) if checkpoint_every_s else None,
         )
         set_current(self.job)
         if _LAST_MODEL is not None:
@@ -449,8 +512,25 @@ def resume(path: str) -> None:
     load(job, path)
 
 
+def state() -> UserState:
+    """The job's user state: a dict whose entries pacer's checkpoints save and a resume
+    restores (``pacer_torch/state.py``): objects with ``state_dict``/``load_state_dict``
+    (LR scheduler, GradScaler, EMA) in place, other values replaced by the saved ones.
+    Register entries after the ``DataLoader`` is made and before the resume
+    (``remaining_epochs`` or the first iteration)::
+
+        pacer.state()["scheduler"] = scheduler
+        pacer.state()["best_accuracy"] = 0.0
+    """
+    job = current()
+    if job is None:
+        raise RuntimeError("pacer_torch.state: create the pacer_torch.DataLoader first")
+    return job.user_state
+
+
 def request_stop() -> None:
-    """Checkpoint to the checkpoint directory and exit after the current step."""
+    """Checkpoint to the checkpoint directory after the current step, then exit with
+    status 143 (``job.STOP_EXIT_STATUS``) on every rank."""
     job = current()
     if job is not None:
         job.request_stop()

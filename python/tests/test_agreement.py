@@ -6,6 +6,7 @@ copies stay identical and the run reaches its target accuracy."""
 
 import os
 
+import pytest
 import torch
 
 import _dist
@@ -33,7 +34,7 @@ def make_model():
     )
 
 
-def _adaptive(rank, world, out):
+def _adaptive(rank, world, out, engine):
     import torch.distributed as dist
 
     import pacer_torch as pacer
@@ -41,7 +42,7 @@ def _adaptive(rank, world, out):
     train, (xt, yt) = make_data()
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    net = pacer.DataParallel(model, opt)
+    net = pacer.DataParallel(model, opt, engine=engine)
     loader = pacer.DataLoader(
         train, global_batch=32, controller="lbbsp", seed=7, adaptive_batch=True,
         max_global_batch=1024, adapt_every=4, speed=[1, 1, 0.5, 0.25], time_scale=1.0,
@@ -80,8 +81,9 @@ def _adaptive(rank, world, out):
                    os.path.join(out, "adaptive.pt"))
 
 
-def test_four_adaptive_ranks_apply_one_decision_every_step(tmp_path):
-    _dist.run(_adaptive, 4, str(tmp_path), timeout_s=60)
+@pytest.mark.parametrize("engine", ["flat", "ddp"])
+def test_four_adaptive_ranks_apply_one_decision_every_step(tmp_path, engine):
+    _dist.run(_adaptive, 4, str(tmp_path), engine, timeout_s=60)
     got = torch.load(tmp_path / "adaptive.pt")
     log = got["log"]
     globals_ = [sum(ran) for ran, _ in log]

@@ -62,6 +62,23 @@ def test_a_batchnorm_model_derives_a_minimum_of_two():
     assert loader.job.minima == [1]
 
 
+def test_periodic_checkpoints_need_a_directory_and_a_period(tmp_path, monkeypatch):
+    monkeypatch.delenv("PACER_CHECKPOINT_DIR", raising=False)
+    refused(r"^checkpoint_every_steps: no checkpoint directory", global_batch=8,
+            checkpoint_every_steps=10)
+    refused(r"^checkpoint_every_s: no checkpoint directory", global_batch=8,
+            checkpoint_every_s=60)
+    refused(r"^checkpoint_every_steps: 0 \(expected an integer >= 1\)", global_batch=8,
+            checkpoint_every_steps=0, checkpoint_dir=str(tmp_path))
+    refused(r"^checkpoint_every_s: nan \(expected a finite number of seconds > 0\)",
+            global_batch=8, checkpoint_every_s=float("nan"), checkpoint_dir=str(tmp_path))
+
+
+def test_unknown_engine():
+    with pytest.raises(ValueError, match=r"^engine: 'reducer' \(expected one of flat, ddp\)"):
+        pacer.DataParallel(torch.nn.Linear(4, 2), engine="reducer")
+
+
 def test_unknown_controller_and_predictor():
     refused(r"^controller: unknown `fastest` \(expected one of uniform, lbbsp", global_batch=8,
             controller="fastest")

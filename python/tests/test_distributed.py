@@ -3,7 +3,9 @@ taken with 4 ranks resumed with 2."""
 
 import os
 
+import pytest
 import torch
+import torch.multiprocessing as mp
 
 import _dist
 
@@ -25,13 +27,14 @@ def make_data(n, dtype=torch.float32):
     return torch.utils.data.TensorDataset(x, y, idx)
 
 
-def _exactness(rank, world, out):
+def _exactness(rank, world, out, engine):
     import pacer_torch as pacer
 
     data = make_data(512)
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    net = pacer.DataParallel(model, opt)
+    # A small bucket cap: the DDP engine reduces this model in several buckets.
+    net = pacer.DataParallel(model, opt, engine=engine, bucket_cap_mb=0.001)
     loader = pacer.DataLoader(data, global_batch=512, controller="lbbsp", seed=3)
     loader.set_batches(BATCHES)
     for x, y, idx in loader:
@@ -39,13 +42,16 @@ def _exactness(rank, world, out):
         loss = torch.nn.functional.cross_entropy(net(x), y)
         loss.backward()
         grads = [p.grad.clone() for p in model.parameters()]
-        torch.save({"grads": grads, "idx": idx, "gns_steps": pacer.current().gns.steps},
+        job = pacer.current()
+        torch.save({"grads": grads, "idx": idx, "gns_steps": job.gns.steps,
+                    "noise_scale_inputs": job.gns.state()},
                    os.path.join(out, f"rank{rank}.pt"))
         break
 
 
-def test_weighted_gradient_equals_the_single_process_gradient(tmp_path):
-    _dist.run(_exactness, 4, str(tmp_path))
+@pytest.mark.parametrize("engine", ["flat", "ddp"])
+def test_weighted_gradient_equals_the_single_process_gradient(tmp_path, engine):
+    _dist.run(_exactness, 4, str(tmp_path), engine)
     data = make_data(512)
     ref_model = make_model()
     x, y, _ = data.tensors
@@ -168,24 +174,62 @@ def _sigterm(rank, world, out):
 
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
     net = pacer.DataParallel(model, opt)
     loader = pacer.DataLoader(make_data(N), global_batch=128, seed=4,
                               checkpoint_dir=os.path.join(out, "ckpt"))
-    for step, (x, y, idx) in enumerate(loader, 1):
-        if step == 3 and rank == 1:
-            os.kill(os.getpid(), signal.SIGTERM)  # only one rank is told
-        torch.nn.functional.cross_entropy(net(x), y).backward()
-        opt.step()
-        opt.zero_grad()
+    pacer.state()["scheduler"] = sched
+    pacer.state()["seen"] = 0
+    try:
+        for step, (x, y, idx) in enumerate(loader, 1):
+            if step == 3 and rank == 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # only one rank is told
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+            pacer.state()["seen"] += sum(pacer.current().step_ctx.sizes)
+            if pacer.current().stop_requested and rank == 0:
+                torch.save(sched.state_dict(), os.path.join(out, "sched_at_stop.pt"))
+    except SystemExit as e:
+        open(os.path.join(out, f"exit-{rank}-{e.code}"), "w").close()
+        raise
     open(os.path.join(out, f"not-stopped-{rank}"), "w").close()
 
 
-def test_sigterm_on_one_rank_checkpoints_all_after_that_step_and_exits(tmp_path):
-    _dist.run(_sigterm, 2, str(tmp_path))
+def _resume_after_sigterm(rank, world, out):
+    import pacer_torch as pacer
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+    pacer.DataParallel(model, opt)
+    pacer.DataLoader(make_data(N), global_batch=128, seed=4,
+                     checkpoint_dir=os.path.join(out, "ckpt"))
+    pacer.state()["scheduler"] = sched
+    pacer.state()["seen"] = 0
+    assert pacer.restore_if_needed()
+    if rank == 0:
+        torch.save({"sched": sched.state_dict(), "seen": pacer.state()["seen"],
+                    "lr": opt.param_groups[0]["lr"]}, os.path.join(out, "resumed.pt"))
+
+
+def test_sigterm_on_one_rank_checkpoints_all_after_that_step_and_exits_143(tmp_path):
+    with pytest.raises(mp.ProcessExitedException) as e:
+        _dist.run(_sigterm, 2, str(tmp_path))
+    assert e.value.exit_code == 143
     assert not list(tmp_path.glob("not-stopped-*"))
+    assert sorted(p.name for p in tmp_path.glob("exit-*")) == ["exit-0-143", "exit-1-143"]
     state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)
     assert state["steps"] == 3 and state["sampler"]["offset"] == 3 * 128
     assert state["world_size"] == 2 and "momentum_buffer" in state["optimizer"]["state"][0]
+    # The user state, resumed exactly (the scheduler in place, the counter's value).
+    _dist.run(_resume_after_sigterm, 2, str(tmp_path))
+    resumed = torch.load(tmp_path / "resumed.pt")
+    at_stop = torch.load(tmp_path / "sched_at_stop.pt")
+    assert resumed["sched"] == at_stop and at_stop["last_epoch"] == 3
+    assert resumed["seen"] == 3 * 128
+    assert resumed["lr"] == pytest.approx(0.1 * 0.9**3, rel=1e-12)
 
 
 def _optimiser_after_init(rank, world):

@@ -1,0 +1,165 @@
+"""``DataParallel(..., engine="ddp")``: PyTorch's reducer with pacer's weights.
+
+The model runs inside ``torch.nn.parallel.DistributedDataParallel``: its buckets are
+all-reduced while the backward pass still runs (DDP's overlap), through a communication
+hook that scales each rank's bucket of local mean gradients by ``b_i / B`` before a
+summing all-reduce, so the result is ``sum_i (b_i / B) g_i``, the global batch's mean
+gradient, exactly as the default engine computes it. The last bucket also carries the
+step's rows (every rank's measurements) and rank 0's decision (``job.py``), so a step
+still costs no collective beyond DDP's own. ``|g_i|^2`` and ``|g|^2`` (the noise scale's
+inputs) are summed over the buckets before and after their reduction.
+
+Differences from the default engine: the rank's compute time ends when its first bucket
+is ready (DDP starts communicating then), so an emulated slow device (``speed``) is
+padded there; buffers are not broadcast (``broadcast_buffers=False``), as in the default
+engine.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import torch
+import torch.distributed as dist
+
+from .job import ROW, Decision, current
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .job import Job
+
+
+class StepState:
+    """What the hooks of one backward pass gather."""
+
+    def __init__(self) -> None:
+        self.local_sqr = 0.0
+        self.agg_sqr = 0.0
+        self.measured: Optional[tuple] = None
+        self.rows: Optional[List[List[float]]] = None
+        self.decision: Optional[List[float]] = None
+        self.futures: List[torch.futures.Future] = []
+
+
+def _reduced(st: StepState, t: torch.Tensor) -> torch.Tensor:
+    """A bucket's reduced gradient: its share of ``|g|^2``."""
+    st.agg_sqr += float(torch.linalg.vector_norm(t, dtype=torch.float64) ** 2)
+    return t
+
+
+#: Every engine alive, so that ``destroy_process_group`` can drop their DDP wrappers,
+#: which hold the process group (``env.destroy_process_group``).
+_ENGINES: "weakref.WeakSet[DdpEngine]" = weakref.WeakSet()
+
+
+def release_all() -> None:
+    """Drops every engine's DDP wrapper (before the process group is destroyed)."""
+    for e in list(_ENGINES):
+        e.ddp = None
+
+
+class DdpEngine:
+    """Owns the DDP wrapper and its communication hook (module docs)."""
+
+    def __init__(self, module: torch.nn.Module, bucket_cap_mb: Optional[float] = None):
+        kw: dict = {"gradient_as_bucket_view": True}
+        # Buffers synchronised at the start only, as the flat engine does (torch >= 2.15
+        # names it forward_sync_buffers and deprecates broadcast_buffers).
+        params = inspect.signature(torch.nn.parallel.DistributedDataParallel).parameters
+        kw["forward_sync_buffers" if "forward_sync_buffers" in params else "broadcast_buffers"] = (
+            False
+        )
+        if bucket_cap_mb is not None:
+            kw["bucket_cap_mb"] = bucket_cap_mb
+        if next(module.parameters()).is_cuda:  # pragma: no cover - no GPU here
+            kw["device_ids"] = [torch.cuda.current_device()]
+        self.ddp: Optional[torch.nn.parallel.DistributedDataParallel] = (
+            torch.nn.parallel.DistributedDataParallel(module, **kw)
+        )
+        self.ddp.register_comm_hook(self, DdpEngine._hook)
+        self.step: Optional[StepState] = None
+        _ENGINES.add(self)
+
+    def _job(self) -> "Job":
+        job = current()
+        if job is None or job.step_ctx is None:
+            raise RuntimeError(
+                "pacer_torch.DataParallel: backward() outside a step of a pacer_torch.DataLoader"
+            )
+        return job
+
+    def _hook(self, bucket):  # no annotations: DDP checks them, and these would be strings
+        job = self._job()
+        ctx = job.step_ctx
+        assert ctx is not None
+        st = self.step
+        if st is None:
+            if ctx.synced:
+                raise RuntimeError(
+                    "pacer_torch.DataParallel: a second backward() in one step (gradient "
+                    "accumulation across backward calls is not supported)"
+                )
+            st = self.step = StepState()
+            st.measured = job.end_compute()
+        buf = bucket.buffer()
+        rank, world = job.rank, job.world
+        b, total = ctx.sizes[rank], sum(ctx.sizes)
+        if b > 0:
+            st.local_sqr += float(torch.linalg.vector_norm(buf, dtype=torch.float64) ** 2)
+            buf.mul_(b / total)
+        else:
+            buf.zero_()
+        if not bucket.is_last():
+            fut = dist.all_reduce(buf, async_op=True).get_future()
+            fut = fut.then(lambda f: _reduced(st, f.value()[0]))
+            st.futures.append(fut)
+            return fut
+        # The last bucket carries the rows and rank 0's decision.
+        assert st.measured is not None
+        n_rows, n_dec = ROW * world, Decision.slot_len(world)
+        tail = torch.zeros(n_rows + n_dec, dtype=buf.dtype, device=buf.device)
+        row = job.local_row(st.measured, st.local_sqr)
+        tail[ROW * rank : ROW * (rank + 1)] = torch.tensor(row, dtype=buf.dtype)
+        if rank == 0:
+            tail[n_rows:] = torch.tensor(job.decision_slot(), dtype=buf.dtype)
+        both = torch.cat([buf, tail])
+        n = buf.numel()
+        trace = job.trace
+        if trace is not None:
+            trace.mark("arrive")
+
+        def done(f: torch.futures.Future) -> torch.Tensor:
+            out = f.value()[0]
+            t = out[n:].cpu()
+            st.rows = t[:n_rows].view(world, ROW).tolist()
+            st.decision = t[n_rows:].tolist()
+            if trace is not None:
+                trace.mark("reduced")
+            return _reduced(st, out[:n])
+
+        fut = dist.all_reduce(both, async_op=True).get_future().then(done)
+        st.futures.append(fut)
+        return fut
+
+    def finish(self) -> None:
+        """After the backward pass (DDP has written the reduced gradients): the step's
+        gathered rows to the job."""
+        st, self.step = self.step, None
+        if st is None:
+            return
+        for f in st.futures:
+            f.wait()
+        assert st.rows is not None and st.decision is not None
+        job = current()
+        assert job is not None
+        job.gathered(st.rows, st.agg_sqr, st.decision)
+        if job.trace is not None:
+            job.trace.mark("gathered")
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.ddp is None:
+            raise RuntimeError(
+                "pacer_torch.DataParallel: the process group was destroyed (engine='ddp')"
+            )
+        return self.ddp(*args, **kwargs)
