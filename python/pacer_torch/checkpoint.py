@@ -5,7 +5,10 @@ checkpoint is either whole or absent); every rank waits for it. A checkpoint is 
 whole against the running job before any of it is applied: another model (parameter
 names or shapes), another optimiser layout or another data set size is a ValueError
 naming ``checkpoint`` and nothing changes. The world size may differ: the session keeps
-the workers (ranks) both runs have, drops the others and adds the new ones.
+the workers (ranks) both runs have, drops the others and adds the new ones. Rank 0's
+session and its decisions (the coming step's and the one it was about to send) are
+saved; resumed with the same ranks, the run continues with exactly those decisions,
+otherwise rank 0 re-balances and broadcasts the new one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from . import _native
+from .job import Decision, share_from_rank0
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
@@ -57,6 +61,8 @@ def save(job: "Job", directory: str) -> str:
             "optimizer_layout": _optimizer_layout(job.optimizer) if job.optimizer else None,
             "sampler": job.sampler.state_dict(),
             "session": job.session.state(),
+            "next": job.next.state_dict(),
+            "pending": job.pending.state_dict() if job.pending is not None else None,
             "gns": job.gns.state(),
             "steps": job.steps,
             "samples": job.samples,
@@ -103,32 +109,50 @@ def load(job: "Job", path: str) -> None:
     _check(job, state)
     # Build everything before changing anything.
     try:
-        session = _native.Session.from_state(state["session"])
         gns = _native.Gns.from_state(state["gns"])
     except ValueError as e:
         raise ValueError(f"checkpoint: {e}") from None
-    members = session.workers()
-    caps = job.caps
-    for w in members:
-        if w >= job.world:
-            session.leave(w)
-    for r in range(job.world):
-        if r not in members:
-            if caps[r] is None:
-                session.join(r)
-            else:
-                session.join(r, 1, caps[r])
-    try:
-        decision = session.decide()
-        batches, predicted = list(decision[0]), list(decision[1])
-    except ValueError as e:
-        raise ValueError(f"max_local_batch: the checkpoint's batches do not fit: {e}") from None
+    built: Dict[str, object] = {}
+
+    def rank0_session() -> Tuple[Decision, Decision]:
+        try:
+            session = _native.Session.from_state(state["session"])
+        except ValueError as e:
+            raise ValueError(f"checkpoint: {e}") from None
+        lr_gain = float(state["lr_gain"])
+        members = session.workers()
+        same = members == list(range(job.world)) and state.get("next") and state.get("pending")
+        if same:
+            nxt = Decision.from_state(state["next"])
+            pending = Decision.from_state(state["pending"])
+        else:
+            for w in members:
+                if w >= job.world:
+                    session.leave(w)
+            for r in range(job.world):
+                if r not in members:
+                    job.join(session, r)
+            try:
+                d = session.decide()
+            except ValueError as e:
+                raise ValueError(
+                    f"max_local_batch: the checkpoint's batches do not fit: {e}"
+                ) from None
+            nxt = Decision(session.global_batch, lr_gain, list(d[0]), list(d[1]))
+            pending = nxt.copy()
+        built["session"] = session
+        return nxt, pending
+
+    nxt, pending = share_from_rank0(job.rank, rank0_session)
     job.model.module.load_state_dict(state["model"])
     if job.optimizer is not None:
         job.optimizer.load_state_dict(state["optimizer"])
     job.sampler.load_state_dict(state["sampler"])
-    job.session, job.gns, job.batches = session, gns, batches
-    job.predicted = predicted
+    job.gns = gns
+    if job.rank == 0:
+        job.session = built["session"]  # type: ignore[assignment]
+        job.pending = pending
+    job.next = nxt
+    job._lr_gain = float(state["lr_gain"])
     job.steps, job.samples = int(state["steps"]), int(state["samples"])
-    job.lr_gain = float(state["lr_gain"])
     job.restored = True

@@ -3,9 +3,16 @@
 Each step, every rank contributes one row to a single all-reduce that also carries the
 gradients (``parallel.py``): its compute time (padding included when emulating, the wait
 for the others excluded), its load signals, ``|g_i|^2`` of its local mean gradient, its
-local batch and whether it was asked to stop. All ranks then hold the same gathered rows
-and feed the same Rust session (``pacer_torch._native.Session``) and noise-scale
-estimator, so they decide the same next batches without another message.
+local batch and whether it was asked to stop.
+
+One decision per job: only rank 0's Rust session (``pacer_torch._native.Session``)
+decides. After step ``t``'s all-reduce it observes the gathered rows and decides the
+batches of step ``t + 2`` (and, every ``adapt_every`` steps when adaptive, the global
+batch and its learning-rate gain); that decision travels in step ``t + 1``'s all-reduce
+(rank 0 writes it, the others write zeros, so the sum is rank 0's numbers exactly), and
+every rank, rank 0 included, applies what it reads there. So all ranks run the same
+decision every step without another message, one step after rank 0 made it. At the start,
+after a resume and on the user's ``set_global_batch`` the decision is broadcast once.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -35,6 +42,95 @@ COMPUTE, CPU, MEM, SQR, BATCH, STOP = range(ROW)
 
 _JOB: Optional["Job"] = None
 
+#: Largest global batch the decision slot of the all-reduce carries exactly: integers
+#: travel as floats of the gradients' type, float32 at least (24-bit mantissa).
+MAX_SLOT_BATCH = 1 << 24
+
+
+@dataclass
+class Decision:
+    """What one step runs: its global batch, the learning-rate gain of that batch and
+    every rank's local batch (with the speeds the session predicted for them)."""
+
+    global_batch: int
+    lr_gain: float
+    batches: List[int]
+    predicted: List[float]
+
+    @staticmethod
+    def slot_len(world: int) -> int:
+        return 2 + 2 * world
+
+    def encode(self) -> List[float]:
+        return [float(self.global_batch), float(self.lr_gain)] + [
+            float(b) for b in self.batches
+        ] + [float(v) for v in self.predicted]
+
+    @staticmethod
+    def decode(values: List[float], world: int) -> "Decision":
+        """The decision rank 0 wrote in the all-reduce; checked, since every rank acts
+        on it (a RuntimeError on every rank alike when it is not one)."""
+        g, gain = values[0], values[1]
+        batches = values[2 : 2 + world]
+        ok = (
+            len(values) == Decision.slot_len(world)
+            and all(math.isfinite(v) and v >= 0 and v == int(v) for v in [g] + batches)
+            and math.isfinite(gain)
+            and gain > 0
+            and sum(int(b) for b in batches) == int(g)
+        )
+        if not ok:
+            raise RuntimeError(
+                f"pacer_torch: the decision received from rank 0 is not one: {values} "
+                f"(expected a global batch, a gain > 0 and {world} batches summing to it)"
+            )
+        return Decision(
+            int(g), float(gain), [int(b) for b in batches], list(values[2 + world :])
+        )
+
+    def copy(self) -> "Decision":
+        return Decision(self.global_batch, self.lr_gain, list(self.batches), list(self.predicted))
+
+    def state_dict(self) -> Dict[str, object]:
+        return {
+            "global_batch": self.global_batch,
+            "lr_gain": self.lr_gain,
+            "batches": list(self.batches),
+            "predicted": list(self.predicted),
+        }
+
+    @staticmethod
+    def from_state(st: Dict[str, Any]) -> "Decision":
+        return Decision(
+            int(st["global_batch"]),
+            float(st["lr_gain"]),
+            [int(b) for b in st["batches"]],
+            [float(v) for v in st["predicted"]],
+        )
+
+
+def _dist_on() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def share_from_rank0(rank: int, make: Callable[[], Any]) -> Any:
+    """``make()`` run on rank 0 only, its result broadcast to every rank (a collective:
+    every rank calls it at the same point). A ValueError on rank 0 is raised on every
+    rank, with rank 0's message, so no rank is left waiting for the others."""
+    payload: Tuple[str, Any] = ("ok", None)
+    if rank == 0:
+        try:
+            payload = ("ok", make())
+        except ValueError as e:
+            payload = ("error", str(e))
+    if _dist_on() and dist.get_world_size() > 1:
+        box = [payload]
+        dist.broadcast_object_list(box, src=0)
+        payload = box[0]
+    if payload[0] == "error":
+        raise ValueError(payload[1])
+    return payload[1]
+
 
 def current() -> Optional["Job"]:
     """The process's job (set by ``DataLoader``), or None."""
@@ -52,6 +148,8 @@ class StepContext:
     """The step being computed on this rank."""
 
     sizes: List[int]
+    #: The step's global batch (the sizes sum to it except on an epoch's last step).
+    global_batch: int
     wall0: float
     cpu0: float
     synced: bool = False
@@ -84,6 +182,8 @@ class Job:
         predictor: str,
         seed: int,
         caps: List[Optional[int]],
+        minima: Optional[List[int]] = None,
+        min_explicit: bool = False,
         gpu_like: bool,
         emulation: Emulation,
         adaptive_batch: bool,
@@ -94,26 +194,32 @@ class Job:
         self.rank, self.world = _world()
         self.base_batch = global_batch
         self.caps = list(caps)
+        #: Each rank's smallest local batch (``min_local_batch``).
+        self.minima: List[int] = list(minima) if minima is not None else [1] * len(caps)
+        #: Whether the user gave ``min_local_batch`` (else derived from the model).
+        self.min_explicit = min_explicit
+        # Built on every rank, so that a bad configuration is the same ValueError
+        # everywhere; only rank 0's decides (module docs).
         session = _native.Session(global_batch, controller, predictor, seed, gpu_like)
-        for r, cap in enumerate(caps):
-            if cap is None:
-                session.join(r)
-            else:
-                session.join(r, 1, cap)
-        self.session = session
-        decision = session.decide()
-        self.batches: List[int] = list(decision[0])
-        #: The speeds the session predicted for the coming step (samples/s; 0: none).
-        self.predicted: List[float] = list(decision[1])
+        for r in range(len(caps)):
+            self.join(session, r)
+        #: Rank 0: the session that decides for the job. Other ranks: None.
+        self.session: Optional[_native.Session] = session if self.rank == 0 else None
+        #: The coming step's decision (the same on every rank).
+        self.next: Decision = share_from_rank0(self.rank, lambda: self._first_decision(1.0))
+        #: Rank 0: the decision it sends in the coming step's all-reduce (for the step
+        #: after). Other ranks: None.
+        self.pending: Optional[Decision] = self.next.copy() if self.rank == 0 else None
+        self._lr_gain = 1.0
         self.gns = _native.Gns(float(global_batch))
         self.sampler = ElasticSampler(num_samples, seed)
+        self.sampler.minima, self.sampler.caps = self.minima, self.caps
         self.emulation = emulation
         self.monitor = LoadMonitor()
         self.signals = [(0.0, 0.0)] * self.world
         self.adaptive_batch = adaptive_batch
         self.max_global_batch = max_global_batch or global_batch
         self.adapt_every = adapt_every
-        self.lr_gain = 1.0
         self.steps = 0
         self.samples = 0
         self.step_ctx: Optional[StepContext] = None
@@ -130,7 +236,94 @@ class Job:
         self._sigterm = False
         self._install_sigterm()
 
+    # -- the decision -----------------------------------------------------------------
+
+    @property
+    def batches(self) -> List[int]:
+        """Every rank's local batch of the coming step."""
+        return self.next.batches
+
+    @property
+    def predicted(self) -> List[float]:
+        """The speeds the session predicted for the coming step (samples/s; 0: none)."""
+        return self.next.predicted
+
+    @property
+    def global_batch(self) -> int:
+        """The coming step's global batch."""
+        return self.next.global_batch
+
+    @property
+    def lr_gain(self) -> float:
+        """The learning-rate gain ``optimizer.step()`` applies: the one of the step in
+        progress (or of the last one, between steps)."""
+        return self._lr_gain
+
+    @lr_gain.setter
+    def lr_gain(self, gain: float) -> None:
+        """Sets the gain from the coming step on (every rank, the same value)."""
+        gain = float(gain)
+        if not (math.isfinite(gain) and gain > 0):
+            raise ValueError(f"lr_gain: {gain} (expected a finite number > 0)")
+        self._lr_gain = gain
+        self.next.lr_gain = gain
+        if self.pending is not None:
+            self.pending.lr_gain = gain
+
+    def _first_decision(self, lr_gain: float) -> Decision:
+        """Rank 0: the session's decision for the coming step (no observation in between)."""
+        assert self.session is not None
+        d = self.session.decide()
+        return Decision(self.session.global_batch, lr_gain, list(d[0]), list(d[1]))
+
+    def share_decision(self, make: Callable[[], Decision]) -> None:
+        """A decision made now by rank 0 (``make``), broadcast: the coming step and the
+        one after run it (collective)."""
+        self.next = share_from_rank0(self.rank, make)
+        self._lr_gain = self.next.lr_gain
+        if self.rank == 0:
+            self.pending = self.next.copy()
+
     # -- membership of the pieces -------------------------------------------------
+
+    def join(self, session: "_native.Session", r: int) -> None:
+        """Rank ``r`` joins ``session`` with this job's bounds for it."""
+        lo, cap = self.minima[r], self.caps[r]
+        if lo == 1 and cap is None:
+            session.join(r)  # the session's default bounds
+        else:
+            session.join(r, lo, cap)
+
+    def require_min_local_batch(self, need: int, why: str) -> None:
+        """Raises every rank's minimum local batch to ``need`` (collective: every rank
+        calls it at the same point, before the first step); ``why`` names the cause in
+        the error when the global batch cannot give every rank that many."""
+        minima = [max(m, need) for m in self.minima]
+        if minima == self.minima:
+            return
+        total = sum(minima)
+        if total > self.next.global_batch:
+            raise ValueError(
+                f"min_local_batch: {why} need {need} samples per rank, {total} in all, "
+                f"more than the global batch {self.next.global_batch}"
+            )
+        bad = [r for r, c in enumerate(self.caps) if c is not None and c < minima[r]]
+        if bad:
+            raise ValueError(
+                f"min_local_batch: {why} need {need} samples per rank, above rank "
+                f"{bad[0]}'s max_local_batch {self.caps[bad[0]]}"
+            )
+        self.minima = minima
+        self.sampler.minima = minima
+
+        def rebuilt() -> Decision:
+            assert self.session is not None
+            for r in range(self.world):
+                self.session.leave(r)
+                self.join(self.session, r)
+            return self._first_decision(self.next.lr_gain)
+
+        self.share_decision(rebuilt)
 
     def attach(self, model: "DataParallel", optimizer: Optional[torch.optim.Optimizer]) -> None:
         self.model = model
@@ -171,9 +364,13 @@ class Job:
         """Sample indices of every rank for the next step; starts this rank's clock."""
         wall0 = time.perf_counter()
         cpu0 = time.thread_time()
-        sizes = self.sampler.step_batches(self.batches)
-        idx = self.sampler.take(self.batches)
-        self.step_ctx = StepContext(sizes=sizes, wall0=wall0, cpu0=cpu0)
+        nxt = self.next
+        sizes = self.sampler.step_batches(nxt.batches)
+        idx = self.sampler.take(nxt.batches)
+        self._lr_gain = nxt.lr_gain
+        self.step_ctx = StepContext(
+            sizes=sizes, global_batch=nxt.global_batch, wall0=wall0, cpu0=cpu0
+        )
         if self.trace is not None:
             r = self.rank
             self.trace.row.update(
@@ -210,12 +407,23 @@ class Job:
         b = ctx.sizes[self.rank]
         return [compute, cpu, mem, grad_sqr if b > 0 else 0.0, float(b), float(self._sigterm)]
 
-    def gathered(self, rows: List[List[float]], aggregate_sqr: float) -> None:
-        """Every rank's row and ``|g|^2`` of the aggregate: the same on all ranks."""
+    def decision_slot(self) -> List[float]:
+        """This rank's part of the all-reduce's decision slot: rank 0's pending
+        decision, zeros elsewhere."""
+        if self.pending is not None:
+            return self.pending.encode()
+        return [0.0] * Decision.slot_len(self.world)
+
+    def gathered(
+        self, rows: List[List[float]], aggregate_sqr: float, decision: List[float]
+    ) -> None:
+        """Every rank's row, ``|g|^2`` of the aggregate and rank 0's decision for the
+        next step: the same on all ranks."""
         ctx = self.step_ctx
         assert ctx is not None
         sizes = ctx.sizes
-        full = sum(sizes) == self.session.global_batch
+        full = sum(sizes) == ctx.global_batch
+        self.next = Decision.decode(decision, self.world)
         # Noise scale: ranks that computed something, as the runtime does.
         live = [(float(sizes[r]), rows[r][SQR]) for r in range(self.world) if sizes[r] > 0]
         if len(live) >= 2 and math.isfinite(aggregate_sqr):
@@ -225,20 +433,18 @@ class Job:
                 self.stats.gns_skipped += 1
         else:
             self.stats.gns_skipped += 1
-        if full:
-            self.session.observe(
+        session = self.session
+        if session is not None and full:
+            session.observe(
                 [
                     (r, sizes[r], rows[r][COMPUTE], self.signals[r][0], self.signals[r][1])
                     for r in range(self.world)
                 ]
             )
         self.signals = [(min(max(row[CPU], 0.0), 1.0), min(max(row[MEM], 0.0), 1.0)) for row in rows]
-        for r, (c, m) in enumerate(self.signals):
-            self.session.set_next_signals(r, c, m)
-        if full:
-            decision = self.session.decide()
-            self.batches = list(decision[0])
-            self.predicted = list(decision[1])
+        if session is not None:
+            for r, (c, m) in enumerate(self.signals):
+                session.set_next_signals(r, c, m)
         self.stats.speeds = [
             sizes[r] / rows[r][COMPUTE] if rows[r][COMPUTE] > 0 else 0.0 for r in range(self.world)
         ]
@@ -247,8 +453,17 @@ class Job:
         self.steps += 1
         self.samples += sum(sizes)
         ctx.synced = True
-        if self.adaptive_batch and self.steps % self.adapt_every == 0:
-            self._adapt_global_batch()
+        if session is not None and full:
+            assert self.pending is not None
+            if self.adaptive_batch and self.steps % self.adapt_every == 0:
+                adapted = self._adapt_global_batch()
+                if adapted is not None:
+                    self.pending = adapted
+                    return
+            d = session.decide()
+            self.pending = Decision(
+                session.global_batch, self.pending.lr_gain, list(d[0]), list(d[1])
+            )
 
     def end_step(self, loss: Optional[float] = None) -> None:
         """After the user's step: bookkeeping, reports, checkpoint-and-exit on a stop."""
@@ -281,32 +496,52 @@ class Job:
 
     # -- adaptive global batch ----------------------------------------------------------
 
-    def _adapt_global_batch(self) -> None:
-        """Moves the global batch to the goodput-optimal one (python/README.md)."""
+    def _adapt_global_batch(self) -> Optional[Decision]:
+        """Rank 0: the goodput-optimal global batch (python/README.md) as a decision,
+        or None when the current one stays. The step time is rank 0's (the all-reduce
+        keeps the ranks' steps in step), the speeds and noise scale everyone's."""
+        assert self.session is not None
         v = sum(s for s in self.stats.speeds if s > 0)
         if v <= 0:
-            return
+            return None
         step = self.stats.step_wall_s or self.stats.max_compute_s
         overhead = max(step - self.stats.max_compute_s, 0.0)
         best = self.gns.best_global_batch(v, overhead, float(self.max_global_batch))
         if best is None:
-            return
+            return None
         new_b = int(round(best[0]))
         new_b = max(self.base_batch, min(new_b, self.max_global_batch))
+        if all(c is not None for c in self.caps):
+            new_b = min(new_b, sum(self.caps))  # type: ignore[arg-type]
         cur = self.session.global_batch
         if abs(new_b - cur) < 0.05 * cur:
-            return
-        self.set_global_batch(new_b)
+            return None
+        try:
+            return self._rebuild(new_b)
+        except ValueError:  # bounds that cannot hold it: keep the batch (rank 0 alone)
+            return None
+
+    def _rebuild(self, global_batch: int) -> Decision:
+        """Rank 0: the session rebuilt at ``global_batch`` (same members, their recent
+        observations) and its first decision, with the AdaScale gain of that batch."""
+        assert self.session is not None
+        if global_batch > MAX_SLOT_BATCH:
+            raise ValueError(
+                f"global_batch: {global_batch} exceeds {MAX_SLOT_BATCH} (2^24, the largest "
+                "the per-step decision carries exactly)"
+            )
+        session = self.session.with_global_batch(global_batch)
+        d = session.decide()
+        self.session = session
+        gain = self.gns.gain(float(global_batch))
+        gain = gain if gain is not None and math.isfinite(gain) and gain > 0 else 1.0
+        return Decision(global_batch, gain, list(d[0]), list(d[1]))
 
     def set_global_batch(self, global_batch: int) -> None:
-        """Changes the global batch from the next step on (session rebuilt with the same
-        members and their recent observations); the LR gain follows it."""
-        self.session = self.session.with_global_batch(global_batch)
-        decision = self.session.decide()
-        self.batches = list(decision[0])
-        self.predicted = list(decision[1])
-        gain = self.gns.gain(float(global_batch))
-        self.lr_gain = gain if gain is not None and math.isfinite(gain) else 1.0
+        """Changes the global batch from the coming step on (every rank calls it, between
+        steps: rank 0 rebuilds its session with the same members and their recent
+        observations and broadcasts the decision); the LR gain follows it."""
+        self.share_decision(lambda: self._rebuild(int(global_batch)))
 
     # -- reports ------------------------------------------------------------------------
 
@@ -323,7 +558,7 @@ class Job:
             "replicas": self.world,
             "device_type": os.environ.get("PACER_DEVICE_TYPE")
             or ("cuda" if torch.cuda.is_available() else "cpu"),
-            "global_batch": self.session.global_batch,
+            "global_batch": self.global_batch,
             "local_batches": list(self.batches),
             "throughput": st.throughput,
             "step_time_s": st.step_wall_s,

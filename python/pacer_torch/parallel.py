@@ -11,7 +11,7 @@ from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from . import _native
 from .checkpoint import checkpoint_file, load, save
-from .job import ROW, Job, _world, current, set_current
+from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
 from .signals import Emulation
 
 
@@ -28,8 +28,8 @@ class DataParallel(torch.nn.Module):
 
     At the end of each ``backward()`` the local mean gradients ``g_i`` are combined as
     ``g = sum_i (b_i / B) g_i`` in one all-reduce (which also carries every rank's
-    measurements, ``job.py``), so ``g`` is exactly the mean gradient over the global
-    batch whatever the local batches are. The loss must be the *mean* over the local
+    measurements and rank 0's decision for the next step, ``job.py``), so ``g`` is
+    exactly the mean gradient over the global batch whatever the local batches are. The loss must be the *mean* over the local
     batch (PyTorch's default reduction). ``optimizer``, when given, is checkpointed
     with the model and gets the AdaScale LR gain of the adaptive global batch.
     Parameters and buffers are broadcast from rank 0 once, here.
@@ -54,6 +54,10 @@ class DataParallel(torch.nn.Module):
         job = current()
         if job is not None:
             job.attach(self, optimizer)
+            if not job.min_explicit and needs_two_samples(module):
+                job.require_min_local_batch(
+                    BATCHNORM_MIN_LOCAL_BATCH, "the model's BatchNorm layers (training mode)"
+                )
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         job = current()
@@ -90,7 +94,9 @@ class DataParallel(torch.nn.Module):
         total = sum(ctx.sizes)
         sizes = [p.numel() for p in params]
         n_par = sum(sizes)
-        buf = torch.zeros(n_par + ROW * world, dtype=dtype, device=device)
+        n_rows = ROW * world
+        n_dec = Decision.slot_len(world)
+        buf = torch.zeros(n_par + n_rows + n_dec, dtype=dtype, device=device)
         flat = buf[:n_par]
         if b > 0:
             torch.cat(
@@ -106,6 +112,8 @@ class DataParallel(torch.nn.Module):
             sqr = 0.0
         row = job.local_row(measured, sqr)
         buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
+        if rank == 0:
+            buf[n_par + n_rows :] = torch.tensor(job.decision_slot(), dtype=dtype)
         trace = job.trace
         if trace is not None:
             trace.mark("arrive")
@@ -114,7 +122,9 @@ class DataParallel(torch.nn.Module):
         if trace is not None:
             trace.mark("reduced")
         agg_sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
-        rows = buf[n_par:].view(world, ROW).cpu().tolist()
+        tail = buf[n_par:].cpu()
+        rows = tail[:n_rows].view(world, ROW).tolist()
+        decision = tail[n_rows:].tolist()
         at = 0
         with torch.no_grad():
             for p, n in zip(params, sizes):
@@ -124,7 +134,7 @@ class DataParallel(torch.nn.Module):
                 else:
                     p.grad.copy_(g)
                 at += n
-        job.gathered(rows, agg_sqr)
+        job.gathered(rows, agg_sqr, decision)
         if trace is not None:
             trace.mark("gathered")
 
@@ -140,15 +150,37 @@ def _speed_for(rank: int, speed: Union[None, float, Sequence[float]]) -> float:
     return float(speeds[rank])
 
 
-def _gather_caps(cap: Optional[int], world: int) -> List[Optional[int]]:
+def _gather_bounds(
+    lo: int, cap: Optional[int], world: int
+) -> Tuple[List[int], List[Optional[int]]]:
+    """Every rank's (minimum, cap) of its local batch, in one all-reduce."""
     if not _dist_on():
-        return [cap]
-    t = torch.zeros(world, dtype=torch.int64)
-    t[dist.get_rank()] = -1 if cap is None else cap
+        return [lo], [cap]
+    t = torch.zeros(2 * world, dtype=torch.int64)
+    r = dist.get_rank()
+    t[r] = lo
+    t[world + r] = -1 if cap is None else cap
     if dist.get_backend() == "nccl":  # pragma: no cover - no GPU here
         t = t.cuda()
     dist.all_reduce(t)
-    return [None if v < 0 else int(v) for v in t.cpu().tolist()]
+    v = t.cpu().tolist()
+    return [int(x) for x in v[:world]], [None if x < 0 else int(x) for x in v[world:]]
+
+
+def needs_two_samples(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds a BatchNorm layer in training mode that normalises over
+    this rank's samples alone (not SyncBatchNorm): one sample then fails ("Expected more
+    than 1 value per channel when training")."""
+    return any(
+        isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        and not isinstance(m, torch.nn.SyncBatchNorm)
+        and m.training
+        for m in module.modules()
+    )
+
+
+#: ``min_local_batch`` derived for a model that ``needs_two_samples``.
+BATCHNORM_MIN_LOCAL_BATCH = 2
 
 
 class DataLoader:
@@ -157,6 +189,9 @@ class DataLoader:
     ``global_batch`` samples per step, split by ``controller`` (``uniform``, ``lbbsp``,
     ``pid``) from speeds predicted by ``predictor`` (``last``, ``ewma``, ``ets``,
     ``narx``). ``max_local_batch``: this rank's cap (each rank passes its own).
+    ``min_local_batch``: this rank's smallest local batch (default: 2 when the model
+    has BatchNorm layers in training mode, ``needs_two_samples``; else 1); every
+    controller's split and the epoch's last step respect it.
     ``speed``: heterogeneity emulation (a number, or one per rank), with ``time_scale``
     (``signals.py``); ``emulation_cost``: ``(fixed_s, per_sample_s)`` of a noise-free
     emulated device (``signals.calibrate_cost``) instead of the step's own CPU time.
@@ -175,6 +210,7 @@ class DataLoader:
         predictor: str = "ewma",
         seed: int = 0,
         max_local_batch: Optional[int] = None,
+        min_local_batch: Optional[int] = None,
         speed: Union[None, float, Sequence[float]] = None,
         time_scale: float = 1.0,
         emulation_cost: Optional[Tuple[float, float]] = None,
@@ -210,10 +246,31 @@ class DataLoader:
             or max_local_batch < 1
         ):
             raise ValueError(f"max_local_batch: {max_local_batch!r} (expected an integer >= 1)")
+        if min_local_batch is not None and (
+            isinstance(min_local_batch, bool)
+            or not isinstance(min_local_batch, int)
+            or min_local_batch < 1
+        ):
+            raise ValueError(f"min_local_batch: {min_local_batch!r} (expected an integer >= 1)")
+        if min_local_batch is None:
+            model = _LAST_MODEL.module if _LAST_MODEL is not None else None
+            lo = (
+                BATCHNORM_MIN_LOCAL_BATCH
+                if model is not None and needs_two_samples(model)
+                else 1
+            )
+        else:
+            lo = min_local_batch
         if adaptive_batch and max_global_batch is not None and max_global_batch < global_batch:
             raise ValueError(
                 f"max_global_batch: {max_global_batch} is below global_batch {global_batch}"
             )
+        for name, v in (("global_batch", global_batch), ("max_global_batch", max_global_batch)):
+            if v is not None and v > MAX_SLOT_BATCH:
+                raise ValueError(
+                    f"{name}: {v} exceeds {MAX_SLOT_BATCH} (2^24, the largest global batch "
+                    "the per-step decision carries exactly)"
+                )
         if not isinstance(adapt_every, int) or adapt_every < 1:
             raise ValueError(f"adapt_every: {adapt_every!r} (expected an integer >= 1)")
         emulation = Emulation(_speed_for(rank, speed), time_scale, emulation_cost)
@@ -221,11 +278,22 @@ class DataLoader:
             num_samples = len(dataset)  # type: ignore[arg-type]
         except TypeError:
             raise ValueError("dataset: has no length (a map-style dataset is expected)") from None
-        caps = _gather_caps(max_local_batch, world)
+        minima, caps = _gather_bounds(lo, max_local_batch, world)
         if all(c is not None for c in caps) and sum(caps) < global_batch:  # type: ignore[misc]
             raise ValueError(
                 f"max_local_batch: the ranks' caps {caps} hold {sum(caps)} samples, "  # type: ignore[arg-type]
                 f"less than the global batch {global_batch}"
+            )
+        for r, (m, c) in enumerate(zip(minima, caps)):
+            if c is not None and m > c:
+                raise ValueError(
+                    f"min_local_batch: rank {r}'s minimum {m} is above its max_local_batch {c}"
+                )
+        why = "" if min_local_batch is not None else " (derived: the model has BatchNorm layers)"
+        if sum(minima) > global_batch:
+            raise ValueError(
+                f"min_local_batch: the ranks' minima {minima}{why if max(minima) > 1 else ''} "
+                f"sum to {sum(minima)}, more than the global batch {global_batch}"
             )
         if checkpoint_dir is None:
             checkpoint_dir = os.environ.get("PACER_CHECKPOINT_DIR") or None
@@ -239,6 +307,8 @@ class DataLoader:
             predictor=predictor,
             seed=seed,
             caps=caps,
+            minima=minima,
+            min_explicit=min_local_batch is not None,
             gpu_like=gpu_like,
             emulation=emulation,
             adaptive_batch=adaptive_batch,
@@ -257,9 +327,28 @@ class DataLoader:
 
     def set_batches(self, batches: Sequence[int]) -> None:
         """Runs ``batches`` (one per rank, summing to the global batch) in the coming
-        step instead of the decided ones; the controller continues from them."""
-        self.job.session.override_batches([int(b) for b in batches])
-        self.job.batches = [int(b) for b in batches]
+        step and the one after instead of the decided ones (every rank calls it with the
+        same batches, between steps); the controller continues from them."""
+        job = self.job
+        want = [int(b) for b in batches]
+        nxt = job.next
+        if len(want) != job.world or sum(want) != nxt.global_batch or min(want) < 0:
+            raise ValueError(
+                f"batches: {want} (expected {job.world} non-negative batches summing to "
+                f"the global batch {nxt.global_batch})"
+            )
+        for r, b in enumerate(want):
+            cap = job.caps[r]
+            if b < job.minima[r] or (cap is not None and b > cap):
+                raise ValueError(
+                    f"batches: rank {r}'s {b} is outside its bounds [{job.minima[r]}, "
+                    f"{cap if cap is not None else 'no cap'}] (min_local_batch, max_local_batch)"
+                )
+        if job.session is not None and job.pending is not None:
+            if job.session.global_batch == nxt.global_batch:
+                job.session.override_batches(want)
+                job.pending.batches = list(want)
+        nxt.batches = want
 
     @property
     def local_batch(self) -> int:
@@ -275,7 +364,7 @@ class DataLoader:
         return out
 
     def __len__(self) -> int:
-        b = self.job.session.global_batch
+        b = self.job.global_batch
         return -(-self.job.sampler.remaining() // b)
 
     def __iter__(self) -> Iterator[Any]:
@@ -285,6 +374,12 @@ class DataLoader:
         if sampler.remaining() == 0:
             sampler.next_epoch()
         while True:
+            if sum(sampler.step_batches(job.batches)) == 0:
+                # Only samples no rank can take without going below its minimum are
+                # left (sampler.split_remainder): the epoch ends without them.
+                sampler.take(job.batches)
+                sampler.next_epoch()
+                return
             idx = job.begin_step()[job.rank]
             yield self._fetch(idx)
             last = sampler.remaining() == 0

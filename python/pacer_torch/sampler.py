@@ -5,33 +5,24 @@ from ``seed`` and ``e`` alone (so the same seed gives the same order, whatever t
 size or the batches). A step with local batches ``b_0..b_{k-1}`` takes the next
 ``B = sum(b)`` positions of that order: rank ``r`` gets positions
 ``offset + sum(b[:r]) .. offset + sum(b[:r+1])``. The last step of an epoch takes what
-is left (fewer than ``B``), split in proportion to the batches, so every sample of an
-epoch is visited exactly once whatever the batches do. The position (epoch, offset) is
+is left (fewer than ``B``), split in proportion to the batches and within each rank's
+bounds (``split_remainder``), so every sample of an epoch is visited exactly once
+whatever the batches do — except, with minima above 1 (``min_local_batch``, BatchNorm),
+the last few samples of an epoch that no rank can take without going below its minimum
+(fewer than the largest minimum), which that epoch skips. The position (epoch, offset) is
 the whole state: a run restarted from it, with any world size, continues the stream
 where it stopped.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
 
-def split_remainder(batches: Sequence[int], total: int) -> List[int]:
-    """``total`` samples split in proportion to ``batches`` (largest remainder, ties to
-    the lower rank), at least one each while ``total`` allows."""
-    n = len(batches)
-    if total <= 0:
-        return [0] * n
-    s = sum(batches)
-    if s <= 0:
-        raise ValueError(f"batches: {list(batches)} sum to 0")
-    if total >= s:
-        return list(batches)
-    base = 1 if total >= n else 0
-    rest = total - base * n
-    weights = [max(b - base, 0) for b in batches] if base else list(batches)
+def _largest_remainder(rest: int, weights: List[int]) -> List[int]:
+    n = len(weights)
     ws = sum(weights)
     if ws == 0:
         weights, ws = [1] * n, n
@@ -41,7 +32,52 @@ def split_remainder(batches: Sequence[int], total: int) -> List[int]:
     order = sorted(range(n), key=lambda i: (-(exact[i] - out[i]), i))
     for i in order[:left]:
         out[i] += 1
-    return [o + base for o in out]
+    return out
+
+
+def split_remainder(
+    batches: Sequence[int],
+    total: int,
+    minima: Optional[Sequence[int]] = None,
+    caps: Optional[Sequence[Optional[int]]] = None,
+) -> List[int]:
+    """``total`` samples split in proportion to ``batches`` (largest remainder, ties to
+    the lower rank). Every rank gets its minimum (``minima``, default 1 each) while
+    ``total`` allows; when it holds less than all the minima, the ranks with the largest
+    batches get theirs first, the others none, and what is left goes to the served ranks
+    up to their caps (``caps``). A share is never below a rank's minimum (BatchNorm fails
+    on one sample): samples no rank can take are left out, so the result may sum to less
+    than ``total`` — by less than the largest minimum, and only when some minimum
+    exceeds 1 (with the default minima it always sums to ``total``)."""
+    n = len(batches)
+    if total <= 0:
+        return [0] * n
+    s = sum(batches)
+    if s <= 0:
+        raise ValueError(f"batches: {list(batches)} sum to 0")
+    if total >= s:
+        return list(batches)
+    mins = [1] * n if minima is None else [int(m) for m in minima]
+    if total >= sum(mins):
+        weights = [max(b - m, 0) for b, m in zip(batches, mins)]
+        out = _largest_remainder(total - sum(mins), weights)
+        return [o + m for o, m in zip(out, mins)]
+    # Too few for every minimum: serve the largest batches first, each its minimum.
+    out = [0] * n
+    left = total
+    for i in sorted(range(n), key=lambda i: (-batches[i], i)):
+        if mins[i] <= left:
+            out[i] = mins[i]
+            left -= mins[i]
+    limit = [total if caps is None or caps[i] is None else int(caps[i]) for i in range(n)]
+    # What no minimum can take goes, one at a time, to the served ranks below their cap.
+    served = [i for i in range(n) if out[i] > 0]
+    while left > 0 and any(out[i] < limit[i] for i in served):
+        for i in served:
+            if left > 0 and out[i] < limit[i]:
+                out[i] += 1
+                left -= 1
+    return out
 
 
 class ElasticSampler:
@@ -52,6 +88,10 @@ class ElasticSampler:
             raise ValueError(f"dataset: {num_samples!r} samples (expected at least one)")
         self.num_samples = num_samples
         self.seed = int(seed)
+        #: Each rank's smallest and largest share of an epoch's last step (the job's
+        #: ``min_local_batch`` and ``max_local_batch``); None: 1 each, no cap.
+        self.minima: Optional[List[int]] = None
+        self.caps: Optional[List[Optional[int]]] = None
         self.epoch = 0
         self.offset = 0
         self._perm_epoch = -1
@@ -75,7 +115,9 @@ class ElasticSampler:
         step the remainder split in proportion to them."""
         if any(b < 0 for b in batches):
             raise ValueError(f"batches: {list(batches)} (expected non-negative sizes)")
-        return split_remainder(batches, min(sum(batches), self.remaining()))
+        return split_remainder(
+            batches, min(sum(batches), self.remaining()), self.minima, self.caps
+        )
 
     def take(self, batches: Sequence[int]) -> List[torch.Tensor]:
         """Sample indices of every rank for the next step (``step_batches(batches)``
@@ -87,7 +129,8 @@ class ElasticSampler:
         for b in sizes:
             out.append(perm[at : at + b])
             at += b
-        self.offset = at
+        # Positions no rank could take (split_remainder) are passed over, not repeated.
+        self.offset += min(sum(batches), self.remaining())
         return out
 
     def next_epoch(self) -> None:

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use pacer_control::session::{
     IterationObservation, JobSession, SessionConfig, SessionError, SessionSnapshot, WorkerKey,
 };
-use pacer_control::worker::BatchBounds;
+use pacer_control::worker::{BatchBounds, MAX_GLOBAL_BATCH};
 use pacer_predict::speed::Exogenous;
 use pyo3::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -300,15 +300,17 @@ impl Session {
         })
     }
 
-    /// A worker joins, with its local-batch limits `[min_batch, max_batch]` (default: at
-    /// least one sample when the global batch allows, at most the global batch).
+    /// A worker joins, with its local-batch limits `[min_batch, max_batch]`. Neither
+    /// given: at least one sample when the global batch allows, at most the global batch.
+    /// One given: the other is 1, or no cap but the global batch (whatever it becomes
+    /// under `with_global_batch`).
     #[pyo3(signature = (worker, min_batch=None, max_batch=None))]
     fn join(&self, worker: u64, min_batch: Option<u64>, max_batch: Option<u64>) -> PyResult<()> {
-        let g = self.lock().config.global_batch;
         let bounds = match (min_batch, max_batch) {
             (None, None) => None,
             (min, max) => {
-                let (min, max) = (min.unwrap_or(1), max.unwrap_or(g));
+                // A bound above the global batch binds nothing (the batches sum to it).
+                let (min, max) = (min.unwrap_or(1), max.unwrap_or(MAX_GLOBAL_BATCH));
                 if min > max {
                     return Err(value_error(format!(
                         "max_batch: {max} is below min_batch {min}"
@@ -443,9 +445,9 @@ impl Session {
     }
 
     /// A new session with global batch `global_batch` and this one's configuration and
-    /// members; its predictors have seen this session's last `recent` observations (at
-    /// most 64, the ones a session keeps; a changed global batch changes the batching
-    /// problem, so the controller starts anew).
+    /// members with the bounds they joined with; its predictors have seen this session's
+    /// last `recent` observations (at most 64, the ones a session keeps; a changed global
+    /// batch changes the batching problem, so the controller starts anew).
     #[pyo3(signature = (global_batch, recent=32))]
     fn with_global_batch(&self, global_batch: u64, recent: usize) -> PyResult<Self> {
         if recent > RECENT_CAP {
@@ -458,8 +460,9 @@ impl Session {
             global_batch,
             ..g.config.clone()
         })?;
+        // Bounds as joined, not narrowed to this batch: a cap above it binds nothing now
+        // and must still hold when the batch grows again.
         for &(worker, bounds) in &g.members {
-            let bounds = bounds.map(|(min, max)| (min, max.min(global_batch)));
             inner
                 .apply(Event::Join { worker, bounds })
                 .map_err(|e| value_error(format!("global_batch: {e}")))?;

@@ -35,6 +35,33 @@ def test_caps_that_cannot_hold_the_global_batch():
     refused(r"^max_local_batch: 0", global_batch=32, max_local_batch=0)
 
 
+def test_minimum_local_batches_the_global_batch_cannot_give():
+    refused(r"^min_local_batch: 0 \(expected an integer >= 1\)", global_batch=8, min_local_batch=0)
+    refused(r"^min_local_batch: the ranks' minima \[9\] sum to 9, more than the global batch 8",
+            global_batch=8, min_local_batch=9)
+    refused(r"^min_local_batch: rank 0's minimum 20 is above its max_local_batch 16",
+            global_batch=16, min_local_batch=20, max_local_batch=16)
+
+
+def test_a_batchnorm_model_derives_a_minimum_of_two():
+    bn = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    pacer.DataParallel(bn)
+    refused(r"^min_local_batch: the ranks' minima \[2\] \(derived: the model has BatchNorm "
+            r"layers\) sum to 2, more than the global batch 1", global_batch=1)
+    assert pacer.DataLoader(data(), global_batch=1, min_local_batch=1).job.minima == [1]
+    jobmod.set_current(None)
+    bn.eval()  # BatchNorm in eval mode uses its running statistics: one sample is fine
+    pacer.DataParallel(bn)
+    assert pacer.DataLoader(data(), global_batch=1).job.minima == [1]
+    jobmod.set_current(None)
+    loader = pacer.DataLoader(data(), global_batch=1)  # before the model: checked when wrapped
+    with pytest.raises(ValueError, match=r"^min_local_batch: the model's BatchNorm layers "
+                       r"\(training mode\) need 2 samples per rank, 2 in all, more than the "
+                       r"global batch 1"):
+        pacer.DataParallel(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)))
+    assert loader.job.minima == [1]
+
+
 def test_unknown_controller_and_predictor():
     refused(r"^controller: unknown `fastest` \(expected one of uniform, lbbsp", global_batch=8,
             controller="fastest")

@@ -171,3 +171,21 @@ def test_predictors_and_goodput_model():
     assert perf.step_time(1, 4, 64.0, 0) == pytest.approx(0.01 + 0.064 + 0.05)
     assert pacer._native.efficiency(1.0, 0.0, 1024.0, 512.0) == pytest.approx(0.5)
     assert pacer._native.adascale_gain(1.0, 1e9, 1024.0, 512.0) == pytest.approx(2.0, rel=1e-6)
+
+
+def test_with_global_batch_keeps_the_bounds_as_joined():
+    # A cap above a smaller batch still holds when the batch grows again, and a worker
+    # that gave only a minimum has no cap but the global batch (it was held at the
+    # first global batch).
+    s = pacer.Session(300, "lbbsp", "ewma", 1)
+    for w in range(3):
+        s.join(w, 1, 400)
+    t = s.with_global_batch(200).with_global_batch(1100)
+    assert sum(t.decide()[0]) == 1100
+    m = pacer.Session(300, "uniform", "ewma", 1)
+    for w in range(3):
+        m.join(w, 2)
+    b = m.with_global_batch(1000).decide()[0]
+    assert sum(b) == 1000 and min(b) >= 2
+    with pytest.raises(ValueError, match="min_batch"):
+        m.with_global_batch(5)

@@ -57,3 +57,37 @@ def test_the_tail_of_an_epoch_is_split_in_proportion():
     assert sum(tail) == 96 and tail[0] > tail[3] >= 1
     assert split_remainder([5, 5, 5, 5], 2) in ([1, 1, 0, 0],)
     assert split_remainder([3, 1], 0) == [0, 0]
+
+
+def test_the_tail_of_an_epoch_respects_every_rank_s_minimum():
+    # A BatchNorm model needs two samples per rank (min_local_batch): the tail never gives
+    # a rank one, it gives it none when too few are left for everyone.
+    rng = random.Random(77)
+    for _ in range(2000):
+        world = rng.randint(1, 6)
+        mins = [rng.randint(1, 4) for _ in range(world)]
+        batches = [m + rng.randint(0, 60) for m in mins]
+        total = rng.randint(0, sum(batches))
+        out = split_remainder(batches, total, mins)
+        assert total - max(mins) < sum(out) <= total, (batches, total, mins, out)
+        assert all(o == 0 or o >= m for o, m in zip(out, mins)), (batches, total, mins, out)
+        if total >= sum(mins):
+            assert sum(out) == total
+            assert all(o >= m for o, m in zip(out, mins))
+            assert all(o <= b for o, b in zip(out, batches))
+    assert split_remainder([40, 30, 2, 2], 5, [2, 2, 2, 2]) == [3, 2, 0, 0]
+    assert split_remainder([40, 30, 2, 2], 9, [2, 2, 2, 2]) == [3, 2, 2, 2]
+    # The served ranks at their caps, or a tail smaller than any minimum: samples left
+    # out of that epoch rather than a share below a minimum.
+    assert split_remainder([2, 2, 2], 5, [2, 2, 2], caps=[2, 2, 2]) == [2, 2, 0]
+    assert split_remainder([21, 9], 1, [2, 2]) == [0, 0]
+    s = ElasticSampler(73, 1)
+    s.minima, s.caps = [2, 2, 2, 2], [None] * 4
+    assert s.step_batches([30, 30, 8, 2]) == [30, 30, 8, 2]
+    s.take([30, 30, 8, 2])
+    assert s.step_batches([30, 30, 8, 2]) == [3, 0, 0, 0]
+    s = ElasticSampler(71, 1)
+    s.minima = [2, 2, 2, 2]
+    s.take([30, 30, 8, 2])
+    assert [len(x) for x in s.take([30, 30, 8, 2])] == [0, 0, 0, 0]
+    assert s.remaining() == 0, "the one sample no rank can take is passed over"

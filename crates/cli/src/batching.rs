@@ -120,7 +120,7 @@ pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
             let r = bench(a.workers, &a.controller, &a.predictor, a.reps, a.seed)
                 .map_err(anyhow::Error::msg)?;
             if a.json {
-                crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&r)?))
+                crate::out::print(&format!("{}\n", pacer_cli::json::pretty(&r)?))
             } else {
                 crate::out::print(&format!(
                     "{} workers, {} + {}: predict+decide {:.1} µs, observe {:.1} µs (mean of {} reps)\n",
@@ -202,7 +202,7 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         } else {
             BatchingEval::Many(reports)
         };
-        format!("{}\n", serde_json::to_string_pretty(&out)?)
+        format!("{}\n", pacer_cli::json::pretty(&out)?)
     };
     crate::out::print(&text)
 }

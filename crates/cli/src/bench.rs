@@ -255,7 +255,7 @@ fn round(a: RoundArgs) -> Result<()> {
         gavel_lp,
     };
     if a.json {
-        putline!("{}", serde_json::to_string_pretty(&out)?);
+        putline!("{}", pacer_cli::json::pretty(&out)?);
     } else {
         if let Some(l) = &out.gavel_lp {
             putline!(
@@ -483,7 +483,7 @@ fn simulate(a: SimBenchArgs) -> Result<()> {
         }
     }
     if a.json {
-        putline!("{}", serde_json::to_string_pretty(&reports)?);
+        putline!("{}", pacer_cli::json::pretty(&reports)?);
     } else {
         putline!(
             "{:<12} {:<9} {:>5} {:>10} {:>10}",
@@ -611,7 +611,7 @@ fn scale(a: ScaleArgs) -> Result<()> {
     }
     progress.finish();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        println!("{}", pacer_cli::json::pretty(&reports)?);
     } else {
         println!(
             "synthetic traces, {} arrivals/h, seed {}, cluster {} ({} devices), {} s rounds",

@@ -40,13 +40,12 @@ pub struct FitArgs {
 /// The rows of both files, and how many come from `--placements` (the first ones).
 fn load(args: &FitArgs) -> anyhow::Result<(Vec<StepRow>, usize)> {
     let origin = args.placements.display().to_string();
-    let text = std::fs::read_to_string(&args.placements)
-        .with_context(|| format!("{origin}: cannot read"))?;
+    let text = pacer_fsio::read_to_string_limited(&args.placements, pacer_fsio::limits::TABLE)?;
     let mut rows = rows_from_placements(&parse_placements(&text, &origin)?, &origin);
     let n_placements = rows.len();
     if let Some(s) = &args.scalability {
         let origin = s.display().to_string();
-        let text = std::fs::read_to_string(s).with_context(|| format!("{origin}: cannot read"))?;
+        let text = pacer_fsio::read_to_string_limited(s, pacer_fsio::limits::TABLE)?;
         rows.extend(rows_from_scalability(
             &parse_scalability(&text, &origin)?,
             &origin,
@@ -174,7 +173,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }
     let mut text = String::new();
     if args.json {
-        writeln!(text, "{}", serde_json::to_string_pretty(&reports)?)?;
+        writeln!(text, "{}", pacer_cli::json::pretty(&reports)?)?;
     } else {
         writeln!(
             text,

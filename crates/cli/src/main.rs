@@ -70,9 +70,20 @@ fn main() -> std::process::ExitCode {
     // (`pacer simulate | head`) ends the process quietly by SIGPIPE (they write
     // through `out::print`, which turns any other stdout error into an error). The runtime commands keep Rust's default (SIGPIPE ignored), since
     // for them a peer closing its socket is an error to handle, not a reason to die.
+    // So do the service's clients (`submit`, `jobs`, …): a service that closes the
+    // connection early (413 to a large body) ended `pacer submit` by SIGPIPE, silently
+    // with status 141; they print through `out` too.
     if !matches!(
         cli.command,
-        Command::Controller(_) | Command::Worker(_) | Command::Train(_) | Command::Serve(_)
+        Command::Controller(_)
+            | Command::Worker(_)
+            | Command::Train(_)
+            | Command::Serve(_)
+            | Command::Submit(_)
+            | Command::Jobs(_)
+            | Command::Job(_)
+            | Command::Cancel(_)
+            | Command::Logs(_)
     ) {
         default_sigpipe();
     }

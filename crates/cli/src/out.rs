@@ -10,12 +10,14 @@
 //!   any other error (`/dev/full`: no space left) is an error exit naming stdout.
 //! - [`write_file`]: a file, written to a temporary file in the same folder and
 //!   renamed over the target only when complete, so a failed write never leaves
-//!   a partial file behind; errors name the target path.
+//!   a partial file behind; a device or FIFO is written in place, a symbolic link
+//!   followed only when it is ours (`pacer_fsio`, the one writer of every output);
+//!   errors name the target path.
 
 use anyhow::{anyhow, Result};
 use std::fs::File;
 use std::io::{BufWriter, ErrorKind, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The reader of stdout went away (EPIPE). Not a failure of the command.
 #[derive(Debug)]
@@ -44,42 +46,17 @@ pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<StdoutClosed>())
 }
 
-/// Writes `path` through `write`: into a temporary file next to it, then renamed
-/// over `path`. On any error the temporary file is removed and `path` is left as
-/// it was; the error names `path`.
+/// Writes `path` through `write` with [`pacer_fsio::write_file`]: a regular (or
+/// missing) file whole-or-nothing through a temporary file created under an
+/// unpredictable name with `O_EXCL|O_NOFOLLOW` and renamed over it; a device or FIFO
+/// directly, never replaced; a symbolic link only when it (and every link after it)
+/// belongs to us or to root. On any error a regular `path` is left as it was; the
+/// error names `path`.
 pub fn write_file(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
 ) -> Result<()> {
-    let fail = |e: &dyn std::fmt::Display| anyhow!("cannot write {}: {e}", path.display());
-    let Some(name) = path.file_name() else {
-        return Err(fail(&"not a file name"));
-    };
-    if path.is_dir() {
-        return Err(fail(&"it is a folder"));
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let file = File::create(&tmp).map_err(|e| fail(&e))?;
-    let result = (|| -> Result<()> {
-        let mut w = BufWriter::new(file);
-        write(&mut w)?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        Ok(())
-    })()
-    .and_then(|()| std::fs::rename(&tmp, path).map_err(Into::into));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(&format!("{e:#}")));
-    }
+    pacer_fsio::write_file(path, |w| write(w).map_err(|e| format!("{e:#}")))?;
     Ok(())
 }
 

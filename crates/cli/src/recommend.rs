@@ -283,7 +283,7 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
 fn render(out: &Recommendation, json: bool, priced: bool) -> anyhow::Result<String> {
     let mut text = String::new();
     if json {
-        writeln!(text, "{}", serde_json::to_string_pretty(out)?)?;
+        writeln!(text, "{}", pacer_cli::json::pretty(out)?)?;
         return Ok(text);
     }
     let picks = match out {
@@ -303,8 +303,8 @@ fn render(out: &Recommendation, json: bool, priced: bool) -> anyhow::Result<Stri
             text,
             // No widths on batch and replicas: the line has always written them
             // unpadded, as JSON numbers (`512.0`).
-            "{key:<10} batch {} replicas {} on {} nodes ({}): predicted {} s, metric {}, cost {}; measured {} s",
-            json_number(v.batch), v.replicas, v.nodes, v.machine,
+            "{key:<10} batch {} replicas {} on {} node{} ({}): predicted {} s, metric {}, cost {}; measured {} s",
+            json_number(v.batch), v.replicas, v.nodes, if v.nodes == 1 { "" } else { "s" }, v.machine,
             fixed(v.predicted_time_s, 0),
             fixed(v.predicted_metric, 4),
             if priced {

@@ -113,15 +113,17 @@ pub struct JobArgs {
 /// What the text report prints, for `--help` (the README says the same).
 const REPORT_FIELDS: &str = "\
 Report (text; --json has the same numbers under the TrainReport field names):
-  iteration / ideal      mean time of an undisturbed iteration; the oracle's, which knows each
-                         worker's true speed (median over ±10 iterations) but not the jitter
-  efficiency             ideal / iteration (then: an oracle that also knows the jitter, and one
-                         with perfect balance and no overhead)
+  balance                mean time of an undisturbed iteration, and the oracle's: it knows each
+                         worker's true speed (median over ±10 iterations) but not the jitter;
+                         efficiency = oracle / iteration (above 1 when jitter hurt the oracle more)
+  stricter bounds        the oracle with hindsight (knows every step's jitter), and perfect
+                         balance with zero overhead, each over the achieved iteration time
   overhead               1 − Σ slowest step / Σ iteration: time not spent in worker compute
   speed prediction error |predicted − measured| / measured per step (measured = batch / step
                          time): median, and mean (MAPE; a step slowed k-fold adds k − 1)
   overruns               share of steps whose real work (slot wait + compute wall time) exceeded
-                         the emulated target by > 2 %: contention the padding could not hide
+                         the emulated target by > 2 %: contention the padding could not hide;
+                         not measured when nothing is emulated (--speeds all 1, --time-scale 1)
   per iteration          control + encode params + wait (for the last gradient, without the
                          controller's own work meanwhile) + aggregate + optimiser + other
   gather                 Steps sent → last gradient in = the last worker's step + before it
@@ -150,9 +152,15 @@ pub struct ControllerArgs {
     /// A connection must send its Hello within this many seconds.
     #[arg(long, default_value_t = controller::DEFAULT_HELLO_TIMEOUT_S)]
     pub hello_timeout_s: f64,
-    /// Connections in their handshake at once, at most; more are refused.
+    /// Connections in their handshake at once, at most: before their Hello (beyond
+    /// it the oldest is shed, told to try again), and again after it (beyond it a
+    /// Hello is refused, told to try again).
     #[arg(long, default_value_t = controller::DEFAULT_MAX_PENDING)]
     pub max_pending: usize,
+    /// Connections before their Hello from one address, at most; beyond it the
+    /// oldest of that address is shed.
+    #[arg(long, default_value_t = controller::DEFAULT_MAX_PRE_HELLO_PER_ADDR)]
+    pub max_pre_hello_per_addr: usize,
     #[command(flatten)]
     pub job: JobArgs,
 }
@@ -203,6 +211,14 @@ pub struct WorkerArgs {
     /// progress for this long.
     #[arg(long, default_value_t = worker::DEFAULT_STALL_TIMEOUT_S)]
     pub stall_timeout_s: f64,
+    /// Keep trying to join for this many seconds when the controller is not up yet,
+    /// hangs up, or turns the worker away for now (exponential backoff with jitter,
+    /// each try said on stderr); 0: one try.
+    #[arg(long, default_value_t = worker::DEFAULT_RETRY_FOR_S)]
+    pub retry_for_s: f64,
+    /// The longest wait between two tries to join.
+    #[arg(long, default_value_t = worker::DEFAULT_RETRY_MAX_DELAY_S)]
+    pub retry_max_delay_s: f64,
 }
 
 /// `pacer train`.
@@ -458,7 +474,7 @@ fn print_report(
             time_scale,
             interference,
         };
-        putline!("{}", serde_json::to_string_pretty(&o)?);
+        putline!("{}", pacer_cli::json::pretty(&o)?);
         return Ok(());
     }
     if r.interrupted {
@@ -496,19 +512,54 @@ fn print_report(
         r.epochs,
         r.train_time_s
     );
-    putline!("iteration {:.2} ms vs ideal {:.2} ms: efficiency {:.3} (oracle knowing the jitter too {:.3}, and without overhead {:.3}); overhead {:.1}%",
+    // Each figure on its own line with its definition, so that none reads as
+    // contradicting another (`--help` has the full definitions).
+    let mean_step_ms = if r.worker_stats.is_empty() {
+        0.0
+    } else {
+        r.worker_stats.iter().map(|w| w.mean_step_ms).sum::<f64>() / r.worker_stats.len() as f64
+    };
+    putline!(
+        "balance: iteration {:.2} ms; an oracle knowing each worker's true speed (not the next step's jitter) {:.2} ms: efficiency {:.3}{}",
         r.mean_iter_s * 1e3,
         r.ideal_iter_s * 1e3,
         r.efficiency,
+        if r.efficiency > 1.0 {
+            " (above 1: these batches did better than that oracle, which balances on median speeds)"
+        } else {
+            ""
+        }
+    );
+    putline!(
+        "  stricter bounds, as fractions of the achieved iteration: {:.3} against hindsight (knowing every step's jitter too), {:.3} against perfect balance with zero overhead; overhead {:.1}% of the time",
         r.hindsight_efficiency,
         r.compute_efficiency,
         r.overhead_frac * 100.0,
     );
-    putline!("speed prediction error {:.1}% median, {:.1}% mean (MAPE); overruns {:.1}% of steps (real work beyond the emulated target)",
+    putline!(
+        "speed prediction error per step: {:.1}% median, {:.1}% mean{}",
         r.speed_ape_median * 100.0,
         r.speed_mape * 100.0,
-        r.overrun_frac * 100.0
+        if mean_step_ms > 0.0 && mean_step_ms < 10.0 {
+            format!(" (steps of {mean_step_ms:.1} ms: at this length timer and scheduling noise dominate)")
+        } else {
+            String::new()
+        }
     );
+    let emulated = time_scale > 1.0 || speeds.iter().any(|&v| v < 1.0);
+    if emulated || speeds.is_empty() {
+        putline!(
+            "overruns: {:.1}% of steps ran past their emulated target by > 2% (contention the padding could not hide){}",
+            r.overrun_frac * 100.0,
+            if emulated {
+                ""
+            } else {
+                "; with no emulated slowdown on a worker every step counts"
+            }
+        );
+    } else {
+        putline!("overruns: not measured (no emulated slowdown: every --speeds is 1 and --time-scale is 1)");
+    }
     let o = &r.overhead;
     putline!("per iteration (ms): {:.3} = control {:.3} + encode params {:.3} + wait {:.3} + aggregate {:.3} + optimiser {:.3} + other {:.3}",
         o.iter_ms, o.control_ms, o.encode_params_ms, o.wait_ms, o.aggregate_ms, o.optimizer_ms, o.other_ms
@@ -539,6 +590,9 @@ fn print_report(
     }
     match (r.gradient_noise_scale, r.grad_sqr, r.trace_cov) {
         (Some(b), Some(g), Some(t)) => putline!("gradient noise scale {b:.1} samples (|G|² {g:.4e}, tr Σ {t:.4e}; {} iterations observed, {} skipped)",
+            r.gns_iterations, r.gns_skipped
+        ),
+        _ if r.gns_iterations > 0 => putline!("gradient noise scale: not resolved ({} iterations observed, {} skipped): |G|² is still within its noise, so B_noise is only known to be much larger than the batch",
             r.gns_iterations, r.gns_skipped
         ),
         _ => putline!("gradient noise scale: none ({} iterations observed, {} skipped)",
@@ -615,6 +669,7 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     cfg.join_timeout_s = a.join_timeout_s;
     cfg.hello_timeout_s = a.hello_timeout_s;
     cfg.max_pending = a.max_pending;
+    cfg.max_pre_hello_per_addr = a.max_pre_hello_per_addr;
     controller::validate(&cfg, &data)?;
     // A checkpoint of another run is an error before anything listens.
     controller::resume_from(&cfg, &data)?;
@@ -655,6 +710,8 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     cfg.welcome_timeout_s = a.welcome_timeout_s;
     cfg.idle_timeout_s = a.idle_timeout_s;
     cfg.stall_timeout_s = a.stall_timeout_s;
+    cfg.retry_for_s = a.retry_for_s;
+    cfg.retry_max_delay_s = a.retry_max_delay_s;
     cfg.validate()?;
     let plan = a
         .interference

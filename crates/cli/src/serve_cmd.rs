@@ -20,7 +20,7 @@ pub struct ClientArgs {
 impl ClientArgs {
     fn client(&self) -> anyhow::Result<Client> {
         let token = match &self.token_file {
-            Some(f) => std::fs::read_to_string(f)
+            Some(f) => pacer_fsio::read_to_string_limited(f, pacer_fsio::limits::TOKEN)
                 .with_context(|| format!("--token-file {}", f.display()))?
                 .trim()
                 .to_string(),
@@ -150,6 +150,12 @@ pub fn run_serve(a: pacer_serve::args::ServeArgs) -> anyhow::Result<()> {
     a.run()
 }
 
+/// The largest job spec `pacer submit` sends: what the service accepts in a request.
+const JOB_SPEC: pacer_fsio::Limit = pacer_fsio::Limit {
+    what: "a job spec (the service's request limit)",
+    bytes: pacer_serve::api::MAX_BODY as u64,
+};
+
 pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
     let mut spec = submit_spec_of(&a)?;
     submit_spec(&mut spec, &a.client)
@@ -160,8 +166,9 @@ pub fn run_submit(a: SubmitArgs) -> anyhow::Result<()> {
 fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> {
     let mut spec = match (&a.spec, &a.wrap) {
         (Some(path), _) => {
-            let text =
-                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            // Bounded: a spec larger than the service accepts is refused here, naming
+            // the limit, rather than sent to be cut off (the service answers 413).
+            let text = pacer_fsio::read_limited(path, JOB_SPEC)?;
             // Check locally first, so errors name the file.
             let s = std::str::from_utf8(&text)
                 .with_context(|| format!("{}: not UTF-8", path.display()))?;
@@ -215,7 +222,7 @@ fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> an
     let v = runtime()?
         .block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?
         .ok_from(client)?;
-    println!("{}", v["id"].as_str().unwrap_or("?"));
+    putline!("{}", v["id"].as_str().unwrap_or("?"));
     Ok(())
 }
 
@@ -225,11 +232,11 @@ pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {
         .block_on(c.get("/v1/jobs?limit=20000"))?
         .ok_from(&a.client)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        putline!("{}", pacer_cli::json::pretty(&v)?);
         return Ok(());
     }
     let jobs: Vec<&serde_json::Value> = v["jobs"].as_array().into_iter().flatten().collect();
-    print!("{}", jobs_table(&jobs, pacer_serve::core::now_ms()));
+    crate::out::print(&jobs_table(&jobs, pacer_serve::core::now_ms()))?;
     Ok(())
 }
 
@@ -394,9 +401,9 @@ pub fn run_job(a: JobShowArgs) -> anyhow::Result<()> {
         .ok_from(&a.client)?;
     v["events"] = ev["events"].clone();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        putline!("{}", pacer_cli::json::pretty(&v)?);
     } else {
-        print!("{}", job_text(&v, pacer_serve::core::now_ms()));
+        crate::out::print(&job_text(&v, pacer_serve::core::now_ms()))?;
     }
     Ok(())
 }
@@ -548,23 +555,34 @@ pub fn run_cancel(a: JobArgs) -> anyhow::Result<()> {
     let v = runtime()?
         .block_on(c.post(&format!("/v1/jobs/{}/cancel", a.id), Vec::new(), ""))?
         .ok_from(&a.client)?;
-    println!("{} {}", a.id, v["state"].as_str().unwrap_or("?"));
+    putline!("{} {}", a.id, v["state"].as_str().unwrap_or("?"));
     Ok(())
 }
 
 pub fn run_logs(a: LogsArgs) -> anyhow::Result<()> {
-    use std::io::Write;
     check_id(&a.id)?;
     let c = a.client.client()?;
     let rt = runtime()?;
     let mut offset = 0u64;
     loop {
-        let v = rt
-            .block_on(c.get(&format!("/v1/jobs/{}/logs?offset={offset}", a.id)))?
-            .ok_from(&a.client)?;
+        let ans = rt.block_on(c.get(&format!("/v1/jobs/{}/logs?offset={offset}", a.id)))?;
+        // The service rotates a log that outgrows its cap: it starts again, shorter
+        // than where this reader was.
+        if a.follow
+            && offset > 0
+            && ans.status == 400
+            && ans.json().is_ok_and(|v| v["field"] == "offset")
+        {
+            eprintln!(
+                "pacer logs: the log of {} was rotated; following it from its new start",
+                a.id
+            );
+            offset = 0;
+            continue;
+        }
+        let v = ans.ok_from(&a.client)?;
         let data = v["data"].as_str().unwrap_or("");
-        print!("{data}");
-        std::io::stdout().flush()?;
+        crate::out::print(data)?;
         offset = v["next_offset"].as_u64().unwrap_or(offset);
         let eof = v["eof"].as_bool().unwrap_or(true);
         if !a.follow || (eof && v["finished"].as_bool().unwrap_or(false)) {

@@ -55,8 +55,11 @@ pub struct SimulateArgs {
     /// Seed for synthetic workloads.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Arrival-rate multiplier for Pollux workloads (Pollux's "job load": 0.5–2.0).
-    #[arg(long, default_value_t = 1.0)]
+    /// Arrival-rate multiplier for Pollux CSV workloads: the same jobs arrive this many
+    /// times faster (2 halves every arrival time). Not Pollux's "job load" experiment,
+    /// whose workloads at other loads are other job sets (`pacer validate pollux`).
+    /// `--load` is the old name.
+    #[arg(long = "arrival-scale", visible_alias = "load", default_value_t = 1.0)]
     pub load: f64,
     /// Mean arrivals per hour for `synthetic:` traces.
     #[arg(long, default_value_t = 20.0)]
@@ -90,30 +93,6 @@ pub struct SimulateArgs {
     pub quiet: bool,
 }
 
-/// What each policy does, for `--help`; the names come from the registry
-/// ([`pacer_policy::POLICY_NAMES`]), so a policy added there is listed even
-/// before it is described here.
-fn policy_about(name: &str) -> &'static str {
-    match name {
-        "fifo" => "first come, first served; each job gets the devices it asked for",
-        "fair" => {
-            "max-min fair share, water-filled up to each job's request; with more jobs than \
-             devices one each, least attained service first, 600 s time slices (`fair-qS`)"
-        }
-        "tiresias" => "Tiresias: 2-queue discretised least-attained-service",
-        "pollux" => "Pollux-style: devices and batch for the best goodput (jobs adapt their batch)",
-        "gavel-maxmin" => "Gavel's max-min fairness LP over effective throughput per device type",
-        "gavel-ftf" => "Gavel's finish-time-fairness LP (minimise the largest ρ)",
-        "themis" => {
-            "Themis: finish-time-fair auctions with leases (knob f = 0.8; `themis-fF` sets f)"
-        }
-        "slaq" => {
-            "SLAQ: devices to the jobs whose loss is predicted to fall the most (needs loss curves)"
-        }
-        _ => "see crates/policy",
-    }
-}
-
 /// `--trace`'s long help: every registered trace format, one line each.
 fn trace_help() -> String {
     let mut h = String::from(
@@ -126,15 +105,18 @@ fn trace_help() -> String {
     h
 }
 
-/// `--policy`'s long help: every registered policy, one line each.
+/// `--policy`'s long help: every registered policy, one line each, and the knob forms,
+/// all from the registry ([`pacer_policy::POLICIES`]).
 fn policy_help() -> String {
-    let mut h = String::from(
-        "Policies to compare, comma separated, or `all` (every one below). \
-         Parameterised: `themis-fF` with a fairness knob 0 <= F <= 1 (e.g. themis-f0.5); \
-         `fair-qS` with a time slice of S >= 0 seconds (`fair` is fair-q600; fair-q0: none).",
-    );
-    for n in pacer_policy::POLICY_NAMES {
-        h.push_str(&format!("\n  {n:<13} {}", policy_about(n)));
+    let mut h =
+        String::from("Policies to compare, comma separated, or `all` (every one not marked `+`).");
+    for e in &pacer_policy::POLICIES {
+        let mark = if e.in_all { ' ' } else { '+' };
+        h.push_str(&format!("\n  {mark}{:<13} {}", e.name, e.summary));
+    }
+    h.push_str("\nParameterised:");
+    for k in pacer_policy::POLICIES.iter().filter_map(|e| e.knob) {
+        h.push_str(&format!("\n  {k}"));
     }
     h
 }
@@ -159,28 +141,11 @@ Table columns (one row per workload and policy; `--json` has the same numbers in
 A policy that cannot act on the workload is marked `*` and the line under the table says why.";
 
 /// Why `policy` cannot act on these jobs or this cluster, when it cannot: its rows
-/// then equal another policy's, and the table marks them.
-/// `typed_speeds`: some job's speed depends on the device type (a Gavel trace's
-/// per-type throughputs on a cluster of several types); every other job runs at
-/// one speed on every type.
-fn inert_reason(policy: &str, typed_speeds: bool, any_loss_curve: bool) -> Option<String> {
-    if !any_loss_curve && pacer_policy::by_name(policy).is_some_and(|x| x.uses_quality()) {
-        return Some(format!(
-            "{policy}: driven by each job's loss curve, and these jobs carry none (only the \
-             recorded profiles of `pacer-lab slaq` do), so it falls back to equal shares \
-             as `fair` gives them (without its time slice)"
-        ));
-    }
-    if policy == "gavel-ftf" && !typed_speeds {
-        return Some(
-            "gavel-ftf: every job runs at one speed on every device type here (one type, or \
-             jobs without per-type throughputs), so the max-min LP already gives each job its \
-             isolated 1/N share; that puts the largest ρ the finish-time-fair LP minimises at \
-             its floor (1), and it keeps the max-min allocation: same rows as `gavel-maxmin`"
-                .to_string(),
-        );
-    }
-    None
+/// then equal another policy's, and the table marks them (the registry entry's
+/// [`pacer_policy::PolicyEntry::inert_when`]).
+fn inert_reason(policy: &str, traits: &pacer_policy::WorkloadTraits) -> Option<String> {
+    let e = pacer_policy::entry(policy)?;
+    (e.inert_when)(traits).map(|why| format!("{policy}: {why}"))
 }
 
 /// Applications for `--apps KIND:DIR` (`sia:` or `sia-uncalibrated:`), or the
@@ -211,8 +176,9 @@ pub fn load_apps(extra: &[PathBuf]) -> Result<Vec<AppModel>> {
     Ok(profiles.into_iter().map(AppModel::new).collect())
 }
 
-fn read(path: &str) -> Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))
+/// A file named on the command line, at most `limit` bytes; errors name it (and the limit).
+fn read(path: &str, limit: pacer_fsio::Limit) -> Result<String> {
+    Ok(pacer_fsio::read_to_string_limited(Path::new(path), limit)?)
 }
 
 /// The simulator's settings for `args`.
@@ -229,7 +195,7 @@ fn sim_config(args: &SimulateArgs) -> SimConfig {
 /// Resolves workload and trace flags to named job lists.
 pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, Vec<SimJob>)>> {
     if !(args.load > 0.0 && args.load.is_finite()) {
-        bail!("--load: expected a number > 0, got {}", args.load);
+        bail!("--arrival-scale: expected a number > 0, got {}", args.load);
     }
     // Synthetic jobs are drawn for this cluster; loaded ones are checked against it.
     let cluster = parse_cluster(&args.cluster)?;
@@ -278,7 +244,12 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
             sources.push(format!("--workload {w}"));
             out.push((
                 name,
-                trace::load_pollux_workload(&read(w)?, w, apps, args.load)?,
+                trace::load_pollux_workload(
+                    &read(w, pacer_fsio::limits::TRACE)?,
+                    w,
+                    apps,
+                    args.load,
+                )?,
             ));
         }
     }
@@ -349,7 +320,7 @@ pub fn parse_cluster(arg: &str) -> Result<ClusterSpec> {
     if !arg.ends_with(".toml") {
         return Ok(ClusterSpec::parse(arg, "--cluster")?);
     }
-    let text = read(arg)?;
+    let text = read(arg, pacer_fsio::limits::CLUSTER)?;
     Ok(pacer_model::cluster_file::parse_cluster_toml(&text, arg)?)
 }
 
@@ -371,15 +342,9 @@ pub fn policy_names(arg: &str) -> Result<Vec<String>> {
                 bail!("--policy: `{p}` is named twice");
             }
             seen.push(p);
-            if pacer_policy::by_name(p).is_some() {
-                Ok(p.to_string())
-            } else {
-                bail!(
-                    "--policy: unknown policy `{p}`; expected `all`, any of {}, `themis-fF` \
-                     with a fairness knob 0 <= F <= 1 (e.g. themis-f0.8), or `fair-qS` with a \
-                     time slice S >= 0 s (e.g. fair-q0)",
-                    pacer_policy::POLICY_NAMES.join(", ")
-                )
+            match pacer_policy::parse(p) {
+                Ok(_) => Ok(p.to_string()),
+                Err(e) => bail!("--policy: {e}; or `all`"),
             }
         })
         .collect()
@@ -455,7 +420,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         }
         crate::out::check_targets("--out", dir, &names)?;
     }
-    let any_loss_curve = loads.iter().any(|(_, jobs)| {
+    let loss_curves = loads.iter().any(|(_, jobs)| {
         jobs.iter()
             .any(|j| matches!(j.work, Work::LossCurve { .. }))
     });
@@ -468,9 +433,13 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                 _ => false,
             })
         });
+    let traits = pacer_policy::WorkloadTraits {
+        typed_speeds,
+        loss_curves,
+    };
     let notes: Vec<(String, String)> = policies
         .iter()
-        .filter_map(|p| inert_reason(p, typed_speeds, any_loss_curve).map(|r| (p.clone(), r)))
+        .filter_map(|p| inert_reason(p, &traits).map(|r| (p.clone(), r)))
         .collect();
     let total_jobs: usize = loads.iter().map(|(_, j)| j.len()).sum::<usize>() * policies.len();
     let mut progress = SimProgress::new(args.quiet, total_jobs);
@@ -515,7 +484,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         crate::report::write_outputs(dir, &results, cluster.total_gpus())?;
     }
     if args.json {
-        crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
+        crate::out::print(&format!("{}\n", pacer_cli::json::pretty(&rows)?))
     } else {
         let mut text = format_table(&rows, &cluster, loads.len(), &notes)?;
         if let Some(dir) = &args.out {
@@ -555,9 +524,29 @@ fn format_table(
         .max()
         .unwrap_or(0)
         .max(6);
+    // The workload column fits the longest name (a file path can be long).
+    let ww = rows
+        .iter()
+        .map(|r| r.workload.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(14);
+    let jobs_of = |s: &pacer_sim::Summary| {
+        if s.finished == s.jobs {
+            format!("{}", s.jobs)
+        } else {
+            format!("{}/{}", s.finished, s.jobs)
+        }
+    };
+    let jw = rows
+        .iter()
+        .map(|r| jobs_of(&r.summary).len())
+        .max()
+        .unwrap_or(0)
+        .max(5);
     writeln!(
         text,
-        "{:<14} {:<pw$} {:>5} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}",
+        "{:<ww$} {:<pw$} {:>jw$} {:>8} {:>8} {:>8} {:>9} {:>8} {:>6} {:>7} {:>7} {:>8} {:>8}",
         "workload",
         "policy",
         "jobs",
@@ -575,14 +564,10 @@ fn format_table(
     let h = |s: f64| s / 3600.0;
     for r in rows {
         let s = &r.summary;
-        let jobs = if s.finished == s.jobs {
-            format!("{}", s.jobs)
-        } else {
-            format!("{}/{}", s.finished, s.jobs)
-        };
+        let jobs = jobs_of(s);
         writeln!(
             text,
-            "{:<14} {:<pw$} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>9.2} {:>8.3} {:>6.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1}",
+            "{:<ww$} {:<pw$} {:>jw$} {:>8.3} {:>8.3} {:>8.3} {:>9.2} {:>8.3} {:>6.2} {:>7.2} {:>7.2} {:>8.2} {:>8.1}",
             r.workload,
             marked(&s.policy),
             jobs,
@@ -734,14 +719,21 @@ impl SimProgress {
 #[cfg(test)]
 mod tests {
     use super::inert_reason;
+    use pacer_policy::WorkloadTraits;
+    fn t(typed_speeds: bool, loss_curves: bool) -> WorkloadTraits {
+        WorkloadTraits {
+            typed_speeds,
+            loss_curves,
+        }
+    }
 
     #[test]
     fn gavel_objectives_differ_only_with_per_type_speeds() {
-        assert!(inert_reason("gavel-ftf", false, false).is_some());
-        assert!(inert_reason("gavel-ftf", true, false).is_none());
-        assert!(inert_reason("gavel-maxmin", false, false).is_none());
-        assert!(inert_reason("slaq", true, false).is_some());
-        assert!(inert_reason("slaq", true, true).is_none());
-        assert!(inert_reason("fair", false, false).is_none());
+        assert!(inert_reason("gavel-ftf", &t(false, false)).is_some());
+        assert!(inert_reason("gavel-ftf", &t(true, false)).is_none());
+        assert!(inert_reason("gavel-maxmin", &t(false, false)).is_none());
+        assert!(inert_reason("slaq", &t(true, false)).is_some());
+        assert!(inert_reason("slaq", &t(true, true)).is_none());
+        assert!(inert_reason("fair", &t(false, false)).is_none());
     }
 }

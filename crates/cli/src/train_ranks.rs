@@ -168,6 +168,8 @@ fn run_workers(
     let handles: Vec<_> = (0..n)
         .map(|i| {
             let mut cfg = WorkerConfig::new(addr, format!("rank{}-{}-{i}", r.rank, r.node));
+            // Turned away for now (too many handshakes at once): try again.
+            cfg.retry_for_s = worker::DEFAULT_RETRY_FOR_S;
             cfg.realtime_io = !a.job.normal_priority;
             std::thread::spawn(move || worker::run_blocking(cfg, DataSource::FromJob))
         })

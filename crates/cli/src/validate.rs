@@ -48,7 +48,7 @@ fn their_avgs(
         .join("results-jobload")
         .join(format!("{policy}-{load:.1}"))
         .join("summary.json");
-    let text = std::fs::read_to_string(&path).with_context(|| {
+    let text = pacer_fsio::read_to_string_limited(&path, pacer_fsio::limits::TABLE).with_context(|| {
         format!("cannot read {} (Pollux's results; pass --data DIR pointing at the Pollux artifact data)", path.display())
     })?;
     let v: serde_json::Value = serde_json::from_str(&text)
@@ -78,8 +78,7 @@ fn job_count(data: &std::path::Path, policy: &str, load: f64, workload: &str) ->
         .join("results-jobload")
         .join(format!("{policy}-{load:.1}"))
         .join("summary.json");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text = pacer_fsio::read_to_string_limited(&path, pacer_fsio::limits::TABLE)?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{}: not valid JSON", path.display()))?;
     v.get("jcts")
@@ -196,7 +195,7 @@ pub fn run(args: ValidateArgs) -> Result<()> {
         crate::out::write_bytes(path, &md)?;
     }
     if a.json {
-        crate::out::print(&format!("{}\n", serde_json::to_string_pretty(&rows)?))
+        crate::out::print(&format!("{}\n", pacer_cli::json::pretty(&rows)?))
     } else {
         crate::out::print(&md)
     }

@@ -452,22 +452,31 @@ fn simulate_help_defines_every_column_and_lists_every_policy() {
     let out = pacer(&["simulate", "--help"]);
     assert_ok(&out);
     let help = String::from_utf8_lossy(&out.stdout);
-    // Every registered policy (pacer_policy::POLICY_NAMES), each with a line.
-    for p in [
-        "fifo",
-        "fair",
-        "tiresias",
-        "pollux",
-        "gavel-maxmin",
-        "gavel-ftf",
-        "themis",
-        "slaq",
-    ] {
+    // Every registered policy, each with a line carrying its registry entry's summary
+    // (the help is built from pacer_policy::POLICIES, not written beside it).
+    for e in &pacer_policy::POLICIES {
+        let line = help
+            .lines()
+            .find(|l| {
+                l.trim_start()
+                    .trim_start_matches('+')
+                    .starts_with(&format!("{} ", e.name))
+            })
+            .unwrap_or_else(|| panic!("--help lists no `{}`: {help}", e.name));
+        let first_words: String = e
+            .summary
+            .split_whitespace()
+            .take(4)
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(
-            help.lines()
-                .any(|l| l.trim_start().starts_with(&format!("{p} "))),
-            "--help lists no `{p}`: {help}"
+            line.contains(&first_words),
+            "`{}`'s help line does not carry its registry summary `{first_words}`: {line}",
+            e.name
         );
+        if let Some(k) = e.knob {
+            assert!(help.contains(k), "--help lacks the knob `{k}`: {help}");
+        }
     }
     // Every column of the table has a definition line.
     let table =

@@ -170,16 +170,73 @@ fn a_worker_gives_up_on_a_silent_controller() {
         &addr,
         "--welcome-timeout-s",
         "0.5",
+        "--retry-for-s",
+        "1",
         "--normal-priority",
     ]);
     drop(l);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
+    // Tried again (issue 23), then gave up naming what it awaited.
+    assert!(err.contains("trying again in"), "{err}");
     assert!(
-        err.contains(&format!("controller {addr}"))
+        err.contains(&format!("could not join controller {addr}"))
+            && err.contains("(--retry-for-s 1)")
             && err.contains("nothing received for 500ms waiting for Welcome"),
         "{err}"
     );
+}
+
+/// Issue 23: a worker started before its controller (connection refused) tries
+/// again with backoff, saying so, and joins once the controller is up; it once
+/// exited 1 at the first refusal.
+#[test]
+fn a_worker_started_before_its_controller_retries_and_joins() {
+    // A port nobody listens on until the controller starts.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let worker = spawn(&[
+        "worker",
+        "--connect",
+        &addr,
+        "--retry-for-s",
+        "30",
+        "--retry-max-delay-s",
+        "0.5",
+        "--normal-priority",
+    ]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let controller = spawn(&[
+        "controller",
+        "--listen",
+        &addr,
+        "--dataset",
+        "tiny",
+        "--model",
+        "logreg",
+        "--max-iterations",
+        "5",
+        "--no-progress",
+        "--normal-priority",
+    ]);
+    let c = wait_bounded(controller, Duration::from_secs(60), "pacer controller");
+    let w = wait_bounded(worker, Duration::from_secs(60), "pacer worker");
+    let (cerr, werr) = (
+        String::from_utf8_lossy(&c.stderr),
+        String::from_utf8_lossy(&w.stderr),
+    );
+    assert_eq!(c.status.code(), Some(0), "{cerr}");
+    assert_eq!(w.status.code(), Some(0), "{werr}");
+    assert!(
+        werr.contains(&format!("connecting to controller {addr}"))
+            && werr.contains("trying again in")
+            && werr.contains("--retry-for-s"),
+        "{werr}"
+    );
+    assert!(werr.contains("5 steps"), "{werr}");
 }
 
 /// The IDX file of unsigned bytes `data` with `shape`.
@@ -308,4 +365,56 @@ fn worker_i_is_local_i_and_the_network_time_is_not_negative() {
     .sum::<f64>();
     let gather = o["gather_ms"].as_f64().unwrap();
     assert!((parts - gather).abs() < 1e-6, "{o}");
+}
+
+/// Issue 23: SIGTERM during a `--time-scale 1e6` run (a millisecond of compute is
+/// padded to 17 minutes) ends `pacer train` promptly — the checkpoint written, the
+/// report printed, status 143 — instead of waiting out the workers' padding (under
+/// a service it was then SIGKILLed).
+#[test]
+fn sigterm_under_a_huge_time_scale_exits_promptly_with_the_checkpoint() {
+    let dir = tmp_dir("sigterm-time-scale");
+    let _ = std::fs::remove_file(dir.join("pacer-checkpoint.bin"));
+    let child = spawn(&[
+        "train",
+        "--dataset",
+        "tiny",
+        "--model",
+        "logreg",
+        "--workers",
+        "2",
+        "--time-scale",
+        "1e6",
+        "--max-iterations",
+        "1000",
+        "--checkpoint-dir",
+        dir.to_str().unwrap(),
+        "--no-progress",
+        "--normal-priority",
+    ]);
+    // Long enough for the tiny set to load and the workers to join and start their
+    // first (padded) step.
+    std::thread::sleep(Duration::from_secs(3));
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let t = Instant::now();
+    let out = wait_bounded(child, Duration::from_secs(20), "pacer train after SIGTERM");
+    let took = t.elapsed();
+    eprintln!("pacer train exited {took:?} after SIGTERM");
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(143), "{stdout}\n{err}");
+    assert!(
+        took <= Duration::from_secs(2),
+        "exited {took:?} after SIGTERM\n{err}"
+    );
+    assert!(err.contains("checkpoint of step 0"), "{err}");
+    assert!(dir.join("pacer-checkpoint.bin").is_file());
+    assert!(stdout.starts_with("INTERRUPTED (SIGTERM)"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -137,6 +137,15 @@ fn unknown_policy_and_bad_cluster_and_trace_kind() {
         &pacer(&["simulate", "--policy", "fifo,sjf"]),
         "--policy: unknown policy `sjf`",
     );
+    // A misspelt name gets the closest registered one.
+    assert_clean_error(
+        &pacer(&["simulate", "--policy", "tiresais"]),
+        "--policy: unknown policy `tiresais` (did you mean `tiresias`?)",
+    );
+    assert_clean_error(
+        &pacer(&["simulate", "--policy", "themis-g0.5"]),
+        "(did you mean `themis`?)",
+    );
     assert_clean_error(
         &pacer(&["simulate", "--cluster", "16x:t4"]),
         "--cluster: bad node group `16x:t4`",

@@ -12,14 +12,17 @@ use std::path::{Path, PathBuf};
 fn load(dir: &Path) -> Result<Vec<StepRow>, String> {
     let mut rows = Vec::new();
     let p = dir.join("placements.csv");
-    let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let text = pacer_fsio::read_to_string_limited(&p, pacer_fsio::limits::TABLE)
+        .map_err(|e| e.to_string())?;
     let origin = p.display().to_string();
     rows.extend(rows_from_placements(
         &parse_placements(&text, &origin).map_err(|e| e.to_string())?,
         &origin,
     ));
     let s = dir.join("scalability.csv");
-    if let Ok(text) = std::fs::read_to_string(&s) {
+    if s.exists() {
+        let text = pacer_fsio::read_to_string_limited(&s, pacer_fsio::limits::TABLE)
+            .map_err(|e| e.to_string())?;
         let origin = s.display().to_string();
         rows.extend(rows_from_scalability(
             &parse_scalability(&text, &origin).map_err(|e| e.to_string())?,

@@ -15,7 +15,9 @@ use pacer_predict::itertime::{
 use std::path::{Path, PathBuf};
 
 fn load(dir: &Path) -> Result<(Vec<StepRow>, ConvergenceModel), String> {
-    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let read = |p: &Path| {
+        pacer_fsio::read_to_string_limited(p, pacer_fsio::limits::TABLE).map_err(|e| e.to_string())
+    };
     let p = dir.join("placements.csv");
     let o = p.display().to_string();
     let mut rows = rows_from_placements(

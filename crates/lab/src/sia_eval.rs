@@ -70,7 +70,7 @@ struct Row {
 
 /// Rows `| policy | trace | workload | done | avg | p99 | makespan | …` of the anchor table.
 pub(crate) fn anchors(path: &Path) -> Result<Vec<(String, String, String, Anchor)>> {
-    let text = std::fs::read_to_string(path)
+    let text = pacer_fsio::read_to_string_limited(path, pacer_fsio::limits::TABLE)
         .with_context(|| format!("{}: cannot read Sia's anchor numbers", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -115,7 +115,7 @@ pub(crate) fn run_one(
     profiles: ProfileMode,
 ) -> Result<Run> {
     let origin = file.display().to_string();
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {origin}"))?;
+    let text = pacer_fsio::read_to_string_limited(file, pacer_fsio::limits::TRACE)?;
     let jobs = pacer_sim::trace::load_pollux_workload(&text, &origin, apps, 1.0)?;
     let sim = Simulation {
         cluster,
@@ -203,11 +203,9 @@ pub fn run(a: Args) -> Result<()> {
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
     let json = a.out.join("results.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&rows)?)
-        .with_context(|| format!("cannot write {}", json.display()))?;
+    pacer_cli::out::write_bytes(&json, serde_json::to_string_pretty(&rows)?)?;
     let md = a.out.join("results.md");
-    std::fs::write(&md, markdown(&rows, &a))
-        .with_context(|| format!("cannot write {}", md.display()))?;
+    pacer_cli::out::write_bytes(&md, markdown(&rows, &a))?;
     println!("{}", markdown(&rows, &a));
     Ok(())
 }
@@ -387,8 +385,7 @@ pub fn gap(a: GapArgs) -> Result<()> {
     let cluster = ClusterSpec::parse(&a.cluster, "--cluster")?;
     let apps = pacer_sim::apps::load_sia_dir(&a.traces, true)?;
     let origin = a.workload.display().to_string();
-    let text =
-        std::fs::read_to_string(&a.workload).with_context(|| format!("cannot read {origin}"))?;
+    let text = pacer_fsio::read_to_string_limited(&a.workload, pacer_fsio::limits::TRACE)?;
     let jobs = pacer_sim::trace::load_pollux_workload(&text, &origin, &apps, 1.0)?;
     let sim = Simulation {
         cluster: &cluster,

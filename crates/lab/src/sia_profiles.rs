@@ -49,11 +49,10 @@ pub fn run(
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
     let json = a.out.join("profiles.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&rows)?)
-        .with_context(|| format!("cannot write {}", json.display()))?;
+    pacer_cli::out::write_bytes(&json, serde_json::to_string_pretty(&rows)?)?;
     let md = a.out.join("profiles.md");
     let text = markdown(&rows, a);
-    std::fs::write(&md, &text).with_context(|| format!("cannot write {}", md.display()))?;
+    pacer_cli::out::write_bytes(&md, &text)?;
     println!("{text}");
     Ok(())
 }

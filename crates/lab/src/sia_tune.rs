@@ -138,7 +138,7 @@ fn simulate(
     profiles: ProfileMode,
 ) -> Result<Split> {
     let origin = file.display().to_string();
-    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {origin}"))?;
+    let text = pacer_fsio::read_to_string_limited(file, pacer_fsio::limits::TRACE)?;
     let jobs = pacer_sim::trace::load_pollux_workload(&text, &origin, apps, 1.0)?;
     let config = SimConfig {
         round_s: 60.0,

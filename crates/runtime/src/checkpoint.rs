@@ -214,6 +214,29 @@ impl Checkpoint {
                 format!("{} bytes after the checksum", buf.len() - c.pos),
             ));
         }
+        // A checksum proves no damage, not honesty: whoever wrote the file could
+        // recompute it. Numbers that would poison the run are refused by name.
+        for (field, values, nonneg) in [
+            ("params", &params, false),
+            ("optimiser state m", &m, false),
+            ("optimiser state v", &v, true),
+        ] {
+            if let Some(i) = values
+                .iter()
+                .position(|x| !x.is_finite() || (nonneg && *x < 0.0))
+            {
+                return Err(c.err(
+                    field,
+                    format!(
+                        "value {i} of {} is {}; expected a finite number{} (a poisoned or \
+                         diverged checkpoint; remove it to start afresh)",
+                        values.len(),
+                        values[i],
+                        if nonneg { " ≥ 0" } else { "" }
+                    ),
+                ));
+            }
+        }
         let optimizer =
             Optimizer::restore(meta.optimizer, t, m, v).map_err(|e| c.err("optimiser state", e))?;
         Ok(Checkpoint {
@@ -238,7 +261,13 @@ impl Checkpoint {
         let tmp = dir.join(format!(".{FILE}.tmp-{}", std::process::id()));
         let bytes = self.encode();
         let written = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
+            // Created afresh (O_EXCL): never through a symlink planted at the
+            // temporary name; a leftover of a crashed run with this pid goes first.
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
             std::fs::rename(&tmp, &path)?;
@@ -255,20 +284,26 @@ impl Checkpoint {
         Ok(path)
     }
 
-    /// The checkpoint in `dir`, `None` when there is none.
-    pub fn load(dir: &Path) -> Result<Option<Checkpoint>, RuntimeError> {
+    /// The largest checkpoint file a model of `n_params` parameters can have: the
+    /// magic, format and metadata (at most 1 MiB), three vectors of `n_params` values
+    /// with their counts (parameters, Adam's two moments), the step count and the
+    /// checksum. Reads stop there: a checkpoint is a file someone handed over, and
+    /// one symlinked to `/dev/zero` once grew the trainer to 2 GB.
+    pub fn max_file_bytes(n_params: usize) -> u64 {
+        8 + 4 + 4 + u64::from(MAX_META) + 3 * (8 + 4 * n_params as u64) + 4 + 8
+    }
+
+    /// The checkpoint in `dir` for a run of `model`, `None` when there is none. The
+    /// file must be a regular file (a device, a FIFO or a directory is refused
+    /// without reading it) of at most [`Checkpoint::max_file_bytes`] for the model.
+    pub fn load(dir: &Path, model: &ModelSpec) -> Result<Option<Checkpoint>, RuntimeError> {
         let path = Checkpoint::path(dir);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(RuntimeError::io(
-                    format!("--checkpoint-dir: reading {}", path.display()),
-                    e,
-                ))
-            }
-        };
-        Checkpoint::decode(&bytes, &path).map(Some)
+        let n_params = model.n_params().unwrap_or(MAX_PARAMS).min(MAX_PARAMS) as usize;
+        let limit = Checkpoint::max_file_bytes(n_params);
+        match read_bounded(&path, limit)? {
+            None => Ok(None),
+            Some(bytes) => Checkpoint::decode(&bytes, &path).map(Some),
+        }
     }
 
     /// The state of a run of `cfg` on `data` that has done `step` iterations over
@@ -364,6 +399,73 @@ impl Checkpoint {
     }
 }
 
+/// The bytes of `path` if it is a regular file of at most `limit` bytes; `None` when
+/// it does not exist. Opened without blocking (a FIFO would wait for a writer) and
+/// checked on the opened descriptor, so the file read is the file checked; the read
+/// itself stops one byte past `limit` whatever the file claims.
+fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RuntimeError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let ctx = |what: &str| format!("--checkpoint-dir: {}: {what}", path.display());
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(RuntimeError::io(ctx("opening it"), e)),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| RuntimeError::io(ctx("reading its metadata"), e))?;
+    let t = meta.file_type();
+    if !t.is_file() {
+        let kind = if t.is_dir() {
+            "a directory"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(RuntimeError::config(
+            "--checkpoint-dir",
+            format!(
+                "{}: is {kind}; a checkpoint must be a regular file (remove it, or use \
+                 another directory)",
+                path.display()
+            ),
+        ));
+    }
+    let too_big = |size: u64| {
+        RuntimeError::config(
+            "--checkpoint-dir",
+            format!(
+                "{}: {size} bytes or more, larger than the {limit} bytes a checkpoint of \
+                 this model can be (parameters and optimiser state; a checkpoint of another, \
+                 larger model?); not read",
+                path.display()
+            ),
+        )
+    };
+    if meta.len() > limit {
+        return Err(too_big(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| RuntimeError::io(ctx("reading it"), e))?;
+    // It grew while we read it.
+    if bytes.len() as u64 > limit {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(Some(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,10 +514,10 @@ mod tests {
             weight_decay: 1e-4,
         };
         for spec in [adam(), sgd] {
-            let (_, _, c) = sample(spec);
+            let (_, model, c) = sample(spec);
             let dir = scratch(&format!("{spec:?}").replace(' ', "")[..8]);
             let path = c.save(&dir).unwrap();
-            let back = Checkpoint::load(&dir).unwrap().unwrap();
+            let back = Checkpoint::load(&dir, &model).unwrap().unwrap();
             // Bit for bit: parameters, optimiser step count and moments, position.
             assert_eq!(back, c);
             assert_eq!(back.optimizer.state().0, 3);
@@ -427,7 +529,59 @@ mod tests {
             assert_eq!(names, [std::ffi::OsString::from(FILE)], "{path:?}");
             std::fs::remove_dir_all(&dir).unwrap();
         }
-        assert!(Checkpoint::load(&scratch("none")).unwrap().is_none());
+        let (_, model, _) = sample(adam());
+        assert!(Checkpoint::load(&scratch("none"), &model)
+            .unwrap()
+            .is_none());
+    }
+
+    /// Issue 23: a checkpoint that is a device, a FIFO or a directory is refused
+    /// without reading it (one symlinked to /dev/zero grew the trainer to 2 GB; a
+    /// FIFO blocked the start forever), and a regular file larger than the model's
+    /// checkpoint can be is refused with the limit in the error.
+    #[test]
+    fn checkpoint_reads_are_bounded_and_only_of_regular_files() {
+        let (_, model, c) = sample(adam());
+        let n_params = model.n_params().unwrap() as usize;
+        let limit = Checkpoint::max_file_bytes(n_params);
+        // A real checkpoint of the model fits.
+        assert!(c.encode().len() as u64 <= limit);
+        assert!(limit < 2 << 20, "{limit}: the MLP's limit is about 1 MiB");
+        let dir = scratch("bounded");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = Checkpoint::path(&dir);
+        let err = |dir: &Path| Checkpoint::load(dir, &model).unwrap_err().to_string();
+
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let e = err(&dir);
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains("is a device"),
+            "{e}"
+        );
+        std::fs::remove_file(&path).unwrap();
+
+        let fifo = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = err(&dir);
+        assert!(e.contains("is a FIFO"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+
+        std::fs::create_dir(&path).unwrap();
+        let e = err(&dir);
+        assert!(e.contains("is a directory"), "{e}");
+        std::fs::remove_dir(&path).unwrap();
+
+        // A sparse regular file one byte over the limit: refused before reading.
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(limit + 1).unwrap();
+        let e = err(&dir);
+        assert!(
+            e.contains(&format!("{} bytes or more", limit + 1))
+                && e.contains(&format!("larger than the {limit} bytes")),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -242,8 +242,15 @@ impl GnsTracker {
         }
     }
 
+    /// The noise scale, once it is a measurement: `None` while `|G|²` is at its floor
+    /// (`GnsEstimator::resolved`), where the estimator's value (`base_batch · 10⁶`)
+    /// only says "much larger than the batch" and was reported as if measured.
     pub fn noise_scale(&self) -> Option<f64> {
-        self.est.noise_scale()
+        if self.est.resolved() {
+            self.est.noise_scale()
+        } else {
+            None
+        }
     }
 
     pub fn grad_sqr(&self) -> Option<f64> {

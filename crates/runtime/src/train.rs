@@ -42,6 +42,9 @@ pub struct LocalLaunch {
     pub partial_kills: Vec<(usize, u64)>,
     /// (worker slot, iteration): that worker answers that Step with garbage.
     pub garbage: Vec<(usize, u64)>,
+    /// (worker slot, how, iteration): that worker sends poisoned gradients from that
+    /// iteration on (a bad peer, [`crate::worker::Poison`]).
+    pub poison: Vec<(usize, crate::worker::Poison, u64)>,
     /// (iteration, speed): a new worker is started once the controller has finished
     /// that iteration; it gets the next slot (and that slot's interference windows).
     pub joins: Vec<(u64, f64)>,
@@ -71,6 +74,7 @@ impl LocalLaunch {
             kills: Vec::new(),
             partial_kills: Vec::new(),
             garbage: Vec::new(),
+            poison: Vec::new(),
             joins: Vec::new(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             worker_ips: Vec::new(),
@@ -119,6 +123,12 @@ impl LocalLaunch {
                     .iter()
                     .find(|(s, _)| *s == slot)
                     .map(|&(_, k)| Fault::GarbageAt(k))
+            })
+            .or_else(|| {
+                self.poison
+                    .iter()
+                    .find(|(s, _, _)| *s == slot)
+                    .map(|&(_, p, k)| Fault::PoisonFrom(p, k))
             });
         w
     }
@@ -210,6 +220,7 @@ impl LocalLaunch {
             .map(|k| ("--kill", k.0))
             .chain(self.partial_kills.iter().map(|k| ("partial kill", k.0)))
             .chain(self.garbage.iter().map(|k| ("garbage", k.0)))
+            .chain(self.poison.iter().map(|k| ("poison", k.0)))
         {
             if slot >= slots {
                 return Err(RuntimeError::config(

@@ -52,7 +52,7 @@ fn a_stopped_run_resumes_with_fewer_workers_at_the_same_step_and_sample() {
     for o in outcomes {
         o.unwrap();
     }
-    let c = Checkpoint::load(&dir)
+    let c = Checkpoint::load(&dir, &cfg.model)
         .unwrap()
         .expect("written on the stop");
     assert_eq!((c.meta.step, c.meta.samples), (12, 12 * b));
@@ -158,5 +158,63 @@ fn a_checkpoint_of_another_model_is_an_error_before_training() {
         .expect_err("refused")
         .to_string();
     assert!(e.contains("checkpoint"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// FNV-1a, as the checkpoint format sums its bytes: a writer can always recompute it.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The checkpoint `c` written to `dir` with `f32` value `index` of the file's first
+/// vector (the parameters) replaced by `value`, and the checksum recomputed.
+fn write_tampered(c: &Checkpoint, dir: &std::path::Path, index: usize, value: f32) {
+    let mut bytes = c.encode();
+    // magic 8 | format 4 | meta length 4 | meta | params count 8 | values
+    let meta_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let at = 16 + meta_len + 8 + 4 * index;
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    let n = bytes.len();
+    let sum = fnv1a(&bytes[..n - 8]);
+    bytes[n - 8..].copy_from_slice(&sum.to_le_bytes());
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(Checkpoint::path(dir), bytes).unwrap();
+}
+
+#[test]
+fn a_checkpoint_with_non_finite_parameters_is_refused_naming_the_file() {
+    let d = tiny();
+    let dir = scratch("poisoned");
+    let mut cfg = config(&d, "mlp", 16, 64, 20);
+    cfg.checkpoint_dir = Some(dir.clone());
+    let model = cfg.model.build();
+    let params = model.init(cfg.seed, &d.train);
+    let opt = pacer_runtime::optim::Optimizer::new(cfg.optimizer, params.len());
+    let c = Checkpoint::of_run(&d, &cfg, 5, 5 * 64, params, opt);
+    // A sound one loads (the tampering below is the only difference).
+    c.save(&dir).unwrap();
+    assert!(Checkpoint::load(&dir, &cfg.model).unwrap().is_some());
+    let path = Checkpoint::path(&dir).display().to_string();
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        write_tampered(&c, &dir, 7, bad);
+        let e = Checkpoint::load(&dir, &cfg.model).unwrap_err().to_string();
+        assert!(
+            e.contains(&path) && e.contains("params") && e.contains("value 7 of"),
+            "{e}"
+        );
+        // Through a run: refused before anything trains, with the same reason.
+        let e = train_local(d.clone(), cfg.clone(), LocalLaunch::new(1), None)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains(&path) && e.contains("expected a finite number"),
+            "{e}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

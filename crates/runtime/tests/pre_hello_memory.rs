@@ -40,6 +40,9 @@ fn stalled_connections_before_hello_cost_no_memory_and_workers_still_train() {
     cfg.min_workers = 2;
     // The stalled peers outlive the training: they are refused only at the end.
     cfg.hello_timeout_s = 120.0;
+    // All of them held (none shed for a newer one from the same address), so that
+    // their memory is what is measured.
+    cfg.max_pre_hello_per_addr = CONNECTIONS + 10;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

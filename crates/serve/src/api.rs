@@ -24,6 +24,8 @@ use tokio::sync::Mutex;
 
 /// Largest request body (a job spec or a report), bytes.
 pub const MAX_BODY: usize = 64 * 1024;
+/// Longest a request body may take to arrive (408 after that).
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Largest log chunk one request returns, bytes.
 pub const MAX_LOG_CHUNK: u64 = 1 << 20;
 
@@ -34,6 +36,8 @@ pub struct AppState {
     pub token: Arc<String>,
     /// The session cookie's value for `token` ([`crate::auth::session_value`]).
     pub session: Arc<String>,
+    /// The dashboard's CSRF token for `token` ([`crate::auth::csrf_value`]).
+    pub csrf: Arc<String>,
 }
 
 type ApiResult = Result<Response, ApiError>;
@@ -59,35 +63,192 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Whether the request carries the service's credential: its bearer token or the
-/// session cookie, each compared in constant time.
-fn is_admin(s: &AppState, headers: &HeaderMap) -> bool {
+/// How a request proves it is the service's admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Credential {
+    /// `Authorization: Bearer <the service's token>` (the CLI, scripts).
+    Bearer,
+    /// The dashboard's session cookie (a browser; the browser attaches it by itself, so a
+    /// request that changes anything must also prove it came from the dashboard).
+    Cookie,
+    None,
+}
+
+/// The service's credential the request carries, each compared in constant time.
+fn credential(s: &AppState, headers: &HeaderMap) -> Credential {
     let bearer = crate::auth::bearer(
         headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok()),
     );
     if bearer.is_some_and(|t| crate::auth::same(t, &s.token)) {
-        return true;
+        return Credential::Bearer;
     }
     let cookies = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok());
-    crate::auth::cookie(cookies, crate::auth::SESSION_COOKIE)
+    if crate::auth::cookie(cookies, crate::auth::SESSION_COOKIE)
         .is_some_and(|c| crate::auth::same(c, &s.session))
+    {
+        return Credential::Cookie;
+    }
+    Credential::None
+}
+
+/// Whether the request carries the service's credential (bearer token or session cookie).
+fn is_admin(s: &AppState, headers: &HeaderMap) -> bool {
+    credential(s, headers) != Credential::None
+}
+
+/// Methods that change nothing; every other one (POST, PUT, PATCH, DELETE, …) does.
+fn is_safe(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+fn header_str(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Whether a browser's request comes from this service's own pages: `Sec-Fetch-Site`,
+/// when the browser sends it, is `same-origin`; and `Origin` (or, without one,
+/// `Referer`) is this service's origin, `http://` or `https://` followed by the
+/// request's `Host`. Another port of the same host is another origin (though the same
+/// "site" for `SameSite` cookies: that is why the cookie alone proves nothing). A
+/// request with neither `Origin` nor `Referer` is refused.
+fn same_origin(headers: &HeaderMap) -> Result<(), ApiError> {
+    let refuse = |what: String| {
+        ApiError::with_status(
+            403,
+            "origin",
+            format!(
+                "{what}: a request that changes state and is authenticated by the dashboard's session cookie must come from the dashboard's own origin (API clients send `Authorization: Bearer <token>` instead)"
+            ),
+        )
+    };
+    if let Some(site) = header_str(headers, "sec-fetch-site") {
+        if site != "same-origin" {
+            return Err(refuse(format!("Sec-Fetch-Site is `{site}`")));
+        }
+    }
+    let host = header_str(headers, header::HOST)
+        .ok_or_else(|| refuse("the request has no Host header".into()))?;
+    // `http(s)://HOST` exactly (an Origin), or followed by a path (a Referer).
+    let ours = |url: &str, path: bool| {
+        ["http://", "https://"].iter().any(|scheme| {
+            url.strip_prefix(scheme)
+                .and_then(|rest| rest.strip_prefix(host))
+                .is_some_and(|rest| rest.is_empty() || (path && rest.starts_with('/')))
+        })
+    };
+    match (
+        header_str(headers, header::ORIGIN),
+        header_str(headers, header::REFERER),
+    ) {
+        (Some(o), _) if ours(o, false) => Ok(()),
+        (Some(o), _) => Err(refuse(format!(
+            "Origin `{o}` is not this service (http://{host})"
+        ))),
+        (None, Some(r)) if ours(r, true) => Ok(()),
+        (None, Some(r)) => Err(refuse(format!(
+            "Referer `{r}` is not a page of this service (http://{host}/…)"
+        ))),
+        (None, None) => Err(refuse("the request has neither Origin nor Referer".into())),
+    }
+}
+
+/// The dashboard's CSRF token in [`crate::auth::CSRF_HEADER`], compared in constant time.
+fn csrf_token(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match header_str(headers, crate::auth::CSRF_HEADER) {
+        Some(t) if crate::auth::same(t.trim(), &s.csrf) => Ok(()),
+        got => Err(ApiError::with_status(
+            403,
+            crate::auth::CSRF_HEADER,
+            format!(
+                "{} the dashboard's CSRF token: a request that changes state and is authenticated by the session cookie must carry the token of the dashboard page in `X-Pacer-CSRF`",
+                if got.is_some() { "wrong" } else { "missing" }
+            ),
+        )),
+    }
+}
+
+/// The body types the API reads.
+const JSON: &str = "application/json";
+const TOML: &str = "application/toml";
+
+/// The media type of `Content-Type` (lower case, without parameters such as `charset`).
+fn media_type(headers: &HeaderMap) -> Option<String> {
+    header_str(headers, header::CONTENT_TYPE).map(|v| {
+        v.split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase()
+    })
+}
+
+/// A request that may carry a body (a non-zero `Content-Length`, or chunked) must
+/// declare one of `allowed` as its type: 415 otherwise. The types a browser may send
+/// across origins without asking first (`text/plain`, forms) are never among them.
+fn body_type(headers: &HeaderMap, allowed: &[&str]) -> Result<(), ApiError> {
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || header_str(headers, header::CONTENT_LENGTH)
+            .is_some_and(|n| n.trim().parse::<u64>() != Ok(0));
+    if !has_body {
+        return Ok(());
+    }
+    match media_type(headers) {
+        Some(t) if allowed.contains(&t.as_str()) => Ok(()),
+        got => Err(ApiError::with_status(
+            415,
+            "content-type",
+            format!(
+                "expected a body of type {}; got {}",
+                allowed
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                got.map_or_else(|| "no Content-Type".to_string(), |t| format!("`{t}`"))
+            ),
+        )),
+    }
 }
 
 /// The service's credential on every route it guards; a job's report route lets the
-/// handler check the job's own token instead.
+/// handler check the job's own token instead. A cookie-authenticated request that
+/// changes state must also come from the dashboard's origin and carry its CSRF token;
+/// bodies must be JSON or TOML.
 async fn auth(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let is_report = req.method() == Method::POST
         && req.uri().path().starts_with("/v1/jobs/")
         && req.uri().path().ends_with("/reports");
-    if !is_admin(&s, req.headers()) && !is_report {
+    let cred = credential(&s, req.headers());
+    if cred == Credential::None && !is_report {
         return ApiError::unauthorized().into_response();
     }
-    next.run(req).await
+    if cred == Credential::Cookie && !is_safe(req.method()) {
+        if let Err(e) = same_origin(req.headers()).and_then(|()| csrf_token(&s, req.headers())) {
+            return e.into_response();
+        }
+    }
+    let conn = req.extensions().get::<Arc<crate::listen::Conn>>().cloned();
+    if cred != Credential::None {
+        if let Err(e) = body_type(req.headers(), &[JSON, TOML]) {
+            return e.into_response();
+        }
+        if let Some(c) = &conn {
+            c.authenticated();
+        }
+    }
+    let res = next.run(req).await;
+    // A job's report was accepted: its token was right.
+    if is_report && res.status() == StatusCode::ACCEPTED {
+        if let Some(c) = &conn {
+            c.authenticated();
+        }
+    }
+    res
 }
 
 /// The login page (401): a form that posts the token to `/login`. With
@@ -110,7 +271,7 @@ async fn dashboard(State(s): State<AppState>, headers: HeaderMap) -> Response {
     }
     (
         [(header::CACHE_CONTROL, "no-store")],
-        Html(include_str!("dashboard.html")),
+        Html(include_str!("dashboard.html").replace("<!--CSRF-->", &s.csrf)),
     )
         .into_response()
 }
@@ -125,20 +286,33 @@ struct Login {
     token: String,
 }
 
-/// `POST /login` with a form `token=…`: the right token sets the session cookie
-/// (HttpOnly, SameSite=Strict) and sends the browser to `/`; a wrong one is a 401
-/// with the form again; a body over [`MAX_BODY`] a 413, a malformed one a 400.
-async fn login(State(s): State<AppState>, body: Body) -> ApiResult {
-    let bytes = body_bytes(body).await?;
-    let form: Login = serde_urlencoded::from_bytes(&bytes).map_err(|e| {
+/// The token of a login form body (`token=…`, application/x-www-form-urlencoded); a
+/// 400 naming `token` for anything else.
+pub fn parse_login(body: &[u8]) -> Result<String, ApiError> {
+    let form: Login = serde_urlencoded::from_bytes(body).map_err(|e| {
         ApiError::bad(
             "token",
             format!("expected a form body `token=…` (application/x-www-form-urlencoded): {e}"),
         )
     })?;
-    if !crate::auth::same(form.token.trim(), &s.token) {
+    Ok(form.token)
+}
+
+/// `POST /login` with a form `token=…`: the right token sets the session cookie
+/// (HttpOnly, SameSite=Strict) and sends the browser to `/`; a wrong one is a 401
+/// with the form again; a body over [`MAX_BODY`] a 413, a malformed one a 400.
+async fn login(State(s): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult {
+    // A browser always says where a form post comes from: only the login page's own.
+    if headers.contains_key(header::ORIGIN) || headers.contains_key("sec-fetch-site") {
+        same_origin(&headers)?;
+    }
+    let bytes = body_bytes(body).await?;
+    let token = parse_login(&bytes)?;
+    if !crate::auth::same(token.trim(), &s.token) {
+        eprintln!("pacer serve: dashboard login refused: wrong token");
         return Ok(login_form(Some("wrong token")));
     }
+    eprintln!("pacer serve: dashboard login: session cookie set");
     let cookie = format!(
         "{}={}; Path=/; HttpOnly; SameSite=Strict",
         crate::auth::SESSION_COOKIE,
@@ -164,13 +338,22 @@ async fn wait_durable(d: crate::core::Durable) -> Result<(), ApiError> {
 }
 
 async fn body_bytes(body: Body) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        ApiError::with_status(
+    match tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(_)) => Err(ApiError::with_status(
             413,
             "body",
             format!("request body too large or unreadable (at most {MAX_BODY} bytes)"),
-        )
-    })
+        )),
+        Err(_) => Err(ApiError::with_status(
+            408,
+            "body",
+            format!(
+                "the request body did not arrive within {} s",
+                BODY_READ_TIMEOUT.as_secs()
+            ),
+        )),
+    }
 }
 
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
@@ -187,11 +370,7 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
 
 async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult {
     let bytes = body_bytes(body).await?;
-    let json_body = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let spec = if json_body {
+    let spec = if media_type(&headers).as_deref() == Some(JSON) {
         JobSpec::from_json(&bytes)?
     } else {
         let text = std::str::from_utf8(&bytes)
@@ -327,6 +506,7 @@ async fn report(
             return Err(ApiError::unauthorized());
         }
     }
+    body_type(&headers, &[JSON])?;
     let bytes = body_bytes(body).await?;
     let mut core = s.core.lock().await;
     let r = Report::from_json(&bytes)?;
@@ -379,7 +559,10 @@ async fn logs(
     if q.offset > size {
         return Err(ApiError::bad(
             "offset",
-            format!("{} is past the end of the log ({size} bytes)", q.offset),
+            format!(
+                "{} is past the end of the log ({size} bytes; a log is rotated when it passes its cap, its previous part kept in {id}.log.1 in the state directory)",
+                q.offset
+            ),
         ));
     }
     let next = q.offset + data.len() as u64;

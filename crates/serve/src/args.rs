@@ -9,9 +9,11 @@ pub struct ServeArgs {
     /// Address of the API (port 0: any free port; printed at start).
     #[arg(long, default_value = "127.0.0.1:8470")]
     pub listen: String,
-    /// State directory: database, token, logs, checkpoints (created, mode 0700).
+    /// State directory: database, token, logs, checkpoints. Created with mode 0700 when
+    /// missing; refused when another user owns it or group/others can access it.
+    /// Default: $XDG_STATE_HOME/pacer, else ~/.local/state/pacer.
     #[arg(long)]
-    pub state: PathBuf,
+    pub state: Option<PathBuf>,
     /// Cluster: COUNTxSLOTS:TYPE[,…] (e.g. 4x2:cpu) or a TOML file with [[nodes]].
     #[arg(long)]
     pub cluster: String,
@@ -28,11 +30,13 @@ pub struct ServeArgs {
     /// (default: three rounds), so policies that rotate devices do not thrash restarts.
     #[arg(long)]
     pub min_run_s: Option<f64>,
-    /// Executor: `local` (child processes on this machine) or `slurm[:PARTITION]` (Slurm
-    /// jobs pinned to the chosen nodes and GPUs; partition `gpu` unless named; needs
-    /// `--cluster slurm`: the nodes, GPU counts and types are read from Slurm).
-    #[arg(long, default_value = "local")]
+    /// Executor: `local` or `slurm[:PARTITION]` (the list: `--help`).
+    #[arg(long, default_value = "local", long_help = crate::executors::help())]
     pub executor: String,
+    /// A job's log (`<state>/logs/<job>.log`) is rotated when it passes this many MiB:
+    /// its last MiBs move to `<job>.log.1` and the log starts again.
+    #[arg(long, default_value_t = 64)]
+    pub log_max_mib: u64,
     /// Bearer token file (default <state>/token, generated with mode 0600 if absent).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
@@ -44,15 +48,12 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     pub fn config(&self) -> anyhow::Result<ServeConfig> {
-        let slurm_partition = match self.executor.split_once(':') {
-            _ if self.executor == "local" => None,
-            _ if self.executor == "slurm" => Some("gpu"),
-            Some(("slurm", p)) if !p.is_empty() => Some(p),
-            _ => anyhow::bail!(
-                "--executor {}: expected `local`, `slurm` or `slurm:PARTITION`",
-                self.executor
-            ),
-        };
+        let slurm_partition =
+            match crate::executors::parse(&self.executor).map_err(|e| anyhow::anyhow!(e))? {
+                crate::executors::ExecutorChoice::Local => None,
+                crate::executors::ExecutorChoice::Slurm(p) => Some(p),
+            };
+        let slurm_partition = slurm_partition.as_deref();
         anyhow::ensure!(
             (slurm_partition.is_some()) == (self.cluster == "slurm"),
             "--cluster {} with --executor {}: `--cluster slurm` (read the cluster from Slurm) goes with `--executor slurm`, and only with it",
@@ -78,13 +79,17 @@ impl ServeArgs {
         };
         Ok(ServeConfig {
             listen: self.listen.clone(),
-            state_dir: self.state.clone(),
+            state_dir: match &self.state {
+                Some(d) => d.clone(),
+                None => crate::trust::default_state_dir().map_err(|e| anyhow::anyhow!(e))?,
+            },
             cluster,
             policy: self.policy.clone(),
             round_s: self.round_s,
             grace_s: self.grace_s,
             min_run_s: self.min_run_s.unwrap_or(3.0 * self.round_s),
             token_file: self.token_file.clone(),
+            log_max_mib: self.log_max_mib,
             pacer_bin,
             slurm,
         })

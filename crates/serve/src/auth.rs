@@ -13,12 +13,18 @@ pub fn new_token() -> String {
 }
 
 /// Reads the token in `path`, or creates the file (mode 0600) with a new token when
-/// it does not exist. A token must be 16 to 256 printable ASCII characters.
+/// it does not exist. A token must be 16 to 256 printable ASCII characters; an existing
+/// file must be a regular file of this user with mode 0600 ([`crate::trust::open_token`]).
 pub fn load_or_create(path: &Path) -> Result<String, ServeError> {
-    use std::io::Write;
+    use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::read_to_string(path) {
-        Ok(s) => {
+    match crate::trust::open_token(path).map_err(ServeError::Exec)? {
+        Some(f) => {
+            let mut s = String::new();
+            // A token is at most 256 characters: never read more than a little over that.
+            f.take(4096)
+                .read_to_string(&mut s)
+                .map_err(|e| ServeError::io(format!("reading token file {}", path.display()), e))?;
             let t = s.trim();
             if t.len() < 16 || t.len() > 256 || !t.bytes().all(|b| b.is_ascii_graphic()) {
                 return Err(ServeError::Exec(format!(
@@ -28,7 +34,7 @@ pub fn load_or_create(path: &Path) -> Result<String, ServeError> {
             }
             Ok(t.to_string())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        None => {
             let t = new_token();
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
@@ -44,10 +50,6 @@ pub fn load_or_create(path: &Path) -> Result<String, ServeError> {
                 .map_err(|e| ServeError::io(format!("writing {}", path.display()), e))?;
             Ok(t)
         }
-        Err(e) => Err(ServeError::io(
-            format!("reading token file {}", path.display()),
-            e,
-        )),
     }
 }
 
@@ -79,6 +81,21 @@ pub fn session_value(token: &str) -> String {
     h.finalize().iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// Header in which the dashboard sends its CSRF token on every request.
+pub const CSRF_HEADER: &str = "x-pacer-csrf";
+
+/// The dashboard's CSRF token for service token `token`: SHA-256 of another fixed label
+/// and the token, in hex. The dashboard page (served only to an authenticated browser)
+/// carries it; a page of another origin cannot read that page, so it cannot send the
+/// header, even when the browser attaches the session cookie to its requests.
+pub fn csrf_value(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(b"pacer-serve dashboard csrf\0");
+    h.update(token.as_bytes());
+    h.finalize().iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// The value of cookie `name` among `Cookie` header values (the first one named so).
 pub fn cookie<'a>(headers: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
     headers
@@ -106,5 +123,9 @@ mod tests {
         assert_eq!(cookie(h, SESSION_COOKIE), Some("abc"));
         assert_eq!(cookie(["pacer_sessionx=1"], SESSION_COOKIE), None);
         assert_eq!(cookie([], SESSION_COOKIE), None);
+        let c = csrf_value("0123456789abcdef");
+        assert_eq!(c.len(), 64);
+        assert_ne!(c, a, "the CSRF token is not the session cookie");
+        assert_ne!(c, csrf_value("0123456789abcdeg"));
     }
 }

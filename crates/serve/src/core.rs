@@ -32,6 +32,41 @@ pub struct Settings {
     pub pacer_bin: String,
     /// This service's base URL as jobs reach it (`PACER_SERVER`).
     pub server_url: String,
+    /// A job's log is rotated when it grows past this (see [`cap_log`]).
+    pub log_max_bytes: u64,
+}
+
+/// Caps a job's log at about `max` bytes: when `path` is larger, its last `max` bytes
+/// become `path.1` (replacing the previous one) and `path` is truncated to zero, in
+/// place. The job keeps writing to the same file (its descriptor appends, so it goes on
+/// at the new end): at most `max` bytes in `.1` and `max` plus what the job writes in a
+/// round in the log. Whatever the job writes between the copy and the truncation is
+/// lost. Returns whether it rotated.
+pub fn cap_log(path: &std::path::Path, max: u64) -> std::io::Result<bool> {
+    use std::io::{Seek, SeekFrom};
+    let len = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if len <= max {
+        return Ok(false);
+    }
+    let mut log = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    log.seek(SeekFrom::Start(len - max))?;
+    let mut name = path.as_os_str().to_owned();
+    name.push(".1.tmp");
+    let tmp = std::path::PathBuf::from(name);
+    let mut kept = std::fs::File::create(&tmp)?;
+    std::io::copy(&mut std::io::Read::take(&mut log, max), &mut kept)?;
+    let mut name = path.as_os_str().to_owned();
+    name.push(".1");
+    std::fs::rename(&tmp, name)?;
+    log.set_len(0)?;
+    Ok(true)
 }
 
 /// Milliseconds since the Unix epoch.

@@ -74,6 +74,12 @@ pub enum ServeError {
     },
     #[error("executor: {0}")]
     Exec(String),
+    /// The state database cannot be read (damaged, truncated, not a redb file).
+    #[error("state database {}: cannot be opened ({detail}). If the file is damaged, move it aside and start again: `mv {} {}.corrupt` (the service then starts with no jobs: the ones it held are forgotten; their logs stay in the state directory, and runs still alive keep running unmanaged until you stop them)", path.display(), path.display(), path.display())]
+    Corrupt {
+        path: std::path::PathBuf,
+        detail: String,
+    },
 }
 
 impl ServeError {

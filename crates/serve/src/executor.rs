@@ -1,7 +1,8 @@
 //! Executors run jobs' processes. The [`Executor`] trait is what the scheduler
 //! needs from any backend (this machine, Slurm, …): launch on an allocation, signal,
 //! poll, and re-adopt after the service restarts. [`LocalExecutor`] runs jobs as
-//! child processes of this machine, each in its own process group.
+//! child processes of this machine, each in its own process group, and tracks each
+//! run as a process tree (see [`LocalExecutor`]).
 
 use crate::error::ServeError;
 use serde::{Deserialize, Serialize};
@@ -119,15 +120,114 @@ pub(crate) fn hold_taken(held: &mut [Vec<bool>], taken: &[u32]) {
 const WRAPPER: &str = r#"d="$0"; echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"; trap : TERM; "$@"; s=$?; echo $s > "$d/exit.tmp"; mv "$d/exit.tmp" "$d/exit""#;
 
 /// Runs jobs as local processes.
-#[derive(Default)]
+///
+/// A run is its wrapper process **and everything that descends from it**, including
+/// processes that left its process group or session (`setsid`) or whose parent exited:
+/// the service makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`), so such
+/// orphans are re-parented to it rather than to init, and each poll sweeps `/proc` for
+/// the run's processes ([`run_tree`]: same process group or session as the wrapper, a
+/// descendant of it, its `PACER_TREE_ID` in the environment, or seen as a member
+/// before). Signals go to every member. A run stays `Running` — its devices held —
+/// until the whole tree is gone: once the wrapper has exited, what is left of the tree is
+/// SIGKILLed at each poll. (cgroup v2 would make the membership exact, but it is not
+/// delegated everywhere: on the hybrid hierarchy of our CI, `/sys/fs/cgroup/unified`
+/// has no controllers and `/sys/fs/cgroup` is a tmpfs; the sweep needs neither.)
 pub struct LocalExecutor {
     /// Children launched by this process, kept to reap them.
     children: Mutex<HashMap<u32, std::process::Child>>,
+    /// Per run (its wrapper's pid): its tree id and the members seen so far.
+    trees: Mutex<HashMap<u32, Tree>>,
+    /// The last sweep of `/proc`, reused for 250 ms by the polls of running runs (a
+    /// round polls every running job).
+    last_scan: Mutex<Option<(std::time::Instant, std::sync::Arc<Vec<Proc>>)>>,
+}
+
+impl Default for LocalExecutor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the executor remembers of a run's process tree.
+#[derive(Debug, Default)]
+struct Tree {
+    /// `PACER_TREE_ID` of the run: random per launch, so that runs of two services on
+    /// one machine (both with a `job-1:1`) are never taken for each other.
+    tree_id: Option<String>,
+    /// `(pid, start_ticks)` of every process seen in the tree.
+    members: std::collections::HashSet<(u32, u64)>,
 }
 
 impl LocalExecutor {
     pub fn new() -> Self {
-        Self::default()
+        // SAFETY: prctl with constant arguments; it only changes this process's attributes.
+        unsafe {
+            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        }
+        LocalExecutor {
+            children: Mutex::new(HashMap::new()),
+            trees: Mutex::new(HashMap::new()),
+            last_scan: Mutex::new(None),
+        }
+    }
+
+    /// All processes: a fresh sweep, or (`fresh` false) one at most 250 ms old.
+    fn procs(&self, fresh: bool) -> std::sync::Arc<Vec<Proc>> {
+        let mut last = self.last_scan.lock().expect("scan lock");
+        if let Some((t, p)) = last.as_ref() {
+            if !fresh && t.elapsed() < std::time::Duration::from_millis(250) {
+                return p.clone();
+            }
+        }
+        let p = std::sync::Arc::new(scan());
+        *last = Some((std::time::Instant::now(), p.clone()));
+        p
+    }
+
+    /// The live processes of the run whose wrapper is `root` (the wrapper included when
+    /// alive), remembering them; zombies among them that are this process's children
+    /// (orphans it adopted as subreaper) are reaped.
+    fn tree_now(&self, root: u32, fresh: bool) -> Vec<Proc> {
+        let procs = self.procs(fresh);
+        let mut trees = self.trees.lock().expect("trees lock");
+        let t = trees.entry(root).or_default();
+        if t.tree_id.is_none() {
+            t.tree_id = tree_id_of(root);
+        }
+        let members = run_tree(&procs, root, t.tree_id.as_deref(), &t.members);
+        let me = std::process::id();
+        let mut live = Vec::new();
+        for p in members {
+            t.members.insert((p.pid, p.start_ticks));
+            if p.state == 'Z' {
+                if p.ppid == me && p.pid != root {
+                    // SAFETY: waitpid on a zombie child that no one else waits for (a
+                    // job's process adopted as subreaper; never a wrapper, whose
+                    // `Child` is reaped in `status_now`).
+                    unsafe {
+                        libc::waitpid(p.pid as i32, std::ptr::null_mut(), libc::WNOHANG);
+                    }
+                }
+            } else {
+                live.push(p);
+            }
+        }
+        live
+    }
+
+    /// Sends `sig` to every live process of the run (each checked by start time).
+    fn signal_tree(&self, root: u32, sig: i32) -> usize {
+        let mut n = 0;
+        for p in self.tree_now(root, true) {
+            if proc_stat(p.pid).is_some_and(|s| s.start_ticks == p.start_ticks) {
+                // SAFETY: kill(2) on a process just seen to be this run's.
+                unsafe {
+                    libc::kill(p.pid as i32, sig);
+                }
+                n += 1;
+            }
+        }
+        n
     }
 
     fn launch_now(&self, req: &LaunchRequest) -> Result<RunHandle, ServeError> {
@@ -140,6 +240,7 @@ impl LocalExecutor {
             .open(&req.log_path)
             .map_err(|e| ServeError::io(format!("opening {}", req.log_path.display()), e))?;
         let log2 = log.try_clone().map_err(|e| ServeError::io("log file", e))?;
+        let tree_id = format!("{:016x}", rand::random::<u64>());
         let mut cmd = std::process::Command::new("/bin/sh");
         if let Some(d) = &req.cwd {
             check_cwd(d)?;
@@ -150,6 +251,7 @@ impl LocalExecutor {
             .arg(&req.run_dir)
             .args(&req.argv)
             .env("PACER_RUN_ID", &req.run_id)
+            .env("PACER_TREE_ID", &tree_id)
             .envs(req.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(std::process::Stdio::null())
             .stdout(log)
@@ -160,6 +262,13 @@ impl LocalExecutor {
             .map_err(|e| ServeError::io(format!("starting {:?}", req.argv.first()), e))?;
         let pid = child.id();
         let start_ticks = proc_stat(pid).map_or(0, |s| s.start_ticks);
+        self.trees.lock().expect("trees lock").insert(
+            pid,
+            Tree {
+                tree_id: Some(tree_id),
+                members: [(pid, start_ticks)].into(),
+            },
+        );
         self.children
             .lock()
             .expect("children lock")
@@ -174,22 +283,24 @@ impl LocalExecutor {
         let Ok(pid) = run.id.parse::<u32>() else {
             return RunStatus::Killed;
         };
-        let alive = match proc_stat(pid) {
-            Some(s) if s.start_ticks == run.start_ticks || run.start_ticks == 0 => {
-                if s.state == 'Z' {
-                    // Exited but not reaped: its pid (the group id) cannot be reused
-                    // yet, so whatever it left in its group can still be killed.
-                    kill_group(pid, libc::SIGKILL);
-                    false
-                } else {
-                    true
-                }
-            }
-            _ => false,
-        };
-        if alive {
+        let ours =
+            proc_stat(pid).filter(|s| s.start_ticks == run.start_ticks || run.start_ticks == 0);
+        if ours.is_some_and(|s| s.state != 'Z') {
+            // Alive: the sweep keeps the tree's membership up to date.
+            self.tree_now(pid, false);
             return RunStatus::Running;
         }
+        if ours.is_some() {
+            // Exited but not reaped: its pid (the group and session id) cannot be
+            // reused yet, so whatever it left in its group can still be killed.
+            kill_group(pid, libc::SIGKILL);
+        }
+        // The wrapper has exited; what is left of its tree is killed, and the run holds
+        // its devices until nothing is left (the wrapper stays unreaped meanwhile).
+        if self.signal_tree(pid, libc::SIGKILL) > 0 {
+            return RunStatus::Running;
+        }
+        self.trees.lock().expect("trees lock").remove(&pid);
         if let Some(mut c) = self.children.lock().expect("children lock").remove(&pid) {
             let _ = c.wait();
         }
@@ -245,6 +356,11 @@ impl Executor for LocalExecutor {
                     StopSignal::Kill => libc::SIGKILL,
                 };
                 kill_group(pid, sig);
+                // The processes that left the group (setsid, a new group) get it too.
+                self.signal_tree(pid, sig);
+            } else if sig == StopSignal::Kill {
+                // The wrapper is gone: whatever is left of its tree goes too.
+                self.signal_tree(pid, libc::SIGKILL);
             }
             Ok(())
         })
@@ -295,6 +411,12 @@ impl Executor for LocalExecutor {
             if !env.split(|&b| b == 0).any(|v| v == want.as_bytes()) {
                 return Ok(None);
             }
+            self.trees
+                .lock()
+                .expect("trees lock")
+                .entry(pid)
+                .or_default()
+                .tree_id = tree_id_of(pid);
             Ok(Some(RunHandle {
                 id: pid.to_string(),
                 start_ticks: stat.start_ticks,
@@ -310,6 +432,90 @@ fn kill_group(pgid: u32, sig: i32) {
             libc::kill(-(pgid as i32), sig);
         }
     }
+}
+
+/// A process as `/proc` shows it: what [`run_tree`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: u32,
+    pub ppid: u32,
+    pub pgid: u32,
+    pub sid: u32,
+    pub state: char,
+    pub start_ticks: u64,
+    /// `PACER_TREE_ID` in its environment (none for a zombie).
+    pub tree_id: Option<String>,
+}
+
+/// `PACER_TREE_ID` of process `pid`'s environment.
+fn tree_id_of(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"PACER_TREE_ID="))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// Every process of this machine (those that vanish while read are left out).
+pub fn scan() -> Vec<Proc> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let f: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
+            Some(Proc {
+                pid,
+                state: f.first()?.chars().next()?,
+                ppid: f.get(1)?.parse().ok()?,
+                pgid: f.get(2)?.parse().ok()?,
+                sid: f.get(3)?.parse().ok()?,
+                start_ticks: f.get(19)?.parse().ok()?,
+                tree_id: tree_id_of(pid),
+            })
+        })
+        .collect()
+}
+
+/// The processes of the run whose wrapper is `root`: the wrapper, every process in its
+/// process group or session, every descendant of it, every process with
+/// `PACER_TREE_ID=tree_id` in its environment (a random id per launch), and every
+/// process in `known` (a member
+/// seen before, by pid and start time: a `setsid` orphan re-parented to the service
+/// and with its environment cleared is still found). Never this process or init.
+pub fn run_tree(
+    procs: &[Proc],
+    root: u32,
+    tree_id: Option<&str>,
+    known: &std::collections::HashSet<(u32, u64)>,
+) -> Vec<Proc> {
+    let me = std::process::id();
+    let parent: HashMap<u32, u32> = procs.iter().map(|p| (p.pid, p.ppid)).collect();
+    let descends = |mut pid: u32| {
+        // Bounded: a parent chain is short, and a cycle (pids read at different
+        // moments) must not loop.
+        for _ in 0..128 {
+            match parent.get(&pid) {
+                Some(&pp) if pp == root => return true,
+                Some(&pp) if pp > 1 => pid = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    procs
+        .iter()
+        .filter(|p| p.pid != me && p.pid > 1)
+        .filter(|p| {
+            p.pid == root
+                || p.pgid == root
+                || p.sid == root
+                || (tree_id.is_some() && p.tree_id.as_deref() == tree_id)
+                || known.contains(&(p.pid, p.start_ticks))
+                || descends(p.pid)
+        })
+        .cloned()
+        .collect()
 }
 
 /// The fields of `/proc/PID/stat` the executor needs.
@@ -405,6 +611,107 @@ mod tests {
         }
         // sleep dies of SIGTERM; the wrapper survives it and records 143.
         assert_eq!(st, RunStatus::Exited(143));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn alive(pid: u32) -> bool {
+        proc_stat(pid).is_some_and(|s| s.state != 'Z')
+    }
+
+    async fn poll_until_ended(ex: &LocalExecutor, h: &RunHandle, run_dir: &Path) -> RunStatus {
+        for _ in 0..500 {
+            let st = ex.poll(h, run_dir).await.unwrap();
+            if st != RunStatus::Running {
+                return st;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("the run did not end in 10 s");
+    }
+
+    /// A job's grandchild in its own session (`setsid`) belongs to the run: the run is
+    /// running (its devices held) until the grandchild is gone, which the executor
+    /// sees to once the job itself has exited, and a stop signal reaches it too.
+    #[tokio::test]
+    async fn a_setsid_grandchild_is_part_of_its_run() {
+        let dir = std::env::temp_dir().join(format!("pacer-serve-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ex = LocalExecutor::new();
+        let req = |n: u32, tail: &str| {
+            LaunchRequest {
+            job_id: format!("t{n}"),
+            run_id: format!("t{n}:1"),
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                format!(
+                    "setsid sh -c 'echo $$ > {}/gc{n}.tmp; mv {}/gc{n}.tmp {}/gc{n}; exec sleep 60' & {tail}",
+                    dir.display(),
+                    dir.display(),
+                    dir.display()
+                ),
+            ],
+            env: vec![],
+            cwd: None,
+            run_dir: dir.join(format!("run{n}")),
+            log_path: dir.join(format!("log{n}")),
+            alloc: vec![(0, 1)],
+        }
+        };
+        let grandchild = |n: u32| {
+            for _ in 0..500 {
+                if let Ok(s) = std::fs::read_to_string(dir.join(format!("gc{n}"))) {
+                    return s.trim().parse::<u32>().unwrap();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            panic!("no grandchild pid");
+        };
+
+        // The job waits for its grandchild to start, then exits 0, leaving it behind.
+        let r1 = req(
+            1,
+            &format!(
+                "while [ ! -e {}/gc1 ]; do sleep 0.05; done; exit 0",
+                dir.display()
+            ),
+        );
+        let h1 = ex.launch(&r1).await.unwrap();
+        let gc1 = grandchild(1);
+        for _ in 0..500 {
+            if r1.run_dir.join("exit").exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(r1.run_dir.join("exit").exists(), "the job did not exit");
+        assert!(alive(gc1), "the grandchild should outlive the job");
+        assert_eq!(
+            ex.poll(&h1, &r1.run_dir).await.unwrap(),
+            RunStatus::Running,
+            "the job exited but its grandchild {gc1} runs: the run is not over"
+        );
+        assert_eq!(
+            poll_until_ended(&ex, &h1, &r1.run_dir).await,
+            RunStatus::Exited(0)
+        );
+        assert!(!alive(gc1), "the grandchild {gc1} outlived its run");
+
+        // Stopped: SIGTERM reaches the grandchild in its own session as well.
+        let r2 = req(2, "exec sleep 60");
+        let h2 = ex.launch(&r2).await.unwrap();
+        let gc2 = grandchild(2);
+        assert!(alive(gc2));
+        ex.signal(&h2, StopSignal::Term).await.unwrap();
+        assert_eq!(
+            poll_until_ended(&ex, &h2, &r2.run_dir).await,
+            RunStatus::Exited(143)
+        );
+        assert!(
+            !alive(gc2),
+            "the grandchild {gc2} outlived the stop of its run"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -17,12 +17,15 @@ pub mod core;
 pub mod error;
 pub mod executor;
 pub mod executor_slurm;
+pub mod executors;
 pub mod job;
 pub mod launcher;
+pub mod listen;
 pub mod live;
 pub mod metrics;
 pub mod spec;
 pub mod store;
+pub mod trust;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +44,8 @@ pub struct ServeConfig {
     /// Defaults to `<state_dir>/token`.
     pub token_file: Option<PathBuf>,
     pub pacer_bin: String,
+    /// A job's log is rotated past this many MiB (`--log-max-mib`).
+    pub log_max_mib: u64,
     /// `--executor slurm`: the executor that read `cluster` from Slurm; `None` runs jobs
     /// as local processes.
     pub slurm: Option<Arc<executor_slurm::SlurmExecutor>>,
@@ -64,31 +69,28 @@ pub async fn serve(
         "--grace-s: {} is out of range 0..=3600",
         cfg.grace_s
     );
+    if let Err(e) = pacer_policy::parse(&cfg.policy) {
+        anyhow::bail!("--policy: {e}");
+    }
+    spec::check_cluster_size(&cfg.cluster, "--cluster")?;
     anyhow::ensure!(
-        pacer_policy::by_name(&cfg.policy).is_some(),
-        "--policy: unknown policy `{}` (one of {})",
-        cfg.policy,
-        pacer_policy::POLICY_NAMES.join(", ")
+        (1..=1 << 20).contains(&cfg.log_max_mib),
+        "--log-max-mib: {} is out of range 1..=1048576",
+        cfg.log_max_mib
     );
     anyhow::ensure!(
         cfg.min_run_s.is_finite() && (0.0..=86_400.0).contains(&cfg.min_run_s),
         "--min-run-s: {} is out of range 0..=86400",
         cfg.min_run_s
     );
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&cfg.state_dir)
-            .with_context(|| format!("--state {}: cannot create", cfg.state_dir.display()))?;
-    }
+    trust::state_dir(&cfg.state_dir).map_err(|e| anyhow::anyhow!(e))?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let token_path = cfg
         .token_file
         .clone()
         .unwrap_or_else(|| cfg.state_dir.join("token"));
     let token = auth::load_or_create(&token_path)?;
+    listen::raise_nofile_limit();
     let listener = tokio::net::TcpListener::bind(&cfg.listen)
         .await
         .with_context(|| format!("--listen {}: cannot bind", cfg.listen))?;
@@ -102,6 +104,7 @@ pub async fn serve(
         min_run_s: cfg.min_run_s,
         pacer_bin: cfg.pacer_bin.clone(),
         server_url: format!("http://{addr}"),
+        log_max_bytes: cfg.log_max_mib << 20,
     };
     let exec: Arc<dyn executor::Executor> = match &cfg.slurm {
         Some(s) => s.clone(),
@@ -116,17 +119,16 @@ pub async fn serve(
         core: core.clone(),
         exec: exec.clone(),
         session: Arc::new(auth::session_value(&token)),
+        csrf: Arc::new(auth::csrf_value(&token)),
         token: Arc::new(token),
     };
     let rounds = tokio::spawn(round_loop(core, exec, cfg.round_s));
     on_ready(addr);
     let app = api::router(state);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown())
-        .await;
+    listen::serve(listener, app, listen::Limits::default(), shutdown()).await;
     rounds.abort();
     flusher.abort();
-    served.context("serving the API")
+    Ok(())
 }
 
 async fn round_loop(

@@ -537,11 +537,12 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner().to_string();
-        let field = unknown_field(&inner).unwrap_or(if path == "." || path == "?" {
-            "body".into()
-        } else {
-            path
-        });
+        let field =
+            unknown_field(&inner).unwrap_or(if path.is_empty() || path == "." || path == "?" {
+                "body".into()
+            } else {
+                path
+            });
         ApiError::bad(&field, format!("malformed JSON: {inner}"))
     })
 }
@@ -549,7 +550,8 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
 /// The key an "unknown field `k`" message names.
 fn unknown_field(message: &str) -> Option<String> {
     let rest = message.split("unknown field `").nth(1)?;
-    Some(rest.split('`').next()?.to_string())
+    // An empty key (`{"": 1}`) names nothing: the caller falls back to the path.
+    Some(rest.split('`').next()?.to_string()).filter(|k| !k.is_empty())
 }
 
 /// A TOML error as `origin:line: message`, with the key it is about when known.
@@ -584,13 +586,44 @@ fn toml_error(e: &toml::de::Error, text: &str, origin: &str) -> ApiError {
 
 /// A cluster from `--cluster`: `COUNTxSLOTS:TYPE[,…]` or a TOML file (`[[nodes]]`).
 pub fn load_cluster(arg: &str) -> anyhow::Result<ClusterSpec> {
-    if arg.ends_with(".toml") {
-        let text = std::fs::read_to_string(arg)
+    let c = if arg.ends_with(".toml") {
+        use std::io::Read;
+        let f = std::fs::File::open(arg)
             .map_err(|e| anyhow::anyhow!("--cluster {arg}: cannot read: {e}"))?;
-        Ok(pacer_model::cluster_file::parse_cluster_toml(&text, arg)?)
+        let mut text = String::new();
+        f.take(MAX_CLUSTER_FILE + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| anyhow::anyhow!("--cluster {arg}: cannot read: {e}"))?;
+        anyhow::ensure!(
+            text.len() as u64 <= MAX_CLUSTER_FILE,
+            "--cluster {arg}: larger than {MAX_CLUSTER_FILE} bytes; a cluster file describes node groups (`[[nodes]] count, gpus, type`)"
+        );
+        pacer_model::cluster_file::parse_cluster_toml(&text, arg)?
     } else {
-        Ok(ClusterSpec::parse(arg, "--cluster")?)
-    }
+        ClusterSpec::parse(arg, "--cluster")?
+    };
+    check_cluster_size(&c, &format!("--cluster {arg}"))?;
+    Ok(c)
+}
+
+/// Largest cluster file `pacer serve` reads, bytes.
+pub const MAX_CLUSTER_FILE: u64 = 1 << 20;
+/// Most devices (slots) a service manages: it keeps state per device and rebuilds it
+/// every round.
+pub const MAX_DEVICES: u64 = 1 << 20;
+/// Most nodes a service manages.
+pub const MAX_NODES: usize = 100_000;
+
+/// Refuses a cluster larger than a service manages ([`MAX_NODES`], [`MAX_DEVICES`]),
+/// before any per-device state is built.
+pub fn check_cluster_size(c: &ClusterSpec, origin: &str) -> anyhow::Result<()> {
+    let devices: u64 = c.nodes.iter().map(|n| u64::from(n.gpus)).sum();
+    anyhow::ensure!(
+        c.nodes.len() <= MAX_NODES && devices <= MAX_DEVICES,
+        "{origin}: {} nodes with {devices} devices in all; pacer serve manages at most {MAX_NODES} nodes and {MAX_DEVICES} devices",
+        c.nodes.len()
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -611,6 +644,21 @@ mod tests {
         s.validate(&cluster()).unwrap();
         assert_eq!((s.min(), s.max()), (2, 2));
         assert_eq!(s.argv("pacer", 2), vec!["sleep", "1"]);
+    }
+
+    /// Found by the `serve_job_json` fuzz target: an unknown empty key was a 400
+    /// naming the field `` (nothing).
+    #[test]
+    fn an_empty_unknown_key_still_names_a_field() {
+        for body in [&br#"{"": 1}"#[..], br#"{"step":5,"samples":0,"":1}"#] {
+            let e = JobSpec::from_json(body).unwrap_err();
+            assert!(!e.field.is_empty(), "{e:?}");
+            let e = Report::from_json(body).unwrap_err();
+            assert!(!e.field.is_empty(), "{e:?}");
+        }
+        assert_eq!(JobSpec::from_json(br#"{"": 1}"#).unwrap_err().field, "body");
+        let e = JobSpec::from_toml("name = \"a\"\n\"\" = 1\n", "j.toml").unwrap_err();
+        assert!(!e.field.is_empty(), "{e:?}");
     }
 
     #[test]

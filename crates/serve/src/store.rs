@@ -71,9 +71,47 @@ impl Changes {
 }
 
 impl Store {
-    /// Opens (or creates) the database at `path` and its tables.
+    /// Opens (or creates) the database at `path` and its tables, after checking every
+    /// page's checksum. A file that cannot be opened or is damaged (truncated,
+    /// bit-flipped) is a [`ServeError::Corrupt`] naming it and how to start again, also
+    /// when redb panics on it (caught here, at the boundary).
     pub fn open(path: &Path) -> Result<Store, ServeError> {
-        let database = Database::create(path).map_err(db)?;
+        let existed = path.exists();
+        // The default hook would print the panic as if the service had crashed.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let opened = std::panic::catch_unwind(|| Self::open_checked(path));
+        std::panic::set_hook(hook);
+        let detail = match opened {
+            Ok(Ok((store, clean))) => {
+                if !clean {
+                    eprintln!(
+                        "pacer serve: {}: failed its integrity check and was repaired by redb; changes of the last transactions may be lost",
+                        path.display()
+                    );
+                }
+                return Ok(store);
+            }
+            Ok(Err(e)) if !existed => return Err(e),
+            Ok(Err(e)) => e.to_string(),
+            Err(panic) => format!(
+                "redb gave up reading it: {}",
+                panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)")
+            ),
+        };
+        Err(ServeError::Corrupt {
+            path: path.to_path_buf(),
+            detail,
+        })
+    }
+
+    fn open_checked(path: &Path) -> Result<(Store, bool), ServeError> {
+        let mut database = Database::create(path).map_err(db)?;
+        let clean = database.check_integrity().map_err(db)?;
         let w = database.begin_write().map_err(db)?;
         {
             w.open_table(JOBS).map_err(db)?;
@@ -83,7 +121,7 @@ impl Store {
             w.open_table(META).map_err(db)?;
         }
         w.commit().map_err(db)?;
-        Ok(Store { db: database })
+        Ok((Store { db: database }, clean))
     }
 
     /// Commits `c` durably (one transaction).

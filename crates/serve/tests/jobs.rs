@@ -1,255 +1,148 @@
-//! What a job's processes get from its spec, through a real service and the local
-//! executor: `cwd` and `env` (and the refusals that name them), and the `torchrun`
-//! launcher (a fake `torchrun` on the job's PATH records its arguments).
+//! Jobs as process trees and capped logs, end to end through the service: a job's
+//! grandchild in its own session (`setsid`) holds the job's slot until it is gone (the
+//! next job on that slot never overlaps it), and a log that outgrows `--log-max-mib` is
+//! rotated (its last MiB in `<job>.log.1`, the log started again).
 
 mod common;
 
 use common::{test_dir, Service};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The tests of this file run one at a time: `common`'s port choice is per process.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
 
-fn start(name: &str) -> (std::path::PathBuf, Service) {
-    let dir = test_dir(name);
+#[test]
+fn a_setsid_grandchild_holds_the_slot_until_it_is_gone() {
+    let dir = test_dir("jobs-tree");
     let svc = Service::start(
         &dir,
         &[
             "--cluster",
-            "2x2:cpu",
+            "1x1:cpu",
             "--policy",
             "fifo",
             "--round-s",
             "0.2",
+            "--grace-s",
+            "2",
         ],
     );
-    (dir, svc)
-}
-
-/// Submits a JSON spec; returns (status, body).
-fn submit(svc: &Service, spec: &serde_json::Value) -> (u16, serde_json::Value) {
-    let a = svc.call(
-        &svc.client(),
-        "POST",
-        "/v1/jobs",
-        Some(spec.to_string().as_bytes()),
-        "application/json",
+    let d = dir.display();
+    // Job 1 starts a grandchild in a new session that would run for 60 s, and exits 0.
+    let first = format!(
+        "name = \"leaves-a-grandchild\"\ncommand = [\"sh\", \"-c\", \"setsid sh -c 'echo $$ > {d}/gc.tmp; mv {d}/gc.tmp {d}/gc; exec sleep 60' & while [ ! -e {d}/gc ]; do sleep 0.05; done\"]\n"
     );
-    (a.status, a.json().unwrap_or_default())
-}
-
-/// Waits (≤ 30 s) until job `id` has ended; returns its record.
-fn wait_done(svc: &Service, id: &str) -> serde_json::Value {
-    let t0 = Instant::now();
-    loop {
-        let j = svc.get_json(&format!("/v1/jobs/{id}"));
-        if ["succeeded", "failed", "cancelled"].contains(&j["state"].as_str().unwrap_or("")) {
-            return j;
+    // Job 2, on the same single slot, records whether that grandchild still runs.
+    let second = format!(
+        "name = \"next-on-the-slot\"\ncommand = [\"sh\", \"-c\", \"if kill -0 $(cat {d}/gc) 2>/dev/null; then echo overlap > {d}/seen; else echo alone > {d}/seen; fi\"]\n"
+    );
+    let c = svc.client();
+    for spec in [&first, &second] {
+        let a = svc.call(
+            &c,
+            "POST",
+            "/v1/jobs",
+            Some(spec.as_bytes()),
+            "application/toml",
+        );
+        assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    }
+    wait_for("job 2 ran", 30, || dir.join("seen").exists());
+    let seen = std::fs::read_to_string(dir.join("seen")).unwrap();
+    let gc: i32 = std::fs::read_to_string(dir.join("gc"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill with signal 0 only checks for the process.
+    let gc_alive = unsafe { libc::kill(gc, 0) } == 0;
+    if gc_alive {
+        // SAFETY: the grandchild this test's job started.
+        unsafe {
+            libc::kill(gc, libc::SIGKILL);
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "{id} did not end in 30 s: {j}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-#[test]
-fn a_job_runs_in_its_cwd_with_its_env_and_bad_ones_are_refused() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (dir, svc) = start("cwd-env");
-    let work = dir.join("work dir");
-    std::fs::create_dir_all(&work).unwrap();
-    let spec = serde_json::json!({
-        "name": "where",
-        "command": ["sh", "-c", "pwd > out.txt; printf '%s|%s|%s\\n' \"$GREETING\" \"$EMPTY\" \"$PACER_JOB_ID\" >> out.txt"],
-        "cwd": work.to_str().unwrap(),
-        "env": {"GREETING": "hello, \"world\" $HOME", "EMPTY": ""},
+    assert_eq!(
+        seen.trim(),
+        "alone",
+        "job 2 started on the slot while job 1's grandchild {gc} still ran"
+    );
+    assert!(!gc_alive, "job 1's grandchild {gc} outlived it");
+    wait_for("both succeeded", 30, || {
+        let v = svc.get_json("/v1/jobs");
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j["state"] == "succeeded")
     });
-    let (status, body) = submit(&svc, &spec);
-    assert_eq!(status, 201, "{body}");
-    let id = body["id"].as_str().unwrap().to_string();
-    assert_eq!(body["spec"]["cwd"], work.to_str().unwrap());
-    let j = wait_done(&svc, &id);
-    assert_eq!(j["state"], "succeeded", "{j}");
-    let out = read(&work.join("out.txt"));
-    let mut lines = out.lines();
-    assert_eq!(
-        std::fs::canonicalize(lines.next().unwrap()).unwrap(),
-        std::fs::canonicalize(&work).unwrap()
-    );
-    assert_eq!(
-        lines.next().unwrap(),
-        format!("hello, \"world\" $HOME||{id}")
-    );
-
-    // Refusals name the field; nothing is queued.
-    let before = svc.get_json("/v1/jobs")["jobs"].as_array().unwrap().len();
-    let cases = [
-        (
-            serde_json::json!({"name": "x", "command": ["true"], "cwd": dir.join("missing").to_str().unwrap()}),
-            "cwd",
-            "does not exist",
-        ),
-        (
-            serde_json::json!({"name": "x", "command": ["true"], "cwd": dir.join("service.log").to_str().unwrap()}),
-            "cwd",
-            "not a directory",
-        ),
-        (
-            serde_json::json!({"name": "x", "command": ["true"], "cwd": "relative/dir"}),
-            "cwd",
-            "absolute",
-        ),
-        (
-            serde_json::json!({"name": "x", "command": ["true"], "env": {"PACER_TOKEN": "mine"}}),
-            "env.PACER_TOKEN",
-            "cannot be overridden",
-        ),
-        (
-            serde_json::json!({"name": "x", "command": ["true"], "env": {"MASTER_PORT": "1"}}),
-            "env.MASTER_PORT",
-            "cannot be overridden",
-        ),
-        (
-            serde_json::json!({"name": "x", "command": ["true"], "env": {"BAD NAME": "1"}}),
-            "env.BAD NAME",
-            "not a variable name",
-        ),
-    ];
-    for (spec, field, says) in cases {
-        let (status, body) = submit(&svc, &spec);
-        assert_eq!(status, 400, "{spec}: {body}");
-        assert_eq!(body["field"], field, "{spec}: {body}");
-        assert!(
-            body["error"].as_str().unwrap().contains(says),
-            "{spec}: {body}"
-        );
-    }
-    // TOML too (the key named with its line).
-    let a = svc.call(
-        &svc.client(),
-        "POST",
-        "/v1/jobs",
-        Some(b"name = \"x\"\ncommand = [\"true\"]\nenv = { WORLD_SIZE = \"9\" }\n"),
-        "application/toml",
-    );
-    assert_eq!(a.status, 400);
-    assert_eq!(a.json().unwrap()["field"], "env.WORLD_SIZE");
-    let after = svc.get_json("/v1/jobs")["jobs"].as_array().unwrap().len();
-    assert_eq!(before, after);
-
-    // A cwd removed between submission and launch fails the job with a reason that
-    // names it (not "No such file or directory" as if the program were missing).
-    let gone = dir.join("gone");
-    std::fs::create_dir_all(&gone).unwrap();
-    let blocker = serde_json::json!({"name": "hold", "command": ["sleep", "30"], "replicas": 4});
-    let (_, b) = submit(&svc, &blocker);
-    let hold = b["id"].as_str().unwrap().to_string();
-    let (status, b) = submit(
-        &svc,
-        &serde_json::json!({"name": "late", "command": ["true"], "cwd": gone.to_str().unwrap()}),
-    );
-    assert_eq!(status, 201, "{b}");
-    let late = b["id"].as_str().unwrap().to_string();
-    std::fs::remove_dir(&gone).unwrap();
-    svc.call(
-        &svc.client(),
-        "POST",
-        &format!("/v1/jobs/{hold}/cancel"),
-        None,
-        "",
-    );
-    let j = wait_done(&svc, &late);
-    assert_eq!(j["state"], "failed", "{j}");
-    let why = j["last_exit"].as_str().unwrap();
-    assert!(why.contains("cwd") && why.contains("gone"), "{why}");
+    drop(svc);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn torchrun_jobs_get_nproc_and_the_rendezvous_from_their_allocation() {
-    use std::os::unix::fs::PermissionsExt;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let (dir, svc) = start("torchrun");
-    // A fake torchrun (and a fake python for `python = …`) on the job's PATH: each
-    // writes its name and arguments, one per line, to argv-<job>.txt in its cwd.
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    for prog in ["torchrun", "venv-python"] {
-        let p = bin.join(prog);
-        std::fs::write(
-            &p,
-            "#!/bin/sh\nf=argv-$PACER_JOB_ID.txt\necho \"$0\" > $f\nfor a do echo \"$a\" >> $f; done\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let path = format!("{}:/usr/bin:/bin", bin.display());
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let spec = |python: Option<String>| {
-        let mut s = serde_json::json!({
-            "name": "ddp",
-            "launcher": "torchrun",
-            "command": ["train.py", "--lr", "0.1", "two words"],
-            "replicas": 3,
-            "cwd": work.to_str().unwrap(),
-            "env": {"PATH": path},
-        });
-        if let Some(p) = python {
-            s["python"] = p.into();
-        }
-        s
-    };
-    let mut ids = Vec::new();
-    for python in [None, Some(bin.join("venv-python").display().to_string())] {
-        let (status, body) = submit(&svc, &spec(python));
-        assert_eq!(status, 201, "{body}");
-        ids.push(body["id"].as_str().unwrap().to_string());
-    }
-    for id in &ids {
-        let j = wait_done(&svc, id);
-        assert_eq!(j["state"], "succeeded", "{j}");
-    }
-    let argv = |id: &str| -> Vec<String> {
-        read(&work.join(format!("argv-{id}.txt")))
-            .lines()
-            .map(String::from)
-            .collect()
-    };
-    let a = argv(&ids[0]);
-    assert!(a[0].ends_with("/bin/torchrun"), "{a:?}");
-    let port = a[5].strip_prefix("--master_port=").unwrap();
-    assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "{a:?}");
-    assert_eq!(
-        a[1..5],
-        [
-            "--nproc_per_node=3",
-            "--nnodes=1",
-            "--node_rank=0",
-            "--master_addr=127.0.0.1"
-        ]
+fn a_log_past_its_cap_is_rotated() {
+    let dir = test_dir("jobs-log");
+    let svc = Service::start(
+        &dir,
+        &[
+            "--cluster",
+            "1x1:cpu",
+            "--round-s",
+            "0.2",
+            "--log-max-mib",
+            "1",
+        ],
     );
-    assert_eq!(a[6..], ["train.py", "--lr", "0.1", "two words"]);
-    let b = argv(&ids[1]);
-    assert!(b[0].ends_with("/bin/venv-python"), "{b:?}");
-    assert_eq!(b[1..3], ["-m", "torch.distributed.run"]);
-    assert_eq!(b[3], "--nproc_per_node=3");
-    assert_eq!(b[8..], ["train.py", "--lr", "0.1", "two words"]);
-    // The launcher says what it started, in the job's log.
-    let log = svc.get_json(&format!("/v1/jobs/{}/logs", ids[0]));
+    // 5 MB of output at once, then a marker line after the first rotation, then quiet.
+    let d = dir.display();
+    let spec = format!(
+        "name = \"chatty\"\ncommand = [\"sh\", \"-c\", \"yes x | head -c 5000000; echo END-OF-BULK; while [ ! -e {d}/go ]; do sleep 0.05; done; echo AFTER-ROTATION; exec sleep 60\"]\n"
+    );
+    let c = svc.client();
+    let a = svc.call(
+        &c,
+        "POST",
+        "/v1/jobs",
+        Some(spec.as_bytes()),
+        "application/toml",
+    );
+    assert_eq!(a.status, 201, "{}", String::from_utf8_lossy(&a.body));
+    let logs = svc.state().join("logs");
+    wait_for("the log rotated", 30, || logs.join("job-1.log.1").exists());
+    let kept = std::fs::read(logs.join("job-1.log.1")).unwrap();
+    assert_eq!(kept.len(), 1 << 20, "the rotated part is the last MiB");
     assert!(
-        log["data"]
-            .as_str()
-            .unwrap()
-            .contains("1 node(s), 3 process(es) on this one, node rank 0"),
-        "{log}"
+        kept.ends_with(b"x\nx\nEND-OF-BULK\n"),
+        "{:?}",
+        &kept[kept.len() - 20..]
     );
+    // The job goes on writing to its log, from its new start.
+    std::fs::write(dir.join("go"), "").unwrap();
+    wait_for("the job's next line", 30, || {
+        std::fs::read_to_string(logs.join("job-1.log")).is_ok_and(|s| s.contains("AFTER-ROTATION"))
+    });
+    let log = std::fs::read(logs.join("job-1.log")).unwrap();
+    assert!(log.len() < 1 << 20, "{} bytes", log.len());
+    assert_eq!(
+        log, b"AFTER-ROTATION\n",
+        "no hole or old bytes before the new line"
+    );
+    let ev = svc.get_json("/v1/jobs/job-1/events");
+    assert!(ev.to_string().contains("log-rotated"), "{ev}");
+    let a = svc.call(&c, "POST", "/v1/jobs/job-1/cancel", None, "");
+    assert_eq!(a.status, 202);
+    wait_for("cancelled", 30, || {
+        svc.get_json("/v1/jobs/job-1")["state"] == "cancelled"
+    });
+    drop(svc);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -67,6 +67,9 @@ pub const LAYERS: &[(&str, u8)] = &[
     // An I/O client of Slurm's command line, depending on no pacer crate; below the
     // drivers so that the service (serve) can run jobs through it.
     ("pacer-slurm", 2),
+    // Files named by users (the one writer, bounded reads): below every driver that
+    // reads or writes them; depends on no pacer crate.
+    ("pacer-fsio", 2),
     ("pacer-cli", 4),
     // Dev-only crates: nothing may depend on them.
     ("pacer-fuzz", 9),

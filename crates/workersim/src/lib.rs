@@ -43,11 +43,14 @@ pub use scenario::{Scenario, ScenarioError};
 /// Read and parse a scenario file; errors name the path.
 pub fn load_scenario(path: &std::path::Path) -> Result<Scenario, ScenarioError> {
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-        origin: origin.clone(),
-        field: String::new(),
-        message: format!("cannot read: {e}"),
-    })?;
+    let text =
+        pacer_fsio::read_to_string_limited(path, pacer_fsio::limits::TABLE).map_err(|e| {
+            ScenarioError {
+                origin: origin.clone(),
+                field: String::new(),
+                message: e.reason(),
+            }
+        })?;
     Scenario::from_json(&text, &origin)
 }
 

@@ -49,8 +49,9 @@ pub(super) fn round_sim(a: &RoundArgs, file: &str) -> Result<()> {
     let cluster = crate::simulate::parse_cluster(&a.cluster)?;
     let policies = crate::simulate::policy_names(&a.policy)?;
     let apps = crate::simulate::load_apps_arg(a.apps.as_deref(), &[])?;
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| anyhow::anyhow!("--workload {file}: cannot read: {e}"))?;
+    let text =
+        pacer_fsio::read_to_string_limited(std::path::Path::new(file), pacer_fsio::limits::TRACE)
+            .map_err(|e| anyhow::anyhow!("--workload {file}: {e}"))?;
     let jobs = trace::load_pollux_workload(&text, file, &apps, 1.0)?;
     let config = SimConfig {
         round_s: a.round_s,
@@ -101,7 +102,7 @@ pub(super) fn round_sim(a: &RoundArgs, file: &str) -> Result<()> {
         });
     }
     if a.json {
-        putline!("{}", serde_json::to_string_pretty(&reports)?);
+        putline!("{}", pacer_cli::json::pretty(&reports)?);
     } else {
         putline!(
             "{:<12} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>10}  notes",

@@ -25,6 +25,72 @@ pub use recommend::{CourierAnswer, MarginPct, Pick, Recommendation, SearchAnswer
 
 use serde::{Deserialize, Serialize};
 
+/// Pretty JSON of `value` for people and scripts: every non-integer number is rounded to
+/// 12 significant digits, so sums of floats print as `65282.33`, not `65282.32999999998`
+/// (far below any quantity's precision; integers are written exactly, keys in field order).
+pub fn pretty<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<String> {
+    let mut out = Vec::with_capacity(256);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, Rounded::default());
+    value.serialize(&mut ser)?;
+    Ok(String::from_utf8(out).expect("serde_json writes UTF-8"))
+}
+
+/// serde_json's pretty formatter with floats rounded to 12 significant digits.
+#[derive(Default)]
+struct Rounded(serde_json::ser::PrettyFormatter<'static>);
+
+fn round12(x: f64) -> f64 {
+    if x.is_finite() {
+        format!("{x:.11e}").parse().unwrap_or(x)
+    } else {
+        x
+    }
+}
+
+impl serde_json::ser::Formatter for Rounded {
+    fn write_f64<W: ?Sized + std::io::Write>(&mut self, w: &mut W, x: f64) -> std::io::Result<()> {
+        self.0.write_f64(w, round12(x))
+    }
+    fn write_f32<W: ?Sized + std::io::Write>(&mut self, w: &mut W, x: f32) -> std::io::Result<()> {
+        self.0.write_f64(w, round12(f64::from(x)))
+    }
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
+}
+
 /// `pacer simulate --json`: one (workload, policy) row; the summary's keys follow
 /// `workload` at the same level.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -68,4 +134,27 @@ pub struct FitReport {
 pub enum BatchingEval {
     One(Box<pacer_workersim::EvalReport>),
     Many(Vec<pacer_workersim::EvalReport>),
+}
+
+#[cfg(test)]
+mod pretty_tests {
+    #[test]
+    fn float_noise_is_rounded_and_integers_are_exact() {
+        let v = serde_json::json!({
+            "a": 65282.32999999998,
+            "b": [0.1 + 0.2, 1e-300, -2.5e20],
+            "c": u64::MAX,
+            "d": 7,
+            "e": null,
+        });
+        let s = super::pretty(&v).unwrap();
+        // Keys keep their order (the json! map here is sorted; structs keep field order).
+        assert_eq!(s, super::pretty(&v).unwrap());
+        assert!(s.contains("\"a\": 65282.33,"), "{s}");
+        assert!(s.contains("0.3,"), "{s}");
+        assert!(s.contains("1e-300"), "{s}");
+        assert!(s.contains("-2.5e+20"), "{s}");
+        assert!(s.contains(&u64::MAX.to_string()), "{s}");
+        assert!(s.contains("\"d\": 7,"), "{s}");
+    }
 }

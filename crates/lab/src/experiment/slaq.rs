@@ -125,8 +125,7 @@ fn load_profiles(args: &SlaqArgs) -> Result<Vec<Arc<QualityProfile>>> {
                 .unwrap_or_default()
                 .to_string_lossy()
                 .into_owned();
-            let text =
-                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            let text = pacer_fsio::read_to_string_limited(&p, pacer_fsio::limits::TABLE)?;
             out.push(Arc::new(QualityProfile::parse(
                 &text,
                 &name,

@@ -404,11 +404,8 @@ fn parse_policies(list: &str) -> Result<Vec<String>> {
         bail!("--policies: expected at least one policy name");
     }
     for (i, p) in policies.iter().enumerate() {
-        if pacer_policy::by_name(p).is_none() {
-            bail!(
-                "--policies: unknown policy `{p}`; expected any of {} or themis-fX",
-                pacer_policy::POLICY_NAMES.join(", ")
-            );
+        if let Err(e) = pacer_policy::parse(p) {
+            bail!("--policies: {e}");
         }
         if policies[..i].contains(p) {
             bail!("--policies: `{p}` is named twice");
@@ -496,13 +493,11 @@ fn run_gavel(
     rows: &mut Vec<Row>,
 ) -> Result<()> {
     let tput_path = args.gavel.join("simulation_throughputs.json");
-    let text = std::fs::read_to_string(&tput_path)
-        .with_context(|| format!("reading {}", tput_path.display()))?;
+    let text = pacer_fsio::read_to_string_limited(&tput_path, pacer_fsio::limits::TABLE)?;
     let tput = pacer_sim::trace::load_gavel_throughputs(&text, &tput_path.display().to_string())?;
     for name in &trace_names(args)? {
         let path = args.gavel.join("msr-seed0").join(format!("{name}.trace"));
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text = pacer_fsio::read_to_string_limited(&path, pacer_fsio::limits::TRACE)?;
         let jobs = pacer_sim::hetero::load_gavel_trace_hetero(
             &text,
             &path.display().to_string(),

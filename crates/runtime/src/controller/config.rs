@@ -46,6 +46,11 @@ pub struct ControllerConfig {
     /// more are refused at once. Each holds at most [`crate::protocol::MAX_HELLO_FRAME`]
     /// bytes before its `Hello` and [`crate::protocol::MAX_CONTROL_FRAME`] after it.
     pub max_pending: usize,
+    /// Connections before their `Hello` from one peer address at most. Beyond this
+    /// (or `max_pending` in total) a new connection is not refused: the oldest one
+    /// before its `Hello` (of that address, or of all) is shed, so idle sockets —
+    /// even from the workers' own address — never lock real workers out.
+    pub max_pre_hello_per_addr: usize,
     /// Set (e.g. by a SIGINT handler, [`crate::interrupt`]) to stop: the run ends at
     /// once, abandoning the iteration in flight, and the report says `interrupted`.
     pub interrupt: Option<&'static std::sync::atomic::AtomicBool>,
@@ -98,6 +103,7 @@ impl ControllerConfig {
             rejoin_timeout_s: DEFAULT_REJOIN_TIMEOUT_S,
             hello_timeout_s: DEFAULT_HELLO_TIMEOUT_S,
             max_pending: DEFAULT_MAX_PENDING,
+            max_pre_hello_per_addr: DEFAULT_MAX_PRE_HELLO_PER_ADDR,
             interrupt: None,
             record_ledger: false,
             record_grads: 0,
@@ -118,6 +124,8 @@ pub const DEFAULT_REJOIN_TIMEOUT_S: f64 = 30.0;
 pub const DEFAULT_HELLO_TIMEOUT_S: f64 = 10.0;
 /// Default of [`ControllerConfig::max_pending`].
 pub const DEFAULT_MAX_PENDING: usize = 256;
+/// Default of [`ControllerConfig::max_pre_hello_per_addr`].
+pub const DEFAULT_MAX_PRE_HELLO_PER_ADDR: usize = 64;
 
 pub(crate) fn short_num(v: f64) -> String {
     if v.is_finite() && v.abs() >= 1e9 {
@@ -204,6 +212,12 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
         return Err(RuntimeError::config(
             "--max-pending",
             "must be ≥ 1 (connections allowed in their handshake at once)",
+        ));
+    }
+    if cfg.max_pre_hello_per_addr == 0 {
+        return Err(RuntimeError::config(
+            "--max-pre-hello-per-addr",
+            "must be ≥ 1 (connections from one address before their Hello)",
         ));
     }
     if cfg.min_workers == 0 {

@@ -4,7 +4,8 @@
 //! failure ends only its connection.
 
 use crate::protocol::{self, JobSpec, Message, ProtocolError, Signals, StepTiming};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,21 +87,111 @@ pub(super) struct Shared {
     pub(super) write_chunk: usize,
     /// Gradient buffers the training loop has accumulated, for the next reads.
     pub(super) grad_pool: Arc<Mutex<Vec<Vec<f32>>>>,
-    /// Connections in their handshake now, and the most allowed.
+    /// Connections past their Hello and still in their handshake (Welcome sent,
+    /// waiting for Ready) now, and the most allowed.
     pub(super) pending: std::sync::atomic::AtomicUsize,
+    /// Also the most connections before their Hello, in total.
     pub(super) max_pending: usize,
+    /// Connections before their Hello, oldest first (see [`PreHello`]).
+    pub(super) pre_hello: Mutex<PreHello>,
+    /// The most connections before their Hello from one peer address.
+    pub(super) max_pre_hello_per_addr: usize,
     pub(super) hello_timeout: Duration,
     /// What an admitted worker's frames may be (the job's size), and how long one
     /// may stall.
     pub(super) job_limits: protocol::Limits,
 }
 
-/// One connection in its handshake, counted in `Shared::pending` while it lives.
+/// One connection past its Hello in its handshake, counted in `Shared::pending`
+/// while it lives.
 struct PendingSlot(Arc<Shared>);
 
 impl Drop for PendingSlot {
     fn drop(&mut self) {
         self.0.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The connections that have not said Hello yet (nobody knows who they are): at
+/// most `max_pending` in total and `max_pre_hello_per_addr` per peer address. A new
+/// connection beyond either cap is not refused: the **oldest** one is shed (of its
+/// address, or of all) and told so. A real worker says Hello the moment it is
+/// connected, so it is always among the newest; idle or slow sockets — a flood from
+/// the very address real workers use, as on loopback — are the oldest and go first,
+/// and a worker is never locked out by them (refusing the newcomer instead let 256
+/// idle sockets lock every worker out for the hello timeout, issue 23).
+#[derive(Default)]
+pub(super) struct PreHello {
+    next: u64,
+    /// By admission order: the peer's address and the way to tell it it is shed.
+    conns: BTreeMap<u64, (IpAddr, tokio::sync::oneshot::Sender<String>)>,
+    per_addr: HashMap<IpAddr, usize>,
+}
+
+impl PreHello {
+    fn remove(&mut self, seq: u64) -> Option<(IpAddr, tokio::sync::oneshot::Sender<String>)> {
+        let (ip, tx) = self.conns.remove(&seq)?;
+        if let Some(n) = self.per_addr.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_addr.remove(&ip);
+            }
+        }
+        Some((ip, tx))
+    }
+
+    /// Admits a connection from `ip`, shedding the oldest as the caps require; its
+    /// number and the receiver of its shedding.
+    fn admit(
+        &mut self,
+        ip: IpAddr,
+        max_total: usize,
+        max_per_addr: usize,
+    ) -> (u64, tokio::sync::oneshot::Receiver<String>) {
+        if self.per_addr.get(&ip).copied().unwrap_or(0) >= max_per_addr {
+            let oldest = self
+                .conns
+                .iter()
+                .find(|(_, (a, _))| *a == ip)
+                .map(|(&s, _)| s);
+            if let Some((_, tx)) = oldest.and_then(|s| self.remove(s)) {
+                let _ = tx.send(format!(
+                    "no Hello yet while newer connections came from {ip} (at most \
+                     {max_per_addr} before their Hello per address); try again"
+                ));
+            }
+        }
+        if self.conns.len() >= max_total {
+            let oldest = self.conns.keys().next().copied();
+            if let Some((_, tx)) = oldest.and_then(|s| self.remove(s)) {
+                let _ = tx.send(format!(
+                    "no Hello yet while newer connections came (at most {max_total} before \
+                     their Hello); try again"
+                ));
+            }
+        }
+        let seq = self.next;
+        self.next += 1;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.conns.insert(seq, (ip, tx));
+        *self.per_addr.entry(ip).or_insert(0) += 1;
+        (seq, rx)
+    }
+}
+
+/// A connection's place in [`PreHello`] until it says Hello (or ends).
+struct PreHelloSlot {
+    shared: Arc<Shared>,
+    seq: u64,
+}
+
+impl Drop for PreHelloSlot {
+    fn drop(&mut self) {
+        self.shared
+            .pre_hello
+            .lock()
+            .expect("pre-hello connections")
+            .remove(self.seq);
     }
 }
 
@@ -130,19 +221,23 @@ async fn reject(stream: &mut TcpStream, shared: &Shared, addr: SocketAddr, reaso
 /// Handshake, then forward frames as events. Every failure ends only this
 /// connection.
 ///
-/// Until the peer is admitted it holds a `PendingSlot`; before its `Hello` nothing
-/// larger than [`protocol::MAX_HELLO_FRAME`] is allocated for it, and every wait has
-/// a timeout (`hello_timeout`, then [`READY_TIMEOUT_S`] for `Ready`).
+/// Until its `Hello` the peer holds a `PreHelloSlot` (and may be shed for a newer
+/// connection), then until it is admitted a `PendingSlot`; before its `Hello`
+/// nothing larger than [`protocol::MAX_HELLO_FRAME`] is allocated for it, and every
+/// wait has a timeout (`hello_timeout`, then [`READY_TIMEOUT_S`] for `Ready`).
 async fn connection(
     mut stream: TcpStream,
     addr: SocketAddr,
     id: u32,
     shared: Arc<Shared>,
-    slot: PendingSlot,
+    slot: PreHelloSlot,
+    shed: tokio::sync::oneshot::Receiver<String>,
 ) {
     let peer = format!("worker {addr}");
     let mut buf = Vec::new();
-    let Some(name) = handshake(&mut stream, addr, id, &shared, &peer, &mut buf).await else {
+    let Some((name, slot)) =
+        handshake(&mut stream, addr, id, &shared, &peer, &mut buf, slot, shed).await
+    else {
         return;
     };
     drop(slot);
@@ -386,19 +481,23 @@ async fn forward_frames(
     }
 }
 
-/// `Hello` → `Welcome` → `Ready` with their timeouts; the worker's name once it is
-/// admissible, `None` once refused (the peer was told why).
+/// `Hello` → `Welcome` → `Ready` with their timeouts; the worker's name (and its
+/// place among the handshakes past Hello) once it is admissible, `None` once refused
+/// or shed (the peer was told why).
+#[allow(clippy::too_many_arguments)]
 async fn handshake(
     stream: &mut TcpStream,
     addr: SocketAddr,
     id: u32,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     peer: &str,
     buf: &mut Vec<u8>,
-) -> Option<String> {
+    pre_hello: PreHelloSlot,
+    shed: tokio::sync::oneshot::Receiver<String>,
+) -> Option<(String, PendingSlot)> {
     let _ = stream.set_nodelay(true);
     crate::sysinfo::set_socket_buffers(stream, 4 << 20);
-    let hello = protocol::timed(
+    let read_hello = protocol::timed(
         Some(shared.hello_timeout),
         peer,
         "waiting for Hello",
@@ -409,8 +508,22 @@ async fn handshake(
             peer,
             "waiting for Hello",
         ),
-    )
-    .await;
+    );
+    let hello = tokio::select! {
+        h = read_hello => h,
+        Ok(reason) = shed => {
+            // Shed for a newer connection: told without waiting on the peer.
+            let mut f = Vec::new();
+            Message::Reject { reason: reason.clone() }.encode(&mut f);
+            let _ = stream.try_write(&f);
+            if shared.verbose {
+                eprintln!("pacer controller: shed {addr}: {reason}");
+            }
+            note_rejected(shared, format!("{addr}: {reason}"));
+            return None;
+        }
+    };
+    drop(pre_hello);
     let name = match hello {
         Err(e) => {
             reject(stream, shared, addr, e.to_string()).await;
@@ -427,6 +540,16 @@ async fn handshake(
             return None;
         }
     };
+    if shared.pending.fetch_add(1, Ordering::Relaxed) >= shared.max_pending {
+        shared.pending.fetch_sub(1, Ordering::Relaxed);
+        let reason = format!(
+            "too many connections in their handshake (at most {}); try again",
+            shared.max_pending
+        );
+        reject(stream, shared, addr, reason).await;
+        return None;
+    }
+    let slot = PendingSlot(shared.clone());
     let mut wbuf = Vec::new();
     Message::Welcome {
         worker_id: id,
@@ -489,7 +612,7 @@ async fn handshake(
             return None;
         }
     }
-    Some(name)
+    Some((name, slot))
 }
 
 /// `w.write_all(bytes)`, failing with `TimedOut` after `stall` without completing.
@@ -524,30 +647,18 @@ pub(super) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
             Ok((stream, addr)) => {
-                if shared.pending.fetch_add(1, Ordering::Relaxed) >= shared.max_pending {
-                    shared.pending.fetch_sub(1, Ordering::Relaxed);
-                    // Refused without a task or a buffer of its own: the reason goes
-                    // out only if the socket takes it at once.
-                    let reason = format!(
-                        "too many connections in their handshake (at most {}); try again",
-                        shared.max_pending
-                    );
-                    let mut f = Vec::new();
-                    Message::Reject {
-                        reason: reason.clone(),
-                    }
-                    .encode(&mut f);
-                    let _ = stream.try_write(&f);
-                    if shared.verbose {
-                        eprintln!("pacer controller: refused {addr}: {reason}");
-                    }
-                    note_rejected(&shared, format!("{addr}: {reason}"));
-                    continue;
-                }
-                let slot = PendingSlot(shared.clone());
+                let (seq, shed) = shared
+                    .pre_hello
+                    .lock()
+                    .expect("pre-hello connections")
+                    .admit(addr.ip(), shared.max_pending, shared.max_pre_hello_per_addr);
+                let slot = PreHelloSlot {
+                    shared: shared.clone(),
+                    seq,
+                };
                 let id = next_id;
-                next_id += 1;
-                tokio::spawn(connection(stream, addr, id, shared.clone(), slot));
+                next_id = next_id.wrapping_add(1);
+                tokio::spawn(connection(stream, addr, id, shared.clone(), slot, shed));
             }
             Err(e) => {
                 if shared.verbose {

@@ -7,6 +7,7 @@ use super::connections::{recycle, Event, Out, WRITE_CHUNK};
 use super::membership::{new_member, next_event, Wait};
 use super::report::LedgerEntry;
 use super::run::{Halt, Run};
+use super::screen::{describe_bad_values, Done};
 use crate::error::RuntimeError;
 use crate::gns::{accumulate_sqr, clear_sqr, LocalNorm};
 use crate::protocol::{self, Signals, StepTiming};
@@ -67,6 +68,8 @@ pub(super) struct Iteration {
     pub(super) blocks: Vec<Block>,
     pub(super) optimizer_s: f64,
     pub(super) iter_s: f64,
+    /// Tasks answered since the last screen of their norms (`screen.rs`).
+    pub(super) done: Vec<super::screen::Done>,
 }
 
 impl Iteration {
@@ -192,11 +195,19 @@ impl Run<'_> {
             self.acc.iter_mut().for_each(|v| *v = 0.0);
         }
         it.local_norms = Vec::with_capacity(self.active.len());
-        while !it.pending.is_empty() {
-            if it.lost_now.is_empty() {
-                if let Some(ev) = self.next_or_overdue(it).await? {
-                    self.on_event(it, ev);
+        loop {
+            while !it.pending.is_empty() {
+                if it.lost_now.is_empty() {
+                    if let Some(ev) = self.next_or_overdue(it).await? {
+                        self.on_event(it, ev);
+                    }
                 }
+                self.handle_losses(it).await?;
+            }
+            // Every task answered: their norms against the reference; a worker
+            // dropped for an implausible gradient has its tasks retried.
+            if !self.screen(it) {
+                break;
             }
             self.handle_losses(it).await?;
         }
@@ -303,9 +314,16 @@ impl Run<'_> {
         t.received += n;
         let t_agg = Instant::now();
         let w = t.len as f32 / self.cfg.global_batch as f32;
-        t.sqr += accumulate_sqr(&mut self.acc[a..a + n], w, &values);
+        let sqr = accumulate_sqr(&mut self.acc[a..a + n], w, &values);
+        t.sqr += sqr;
         it.aggregate_total_s += t_agg.elapsed().as_secs_f64();
+        // A NaN, an infinity or an overflowing value: the worker is dropped; the
+        // aggregate is rebuilt without this task (it has `received > 0`).
+        let bad = (!sqr.is_finite()).then(|| describe_bad_values(&values, a));
         it.blocks.push((task, a, w, values));
+        if let Some(what) = bad {
+            self.bad_peer(it, id, format!("task {task}: {what}"));
+        }
     }
 
     /// A task's (last) Gradient: accepted only for a task still pending, assigned to
@@ -340,10 +358,28 @@ impl Run<'_> {
             ));
             return;
         }
-        let t = it.pending.remove(&msg.task).expect("checked");
+        let t = it.pending.get_mut(&msg.task).expect("checked");
         let t_agg = Instant::now();
         let w = t.len as f32 / self.cfg.global_batch as f32;
-        let sqr = t.sqr + accumulate_sqr(&mut self.acc[first..], w, &msg.grad);
+        let last = accumulate_sqr(&mut self.acc[first..], w, &msg.grad);
+        let sqr = t.sqr + last;
+        // Numbers that cannot be used: the worker is dropped and the aggregate
+        // rebuilt without this task (marked as partly summed), which is retried.
+        let bad = if !last.is_finite() {
+            Some(describe_bad_values(&msg.grad, first))
+        } else if !(msg.loss_sum.is_finite() && msg.loss_sum >= 0.0) {
+            Some(format!("its loss is {}", msg.loss_sum))
+        } else {
+            None
+        };
+        if let Some(what) = bad {
+            t.received = t.received.max(1);
+            let task = msg.task;
+            recycle(self.grad_pool, msg.grad);
+            self.bad_peer(it, id, format!("task {task}: {what}"));
+            return;
+        }
+        let t = it.pending.remove(&msg.task).expect("checked");
         let agg_s = t_agg.elapsed().as_secs_f64();
         it.aggregate_total_s += agg_s;
         it.weight_sum += t.len;
@@ -372,6 +408,16 @@ impl Run<'_> {
             stream_start: t.stream_start,
             len: t.len,
             sqr,
+        });
+        it.done.push(Done {
+            task: msg.task,
+            worker: id,
+            stream_start: t.stream_start,
+            len: t.len,
+            main: t.main,
+            sqr,
+            loss_sum: msg.loss_sum,
+            screened: false,
         });
         it.blocks.push((msg.task, first, w, msg.grad));
     }

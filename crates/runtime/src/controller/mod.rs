@@ -46,17 +46,19 @@ mod membership;
 mod report;
 mod retry;
 mod run;
+mod screen;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use config::short_num;
 pub use config::{
     validate, ControllerConfig, DEFAULT_HELLO_TIMEOUT_S, DEFAULT_MAX_PENDING,
-    DEFAULT_REJOIN_TIMEOUT_S,
+    DEFAULT_MAX_PRE_HELLO_PER_ADDR, DEFAULT_REJOIN_TIMEOUT_S,
 };
 pub use report::{
     EvalPoint, LedgerEntry, Overhead, Progress, ProgressFn, TrainReport, WorkerStats,
 };
+pub use screen::{check_params, norm_ratio_sqr, MIN_REFERENCE, NORM_FACTOR, WINDOW};
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Data;
@@ -177,6 +179,8 @@ pub async fn serve(
         grad_pool: grad_pool.clone(),
         pending: std::sync::atomic::AtomicUsize::new(0),
         max_pending: cfg.max_pending,
+        pre_hello: Mutex::new(connections::PreHello::default()),
+        max_pre_hello_per_addr: cfg.max_pre_hello_per_addr,
         hello_timeout: Duration::from_secs_f64(cfg.hello_timeout_s),
         job_limits: protocol::Limits::for_job(
             n_params,
@@ -225,7 +229,7 @@ pub fn resume_from(
     let Some(dir) = &cfg.checkpoint_dir else {
         return Ok(None);
     };
-    let Some(c) = Checkpoint::load(dir)? else {
+    let Some(c) = Checkpoint::load(dir, &cfg.model)? else {
         return Ok(None);
     };
     c.check_matches(dir, data, &cfg.model, &cfg.optimizer, cfg.seed)?;

@@ -206,6 +206,14 @@ pub struct TrainReport {
     pub stale_results: u64,
     /// Connections refused, with the reason sent to the peer.
     pub rejected: Vec<String>,
+    /// Workers dropped for numbers that cannot be used (NaN, ±Inf, an implausible
+    /// gradient norm, a bad loss): the line said on stderr, naming the worker and
+    /// what was wrong (`controller/screen.rs`).
+    pub bad_peers: Vec<String>,
+    /// The largest `|g_i|` of an accepted gradient over the screen's reference
+    /// (`controller/screen.rs`; a worker is dropped above `NORM_FACTOR`): how close
+    /// honest gradients came to the limit. 0 until the screen has a reference.
+    pub max_norm_ratio: f64,
     /// Workers admitted (`id name address`), in admission order.
     pub admitted: Vec<String>,
     /// In worker-id order (ids are given in connection order).
@@ -425,6 +433,8 @@ impl TrainReport {
             retried_tasks: 0,
             stale_results: 0,
             rejected: Vec::new(),
+            bad_peers: Vec::new(),
+            max_norm_ratio: 0.0,
             admitted: Vec::new(),
             final_batches: Vec::new(),
             final_batches_named: Vec::new(),

@@ -11,6 +11,7 @@ use super::report::{
     recent_rate, worker_means, EvalPoint, IterRecord, Progress, ProgressFn, Sums, TrainReport,
     WorkerStats,
 };
+use super::screen::{check_params, NormHistory};
 use super::ControllerConfig;
 use crate::checkpoint::Checkpoint;
 use crate::data::Data;
@@ -97,6 +98,8 @@ pub(super) struct Run<'a> {
     pub(super) reporter: Option<Reporter>,
     /// Mean training loss of the last iteration.
     pub(super) last_loss: Option<f64>,
+    /// Accepted gradients' norms, the reference of the screen (`screen.rs`).
+    pub(super) norms: NormHistory,
 }
 
 /// Runs the job until a stop condition holds; the report and the members to shut
@@ -180,6 +183,7 @@ pub(super) async fn train_loop(
             .max(b_total) as f64,
         reporter,
         last_loss: None,
+        norms: NormHistory::default(),
     };
     match run.iterate(progress).await {
         Ok(()) => {}
@@ -239,7 +243,7 @@ impl Run<'_> {
             let now = self.update(&mut it);
             let (observed, next_signals) = self.observe(&mut it, &decision);
             let t_eval = Instant::now();
-            self.evaluate(now);
+            self.evaluate(now)?;
             if self.reporter.as_ref().is_some_and(Reporter::due) {
                 self.send_report(false);
             }
@@ -487,11 +491,11 @@ impl Run<'_> {
 
     /// Evaluates on the test set every `eval_every` iterations and at the last
     /// (not training time; the caller excludes it).
-    fn evaluate(&mut self, now: f64) {
+    fn evaluate(&mut self, now: f64) -> Result<(), RuntimeError> {
         let (cfg, k) = (self.cfg, self.k);
         let stopping = cfg.max_iterations.is_some_and(|m| k >= m) || now >= cfg.max_time_s;
         if !(k.is_multiple_of(cfg.eval_every) || stopping) {
-            return;
+            return Ok(());
         }
         let stepped;
         // The step the evaluated model needs is training work: a target reached
@@ -508,6 +512,8 @@ impl Run<'_> {
         } else {
             &self.params
         };
+        // Never go on (or report, or checkpoint) with a poisoned model.
+        check_params(eval_params, k, "at an evaluation")?;
         // A long computation: not at real-time priority.
         let realtime = cfg.realtime_io && crate::sysinfo::thread_is_realtime();
         if realtime {
@@ -540,6 +546,7 @@ impl Run<'_> {
             }
         }
         self.last_quality = Some(q);
+        Ok(())
     }
 
     /// The final numbers: the deferred step applied, the last evaluation (unless the
@@ -549,6 +556,7 @@ impl Run<'_> {
         if self.deferred {
             self.optimizer.step(&mut self.params, &self.acc);
         }
+        check_params(&self.params, k, "at the end of the run")?;
         let mut report = self.report;
         let q = match (report.accuracy_curve.last(), self.last_quality) {
             (Some(p), Some(q)) if p.iteration == k => q,

@@ -10,8 +10,54 @@ use crate::error::RuntimeError;
 use crate::model::{BatchStats, Model};
 use crate::protocol::{self, Message, ProtocolError, Signals, StepTiming};
 use crate::sysinfo::{thread_cpu_time, ProcMonitor, ProcReading};
-use std::sync::mpsc::Receiver;
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, RecvError, RecvTimeoutError};
 use std::time::{Duration, Instant};
+
+/// What the socket thread handed over, with what arrived while a step's padding
+/// waited on it (read first).
+struct Inbox {
+    rx: Receiver<Incoming>,
+    stash: VecDeque<Incoming>,
+}
+
+impl Inbox {
+    fn recv(&mut self) -> Result<Incoming, RecvError> {
+        match self.stash.pop_front() {
+            Some(m) => Ok(m),
+            None => self.rx.recv(),
+        }
+    }
+
+    /// Waits until `end_s` after `start` — the padding of an emulated step — unless
+    /// the controller stops the worker meanwhile (`Shutdown`, a failure, the socket
+    /// side gone): `true` then. What arrives meanwhile (a retried task's Step, its
+    /// parameters) is kept for later. The padding is `time_scale ×` the compute:
+    /// at `--time-scale 1e6` a millisecond of compute is 17 minutes, and a plain
+    /// sleep there kept `pacer train` from exiting on SIGTERM for as long (issue 23).
+    fn pad_until(&mut self, start: Instant, end_s: f64) -> bool {
+        loop {
+            let elapsed = start.elapsed().as_secs_f64();
+            if end_s <= elapsed {
+                return false;
+            }
+            match self
+                .rx
+                .recv_timeout(Duration::from_secs_f64(end_s - elapsed))
+            {
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return true,
+                Ok(m) => {
+                    let stop = matches!(m, Incoming::Shutdown(_) | Incoming::Failed(_));
+                    self.stash.push_back(m);
+                    if stop {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// A Step as the compute thread works on it.
 struct StepIn {
@@ -41,7 +87,7 @@ struct Computer<'a> {
     peer: String,
     model: &'a dyn Model,
     data: &'a Data,
-    steps: Receiver<Incoming>,
+    steps: Inbox,
     out: GradientSink,
     n_params: usize,
     stream_idx: SampleStream,
@@ -86,7 +132,10 @@ pub(super) fn compute_loop(
         peer: peer.to_string(),
         model,
         data,
-        steps,
+        steps: Inbox {
+            rx: steps,
+            stash: VecDeque::new(),
+        },
         out,
         n_params,
         stream_idx: SampleStream::new(data.train.n, stream_seed),
@@ -249,7 +298,7 @@ impl Computer<'_> {
     /// [`receive_params`]).
     fn params_up_to(&mut self, need: usize) -> Result<Option<Instant>, RuntimeError> {
         receive_params(
-            &self.steps,
+            &mut self.steps,
             &mut self.params,
             &mut self.filled,
             &mut self.arrivals,
@@ -348,6 +397,11 @@ impl Computer<'_> {
             clock,
         } = c;
         let (task, iteration) = (s.task, s.iteration);
+        if let Some(Fault::PoisonFrom(p, from)) = cfg.fault {
+            if iteration >= from {
+                p.apply(&mut self.grad);
+            }
+        }
         let (cpu_s, wall_s) = (clock.cpu_s, clock.wall_s);
         // The monitor's reading belongs to a node agent, not to the step's critical
         // path: take it inside the padding.
@@ -358,10 +412,10 @@ impl Computer<'_> {
         let realtime =
             cfg.realtime_io && crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_WORKER);
         // Each block leaves at the emulated time its compute ended, never earlier.
-        for (range, end_s) in &self.parts {
-            let elapsed = s.step0.elapsed().as_secs_f64();
-            if *end_s > elapsed {
-                std::thread::sleep(Duration::from_secs_f64(end_s - elapsed));
+        for j in 0..self.parts.len() {
+            let (range, end_s) = self.parts[j].clone();
+            if self.steps.pad_until(s.step0, end_s) {
+                return self.stopped_while_padding().map(Some);
             }
             let part = Message::GradientPart {
                 task,
@@ -378,9 +432,8 @@ impl Computer<'_> {
             return Ok(Some(reason));
         }
         let first = self.parts.last().map_or(0, |(r, _)| r.end);
-        let elapsed = s.step0.elapsed().as_secs_f64();
-        if clock.end_s > elapsed {
-            std::thread::sleep(Duration::from_secs_f64(clock.end_s - elapsed));
+        if self.steps.pad_until(s.step0, clock.end_s) {
+            return self.stopped_while_padding().map(Some);
         }
         let step_s = s.step0.elapsed().as_secs_f64() - stall_s;
         let t_post = Instant::now();
@@ -429,6 +482,23 @@ impl Computer<'_> {
         Ok(None)
     }
 
+    /// The worker was stopped in the middle of a step's padding: the controller's
+    /// reason (the step is abandoned, as the controller abandoned its iteration).
+    fn stopped_while_padding(&mut self) -> Result<String, RuntimeError> {
+        while let Some(m) = self.steps.stash.pop_front() {
+            match m {
+                Incoming::Shutdown(reason) => return Ok(reason),
+                Incoming::Failed(e) => return Err(e),
+                _ => {}
+            }
+        }
+        Err(ProtocolError::Closed {
+            peer: self.peer.clone(),
+            when: "in the middle of a step",
+        }
+        .into())
+    }
+
     /// The load signals: at the start of this step (emulated windows of `iteration`
     /// and the /proc reading taken after the previous step), and at its end, which
     /// is the start of the next one.
@@ -460,7 +530,7 @@ impl Computer<'_> {
 /// Take parameter chunks until the first `need` values are there; returns when the
 /// chunk completing them had arrived (`None`: they were there before this Step).
 fn receive_params(
-    steps: &std::sync::mpsc::Receiver<Incoming>,
+    steps: &mut Inbox,
     params: &mut [f32],
     filled: &mut usize,
     arrivals: &mut Vec<(usize, Instant)>,

@@ -72,6 +72,52 @@ pub enum Fault {
     /// then drop the connection before the `Gradient` (the controller must not
     /// count the partial gradient).
     DieAfterPartsAt(u64),
+    /// From this iteration on, send poisoned gradients (a bad peer: the controller
+    /// must drop it and redo the step without it, `controller/screen.rs`).
+    PoisonFrom(Poison, u64),
+}
+
+/// How a poisoned worker spoils its gradient (tests of the controller's screen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Poison {
+    /// Every value is NaN (a worker whose arithmetic blew up).
+    Nan,
+    /// The last value is +∞.
+    Inf,
+    /// Every value × 10⁶: finite, but an implausible norm.
+    Huge,
+}
+
+impl Poison {
+    /// Spoils `grad` in place.
+    pub fn apply(self, grad: &mut [f32]) {
+        let n = grad.len();
+        if n == 0 {
+            return;
+        }
+        match self {
+            Poison::Nan => grad.iter_mut().for_each(|v| *v = f32::NAN),
+            Poison::Inf => grad[n - 1] = f32::INFINITY,
+            Poison::Huge => grad.iter_mut().for_each(|v| *v *= 1e6),
+        }
+    }
+}
+
+impl std::str::FromStr for Poison {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "nan" => Poison::Nan,
+            "inf" => Poison::Inf,
+            "huge" => Poison::Huge,
+            _ => {
+                return Err(RuntimeError::config(
+                    "poison",
+                    format!("unknown `{s}`; expected nan, inf or huge"),
+                ))
+            }
+        })
+    }
 }
 
 /// A worker's configuration.
@@ -110,6 +156,11 @@ pub struct WorkerConfig {
     /// A frame that has started (or a Gradient being written) may make no progress
     /// for at most this many seconds.
     pub stall_timeout_s: f64,
+    /// Keep trying to join for this many seconds when the controller is not there
+    /// or turns the worker away for now (see [`retryable`]); 0: one try.
+    pub retry_for_s: f64,
+    /// The longest delay between two tries to join (s).
+    pub retry_max_delay_s: f64,
 }
 
 /// Default of [`WorkerConfig::welcome_timeout_s`].
@@ -119,6 +170,10 @@ pub const DEFAULT_WELCOME_TIMEOUT_S: f64 = 30.0;
 pub const DEFAULT_IDLE_TIMEOUT_S: f64 = 900.0;
 /// Default of [`WorkerConfig::stall_timeout_s`].
 pub const DEFAULT_STALL_TIMEOUT_S: f64 = 60.0;
+/// Default of [`WorkerConfig::retry_max_delay_s`].
+pub const DEFAULT_RETRY_MAX_DELAY_S: f64 = 5.0;
+/// How long `pacer worker` keeps trying to join by default (`--retry-for-s`).
+pub const DEFAULT_RETRY_FOR_S: f64 = 120.0;
 
 impl WorkerConfig {
     pub fn new(connect: SocketAddr, name: impl Into<String>) -> Self {
@@ -137,6 +192,8 @@ impl WorkerConfig {
             welcome_timeout_s: DEFAULT_WELCOME_TIMEOUT_S,
             idle_timeout_s: DEFAULT_IDLE_TIMEOUT_S,
             stall_timeout_s: DEFAULT_STALL_TIMEOUT_S,
+            retry_for_s: 0.0,
+            retry_max_delay_s: DEFAULT_RETRY_MAX_DELAY_S,
         }
     }
 
@@ -153,6 +210,20 @@ impl WorkerConfig {
                     flag,
                     format!(
                         "must be a number of seconds in (0, 1e9], got {}",
+                        crate::controller::short_num(v)
+                    ),
+                ));
+            }
+        }
+        for (flag, v) in [
+            ("--retry-for-s", self.retry_for_s),
+            ("--retry-max-delay-s", self.retry_max_delay_s),
+        ] {
+            if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
+                return Err(RuntimeError::config(
+                    flag,
+                    format!(
+                        "must be a number of seconds in [0, 1e9], got {}",
                         crate::controller::short_num(v)
                     ),
                 ));
@@ -225,12 +296,90 @@ async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
     Ok(s)
 }
 
-/// The worker's protocol loop.
-pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary, RuntimeError> {
-    cfg.validate()?;
-    let peer = format!("controller {}", cfg.connect);
-    let stall = Duration::from_secs_f64(cfg.stall_timeout_s);
-    let mut stream = connect(&cfg).await?;
+/// Whether a failure to join is worth another try: the controller was not there
+/// (yet), hung up or timed out before its `Welcome`, or turned us away for now (a
+/// `Reject` whose reason ends in "try again": too many handshakes, or shed for a
+/// newer connection). A refusal of who we are (version, a bad frame) is not.
+pub fn retryable(e: &RuntimeError) -> bool {
+    match e {
+        RuntimeError::Io { .. } => true,
+        RuntimeError::Protocol(
+            ProtocolError::Closed { .. } | ProtocolError::Timeout { .. } | ProtocolError::Io { .. },
+        ) => true,
+        RuntimeError::Rejected { reason, .. } => reason.ends_with("try again"),
+        _ => false,
+    }
+}
+
+/// The first delay between tries to join (s); it doubles up to
+/// [`WorkerConfig::retry_max_delay_s`].
+pub const RETRY_FIRST_DELAY_S: f64 = 0.1;
+
+/// [`join`], tried again while [`retryable`] with exponential backoff and jitter
+/// (each delay drawn in [½, 1] × min(max delay, 0.1 s · 2ⁿ) from a generator seeded
+/// with the worker's name, so workers turned away together do not come back
+/// together), until [`WorkerConfig::retry_for_s`] after the first try. Each retry is
+/// said on stderr.
+async fn join_with_retry(
+    cfg: &WorkerConfig,
+    peer: &str,
+    stall: Duration,
+) -> Result<(TcpStream, u32, JobSpec, Vec<u8>), RuntimeError> {
+    let start = std::time::Instant::now();
+    let mut rng = cfg.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let mut attempt: u32 = 0;
+    loop {
+        let e = match join(cfg, peer, stall).await {
+            Ok(j) => return Ok(j),
+            Err(e) if retryable(&e) => e,
+            Err(e) => return Err(e),
+        };
+        attempt += 1;
+        // The OS error too (a refused connection says only its context otherwise).
+        let said = match &e {
+            RuntimeError::Io { context, source } => format!("{context}: {source}"),
+            e => e.to_string(),
+        };
+        // SplitMix64: a uniform draw in [0, 1).
+        rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let u = ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64;
+        let cap = (RETRY_FIRST_DELAY_S * 2f64.powi(attempt.min(30) as i32 - 1))
+            .min(cfg.retry_max_delay_s);
+        let delay = cap * (0.5 + 0.5 * u);
+        let spent = start.elapsed().as_secs_f64();
+        if spent + delay > cfg.retry_for_s {
+            if attempt == 1 {
+                return Err(e);
+            }
+            return Err(RuntimeError::Stopped(format!(
+                "could not join {peer} in {attempt} tries over {spent:.1} s (--retry-for-s {}): {said}",
+                crate::controller::short_num(cfg.retry_for_s)
+            )));
+        }
+        eprintln!(
+            "pacer worker {}: {said}; trying again in {delay:.2} s (try {}, until {} s after the first, --retry-for-s)",
+            cfg.name,
+            attempt + 1,
+            crate::controller::short_num(cfg.retry_for_s)
+        );
+        tokio::time::sleep(Duration::from_secs_f64(delay)).await;
+    }
+}
+
+/// One try to join: connect, `Hello`, the controller's `Welcome` (its worker id and
+/// the job), with the stream and the read buffer to go on with.
+async fn join(
+    cfg: &WorkerConfig,
+    peer: &str,
+    stall: Duration,
+) -> Result<(TcpStream, u32, JobSpec, Vec<u8>), RuntimeError> {
+    let peer = peer.to_string();
+    let mut stream = connect(cfg).await?;
     let mut rbuf = Vec::new();
     let mut wbuf = Vec::new();
     protocol::write_message(
@@ -271,6 +420,16 @@ pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSumm
             .into())
         }
     };
+    Ok((stream, worker_id, job, rbuf))
+}
+
+/// The worker's protocol loop.
+pub async fn run(mut cfg: WorkerConfig, source: DataSource) -> Result<WorkerSummary, RuntimeError> {
+    cfg.validate()?;
+    let peer = format!("controller {}", cfg.connect);
+    let stall = Duration::from_secs_f64(cfg.stall_timeout_s);
+    let (mut stream, worker_id, job, rbuf) = join_with_retry(&cfg, &peer, stall).await?;
+    let mut wbuf = Vec::new();
     if let Some(plan) = cfg.interference_by_id.take() {
         if cfg.emulation.windows.is_empty() {
             cfg.emulation.windows = plan.for_slot(worker_id as usize);

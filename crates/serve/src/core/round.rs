@@ -196,6 +196,19 @@ impl Core {
                 self.settle(&mut c, &mut j, status);
             } else {
                 j.attained_device_s += run.replicas() as f64 * dt_s;
+                match super::cap_log(&self.log_path(&id), self.settings.log_max_bytes) {
+                    Ok(false) => {}
+                    Ok(true) => self.event(
+                        &mut c,
+                        &id,
+                        "log-rotated",
+                        format!(
+                            "the log passed {} bytes: its last part is now in {id}.log.1",
+                            self.settings.log_max_bytes
+                        ),
+                    ),
+                    Err(e) => eprintln!("pacer serve: rotating the log of {id}: {e}"),
+                }
                 if let Some(s) = j.stop.as_mut() {
                     if !s.killed
                         && now.saturating_sub(s.sent_ms) as f64 > self.settings.grace_s * 1e3

@@ -12,6 +12,8 @@ pub struct Service {
     pub dir: PathBuf,
     pub port: u16,
     pub args: Vec<String>,
+    /// A limit on the service's open files (soft and hard), as under `ulimit -n`.
+    pub nofile: Option<u64>,
     child: Option<Child>,
     pub rt: tokio::runtime::Runtime,
 }
@@ -29,7 +31,10 @@ pub fn test_dir(name: &str) -> PathBuf {
 /// service is down between a kill and its restart (restarts reuse the port: the jobs
 /// it re-adopts report to it). Chosen from the process id, probed for freedom.
 fn free_port() -> u16 {
-    let base = 20_000 + (std::process::id() % 10_000) as u16;
+    // Tests of one binary run in parallel in one process: each call starts elsewhere.
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = 20_000 + ((std::process::id() + 613 * call as u32) % 10_000) as u16;
     (0..2_000u16)
         .map(|i| 20_000 + (base - 20_000 + i * 7) % 12_000)
         .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
@@ -50,6 +55,7 @@ impl Service {
             dir: dir.to_path_buf(),
             port: free_port(),
             args: args.iter().map(|a| a.to_string()).collect(),
+            nofile: None,
             child: None,
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -58,6 +64,28 @@ impl Service {
         };
         s.restart();
         s
+    }
+
+    /// Starts like [`Service::start`] with the service's open files limited to `nofile`.
+    pub fn start_with_nofile(dir: &Path, args: &[&str], nofile: u64) -> Service {
+        let mut s = Service {
+            dir: dir.to_path_buf(),
+            port: free_port(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            nofile: Some(nofile),
+            child: None,
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        };
+        s.restart();
+        s
+    }
+
+    /// The running service's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
     }
 
     pub fn state(&self) -> PathBuf {
@@ -74,7 +102,24 @@ impl Service {
             .append(true)
             .open(self.dir.join("service.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pacer-serve"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pacer-serve"));
+        if let Some(n) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let r = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
             .arg("run")
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
@@ -193,7 +238,8 @@ impl Service {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.port,
             body.len()
         );
         for h in headers {

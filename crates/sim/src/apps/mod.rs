@@ -157,6 +157,9 @@ pub enum AppError {
         path: String,
         source: std::io::Error,
     },
+    /// A file that could not be read, or is larger than its limit.
+    #[error(transparent)]
+    Read(#[from] pacer_fsio::ReadError),
     #[error(transparent)]
     Parse(#[from] ParseError),
 }
@@ -164,12 +167,7 @@ pub enum AppError {
 /// Reads a folder in the Pollux layout (`placements.csv`, optional
 /// `scalability.csv`, `validation-<batch>.csv`). The folder name is the app name.
 pub fn load_app_dir(dir: &Path) -> Result<AppProfile, AppError> {
-    let read = |p: &Path| {
-        std::fs::read_to_string(p).map_err(|source| AppError::Io {
-            path: p.display().to_string(),
-            source,
-        })
-    };
+    let read = |p: &Path| pacer_fsio::read_to_string_limited(p, pacer_fsio::limits::TABLE);
     let name = dir
         .file_name()
         .and_then(|n| n.to_str())

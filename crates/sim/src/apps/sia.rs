@@ -36,7 +36,7 @@ pub fn load_sia_dir(root: &Path, calibrate: bool) -> Result<Vec<AppModel>, AppEr
             source,
         }
     }
-    let read = |p: &Path| std::fs::read_to_string(p).map_err(io(p));
+    let read = |p: &Path| pacer_fsio::read_to_string_limited(p, pacer_fsio::limits::TABLE);
     let mut dirs: Vec<std::path::PathBuf> = Vec::new();
     for e in std::fs::read_dir(root).map_err(io(root))? {
         let e = e.map_err(io(root))?;

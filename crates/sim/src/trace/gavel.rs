@@ -33,9 +33,9 @@ pub const FORMAT: TraceFormat = TraceFormat {
                     .into(),
             ));
         };
-        let tput = load_gavel_throughputs(&super::read(tp)?, tp)?;
+        let tput = load_gavel_throughputs(&super::read(tp, pacer_fsio::limits::TABLE)?, tp)?;
         let mut jobs = load_jobs(
-            &super::read(arg)?,
+            &super::read(arg, pacer_fsio::limits::TRACE)?,
             arg,
             &tput,
             ScaleFallback::OneDevice,

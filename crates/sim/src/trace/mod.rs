@@ -71,11 +71,9 @@ pub enum TraceError {
     /// The `KIND:ARG` spec itself (unknown kind, bad argument, missing setting).
     #[error("{0}")]
     Spec(String),
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    /// A file that could not be read, or is larger than its limit.
+    #[error(transparent)]
+    Read(#[from] pacer_fsio::ReadError),
     #[error(transparent)]
     Parse(#[from] ParseError),
 }
@@ -112,12 +110,12 @@ pub fn load_trace(spec: &str, ctx: &TraceContext) -> Result<Vec<SimJob>, TraceEr
     (f.load)(arg, ctx)
 }
 
-/// A file's text, or an error naming it.
-pub(crate) fn read(path: &str) -> Result<String, TraceError> {
-    std::fs::read_to_string(path).map_err(|source| TraceError::Read {
-        path: path.to_string(),
-        source,
-    })
+/// A file's text, at most `limit` bytes, or an error naming it (and the limit).
+pub(crate) fn read(path: &str, limit: pacer_fsio::Limit) -> Result<String, TraceError> {
+    Ok(pacer_fsio::read_to_string_limited(
+        std::path::Path::new(path),
+        limit,
+    )?)
 }
 
 pub(super) fn app_index(

@@ -12,7 +12,10 @@ pub const FORMAT: TraceFormat = TraceFormat {
     arg: "FILE",
     summary: "Pollux's digest of the Philly trace (duration-only jobs, any device type)",
     load: |arg: &str, _: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
-        Ok(load_philly(&super::read(arg)?, arg)?)
+        Ok(load_philly(
+            &super::read(arg, pacer_fsio::limits::TRACE)?,
+            arg,
+        )?)
     },
 };
 

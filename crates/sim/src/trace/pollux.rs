@@ -13,7 +13,7 @@ pub const FORMAT: TraceFormat = TraceFormat {
     arg: "FILE",
     summary: "Pollux workload CSV (name,time,application,num_replicas,batch_size); --load scales arrivals",
     load: |arg: &str, ctx: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
-        Ok(load_pollux_workload(&super::read(arg)?, arg, ctx.apps, ctx.load)?)
+        Ok(load_pollux_workload(&super::read(arg, pacer_fsio::limits::TRACE)?, arg, ctx.apps, ctx.load)?)
     },
 };
 

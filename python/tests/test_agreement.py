@@ -1,0 +1,101 @@
+"""One decision per job (issue 24): with the adaptive global batch on and 4 real gloo
+ranks at unequal emulated speeds, every rank runs the same global batch, local batches
+and learning-rate gain at every step (gathered and compared each step, so a
+disagreement fails at once instead of hanging), the global batch does adapt, the model
+copies stay identical and the run reaches its target accuracy."""
+
+import os
+
+import torch
+
+import _dist
+
+N_TRAIN = 4096
+N_TEST = 1024
+EPOCHS = 6
+TARGET = 0.9
+
+
+def make_data(seed=21):
+    g = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(16, 4, generator=g)
+    x = torch.randn(N_TRAIN + N_TEST, 16, generator=g)
+    logits = x @ teacher + 0.3 * torch.randn(N_TRAIN + N_TEST, 4, generator=g)
+    y = logits.argmax(dim=1)
+    train = torch.utils.data.TensorDataset(x[:N_TRAIN], y[:N_TRAIN])
+    return train, (x[N_TRAIN:], y[N_TRAIN:])
+
+
+def make_model():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)
+    )
+
+
+def _adaptive(rank, world, out):
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+
+    train, (xt, yt) = make_data()
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(
+        train, global_batch=32, controller="lbbsp", seed=7, adaptive_batch=True,
+        max_global_batch=1024, adapt_every=4, speed=[1, 1, 0.5, 0.25], time_scale=1.0,
+    )
+    job = pacer.current()
+    lrs = []
+    # Registered after pacer's own hook: sees the rate the step uses.
+    opt.register_step_pre_hook(lambda o, a, k: lrs.append(o.param_groups[0]["lr"]))
+    log = []
+    for _ in pacer.remaining_epochs(EPOCHS):
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            ctx = job.step_ctx
+            mine = (
+                list(ctx.sizes),  # the local batches every rank thinks this step ran
+                len(x),  # what this rank ran
+                lrs[-1],  # the learning rate this step's optimizer.step() used
+                list(job.batches),  # the next step's local batches
+            )
+            views = [None] * world
+            dist.all_gather_object(views, mine)
+            ran = [v[1] for v in views]
+            if any(v[0] != ran or v[2:] != views[0][2:] for v in views):
+                raise AssertionError(f"step {len(log)}: the ranks disagree: {views}")
+            log.append((ran, views[0][2]))
+    with torch.no_grad():
+        acc = float((model(xt).argmax(dim=1) == yt).float().mean())
+        flat = torch.cat([p.reshape(-1) for p in model.parameters()])
+    copies = [None] * world
+    dist.all_gather_object(copies, flat)
+    if rank == 0:
+        torch.save({"log": log, "acc": acc, "copies": copies, "noise_scale": job.noise_scale()},
+                   os.path.join(out, "adaptive.pt"))
+
+
+def test_four_adaptive_ranks_apply_one_decision_every_step(tmp_path):
+    _dist.run(_adaptive, 4, str(tmp_path), timeout_s=60)
+    got = torch.load(tmp_path / "adaptive.pt")
+    log = got["log"]
+    globals_ = [sum(ran) for ran, _ in log]
+    print(f"steps {len(log)}, global batches {sorted(set(globals_))}, "
+          f"lr {sorted(set(lr for _, lr in log))}, accuracy {got['acc']:.3f}, "
+          f"noise scale {got['noise_scale']}")
+    # Every sample of every epoch once: the shares never overlapped.
+    assert sum(globals_) == EPOCHS * N_TRAIN
+    # The global batch adapted (the decision under test was made), and unequal speeds
+    # gave unequal local batches.
+    full = [g for g in globals_ if g >= 32]
+    assert max(full) > 32 * 1.05, sorted(set(globals_))
+    assert any(len(set(ran)) > 1 for ran, _ in log)
+    assert max(lr for _, lr in log) > 0.05, "the AdaScale gain was applied"
+    copies = got["copies"]
+    assert all(torch.equal(c, copies[0]) for c in copies), "the model copies diverged"
+    assert got["acc"] >= TARGET, got["acc"]
