@@ -414,7 +414,7 @@ fn job_text(j: &serde_json::Value, now_ms: u64) -> String {
     let mut kv: Vec<(&str, String)> = vec![
         ("name", cut(&text(&spec["name"]), 128)),
         ("state", text(&j["state"])),
-        ("reason", reason(j)),
+        ("reason", cut(&reason(j), 1000)),
         (
             "exit code",
             j["exit_code"]
@@ -435,7 +435,7 @@ fn job_text(j: &serde_json::Value, now_ms: u64) -> String {
         format!("[trainer] dataset {}", text(&spec["trainer"]["dataset"]))
     };
     kv.push(("command", cut(&what, 400)));
-    kv.push(("cwd", text(&spec["cwd"])));
+    kv.push(("cwd", cut(&text(&spec["cwd"]), 4096)));
     let mut rep = format!("{} asked", spec["replicas"].as_u64().unwrap_or(1));
     if spec["adaptive"].as_bool().unwrap_or(false) {
         rep += &format!(

@@ -377,6 +377,7 @@ async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Ap
             .map_err(|_| ApiError::bad("body", "a TOML job spec must be UTF-8".into()))?;
         JobSpec::from_toml(text, "job spec")?
     };
+    spec.check_cwd_exists_bounded().await?;
     let (job, durable) = s.core.lock().await.submit(spec)?;
     wait_durable(durable).await?;
     Ok((StatusCode::CREATED, Json(job.public_json())).into_response())

@@ -268,9 +268,9 @@ impl Core {
     }
 
     /// Accepts a job: validated against the cluster and staged; answer once durable.
+    /// (Its `cwd` is checked by the API before the lock: `JobSpec::check_cwd_exists_bounded`.)
     pub fn submit(&mut self, spec: JobSpec) -> Result<(JobRecord, Durable), ApiError> {
         spec.validate(&self.settings.cluster)?;
-        spec.check_cwd_exists()?;
         let seq = self.next_job;
         let id = format!("job-{seq}");
         let now = now_ms();

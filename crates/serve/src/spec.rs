@@ -72,6 +72,9 @@ pub struct JobSpec {
     pub python: Option<String>,
 }
 
+/// How long a submission waits for the file system to say whether its `cwd` exists.
+pub const CWD_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Most entries of a spec's `env`.
 pub const MAX_ENV: usize = 256;
 /// Largest value of an `env` entry or `cwd`, bytes.
@@ -323,6 +326,30 @@ impl JobSpec {
             Err(e) => Err(ApiError::bad(
                 "cwd",
                 format!("`{d}` does not exist on the service's machine ({e})"),
+            )),
+        }
+    }
+
+    /// [`JobSpec::check_cwd_exists`] off the async threads and bounded in time, so a
+    /// hung file system (a stale NFS mount) holds up this request only, never the
+    /// service: no answer within [`CWD_CHECK_TIMEOUT`] is a 400 naming `cwd`.
+    pub async fn check_cwd_exists_bounded(&self) -> Result<(), ApiError> {
+        if self.cwd.is_none() {
+            return Ok(());
+        }
+        // A relative or malformed cwd is refused as such, not looked up.
+        self.validate_cwd_env()?;
+        let spec = self.clone();
+        let check = tokio::task::spawn_blocking(move || spec.check_cwd_exists());
+        match tokio::time::timeout(CWD_CHECK_TIMEOUT, check).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(ApiError::internal(format!("checking cwd: {e}"))),
+            Err(_) => Err(ApiError::bad(
+                "cwd",
+                format!(
+                    "the file system did not answer within {CWD_CHECK_TIMEOUT:?} whether `{}` is a directory",
+                    self.cwd.as_deref().unwrap_or("")
+                ),
             )),
         }
     }
