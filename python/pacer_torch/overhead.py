@@ -70,11 +70,11 @@ def run_ddp(ds, global_batch: int, steps: int) -> List[float]:
     return times
 
 
-def run_pacer(ds, global_batch: int, steps: int, engine: str) -> List[float]:
+def run_pacer(ds, global_batch: int, steps: int, engine: str, controller: str) -> List[float]:
     model = make_cnn()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     net = pacer.DataParallel(model, opt, engine=engine)
-    loader = pacer.DataLoader(ds, global_batch=global_batch, controller="lbbsp", seed=3)
+    loader = pacer.DataLoader(ds, global_batch=global_batch, controller=controller, seed=3)
     times, last = [], None
     for x, y in loader:
         loss = F.cross_entropy(net(x), y)
@@ -98,6 +98,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--global-batch", type=int, default=256)
+    ap.add_argument("--controller", default="lbbsp", help="pacer's split (uniform: DDP's)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     pacer.init_process_group()
@@ -112,12 +113,13 @@ def main() -> None:
                 t = run_ddp(ds, args.global_batch, args.steps)
             else:
                 t = run_pacer(ds, args.global_batch, args.steps,
-                              "flat" if r == "pacer" else "ddp")
+                              "flat" if r == "pacer" else "ddp", args.controller)
             per[r].extend(t[args.warmup:])
             gc.collect()
     if dist.get_rank() == 0:
         out = {"world": dist.get_world_size(), "global_batch": args.global_batch,
-               "rounds": args.rounds, "steps_per_run": args.steps, "warmup": args.warmup}
+               "rounds": args.rounds, "steps_per_run": args.steps, "warmup": args.warmup,
+               "controller": args.controller}
         for r in runs:
             out[r] = {"median_ms": 1e3 * statistics.median(per[r]),
                       "mean_ms": 1e3 * statistics.mean(per[r]), "n": len(per[r])}
