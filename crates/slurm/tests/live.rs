@@ -702,9 +702,13 @@ fn pacer_train_across_two_nodes() {
         out.contains("rank 0 of 2 on n1") && out.contains("rank 1 of 2 on n2"),
         "{out}"
     );
+    // `pacer controller --json`: first a line with the bound address, then the report.
     let text = read(&report);
-    let v: serde_json::Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let (first, text) = text.split_once('\n').unwrap_or(("", &text));
+    let listening: serde_json::Value =
+        serde_json::from_str(first).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert!(listening["listening"].is_string(), "{first}");
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
     println!(
         "report: workers {} iterations {} final_accuracy {} train_time_s {} mean_iter_s {} final_batches_named {}",
         v["workers"], v["iterations"], v["final_accuracy"], v["train_time_s"], v["mean_iter_s"], v["final_batches_named"]
