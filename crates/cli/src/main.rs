@@ -14,6 +14,7 @@ mod runtime_cmd;
 mod serve_cmd;
 mod simulate;
 mod train_ranks;
+mod train_report;
 mod validate;
 
 use clap::{Parser, Subcommand};

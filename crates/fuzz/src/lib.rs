@@ -12,6 +12,7 @@
 pub mod alloc;
 pub mod harness;
 pub mod mutate;
+mod serve_targets;
 pub mod targets;
 
 pub use harness::{

@@ -15,7 +15,7 @@
 //! | `pacer bench round --json` | [`BenchRound`] (with `--workload`: `Vec<`[`SimRoundReport`]`>`) |
 //! | `pacer bench simulate --json` | `Vec<`[`SimReport`]`>` |
 //! | `pacer bench scale --json` | `Vec<`[`ScaleReport`]`>` |
-//! | `pacer train` / `pacer controller --json` | the runtime's `TrainReport` and the run's settings (`crates/cli/src/runtime_cmd.rs`); `controller` first prints one line, [`Listening`] |
+//! | `pacer train` / `pacer controller --json` | the runtime's `TrainReport` and the run's settings (`crates/cli/src/train_report.rs`); `controller` first prints one line, [`Listening`] |
 
 mod bench;
 mod recommend;
