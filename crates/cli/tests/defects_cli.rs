@@ -4,39 +4,10 @@
 //!
 //! `PACER_TEST_BIN=/path/to/pacer` runs these against another build.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::*;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-
-fn bin() -> PathBuf {
-    std::env::var_os("PACER_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pacer")))
-}
-
-fn pacer(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .output()
-        .expect("pacer runs")
-}
-
-/// Exit ≠ 0, one `error:` line containing `needle`, no panic.
-fn fails_with(out: &Output, needle: &str) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "expected failure; stderr: {err}");
-    assert!(!err.contains("panicked"), "panic: {err}");
-    assert!(
-        err.contains(needle),
-        "stderr should contain `{needle}`: {err}"
-    );
-    assert_eq!(
-        err.lines().filter(|l| l.starts_with("error")).count(),
-        1,
-        "one error line: {err}"
-    );
-    err
-}
 
 #[test]
 fn controller_json_prints_the_bound_address_first() {

@@ -6,68 +6,12 @@
 //! `PACER_TEST_BIN=/path/to/pacer` runs these against another build (e.g. one from
 //! before a fix, to see a test fail).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
-
-fn bin() -> PathBuf {
-    std::env::var_os("PACER_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pacer")))
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn pacer(args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .current_dir(repo())
-        .output()
-        .expect("pacer runs")
-}
-
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("pacer-files-test-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-/// Exit ≠ 0, one `error:` line containing `needle`, no panic. Returns stderr.
-fn fails_with(out: &Output, needle: &str) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "expected failure; stderr: {err}");
-    assert!(!err.contains("panicked"), "panic: {err}");
-    assert!(
-        err.contains(needle),
-        "stderr should contain `{needle}`: {err}"
-    );
-    assert_eq!(
-        err.lines().filter(|l| l.starts_with("error")).count(),
-        1,
-        "one error line: {err}"
-    );
-    err
-}
-
-fn assert_ok(out: &Output) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "expected success; stderr: {err}");
-}
 
 // ------------------------------------------------------------------ writes
 
@@ -89,7 +33,7 @@ mod unix {
         // (`pacer validate pollux --markdown /dev/full` destroyed /dev/full). The
         // node here is the test's own copy of /dev/full, so a regression cannot
         // break the machine's.
-        let dir = tmp_dir("dev-full");
+        let dir = tmp_dir("files", "dev-full");
         let node = dir.join(JOBS);
         // SAFETY: valid path; makedev has no preconditions.
         let made = unsafe {
@@ -125,7 +69,7 @@ mod unix {
 
     #[test]
     fn simulate_out_to_a_fifo_delivers_the_csv_and_keeps_the_fifo() {
-        let dir = tmp_dir("fifo");
+        let dir = tmp_dir("files", "fifo");
         let fifo = dir.join(JOBS);
         // SAFETY: valid path.
         assert_eq!(unsafe { libc::mkfifo(cpath(&fifo).as_ptr(), 0o600) }, 0);
@@ -162,7 +106,7 @@ mod unix {
         // links planted for the next pids made `pacer simulate --out` overwrite the
         // victim. Plant them for the next 3000 pids (the machine's other processes
         // take some too).
-        let dir = tmp_dir("planted");
+        let dir = tmp_dir("files", "planted");
         let victim = dir.join("victim");
         std::fs::write(&victim, "precious\n").unwrap();
         let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
@@ -200,7 +144,7 @@ fn sparse(dir: &Path, name: &str, len: u64) -> String {
 fn every_file_simulate_fit_and_batching_read_is_bounded_with_the_limit_in_the_error() {
     // Was: read whole whatever its size (a 100 GB file, or /dev/zero, until memory ran
     // out); a file of zeros then failed to parse, with no word about its size.
-    let dir = tmp_dir("bounded");
+    let dir = tmp_dir("files", "bounded");
     let cases: Vec<(Vec<String>, String)> = vec![
         (
             vec![
@@ -273,7 +217,7 @@ fn submit_of_a_100_mb_spec_is_refused_with_the_limit_not_killed_by_sigpipe() {
     // and the write to the closed socket killed `pacer submit` by SIGPIPE: no message,
     // status 141. A stand-in service here does what the real one does.
     use std::io::{Read, Write};
-    let dir = tmp_dir("submit");
+    let dir = tmp_dir("files", "submit");
     let spec = dir.join("job.toml");
     let mut text = String::from("name = \"big\"\ncommand = [\"true\"]\n# ");
     text.push_str(&"x".repeat(100 << 20));

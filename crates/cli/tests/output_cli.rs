@@ -6,75 +6,13 @@
 //! `PACER_TEST_BIN=/path/to/pacer` runs these against another build (e.g. the
 //! release binary from before a fix, to see a test fail).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-fn bin() -> PathBuf {
-    std::env::var_os("PACER_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pacer")))
-}
-
-fn pacer(args: &[&str]) -> Output {
-    pacer_in(&repo(), args)
-}
-
-/// Runs in `dir` (the repository root by default, as the README's examples do).
-fn pacer_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin())
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("pacer runs")
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 fn repo_path(p: &str) -> String {
     repo().join(p).to_str().unwrap().to_string()
-}
-
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("pacer-output-test-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn assert_ok(out: &Output) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "expected success; stderr: {err}");
-    assert!(!err.contains("panicked"), "panic: {err}");
-}
-
-/// Exit ≠ 0, one `error:` line containing `needle`, no panic. Returns stderr.
-fn fails_with(out: &Output, needle: &str) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "expected failure; stderr: {err}");
-    assert!(!err.contains("panicked"), "panic: {err}");
-    assert!(
-        err.contains(needle),
-        "stderr should contain `{needle}`: {err}"
-    );
-    assert_eq!(
-        err.lines().filter(|l| l.starts_with("error")).count(),
-        1,
-        "one error line: {err}"
-    );
-    err
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 // ------------------------------------------------------------------ 1. stdout
@@ -173,7 +111,7 @@ fn libc_sigpipe() -> i32 {
 fn simulate_out_fails_before_writing_when_a_target_is_a_folder() {
     // Was: the CSVs written, then "error: plot: backend error: Drawing backend
     // error: Is a directory (os error 21)" — no path, and a half-written --out.
-    let dir = tmp_dir("sim-out");
+    let dir = tmp_dir("output", "sim-out");
     std::fs::create_dir(dir.join("allocation.svg")).unwrap();
     let d = dir.to_str().unwrap();
     let out = pacer(&["simulate", "--policy", "fifo", "--out", d]);
@@ -185,7 +123,7 @@ fn simulate_out_fails_before_writing_when_a_target_is_a_folder() {
         "nothing else written"
     );
     // A CSV target that is a folder, likewise.
-    let dir = tmp_dir("sim-out-csv");
+    let dir = tmp_dir("output", "sim-out-csv");
     std::fs::create_dir(dir.join("workload-1-fifo-timeline.csv")).unwrap();
     let out = pacer(&[
         "simulate",
@@ -200,7 +138,7 @@ fn simulate_out_fails_before_writing_when_a_target_is_a_folder() {
 
 #[test]
 fn simulate_out_writes_whole_files_and_no_temporaries() {
-    let dir = tmp_dir("sim-out-ok");
+    let dir = tmp_dir("output", "sim-out-ok");
     let out = pacer(&[
         "simulate",
         "--policy",
@@ -225,7 +163,7 @@ fn simulate_out_writes_whole_files_and_no_temporaries() {
 
 #[test]
 fn simulate_out_under_a_file_names_the_file() {
-    let dir = tmp_dir("sim-out-file");
+    let dir = tmp_dir("output", "sim-out-file");
     let file = dir.join("plain");
     std::fs::write(&file, "x").unwrap();
     let target = file.join("sub");
@@ -241,7 +179,7 @@ fn simulate_out_under_a_file_names_the_file() {
 
 #[test]
 fn validate_markdown_under_a_file_names_the_path() {
-    let dir = tmp_dir("validate-md");
+    let dir = tmp_dir("output", "validate-md");
     std::fs::write(dir.join("plain"), "x").unwrap();
     let target = dir.join("plain").join("out.md");
     let out = pacer(&["validate", "pollux", "--markdown", target.to_str().unwrap()]);
@@ -269,7 +207,7 @@ fn whole_numbers_too_large_are_not_called_not_whole() {
         &pacer(&["simulate", "--cluster", "4x4.5:t4"]),
         "GPUS `4.5` is not a whole number",
     );
-    let dir = tmp_dir("whole");
+    let dir = tmp_dir("output", "whole");
     let head = "name,time,application,num_replicas,batch_size\n";
     for (value, needle) in [
         (
@@ -325,7 +263,7 @@ fn whole_numbers_too_large_are_not_called_not_whole() {
 #[test]
 fn batching_scenarios_with_extreme_speeds_are_refused_by_field() {
     // Was: rows of `inf` / `NaN` with exit 0.
-    let dir = tmp_dir("scenario");
+    let dir = tmp_dir("output", "scenario");
     let cases = [
         (
             r#"{"samples_per_s": 1e-308}"#,
@@ -552,7 +490,7 @@ fn a_write_that_fails_midway_leaves_no_partial_file() {
     // A file-size limit of 1 KiB (SIGXFSZ ignored, so write() fails with EFBIG)
     // makes the 160-job CSV fail part-way. Was: a 1 KiB truncated CSV left in
     // --out. Now: the error names the file, and neither it nor a temporary is left.
-    let dir = tmp_dir("sim-out-efbig");
+    let dir = tmp_dir("output", "sim-out-efbig");
     let script = format!(
         "trap '' XFSZ; ulimit -f 1; exec '{}' simulate --policy fifo --out '{}'",
         bin().display(),
