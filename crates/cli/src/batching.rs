@@ -28,6 +28,23 @@ pub enum BatchingCommand {
     Eval(EvalArgs),
     /// Time predictions + one controller decision for N workers.
     Bench(BenchArgs),
+    /// Step time and goodput of one job on devices of several types, balanced by the
+    /// worker level (see docs/mixed-types.md).
+    Mixed(MixedArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MixedArgs {
+    /// JSON file: `{"nodes", "global_batch", "min_local"?, "groups": [{"type",
+    /// "replicas", "max_atomic", "perf": {alpha_c, beta_c, alpha_n, beta_n, alpha_r,
+    /// beta_r, gamma}}]}` — per type its step-time model (seconds).
+    pub file: PathBuf,
+    /// Worker-level controller that balances the types: uniform | lbbsp | lbbsp-cpu |
+    /// lbbsp-gpu | pid.
+    #[arg(long, default_value = "lbbsp")]
+    pub controller: String,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -93,6 +110,7 @@ const MAX_BENCH_WORKERS: usize = 1_000_000;
 pub fn run(args: BatchingArgs) -> anyhow::Result<()> {
     match args.command {
         BatchingCommand::Eval(a) => eval(a),
+        BatchingCommand::Mixed(a) => mixed(a),
         BatchingCommand::Bench(a) => {
             if !(1..=MAX_BENCH_WORKERS).contains(&a.workers) {
                 bail!(
@@ -205,4 +223,114 @@ fn eval(a: EvalArgs) -> anyhow::Result<()> {
         format!("{}\n", pacer_cli::json::pretty(&out)?)
     };
     crate::out::print(&text)
+}
+
+/// One device type of a `batching mixed` file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MixedGroupFile {
+    #[serde(rename = "type")]
+    type_name: String,
+    replicas: u32,
+    max_atomic: u64,
+    perf: pacer_predict::goodput::PerfParams,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MixedFile {
+    nodes: u32,
+    global_batch: u64,
+    #[serde(default = "one")]
+    min_local: u64,
+    groups: Vec<MixedGroupFile>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Most bytes a `batching mixed` file may have.
+const MIXED_FILE: pacer_fsio::Limit = pacer_fsio::Limit {
+    what: "a mixed-allocation file",
+    bytes: 1 << 20,
+};
+
+fn mixed(a: MixedArgs) -> anyhow::Result<()> {
+    use pacer_control::job::mixed::{balanced_step, MixedJob, TypeGroup};
+    let origin = a.file.display().to_string();
+    let text = pacer_fsio::read_to_string_limited(&a.file, MIXED_FILE)?;
+    let f: MixedFile = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    let job = MixedJob {
+        nodes: f.nodes,
+        global_batch: f.global_batch,
+        min_local: f.min_local,
+        groups: f
+            .groups
+            .iter()
+            .map(|g| TypeGroup {
+                perf: g.perf,
+                replicas: g.replicas,
+                max_atomic: g.max_atomic,
+            })
+            .collect(),
+    };
+    let step = balanced_step(&job, &a.controller).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+    let mut groups = Vec::new();
+    let mut at = 0usize;
+    for g in &f.groups {
+        let n = g.replicas as usize;
+        let local = &step.local[at..at + n];
+        let compute = &step.compute_s[at..at + n];
+        groups.push(serde_json::json!({
+            "type": g.type_name,
+            "replicas": g.replicas,
+            "local_batches": local,
+            "compute_s": compute,
+        }));
+        at += n;
+    }
+    if a.json {
+        let v = serde_json::json!({
+            "controller": a.controller,
+            "global_batch": f.global_batch,
+            "nodes": f.nodes,
+            "micro_batches": step.micro_batches,
+            "step_s": step.step_s,
+            "network_s": step.network_s,
+            "throughput": step.throughput(),
+            "balance": step.balance(),
+            "settle_iterations": step.settle_iterations,
+            "groups": groups,
+        });
+        return crate::out::print(&format!("{}\n", pacer_cli::json::pretty(&v)?));
+    }
+    let mut out = format!(
+        "{} samples over {} replicas on {} nodes, {}: step {:.4} s ({} micro-batch{}, all-reduce {:.4} s), {:.1} samples/s, balance {:.3}\n",
+        f.global_batch,
+        step.local.len(),
+        f.nodes,
+        a.controller,
+        step.step_s,
+        step.micro_batches,
+        if step.micro_batches == 1 { "" } else { "es" },
+        step.network_s,
+        step.throughput(),
+        step.balance()
+    );
+    at = 0;
+    for g in &f.groups {
+        let n = g.replicas as usize;
+        let local = &step.local[at..at + n];
+        let slow = step.compute_s[at..at + n]
+            .iter()
+            .copied()
+            .fold(0.0, f64::max);
+        out.push_str(&format!(
+            "  {:<12} {:>3} replicas  local batches {:?}  compute {:.4} s\n",
+            g.type_name, g.replicas, local, slow
+        ));
+        at += n;
+    }
+    crate::out::print(&out)
 }

@@ -203,6 +203,48 @@ fn batching_bench_workers_and_reps() {
     );
 }
 
+#[test]
+fn batching_mixed_files() {
+    let good = r#"{"type": "t4", "replicas": 2, "max_atomic": 64, "perf": {"alpha_c": 0.01, "beta_c": 0.001, "alpha_n": 0.02, "beta_n": 0.001, "alpha_r": 0.005, "beta_r": 0.0005, "gamma": 1.5}}"#;
+    let bad_gamma = good.replace("\"gamma\": 1.5", "\"gamma\": 0.5");
+    let cases = [
+        (
+            "missing",
+            r#"{"nodes": 1, "groups": []}"#.to_string(),
+            "missing field `global_batch`",
+        ),
+        (
+            "nodes",
+            format!(r#"{{"nodes": 3, "global_batch": 64, "groups": [{good}]}}"#),
+            "nodes: expected 1 to 2",
+        ),
+        (
+            "caps",
+            format!(r#"{{"nodes": 1, "global_batch": 64, "min_local": 40, "groups": [{good}]}}"#),
+            "global_batch: 64 is below the sum of the workers' min_batch (80)",
+        ),
+        (
+            "gamma",
+            format!(r#"{{"nodes": 1, "global_batch": 64, "groups": [{bad_gamma}]}}"#),
+            "groups[0]: gamma must be finite and ≥ 1",
+        ),
+        (
+            "extra",
+            format!(r#"{{"nodes": 1, "global_batch": 64, "groups": [{good}], "speed": 2}}"#),
+            "unknown field `speed`",
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let f = tmp(&format!("mixed-{name}.json"), &text);
+        let path = f.to_str().unwrap();
+        fails_with(&["batching", "mixed", path], &format!("{path}: {needle}"));
+    }
+    fails_with(
+        &["batching", "mixed", "/nonexistent/mixed.json"],
+        "/nonexistent/mixed.json",
+    );
+}
+
 // ------------------------------------------------------------------- bench
 
 #[test]

@@ -28,6 +28,11 @@ fn offline_commands() -> Vec<Vec<String>> {
         s(&["batching", "eval", "--scenario", &scenario]),
         s(&["batching", "bench", "--workers", "10", "--reps", "2"]),
         s(&[
+            "batching",
+            "mixed",
+            &repo_path("examples/mixed/two-types.json"),
+        ]),
+        s(&[
             "fit",
             "--placements",
             &format!("{app}/placements.csv"),

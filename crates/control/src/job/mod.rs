@@ -14,6 +14,7 @@
 //! ([`MeasuredTable`]) so every recommendation can be checked.
 
 pub mod courier;
+pub mod mixed;
 pub mod search;
 
 use pacer_predict::itertime::{StepConfig, StepRow};
