@@ -11,7 +11,7 @@
 #                                        # test (default: cargo build --release -p pacer-cli)
 #   SLURM_E2E_TIMEOUT_S=N                # bound on the run after the builds (default 900 s);
 #                                        # past it: teardown and exit 124
-#   SLURM_E2E_PHASES=adopt,workload,train,torch,preempt,nodefail  # only these serve phases (default: all;
+#   SLURM_E2E_PHASES=adopt,workload,train,torch,preempt,nodefail,mixed  # only these serve phases (default: all;
 #                                        # the live tests run unless SKIP_LIVE=1)
 #   SLURM_E2E_REPEAT=N                   # run the selected serve phases N times in a row
 #   SLURM_E2E_NODE_FAIL=0                # leave out the node-failure phase
@@ -275,12 +275,16 @@ TOML
 # The same with a pacer_torch job (scripts/slurm-torch-job.py): 8 GPUs, so two nodes; the
 # process group comes from SLURM_PROCID/SLURM_NTASKS + MASTER_ADDR/MASTER_PORT (gloo over
 # loopback). Skipped, saying so, when the venv (scripts/test-python.sh makes it) is missing.
+# has_torch PHASE: whether $py has torch and pacer_torch; says the phase is skipped if not.
+has_torch() {
+    [ -x "$py" ] && "$py" -c 'import torch, pacer_torch' 2>/dev/null && return 0
+    echo "slurm-e2e: phase $1 SKIPPED: no $py with torch and pacer_torch (run scripts/test-python.sh to make it)"
+    return 1
+}
+py=${PACER_VENV:-$HOME/.cache/pacer/venv}/bin/python
 phase_torch() {
-    local t6 log py=${PACER_VENV:-$HOME/.cache/pacer/venv}/bin/python
-    if ! [ -x "$py" ] || ! "$py" -c 'import torch, pacer_torch' 2>/dev/null; then
-        echo "slurm-e2e: phase torch SKIPPED: no $py with torch and pacer_torch (run scripts/test-python.sh to make it)"
-        return 0
-    fi
+    local t6 log
+    has_torch torch || return 0
     new_state
     t6=$SECONDS
     start_serve fair
@@ -375,9 +379,56 @@ phase_preempt() {
     rm -rf "$STATE"
 }
 
+# One pacer_torch job across two GPU types (issue 26): the dev cluster comes back with
+# n1, n2 of type t4 and n3, n4 of type a100; a job of 12 GPUs (3 nodes) with
+# `mixed_types = true` is placed across both types, each rank emulates its node's type
+# (t4 at a quarter of a100's speed, from PACER_NODE_TYPES) and the session's LB-BSP gives
+# the a100 ranks the larger local batches. The same job without `mixed_types` is refused
+# at submission (no one type has 12 GPUs). The cluster is brought back with one type.
+phase_mixed() {
+    local t8 log
+    has_torch mixed || return 0
+    t8=$SECONDS
+    "$CLUSTER" down
+    PACER_SLURM_GPU_TYPES=t4,t4,a100,a100 "$CLUSTER" up
+    new_state
+    start_serve fair
+    cat >"$STATE/one-type.toml" <<TOML
+name = "one-type"
+command = ["$py", "$(realpath scripts/slurm-torch-job.py)", "2"]
+replicas = 12
+TOML
+    if "$PACER_BIN" submit "$STATE/one-type.toml" >"$STATE/one-type.out" 2>&1 ||
+        ! grep -q "mixed_types = true" "$STATE/one-type.out"; then
+        cat "$STATE/one-type.out"
+        echo "slurm-e2e: a 12-GPU job on a 2+2-node two-type cluster was not refused with the mixed_types hint" >&2
+        exit 1
+    fi
+    sed 's/^/slurm-e2e: refused as expected: /' "$STATE/one-type.out" | head -1
+    cat >"$STATE/mixed.toml" <<TOML
+name = "mixed"
+command = ["$py", "$(realpath scripts/slurm-torch-job.py)", "3"]
+replicas = 12
+mixed_types = true
+env = { TYPE_SPEEDS = "t4=0.25,a100=1" }
+TOML
+    "$PACER_BIN" submit "$STATE/mixed.toml" >/dev/null
+    watch_until 240 succeeded failed cancelled
+    log="$STATE/logs/job-1.log"
+    python3 "$CHECK" states "$STATE/jobs.json" succeeded || { cat "$log"; exit 1; }
+    python3 "$CHECK" multinode "$STATE/seen.json" job-1
+    grep -E '^torch rank' "$log" | cut -c1-110
+    python3 "$CHECK" mixed "$log" || { cat "$log"; exit 1; }
+    stop_serve
+    rm -rf "$STATE"
+    "$CLUSTER" down
+    "$CLUSTER" up >/dev/null
+    echo "slurm-e2e: pacer_torch across t4 and a100 nodes, per-rank batches by type, in $((SECONDS - t8)) s"
+}
+
 other=
 trap 'stop_serve; [ -z "$other" ] || scancel "$other" 2>/dev/null || true; teardown' EXIT
-phases=${SLURM_E2E_PHASES:-adopt,workload,train,torch,preempt,nodefail}
+phases=${SLURM_E2E_PHASES:-adopt,workload,train,torch,preempt,nodefail,mixed}
 [ "${SLURM_E2E_NODE_FAIL:-1}" = 1 ] || phases=${phases//nodefail/}
 for ((rep = 1; rep <= ${SLURM_E2E_REPEAT:-1}; rep++)); do
     for phase in ${phases//,/ }; do

@@ -420,6 +420,33 @@ def early(jobs_path, events_path, log_path, job_id, grace_s, iterations):
           "reports %s" % (job_id, starts, termed, ckpts, resumes, reported))
 
 
+TORCH_TYPED = re.compile(
+    r"^torch rank (\d+) of (\d+) on (\S+): (\d+) steps, .*type (\S+), mean local batch ([0-9.]+)")
+
+
+def mixed(log_path):
+    """Every rank of a run across types trained, ranks of both types, and the faster
+    type's ranks (a100) had larger mean local batches than the slower type's (t4)."""
+    by_type = {}
+    world = None
+    with open(log_path) as f:
+        for line in f:
+            m = TORCH_TYPED.match(line)
+            if m:
+                world = int(m.group(2))
+                by_type.setdefault(m.group(5), []).append(float(m.group(6)))
+    ranks = sum(len(v) for v in by_type.values())
+    if world is None or ranks != world:
+        sys.exit("mixed: %d typed rank lines for a world of %s: %s" % (ranks, world, by_type))
+    if set(by_type) != {"t4", "a100"}:
+        sys.exit("mixed: the ranks ran on types %s, not on both t4 and a100" % sorted(by_type))
+    slow, fast = max(by_type["t4"]), min(by_type["a100"])
+    if not fast > 1.5 * slow:
+        sys.exit("mixed: a100 ranks' mean local batch %.1f is not well above t4's %.1f: %s"
+                 % (fast, slow, by_type))
+    print("mixed: %d ranks, mean local batch a100 %s, t4 %s" % (ranks, by_type["a100"], by_type["t4"]))
+
+
 LAUNCHED_PID = re.compile(r"^attempt (\d+) on .* \(pid (\d+),")
 
 
@@ -443,6 +470,8 @@ if __name__ == "__main__":
         preempt(*sys.argv[2:8], int(sys.argv[8]))
     elif cmd == "early":
         early(*sys.argv[2:6], float(sys.argv[6]), int(sys.argv[7]))
+    elif cmd == "mixed":
+        mixed(sys.argv[2])
     elif cmd == "lost":
         extra = (sys.argv[5], int(sys.argv[6]), sys.argv[7]) if len(sys.argv) > 7 else None
         lost(sys.argv[2], sys.argv[3], int(sys.argv[4]), extra)

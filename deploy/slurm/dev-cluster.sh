@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# A single-machine Slurm dev cluster: one slurmctld and 4 slurmd (n1..n4), 4 fake GPUs each.
+# A single-machine Slurm dev cluster: one slurmctld and 4 slurmd (n1..n4), 4 fake GPUs each,
+# of GRES type $PACER_SLURM_GPU_TYPE (default t4), or per node from PACER_SLURM_GPU_TYPES
+# (e.g. t4,t4,a100,a100: two types).
 #
 #   deploy/slurm/dev-cluster.sh up       install slurm-wlm if missing, write config, start, wait
 #   deploy/slurm/dev-cluster.sh down     stop the daemons `up` started (pid files), nothing else
@@ -21,6 +23,13 @@ SLURMD_PORT_BASE=${PACER_SLURM_SLURMD_PORT_BASE:-16820}
 NODES=(n1 n2 n3 n4)
 GPUS_PER_NODE=4
 GPU_TYPE=${PACER_SLURM_GPU_TYPE:-t4}
+# One GRES type per node, comma-separated in node order (e.g. t4,t4,a100,a100 for a
+# cluster of two types); default: every node $GPU_TYPE.
+IFS=, read -r -a NODE_TYPES <<<"${PACER_SLURM_GPU_TYPES:-}"
+if [ "${#NODE_TYPES[@]}" = 0 ]; then
+    NODE_TYPES=()
+    for _ in "${NODES[@]}"; do NODE_TYPES+=("$GPU_TYPE"); done
+fi
 CPUS_PER_NODE=8
 WAIT_S=${PACER_SLURM_WAIT_S:-60}
 export SLURM_CONF="$DIR/slurm.conf"
@@ -29,6 +38,12 @@ export SLURM_CONF="$DIR/slurm.conf"
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 die() { echo "dev-cluster: $*" >&2; exit 1; }
+
+[ "${#NODE_TYPES[@]}" = "${#NODES[@]}" ] ||
+    die "PACER_SLURM_GPU_TYPES: expected ${#NODES[@]} comma-separated types (one per node ${NODES[*]}), got '${PACER_SLURM_GPU_TYPES:-}'"
+for t in "${NODE_TYPES[@]}"; do
+    [[ "$t" =~ ^[A-Za-z0-9_-]+$ ]] || die "PACER_SLURM_GPU_TYPES: '$t' is not a GRES type name (letters, digits, _ and -)"
+done
 
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root (installs packages, makes device nodes, starts daemons)"; }
 
@@ -96,15 +111,17 @@ MinJobAge=300
 EOF
     local i=0 n
     for n in "${NODES[@]}"; do
-        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i)) CPUs=$CPUS_PER_NODE RealMemory=4096 Gres=gpu:$GPU_TYPE:$GPUS_PER_NODE Feature=$GPU_TYPE State=UNKNOWN" >>"$DIR/slurm.conf.new"
+        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i)) CPUs=$CPUS_PER_NODE RealMemory=4096 Gres=gpu:${NODE_TYPES[$i]}:$GPUS_PER_NODE Feature=${NODE_TYPES[$i]} State=UNKNOWN" >>"$DIR/slurm.conf.new"
         i=$((i + 1))
     done
     echo "PartitionName=gpu Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >>"$DIR/slurm.conf.new"
 
     {
         echo "# Written by deploy/slurm/dev-cluster.sh: fake GPUs are character devices (c 1 3, like /dev/null)."
+        local i=0
         for n in "${NODES[@]}"; do
-            echo "NodeName=$n Name=gpu Type=$GPU_TYPE File=$DIR/dev/$n-gpu[0-$((GPUS_PER_NODE - 1))]"
+            echo "NodeName=$n Name=gpu Type=${NODE_TYPES[$i]} File=$DIR/dev/$n-gpu[0-$((GPUS_PER_NODE - 1))]"
+            i=$((i + 1))
         done
     } >"$DIR/gres.conf.new"
 
@@ -181,7 +198,7 @@ up() {
     make_devices
     start_daemons
     wait_idle
-    echo "dev-cluster: up: ${#NODES[@]} nodes x $GPUS_PER_NODE gpu:$GPU_TYPE (install $(secs "$t0" "$t1") s, bring-up $(secs "$t1" "$EPOCHREALTIME") s)"
+    echo "dev-cluster: up: ${#NODES[@]} nodes x $GPUS_PER_NODE gpu, types $(IFS=,; echo "${NODE_TYPES[*]}") (install $(secs "$t0" "$t1") s, bring-up $(secs "$t1" "$EPOCHREALTIME") s)"
     echo "dev-cluster: export SLURM_CONF=$SLURM_CONF"
 }
 

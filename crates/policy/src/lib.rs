@@ -239,6 +239,10 @@ pub struct JobView {
     pub work_left: f64,
     /// Training quality, for quality-driven policies.
     pub quality: Option<QualityView>,
+    /// The job must run on devices of one type (a service job that did not ask for
+    /// `mixed_types`); `false`: placement may mix types where the job runs equally
+    /// fast on them ([`place::mixes_types_freely`]).
+    pub one_type: bool,
 }
 
 impl JobView {
@@ -261,6 +265,7 @@ impl JobView {
             work_done: 0.0,
             work_left: 1.0,
             quality: None,
+            one_type: false,
         }
     }
 

@@ -300,13 +300,15 @@ impl FreePool {
 
 /// Whether `job` runs at the same speed on every device type it can use (no speed
 /// table, or the same curve on each): spreading it over several types costs nothing,
-/// so placement may mix them.
+/// so placement may mix them — unless the job must stay on one type
+/// ([`JobView::one_type`]).
 pub fn mixes_types_freely(job: &JobView) -> bool {
-    job.speed.as_ref().is_none_or(|s| {
-        let mut used = s.per_type.iter().filter(|c| !c.points.is_empty());
-        let first = used.next();
-        used.all(|c| Some(c) == first)
-    })
+    !job.one_type
+        && job.speed.as_ref().is_none_or(|s| {
+            let mut used = s.per_type.iter().filter(|c| !c.points.is_empty());
+            let first = used.next();
+            used.all(|c| Some(c) == first)
+        })
 }
 
 /// One [`FreePool`] per device type, so a job can be given devices of a single

@@ -488,6 +488,19 @@ impl Core {
             ("PACER_CHECKPOINT_DIR".into(), ckpt.display().to_string()),
             ("PACER_REPLICAS".into(), replicas.to_string()),
             ("PACER_DEVICE_TYPE".into(), run.device_type.clone()),
+            // Each node's device type in allocation order (node rank order), so that
+            // the ranks of a run across types know theirs.
+            (
+                "PACER_NODE_TYPES".into(),
+                run.alloc
+                    .iter()
+                    .map(|&(n, _)| {
+                        let t = s.cluster.nodes[n as usize].device_type.0 as usize;
+                        s.cluster.device_types[t].as_str()
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             (
                 "PACER_SLOTS".into(),
                 slots

@@ -172,7 +172,18 @@ impl SlurmExecutor {
         );
         r.command = command;
         r.planned_gpus = req.alloc.iter().map(|&(_, k)| k).collect();
-        r.gpu_type = self.gpu_types[first.0 as usize].clone();
+        // One GRES type when every node has it; a run across types (`mixed_types`)
+        // asks for untyped GPUs, which every node's type satisfies.
+        let ty = &self.gpu_types[first.0 as usize];
+        r.gpu_type = if req
+            .alloc
+            .iter()
+            .all(|&(n, _)| self.gpu_types.get(n as usize) == Some(ty))
+        {
+            ty.clone()
+        } else {
+            None
+        };
         r.output = req.log_path.clone();
         r.append_output = true;
         r.requeue = false;
@@ -628,6 +639,19 @@ mod tests {
         assert!(
             args.contains(&"--comment=pacer-gpus=n1:3,n2:1".to_string()),
             "{args:?}"
+        );
+        // Across GRES types (`mixed_types`): untyped GPUs, which both nodes satisfy.
+        let mut mixed = executor();
+        mixed.gpu_types[1] = Some("a100".into());
+        let rm = mixed.job_request(&req).unwrap();
+        assert_eq!(rm.gpu_type, None);
+        let args = rm.sbatch_args("pacer-").unwrap();
+        assert!(args.contains(&"--gres=gpu:2".to_string()), "{args:?}");
+        let r1 = mixed.job_request(&one).unwrap();
+        assert_eq!(
+            r1.gpu_type.as_deref(),
+            Some("t4"),
+            "one node keeps its type"
         );
     }
 

@@ -295,6 +295,7 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
     );
     v.attained_gpu_s = job.attained_device_s;
     v.num_restarts = job.restarts;
+    v.one_type = !spec.mixed_types;
     if let Some(r) = &job.run {
         v.current = r.allocation();
     }

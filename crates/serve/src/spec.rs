@@ -42,6 +42,11 @@ pub struct JobSpec {
     /// Device types the job accepts (empty: any type of the cluster).
     #[serde(default)]
     pub device_types: Vec<String>,
+    /// May run on devices of several types at once (its ranks then get per-rank batches
+    /// from the job's session, so the slower type does not hold back the step;
+    /// docs/mixed-types.md). Default: one type per run.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mixed_types: bool,
     /// Who submitted it (informative).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
@@ -70,6 +75,10 @@ pub struct JobSpec {
     /// the `torchrun` on the job's PATH (e.g. a venv's python).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// How long a submission waits for the file system to say whether its `cwd` exists.
@@ -251,7 +260,54 @@ impl JobSpec {
                 ),
             );
         }
+        let per_type = self.devices_per_type(cluster);
+        let types: Vec<&str> = per_type
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        if self.mixed_types && types.len() < 2 {
+            return bad(
+                "mixed_types",
+                format!(
+                    "the job can use one device type of this cluster ({}), so it cannot mix types; \
+                     remove `mixed_types` to run it on that type",
+                    types.first().copied().unwrap_or("none")
+                ),
+            );
+        }
+        let (largest_type, largest) = per_type
+            .iter()
+            .max_by_key(|(_, n)| *n)
+            .map_or(("none", 0), |(t, n)| (t.as_str(), *n));
+        if !self.mixed_types && self.min() > largest {
+            return bad(
+                "min_replicas",
+                format!(
+                    "the job needs at least {} devices of one type but the largest type it \
+                     accepts has {largest} (`{largest_type}`); set `mixed_types = true` to \
+                     run it across types ({usable} devices)",
+                    self.min()
+                ),
+            );
+        }
         Ok(())
+    }
+
+    /// Devices of each cluster type the job accepts, in the cluster's type order.
+    pub fn devices_per_type(&self, cluster: &ClusterSpec) -> Vec<(String, u32)> {
+        let mut out: Vec<(String, u32)> = cluster
+            .device_types
+            .iter()
+            .map(|t| (t.clone(), 0))
+            .collect();
+        for n in &cluster.nodes {
+            let t = &cluster.device_types[n.device_type.0 as usize];
+            if self.accepts(t) {
+                out[n.device_type.0 as usize].1 += n.gpus;
+            }
+        }
+        out
     }
 
     /// `cwd` and `env` as text: sizes, names, reserved variables (nothing is looked up).
@@ -644,6 +700,55 @@ mod tests {
         s.validate(&cluster()).unwrap();
         assert_eq!((s.min(), s.max()), (2, 2));
         assert_eq!(s.argv("pacer", 2), vec!["sleep", "1"]);
+    }
+
+    #[test]
+    fn mixed_types_is_answered_against_the_cluster() {
+        let two = ClusterSpec::parse("1x2:t4,1x2:a100", "test").unwrap();
+        let spec = |extra: &str| {
+            JobSpec::from_toml(
+                &format!("name = \"a\"\ncommand = [\"true\"]\nreplicas = 4\n{extra}"),
+                "j.toml",
+            )
+            .unwrap()
+        };
+        // Four devices exist, but two of each type: one type cannot hold the job.
+        let e = spec("").validate(&two).unwrap_err();
+        assert_eq!(e.field, "min_replicas");
+        assert!(
+            e.message.contains("largest type it accepts has 2"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("mixed_types = true"), "{}", e.message);
+        spec("mixed_types = true\n").validate(&two).unwrap();
+        // Mixing on a cluster (or a type choice) that leaves one type: refused, saying why.
+        let e = spec("mixed_types = true\n")
+            .validate(&ClusterSpec::parse("2x2:t4", "test").unwrap())
+            .unwrap_err();
+        assert_eq!(e.field, "mixed_types");
+        assert!(
+            e.message.contains("one device type of this cluster (t4)"),
+            "{}",
+            e.message
+        );
+        let e = JobSpec::from_toml(
+            "name = \"a\"\ncommand = [\"true\"]\nmixed_types = true\ndevice_types = [\"a100\"]\n",
+            "j.toml",
+        )
+        .unwrap()
+        .validate(&two)
+        .unwrap_err();
+        assert!(e.message.contains("(a100)"), "{}", e.message);
+        // The default is unchanged on one type, and the flag round-trips.
+        spec("")
+            .validate(&ClusterSpec::parse("2x2:t4", "test").unwrap())
+            .unwrap();
+        let json = serde_json::to_string(&spec("mixed_types = true\n")).unwrap();
+        assert!(json.contains("\"mixed_types\":true"), "{json}");
+        assert!(!serde_json::to_string(&spec(""))
+            .unwrap()
+            .contains("mixed_types"));
     }
 
     /// Found by the `serve_job_json` fuzz target: an unknown empty key was a 400

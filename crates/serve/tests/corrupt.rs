@@ -71,13 +71,7 @@ fn damaged_database_is_a_clear_error() {
     let c = svc.client();
     for k in 0..20 {
         let spec = format!("name = \"j{k}\"\ncommand = [\"true\"]\n");
-        let a = svc.call(
-            &c,
-            "POST",
-            "/v1/jobs",
-            Some(spec.as_bytes()),
-            "application/toml",
-        );
+        let a = svc.submit_toml(&c, &spec);
         assert_eq!(a.status, 201);
     }
     std::thread::sleep(Duration::from_millis(500));

@@ -5,19 +5,7 @@
 
 mod common;
 
-use common::{test_dir, Service};
-use std::time::{Duration, Instant};
-
-fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(secs),
-            "{what}: not within {secs} s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use common::{test_dir, wait_for, Service};
 
 #[test]
 fn a_setsid_grandchild_holds_the_slot_until_it_is_gone() {

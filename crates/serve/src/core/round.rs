@@ -379,10 +379,7 @@ impl Core {
         let mut intents = Vec::new();
         for (id, alloc, slots) in picks {
             let mut j = self.jobs[&id].clone();
-            let first_node = alloc.slots()[0].0;
-            let ty = cluster.device_types
-                [cluster.nodes[first_node.0 as usize].device_type.0 as usize]
-                .clone();
+            let ty = run_device_type(cluster, &alloc);
             j.attempts += 1;
             let run = Run {
                 attempt: j.attempts,
@@ -443,4 +440,22 @@ impl Core {
         self.commit(c, done).await?;
         Ok(launched)
     }
+}
+
+/// The device type a run reports under: its nodes' type, or for a run across types
+/// (`mixed_types`) the types in the cluster's order joined by `+` ("a100+t4"), so that
+/// its measurements never mix into one type's fit.
+pub(crate) fn run_device_type(cluster: &ClusterSpec, alloc: &Allocation) -> String {
+    let mut types: Vec<u16> = alloc
+        .slots()
+        .iter()
+        .map(|&(n, _)| cluster.nodes[n.0 as usize].device_type.0)
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    types
+        .iter()
+        .map(|&t| cluster.device_types[t as usize].as_str())
+        .collect::<Vec<_>>()
+        .join("+")
 }

@@ -19,6 +19,18 @@ pub struct Service {
 }
 
 /// A fresh directory for one test (removed first if a previous run left it).
+/// Polls `f` every 50 ms until it holds; fails the test after `secs` seconds.
+pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{what}: not within {secs} s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn test_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("pacer-serve-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -193,6 +205,17 @@ impl Service {
         self.rt
             .block_on(c.request(method, path, body.map(<[u8]>::to_vec), ct))
             .unwrap_or_else(|e| panic!("{method} {path}: {e:#}"))
+    }
+
+    /// `POST /v1/jobs` with a TOML spec.
+    pub fn submit_toml(&self, c: &Client, spec: &str) -> Answer {
+        self.call(
+            c,
+            "POST",
+            "/v1/jobs",
+            Some(spec.as_bytes()),
+            "application/toml",
+        )
     }
 
     pub fn get_json(&self, path: &str) -> serde_json::Value {
