@@ -323,6 +323,19 @@ fn best_global_batch(
     .map(|c| (c.batch, c.goodput, c.gain))
 }
 
+/// A progress report for `pacer serve` as JSON text, checked against the one report type
+/// the service parses (`pacer_model::report::JobReport`): unknown fields, wrong types and
+/// numbers out of range raise `ValueError` naming the field, here rather than as a 400
+/// from the service.
+#[pyfunction]
+fn report_json(body: &str) -> PyResult<String> {
+    let r: pacer_model::report::JobReport =
+        serde_json::from_str(body).map_err(|e| value_error(format!("report: {e}")))?;
+    r.validate()
+        .map_err(|e| value_error(format!("report: {e}")))?;
+    serde_json::to_string(&r).map_err(value_error)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Session>()?;
@@ -333,6 +346,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(efficiency, m)?)?;
     m.add_function(wrap_pyfunction!(adascale_gain, m)?)?;
     m.add_function(wrap_pyfunction!(best_global_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(report_json, m)?)?;
     m.add("CONTROLLERS", CONTROLLERS.to_vec())?;
     m.add("PREDICTORS", PREDICTORS.to_vec())?;
     Ok(())

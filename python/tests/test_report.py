@@ -82,3 +82,22 @@ def test_a_refusing_or_absent_server_never_stops_training(monkeypatch, tmp_path,
     assert err.count("progress report") == 1, err
     # Nobody listening: the same.
     train(monkeypatch, "http://127.0.0.1:9", tmp_path / "b")
+
+
+def test_reports_are_checked_against_the_service_s_report_type():
+    from pacer_torch import _native
+
+    body = {"step": 3, "samples": 48, "time_s": 1.5, "replicas": 2, "device_type": "t4+a100",
+            "throughput": 32.0}
+    back = json.loads(_native.report_json(json.dumps(body)))
+    assert back["device_type"] == "t4+a100" and back["done"] is False and back["local_batches"] == []
+    for spoil, field in (({"stepz": 1}, "unknown field `stepz`"),
+                         ({"device_type": "t4 a100"}, "device_type"),
+                         ({"replicas": 0}, "replicas"),
+                         ({"time_s": -1.0}, "time_s")):
+        try:
+            _native.report_json(json.dumps({**body, **spoil}))
+        except ValueError as e:
+            assert field in str(e), e
+        else:
+            raise AssertionError(f"{spoil} was accepted")

@@ -3,7 +3,7 @@
 //! The plain data every other pacer crate speaks: device types and nodes
 //! ([`cluster`]), jobs and their requests ([`job`]), which devices a job holds
 //! ([`alloc`]), and the measured application profiles the performance models are
-//! built from ([`profile`]).
+//! built from ([`profile`]), and what a running job reports to a service ([`report`]).
 //!
 //! Architecture invariant: this crate does no I/O and reads no clock. Parsers
 //! here take text that a driver has already read, plus an `origin` string
@@ -15,6 +15,7 @@ pub mod cluster_file;
 pub mod error;
 pub mod job;
 pub mod profile;
+pub mod report;
 pub mod rng;
 
 pub use alloc::Allocation;
@@ -22,3 +23,4 @@ pub use cluster::{ClusterSpec, DeviceTypeId, NodeId, NodeSpec};
 pub use error::ParseError;
 pub use job::{JobId, JobSpec};
 pub use profile::{AppProfile, PlacementRow, ScalabilityRow, ValidationCurve, ValidationRow};
+pub use report::JobReport;

@@ -16,7 +16,6 @@
 //! hyper, which the runtime does not otherwise use.
 
 use crate::error::RuntimeError;
-use serde::Serialize;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -98,15 +97,13 @@ impl ServiceEnv {
             );
         }
         let device_type = get("PACER_DEVICE_TYPE").unwrap_or_else(|| "cpu".into());
-        if device_type.is_empty()
-            || device_type.len() > 64
-            || !device_type
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        if !pacer_model::report::is_device_type(&device_type) {
             return bad(
                 "PACER_DEVICE_TYPE",
-                format!("`{device_type}`: expected a device type name such as cpu or t4"),
+                format!(
+                    "`{device_type}`: expected a device type name such as cpu or t4 (a run \
+                     across types: names joined by +, such as t4+a100)"
+                ),
             );
         }
         Ok(Some(ServiceEnv {
@@ -118,34 +115,9 @@ impl ServiceEnv {
     }
 }
 
-/// One report, as the service's API takes it (every number finite and ≥ 0).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct JobReport {
-    /// Optimiser steps so far, across restarts.
-    pub step: u64,
-    /// Samples processed so far, across restarts.
-    pub samples: u64,
-    /// Wall seconds since this run started.
-    pub time_s: f64,
-    /// Workers training now.
-    pub replicas: u64,
-    pub device_type: String,
-    pub global_batch: u64,
-    pub local_batches: Vec<u64>,
-    /// Samples per second over the window since the last report.
-    pub throughput: f64,
-    /// Mean seconds per step over that window.
-    pub step_time_s: f64,
-    pub noise_scale: Option<f64>,
-    /// Mean training loss of the last step.
-    pub loss: Option<f64>,
-    pub done: bool,
-}
-
-/// `Some(v)` when `v` is a number the service takes (finite, ≥ 0).
-pub fn reportable(v: Option<f64>) -> Option<f64> {
-    v.filter(|v| v.is_finite() && *v >= 0.0)
-}
+/// One report, as the service's API takes it: the one report type
+/// ([`pacer_model::report`]) that the service parses and checks.
+pub use pacer_model::report::{reportable, JobReport};
 
 #[derive(Default)]
 struct Slot {

@@ -256,6 +256,16 @@ fn the_service_environment_is_checked_naming_the_variable() {
         !format!("{ok:?}").contains("t0k"),
         "the token stays out of logs"
     );
+    // A run across device types (`mixed_types`) is named by its types joined by `+`.
+    let mixed = ServiceEnv::from_lookup(get(&[
+        ("PACER_SERVER", "http://127.0.0.1:8470"),
+        ("PACER_JOB_ID", "a-1"),
+        ("PACER_TOKEN", "t0k"),
+        ("PACER_DEVICE_TYPE", "t4+a100"),
+    ]))
+    .unwrap()
+    .unwrap();
+    assert_eq!(mixed.device_type, "t4+a100");
     let cases: [(&[(&str, &str)], &str); 5] = [
         (
             &[

@@ -8,7 +8,7 @@ use crate::core::Core;
 use crate::error::ApiError;
 use crate::executor::Executor;
 use crate::job::JobState;
-use crate::spec::{JobSpec, Report};
+use crate::spec::JobSpec;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
@@ -509,7 +509,7 @@ async fn report(
     body_type(&headers, &[JSON])?;
     let bytes = body_bytes(body).await?;
     let mut core = s.core.lock().await;
-    let r = Report::from_json(&bytes)?;
+    let r = crate::spec::report_from_json(&bytes)?;
     let (n, durable) = core.report(&id, r)?;
     drop(core);
     wait_durable(durable).await?;

@@ -7,10 +7,10 @@ use pacer_model::ClusterSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Largest request a user may ask for, per job (devices, replicas).
-pub const MAX_REPLICAS: u32 = 4096;
 /// Largest global batch a spec or report may name.
-pub const MAX_BATCH: u64 = 1 << 30;
+pub use pacer_model::report::MAX_BATCH;
+/// Largest request a user may ask for, per job (devices, replicas).
+pub use pacer_model::report::MAX_REPLICAS;
 
 /// A job as submitted (`pacer submit job.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -494,97 +494,16 @@ fn check_argv(field: &str, argv: &[String]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// What a running job posts to `/v1/jobs/{id}/reports` (the contract in docs/serve.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Report {
-    pub step: u64,
-    pub samples: u64,
-    pub time_s: f64,
-    pub replicas: u32,
-    pub device_type: String,
-    #[serde(default)]
-    pub global_batch: u64,
-    #[serde(default)]
-    pub local_batches: Vec<u64>,
-    pub throughput: f64,
-    #[serde(default)]
-    pub step_time_s: f64,
-    #[serde(default)]
-    pub noise_scale: Option<f64>,
-    #[serde(default)]
-    pub loss: Option<f64>,
-    #[serde(default)]
-    pub done: bool,
-}
+/// What a running job posts to `/v1/jobs/{id}/reports` (the contract in docs/serve.md):
+/// the one report type the trainers send ([`pacer_model::report`]).
+pub use pacer_model::report::JobReport as Report;
 
-impl Report {
-    pub fn from_json(bytes: &[u8]) -> Result<Report, ApiError> {
-        let r: Report = parse_json(bytes)?;
-        r.validate()?;
-        Ok(r)
-    }
-
-    fn validate(&self) -> Result<(), ApiError> {
-        let finite = |field: &str, v: f64, max: f64| {
-            if v.is_finite() && (0.0..=max).contains(&v) {
-                Ok(())
-            } else {
-                Err(ApiError::bad(
-                    field,
-                    format!("{v} must be finite, ≥ 0 and ≤ {max:e}"),
-                ))
-            }
-        };
-        finite("time_s", self.time_s, 1e9)?;
-        finite("throughput", self.throughput, 1e12)?;
-        finite("step_time_s", self.step_time_s, 1e6)?;
-        if let Some(n) = self.noise_scale {
-            finite("noise_scale", n, 1e15)?;
-        }
-        if let Some(l) = self.loss {
-            finite("loss", l, 1e15)?;
-        }
-        if self.replicas == 0 || self.replicas > MAX_REPLICAS {
-            return Err(ApiError::bad(
-                "replicas",
-                format!("{} is out of range 1..={MAX_REPLICAS}", self.replicas),
-            ));
-        }
-        if self.global_batch > MAX_BATCH {
-            return Err(ApiError::bad(
-                "global_batch",
-                format!("{} exceeds {MAX_BATCH}", self.global_batch),
-            ));
-        }
-        if self.local_batches.len() > MAX_REPLICAS as usize
-            || self.local_batches.iter().any(|&b| b > MAX_BATCH)
-        {
-            return Err(ApiError::bad(
-                "local_batches",
-                "too many entries or an entry too large".into(),
-            ));
-        }
-        if self.step > 1 << 53 || self.samples > 1 << 53 {
-            return Err(ApiError::bad(
-                "samples",
-                "step and samples must be ≤ 2^53".into(),
-            ));
-        }
-        let t = &self.device_type;
-        if t.is_empty()
-            || t.len() > 64
-            || !t
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(ApiError::bad(
-                "device_type",
-                "must be a device type name such as cpu or t4".into(),
-            ));
-        }
-        Ok(())
-    }
+/// A report from a request body: parsed, then checked; errors name the field.
+pub fn report_from_json(bytes: &[u8]) -> Result<Report, ApiError> {
+    let r: Report = parse_json(bytes)?;
+    r.validate()
+        .map_err(|e| ApiError::bad(e.field, e.message))?;
+    Ok(r)
 }
 
 /// Parses JSON into `T`, naming the field path of the first error.
@@ -758,7 +677,7 @@ mod tests {
         for body in [&br#"{"": 1}"#[..], br#"{"step":5,"samples":0,"":1}"#] {
             let e = JobSpec::from_json(body).unwrap_err();
             assert!(!e.field.is_empty(), "{e:?}");
-            let e = Report::from_json(body).unwrap_err();
+            let e = report_from_json(body).unwrap_err();
             assert!(!e.field.is_empty(), "{e:?}");
         }
         assert_eq!(JobSpec::from_json(br#"{"": 1}"#).unwrap_err().field, "body");
@@ -917,14 +836,14 @@ mod tests {
     #[test]
     fn report_errors_name_the_field() {
         let ok = br#"{"step":1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":10.0}"#;
-        Report::from_json(ok).unwrap();
+        report_from_json(ok).unwrap();
         let neg = br#"{"step":-1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":10.0}"#;
-        assert_eq!(Report::from_json(neg).unwrap_err().field, "step");
+        assert_eq!(report_from_json(neg).unwrap_err().field, "step");
         let unk = br#"{"step":1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":10.0,"x":1}"#;
-        assert_eq!(Report::from_json(unk).unwrap_err().field, "x");
+        assert_eq!(report_from_json(unk).unwrap_err().field, "x");
         let inf = br#"{"step":1,"samples":10,"time_s":1e400,"replicas":1,"device_type":"cpu","throughput":10.0}"#;
-        assert!(Report::from_json(inf).is_err());
+        assert!(report_from_json(inf).is_err());
         let big = br#"{"step":1,"samples":10,"time_s":1.0,"replicas":1,"device_type":"cpu","throughput":1e300}"#;
-        assert_eq!(Report::from_json(big).unwrap_err().field, "throughput");
+        assert_eq!(report_from_json(big).unwrap_err().field, "throughput");
     }
 }

@@ -647,7 +647,7 @@ impl Run<'_> {
             step: self.k,
             samples: self.pos,
             time_s,
-            replicas: self.active.len() as u64,
+            replicas: self.active.len().min(u32::MAX as usize) as u32,
             device_type: r.device_type.clone(),
             global_batch: self.cfg.global_batch,
             local_batches: self.batches.clone(),
