@@ -16,6 +16,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 mod round;
+#[cfg(test)]
+mod tests;
 pub use round::PolicyInput;
 
 /// Fixed settings of a running service.
