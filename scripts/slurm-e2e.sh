@@ -383,8 +383,10 @@ phase_preempt() {
 # n1, n2 of type t4 and n3, n4 of type a100; a job of 12 GPUs (3 nodes) with
 # `mixed_types = true` is placed across both types, each rank emulates its node's type
 # (t4 at a quarter of a100's speed, from PACER_NODE_TYPES) and the session's LB-BSP gives
-# the a100 ranks the larger local batches. The same job without `mixed_types` is refused
-# at submission (no one type has 12 GPUs). The cluster is brought back with one type.
+# the a100 ranks the larger local batches; then a second job makes `fair` resize it to 8
+# GPUs (SIGTERM, checkpoint, relaunch, resume). The same job without `mixed_types` is
+# refused at submission (no one type has 12 GPUs). The cluster is brought back with one
+# type.
 phase_mixed() {
     local t8 log
     has_torch mixed || return 0
@@ -407,23 +409,36 @@ TOML
     sed 's/^/slurm-e2e: refused as expected: /' "$STATE/one-type.out" | head -1
     cat >"$STATE/mixed.toml" <<TOML
 name = "mixed"
-command = ["$py", "$(realpath scripts/slurm-torch-job.py)", "3"]
+command = ["$py", "$(realpath scripts/slurm-torch-job.py)", "60"]
 replicas = 12
+min_replicas = 4
+adaptive = true
 mixed_types = true
 env = { TYPE_SPEEDS = "t4=0.25,a100=1" }
 TOML
     "$PACER_BIN" submit "$STATE/mixed.toml" >/dev/null
-    watch_until 240 succeeded failed cancelled
     log="$STATE/logs/job-1.log"
+    # Once it trains across types (its rank-0 reports reach the service), a job of 8 GPUs
+    # arrives: `fair` shares 16 GPUs 8/8, so the mixed job is stopped (SIGTERM,
+    # checkpoint, 143) and relaunched on 8 GPUs, where it resumes.
+    local i
+    for ((i = 0; ; i++)); do
+        "$PACER_BIN" job job-1 --json >"$STATE/job-1.json" 2>/dev/null &&
+            python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j.get("progress", {}).get("step", 0) >= 20 else 1)' "$STATE/job-1.json" && break
+        [ "$i" -lt 240 ] || { cat "$log"; echo "slurm-e2e: the mixed job did not report 20 steps in 120 s" >&2; exit 1; }
+        sleep 0.5
+    done
+    submit other 8 8 16 0.5 4
+    watch_until 300 succeeded failed cancelled
     python3 "$CHECK" states "$STATE/jobs.json" succeeded || { cat "$log"; exit 1; }
     python3 "$CHECK" multinode "$STATE/seen.json" job-1
     grep -E '^torch rank' "$log" | cut -c1-110
-    python3 "$CHECK" mixed "$log" || { cat "$log"; exit 1; }
+    python3 "$CHECK" mixed "$log" 2 || { cat "$log"; exit 1; }
     stop_serve
     rm -rf "$STATE"
     "$CLUSTER" down
     "$CLUSTER" up >/dev/null
-    echo "slurm-e2e: pacer_torch across t4 and a100 nodes, per-rank batches by type, in $((SECONDS - t8)) s"
+    echo "slurm-e2e: pacer_torch across t4 and a100 nodes, per-rank batches by type, resized, in $((SECONDS - t8)) s"
 }
 
 other=

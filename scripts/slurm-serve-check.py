@@ -424,27 +424,39 @@ TORCH_TYPED = re.compile(
     r"^torch rank (\d+) of (\d+) on (\S+): (\d+) steps, .*type (\S+), mean local batch ([0-9.]+)")
 
 
-def mixed(log_path):
-    """Every rank of a run across types trained, ranks of both types, and the faster
-    type's ranks (a100) had larger mean local batches than the slower type's (t4)."""
-    by_type = {}
-    world = None
+def mixed(log_path, runs_wanted):
+    """The first run of a job across types: every rank printed its line, ranks of both
+    types, and the faster type's ranks (a100) had larger mean local batches than the
+    slower type's (t4). At least `runs_wanted` runs printed (a resized job: 2)."""
+    lines = []
     with open(log_path) as f:
         for line in f:
             m = TORCH_TYPED.match(line)
             if m:
-                world = int(m.group(2))
-                by_type.setdefault(m.group(5), []).append(float(m.group(6)))
-    ranks = sum(len(v) for v in by_type.values())
-    if world is None or ranks != world:
-        sys.exit("mixed: %d typed rank lines for a world of %s: %s" % (ranks, world, by_type))
+                lines.append((int(m.group(2)), m.group(5), float(m.group(6))))
+    if not lines:
+        sys.exit("mixed: no typed rank line in %s" % log_path)
+    runs, at = [], 0
+    while at < len(lines):
+        world = lines[at][0]
+        runs.append(lines[at:at + world])
+        at += world
+    first = runs[0]
+    by_type = {}
+    for world, t, b in first:
+        by_type.setdefault(t, []).append(b)
+    if len(first) != first[0][0] or any(w != first[0][0] for w, _, _ in first):
+        sys.exit("mixed: the first run's lines do not cover its world: %s" % first)
     if set(by_type) != {"t4", "a100"}:
-        sys.exit("mixed: the ranks ran on types %s, not on both t4 and a100" % sorted(by_type))
+        sys.exit("mixed: the first run's ranks ran on types %s, not on both t4 and a100" % sorted(by_type))
     slow, fast = max(by_type["t4"]), min(by_type["a100"])
     if not fast > 1.5 * slow:
         sys.exit("mixed: a100 ranks' mean local batch %.1f is not well above t4's %.1f: %s"
                  % (fast, slow, by_type))
-    print("mixed: %d ranks, mean local batch a100 %s, t4 %s" % (ranks, by_type["a100"], by_type["t4"]))
+    if len(runs) < runs_wanted:
+        sys.exit("mixed: %d run(s) printed, %d wanted: %s" % (len(runs), runs_wanted, runs))
+    print("mixed: first run %d ranks, mean local batch a100 %s, t4 %s; runs (world sizes) %s"
+          % (len(first), by_type["a100"], by_type["t4"], [r[0][0] for r in runs]))
 
 
 LAUNCHED_PID = re.compile(r"^attempt (\d+) on .* \(pid (\d+),")
@@ -471,7 +483,7 @@ if __name__ == "__main__":
     elif cmd == "early":
         early(*sys.argv[2:6], float(sys.argv[6]), int(sys.argv[7]))
     elif cmd == "mixed":
-        mixed(sys.argv[2])
+        mixed(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
     elif cmd == "lost":
         extra = (sys.argv[5], int(sys.argv[6]), sys.argv[7]) if len(sys.argv) > 7 else None
         lost(sys.argv[2], sys.argv[3], int(sys.argv[4]), extra)

@@ -3,7 +3,8 @@ multi-node Slurm run (`pacer serve --executor slurm`, one `srun` task per node),
 group comes from SLURM_PROCID/SLURM_NTASKS and MASTER_ADDR/MASTER_PORT (gloo); a linear
 classifier on seeded synthetic data for EPOCHS epochs. Each rank prints one line:
     torch rank R of N on NODE: S steps, samples B, loss L
-With TYPE_SPEEDS (e.g. "t4=0.25,a100=1", phase `mixed`) each rank emulates the speed of
+A preempted run prints its line too, before exiting 143. With TYPE_SPEEDS (e.g.
+"t4=0.25,a100=1", phase `mixed`) each rank emulates the speed of
 its node's device type (PACER_NODE_TYPES at its node's place in PACER_NODE_NAMES) by sleeping
 after its forward pass in proportion to its local batch, and its line adds
     type T, mean local batch M
@@ -43,21 +44,30 @@ def main() -> None:
     speeds = dict(kv.split("=") for kv in os.environ.get("TYPE_SPEEDS", "").split(",") if kv)
     per_sample_s = 2e-4 / float(speeds[my_type]) if my_type in speeds else 0.0
     steps, samples, loss = 0, 0, float("nan")
-    for _ in pacer.remaining_epochs(epochs):
-        for xb, yb in loader:
-            out = F.cross_entropy(net(xb), yb)
-            if per_sample_s:
-                time.sleep(per_sample_s * len(xb))
-            opt.zero_grad()
-            out.backward()
-            opt.step()
-            steps += 1
-            samples += len(xb)
-            loss = out.item()
     node = os.environ.get("SLURMD_NODENAME", "?")
-    typed = f", type {my_type}, mean local batch {samples / max(steps, 1):.1f}" if speeds else ""
-    print(f"torch rank {rank} of {world} on {node}: {steps} steps, samples {samples}, "
-          f"loss {loss:.3f}{typed} ({info})", flush=True)
+
+    def summary() -> None:
+        typed = f", type {my_type}, mean local batch {samples / max(steps, 1):.1f}" if speeds else ""
+        print(f"torch rank {rank} of {world} on {node}: {steps} steps, samples {samples}, "
+              f"loss {loss:.3f}{typed} ({info})", flush=True)
+
+    try:
+        for _ in pacer.remaining_epochs(epochs):
+            for xb, yb in loader:
+                out = F.cross_entropy(net(xb), yb)
+                if per_sample_s:
+                    time.sleep(per_sample_s * len(xb))
+                opt.zero_grad()
+                out.backward()
+                opt.step()
+                steps += 1
+                samples += len(xb)
+                loss = out.item()
+    except SystemExit:
+        # Preempted (SIGTERM: pacer_torch checkpointed and exits 143): this run's line too.
+        summary()
+        raise
+    summary()
     del net  # the wrapper holds the process group
     # A barrier, then the group and its gloo threads must be gone (python/README.md).
     pacer.destroy_process_group()
