@@ -347,6 +347,7 @@ fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
                 work_done: rng.random_range(0.0..10_000.0),
                 work_left: rng.random_range(100.0..100_000.0),
                 quality: Some(bench_quality(&mut rng)),
+                deadline_s: None,
             }
         })
         .collect()

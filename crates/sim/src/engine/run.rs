@@ -66,6 +66,8 @@ struct RunState<'s> {
     running: Vec<usize>,
     holds: Vec<bool>,
     just_finished: Vec<usize>,
+    /// Arrived deadline jobs not yet started (`RunState::drop_unstarted_past_deadline`).
+    unstarted_deadline: Vec<usize>,
     arrived: Vec<usize>,
     /// Decision count, and the decision that last changed each job (one change each).
     decision: u64,
@@ -248,7 +250,7 @@ impl Simulation<'_> {
     ) -> SimResult {
         // Jobs still active at the end: contention up to now.
         for (k, st) in r.states.iter_mut().enumerate() {
-            if st.completion_s.is_none() && m.rank[k] < r.next_arrival {
+            if st.completion_s.is_none() && !st.dropped && m.rank[k] < r.next_arrival {
                 st.contention_sum = r.contention_sum - st.contention_sum;
                 st.contention_s = r.contention_s - st.contention_s;
             }
@@ -266,6 +268,8 @@ impl Simulation<'_> {
                     1.0
                 };
                 let t_indep = self.independent_time_with(job, &**kind, contention, &mut memo);
+                let one_device_s =
+                    kind.fraction_done(self, st) * kind.fastest_one_device_s(self, job, &mut memo);
                 JobResult {
                     name: job.spec.name.clone(),
                     application: job.spec.application.clone(),
@@ -276,6 +280,9 @@ impl Simulation<'_> {
                     gpu_s: st.attained_gpu_s,
                     avg_contention: contention,
                     independent_s: t_indep,
+                    deadline_s: kind.deadline_s(),
+                    restart_paid_s: st.restart_paid_s,
+                    one_device_s,
                 }
             })
             .collect();
@@ -303,6 +310,7 @@ impl<'s> RunState<'s> {
             running: Vec::new(),
             holds: vec![false; n],
             just_finished: Vec::new(),
+            unstarted_deadline: Vec::new(),
             arrived: Vec::new(),
             decision: 0,
             changed_at: vec![0; n],
@@ -395,6 +403,7 @@ impl<'s> RunState<'s> {
             self.states[i].contention_s = self.contention_s;
             self.next_arrival += 1;
         }
+        self.drop_unstarted_past_deadline(m);
         self.n_active += self.arrived.len();
         self.n_active -= self.just_finished.len();
         for &i in &self.just_finished {
@@ -414,7 +423,37 @@ impl<'s> RunState<'s> {
             self.active.extend_from_slice(&self.arrived);
             if !self.just_finished.is_empty() {
                 let states = &self.states;
-                self.active.retain(|&i| states[i].completion_s.is_none());
+                self.active
+                    .retain(|&i| states[i].completion_s.is_none() && !states[i].dropped);
+            }
+        }
+    }
+
+    /// Retires the deadline jobs that arrived before this round and have not started
+    /// by their deadline (a policy declined them, or they starved): they can no
+    /// longer meet it, and nothing would ever end them otherwise. Keeps the arrivals
+    /// of this round in the watch list.
+    fn drop_unstarted_past_deadline(&mut self, m: &Models<'_>) {
+        let (states, now) = (&mut self.states, self.now);
+        let (finished, just_finished) = (&mut self.finished, &mut self.just_finished);
+        self.unstarted_deadline.retain(|&i| {
+            let st = &mut states[i];
+            if st.start_s.is_some() {
+                return false;
+            }
+            match m.kinds[i].deadline_s() {
+                Some(d) if now >= d => {
+                    st.dropped = true;
+                    *finished += 1;
+                    just_finished.push(i);
+                    false
+                }
+                _ => true,
+            }
+        });
+        for &i in &self.arrived {
+            if m.kinds[i].deadline_s().is_some() {
+                self.unstarted_deadline.push(i);
             }
         }
     }
@@ -442,10 +481,9 @@ impl<'s> RunState<'s> {
         self.decision += 1;
         for k in 0..self.changes.len() {
             let i = self.changes[k].0 .0 as usize;
-            let live = self
-                .states
-                .get(i)
-                .is_some_and(|st| st.completion_s.is_none() && self.next_arrival > m.rank[i]);
+            let live = self.states.get(i).is_some_and(|st| {
+                st.completion_s.is_none() && !st.dropped && self.next_arrival > m.rank[i]
+            });
             if !live {
                 return Err(self.bad(format!("allocation for job #{i}, which is not active")));
             }
@@ -572,7 +610,7 @@ impl<'s> RunState<'s> {
             st.replicas = st.alloc.replicas();
             self.holds[i] = !st.alloc.is_empty();
             if !st.alloc.is_empty() {
-                st.rescale_left_s = m.kinds[i].restart_s(sim).unwrap_or(sim.config.restart_s);
+                st.rescale_left_s = m.kinds[i].restart_delay_s(sim, &st.alloc);
                 st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
                 st.start_s.get_or_insert(self.now);
                 m.kinds[i].restarted(sim, m.modes[i], st);

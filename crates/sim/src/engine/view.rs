@@ -88,6 +88,7 @@ impl Simulation<'_> {
             work_done,
             work_left: (kind.total_work() - work_done).max(0.0),
             quality,
+            deadline_s: kind.deadline_s(),
         }
     }
 }
