@@ -385,6 +385,13 @@ pub trait Policy: Send {
     /// fit the cluster's capacity; drivers check it.
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation>;
 
+    /// Whether the policy has declined `job` (a deadline job it will not run): a
+    /// driver retires such a job, unstarted, once its deadline has passed. Policies
+    /// without admission control decline nothing (the default).
+    fn declined(&self, _job: JobId) -> bool {
+        false
+    }
+
     /// The policy's own account of its work so far, for benchmarks (e.g. how
     /// often an exact solver stopped at its bound and fell back); empty by default.
     fn notes(&self) -> String {

@@ -24,7 +24,7 @@ pub mod plan;
 use crate::place::FreePool;
 use crate::{ClusterView, JobView, Policy};
 use pacer_model::{Allocation, JobId};
-use plan::{admit, plan_all, Admission, PlanJob, Timeline};
+use plan::{admit, plan_all, Admission, AdmitRules, PlanJob, Timeline};
 use std::collections::BTreeSet;
 
 /// How a [`Deadline`] policy plans (see the module docs).
@@ -36,6 +36,8 @@ pub struct DeadlineConfig {
     pub mix: bool,
     /// Budget each job's restart delay in its plan.
     pub budget_restarts: bool,
+    /// Decline while any admitted job is planned late ([`plan::AdmitRules`]).
+    pub decline_if_any_late: bool,
     /// Re-try declined jobs every round.
     pub retry_declined: bool,
     /// Keep allocations unless a share needs the change or it pays for its restart.
@@ -48,6 +50,7 @@ impl DeadlineConfig {
         DeadlineConfig {
             slot_s,
             mix: true,
+            decline_if_any_late: true,
             budget_restarts: false,
             retry_declined: false,
             sticky: false,
@@ -59,6 +62,7 @@ impl DeadlineConfig {
         DeadlineConfig {
             slot_s,
             mix: false,
+            decline_if_any_late: false,
             budget_restarts: true,
             retry_declined: true,
             sticky: true,
@@ -130,7 +134,10 @@ impl Deadline {
                 self.cfg.slot_s,
                 &admitted,
                 &jobs[i],
-                self.cfg.mix,
+                AdmitRules {
+                    mix: self.cfg.mix,
+                    decline_if_any_late: self.cfg.decline_if_any_late,
+                },
             );
             let accepted = matches!(answer, Admission::Accepted { .. });
             if fresh || accepted {
@@ -259,11 +266,17 @@ impl Policy for Deadline {
         self.name
     }
 
+    fn declined(&self, job: JobId) -> bool {
+        self.declined.contains(&job)
+    }
+
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         let jobs: Vec<PlanJob> = view
             .jobs
             .iter()
-            .map(|v: &JobView| PlanJob::from_view(v, view.cluster, self.cfg.budget_restarts))
+            .map(|v: &JobView| {
+                PlanJob::from_view(v, view.cluster, self.cfg.budget_restarts).up_to_fastest()
+            })
             .collect();
         self.admit_new(view, &jobs);
         let counts = self.counts(view, &jobs);
@@ -303,7 +316,7 @@ mod tests {
         let plan = |v: &JobView| PlanJob::from_view(v, &c, false);
         // Job 0: 400 iterations by t = 200 needs 2 devices from now.
         let a = plan(&job(0, 400.0, Some(200.0)));
-        match admit(&c, 0.0, 10.0, &[], &a, false) {
+        match admit(&c, 0.0, 10.0, &[], &a, AdmitRules::default()) {
             Admission::Accepted {
                 share_now,
                 planned_finish_s,
@@ -315,7 +328,14 @@ mod tests {
         }
         // Job 1: 600 iterations by t = 200 needs 3 devices: only 2 are left.
         let b = plan(&job(1, 600.0, Some(200.0)));
-        match admit(&c, 0.0, 10.0, std::slice::from_ref(&a), &b, false) {
+        match admit(
+            &c,
+            0.0,
+            10.0,
+            std::slice::from_ref(&a),
+            &b,
+            AdmitRules::default(),
+        ) {
             Admission::Declined {
                 earliest_deadline_s,
             } => {
@@ -328,7 +348,14 @@ mod tests {
         // Job 2: 200 iterations by t = 200 fits on the 2 left.
         let c2 = plan(&job(2, 200.0, Some(200.0)));
         assert!(matches!(
-            admit(&c, 0.0, 10.0, std::slice::from_ref(&a), &c2, false),
+            admit(
+                &c,
+                0.0,
+                10.0,
+                std::slice::from_ref(&a),
+                &c2,
+                AdmitRules::default()
+            ),
             Admission::Accepted { share_now: 1, .. }
         ));
     }

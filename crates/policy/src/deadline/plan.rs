@@ -80,6 +80,21 @@ impl PlanJob {
         }
     }
 
+    /// Drops the levels above the fastest one: more devices that run slower are never
+    /// worth planning (ElasticFlow caps each model's GPUs by hand for the same reason).
+    pub fn up_to_fastest(mut self) -> Self {
+        if let Some(best) = self
+            .levels
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1).then(b.0.cmp(&a.0)))
+            .map(|(i, _)| i)
+        {
+            self.levels.truncate(best + 1);
+        }
+        self
+    }
+
     /// The largest level of at most `devices` (0 when none fits).
     pub fn level_at_most(&self, devices: u32) -> u32 {
         self.levels
@@ -333,6 +348,16 @@ pub fn plan_all(timeline: &mut Timeline, jobs: &[PlanJob], mix: bool) -> Vec<Opt
     plans
 }
 
+/// How [`admit`] plans and judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AdmitRules {
+    /// Shares as late as possible (the level below first).
+    pub mix: bool,
+    /// Decline while any admitted job is planned late, even one that was late
+    /// before (ElasticFlow's simulator: its whole plan must meet every deadline).
+    pub decline_if_any_late: bool,
+}
+
 /// The answer to a deadline job's submission.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
@@ -350,7 +375,8 @@ pub enum Admission {
 /// Whether `candidate` can be admitted beside `admitted` (the deadline jobs already
 /// guaranteed; best-effort ones are ignored) on `cluster` from `now_s`, planning in
 /// slots of `slot_s`: it must meet its deadline and every admitted job that met its
-/// own without it must still meet it. A declined job hears the earliest deadline that
+/// own without it must still meet it (with `rules.decline_if_any_late`, every
+/// admitted job). A declined job hears the earliest deadline that
 /// would have been accepted (bisection to within one second).
 pub fn admit(
     cluster: &ClusterSpec,
@@ -358,15 +384,16 @@ pub fn admit(
     slot_s: f64,
     admitted: &[PlanJob],
     candidate: &PlanJob,
-    mix: bool,
+    rules: AdmitRules,
 ) -> Admission {
+    let mix = rules.mix;
     let base = plan_all(&mut Timeline::new(cluster, now_s, slot_s), admitted, mix);
     let fits = |c: &PlanJob| -> Option<JobPlan> {
         let mut all = admitted.to_vec();
         all.push(c.clone());
         let plans = plan_all(&mut Timeline::new(cluster, now_s, slot_s), &all, mix);
         let keeps = base.iter().zip(&plans).all(|(b, p)| match (b, p) {
-            (Some(b), Some(p)) => !b.feasible || p.feasible,
+            (Some(b), Some(p)) => p.feasible || (!b.feasible && !rules.decline_if_any_late),
             _ => true,
         });
         let mine = plans.last().cloned().flatten()?;

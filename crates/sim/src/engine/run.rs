@@ -66,7 +66,7 @@ struct RunState<'s> {
     running: Vec<usize>,
     holds: Vec<bool>,
     just_finished: Vec<usize>,
-    /// Arrived deadline jobs not yet started (`RunState::drop_unstarted_past_deadline`).
+    /// Arrived deadline jobs not yet started (`RunState::drop_declined_past_deadline`).
     unstarted_deadline: Vec<usize>,
     arrived: Vec<usize>,
     /// Decision count, and the decision that last changed each job (one change each).
@@ -119,7 +119,7 @@ impl Simulation<'_> {
         let mut until = self.next_round(&m, r.now, true, r.next_arrival);
         while r.finished < self.jobs.len() && r.now < cfg.max_time_s {
             r.advance(&m, until);
-            r.admit_and_retire(&m, incremental.is_none());
+            r.admit_and_retire(&m, incremental.is_none(), &*policy);
             // Departures reach an event-driven policy even when nothing is left to
             // decide (its free devices must include theirs).
             if let Some(inc) = incremental.as_mut() {
@@ -380,7 +380,7 @@ impl<'s> RunState<'s> {
 
     /// Step 2: admits the jobs that arrived by now (skipping ahead to the next arrival on
     /// an idle cluster) and retires the finished ones; `active` is kept when `full`.
-    fn admit_and_retire(&mut self, m: &Models<'_>, full: bool) {
+    fn admit_and_retire(&mut self, m: &Models<'_>, full: bool, policy: &dyn Policy) {
         let (sim, cfg) = (self.sim, &self.sim.config);
         if self.n_active == 0 && self.next_arrival < m.order.len() {
             // Idle cluster: jump to the round in which the next job arrives.
@@ -403,7 +403,7 @@ impl<'s> RunState<'s> {
             self.states[i].contention_s = self.contention_s;
             self.next_arrival += 1;
         }
-        self.drop_unstarted_past_deadline(m);
+        self.drop_declined_past_deadline(m, policy);
         self.n_active += self.arrived.len();
         self.n_active -= self.just_finished.len();
         for &i in &self.just_finished {
@@ -429,11 +429,11 @@ impl<'s> RunState<'s> {
         }
     }
 
-    /// Retires the deadline jobs that arrived before this round and have not started
-    /// by their deadline (a policy declined them, or they starved): they can no
-    /// longer meet it, and nothing would ever end them otherwise. Keeps the arrivals
-    /// of this round in the watch list.
-    fn drop_unstarted_past_deadline(&mut self, m: &Models<'_>) {
+    /// Retires the deadline jobs that arrived before this round, have not started and
+    /// that the policy declined ([`Policy::declined`]) once their deadline has passed:
+    /// nothing would ever end them otherwise. Keeps the arrivals of this round in the
+    /// watch list.
+    fn drop_declined_past_deadline(&mut self, m: &Models<'_>, policy: &dyn Policy) {
         let (states, now) = (&mut self.states, self.now);
         let (finished, just_finished) = (&mut self.finished, &mut self.just_finished);
         self.unstarted_deadline.retain(|&i| {
@@ -442,7 +442,7 @@ impl<'s> RunState<'s> {
                 return false;
             }
             match m.kinds[i].deadline_s() {
-                Some(d) if now >= d => {
+                Some(d) if now >= d && policy.declined(JobId(i as u32)) => {
                     st.dropped = true;
                     *finished += 1;
                     just_finished.push(i);
