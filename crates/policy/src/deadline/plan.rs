@@ -56,15 +56,14 @@ impl PlanJob {
                 .filter(|&(d, r)| d >= 1 && d <= cap(t) && r > 0.0)
                 .collect()
         };
-        let mut best: Option<(usize, Vec<(u32, f64)>, f64)> = None;
+        let (mut ty, mut levels, mut best) = (0, Vec::new(), 0.0);
         for t in 0..types {
             let l = levels_on(t);
             let top = l.iter().map(|p| p.1).fold(0.0, f64::max);
-            if top > 0.0 && best.as_ref().is_none_or(|b| top > b.2) {
-                best = Some((t, l, top));
+            if top > best {
+                (ty, levels, best) = (t, l, top);
             }
         }
-        let (ty, levels) = best.map_or((0, Vec::new()), |b| (b.0, b.1));
         PlanJob {
             id: view.id,
             ty,

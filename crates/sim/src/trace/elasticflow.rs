@@ -108,6 +108,10 @@ pub fn parse_throughput_table(text: &str, origin: &str) -> Result<ThroughputTabl
     Ok(table)
 }
 
+/// The throughput table of a model on a device type (`None`: not measured there).
+pub type TableLookup<'a> =
+    dyn FnMut(&str, &str) -> Result<Option<ThroughputTable>, TraceError> + 'a;
+
 /// Tables read from `DIR/throughputs_<TYPE>/<model>.csv` once each.
 #[derive(Default)]
 struct TableCache {
@@ -151,7 +155,7 @@ pub fn load_elasticflow(
     text: &str,
     origin: &str,
     device_types: &[String],
-    table: &mut dyn FnMut(&str, &str) -> Result<Option<ThroughputTable>, TraceError>,
+    table: &mut TableLookup<'_>,
 ) -> Result<Vec<SimJob>, TraceError> {
     let cols = [
         "job_id",
@@ -255,8 +259,8 @@ pub fn load_elasticflow(
             )
             .into());
         }
-        parsed.push((
-            f(0).to_string(),
+        parsed.push(Row {
+            id: f(0).to_string(),
             submit,
             ddl,
             iterations,
@@ -265,28 +269,42 @@ pub fn load_elasticflow(
             gpus,
             best_effort,
             curves,
-        ));
+        });
     }
-    let t0 = parsed.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let t0 = parsed
+        .iter()
+        .map(|p| p.submit)
+        .fold(f64::INFINITY, f64::min);
     Ok(parsed
         .into_iter()
-        .map(
-            |(id, submit, ddl, iterations, model, batch, gpus, best_effort, curves)| SimJob {
-                spec: JobSpec {
-                    name: format!("job-{id}"),
-                    arrival_s: submit - t0,
-                    application: model,
-                    requested_replicas: gpus,
-                    requested_batch: batch,
-                    service_gpu_s: None,
-                    device_type: None,
-                },
-                work: Work::Elastic {
-                    steps: f64::from(iterations),
-                    curves,
-                    deadline_s: (!best_effort).then_some(ddl - t0),
-                },
+        .map(|r| SimJob {
+            spec: JobSpec {
+                name: format!("job-{}", r.id),
+                arrival_s: r.submit - t0,
+                application: r.model,
+                requested_replicas: r.gpus,
+                requested_batch: r.batch,
+                service_gpu_s: None,
+                device_type: None,
             },
-        )
+            work: Work::Elastic {
+                steps: f64::from(r.iterations),
+                curves: r.curves,
+                deadline_s: (!r.best_effort).then_some(r.ddl - t0),
+            },
+        })
         .collect())
+}
+
+/// One parsed trace row.
+struct Row {
+    id: String,
+    submit: f64,
+    ddl: f64,
+    iterations: u32,
+    model: String,
+    batch: u32,
+    gpus: u32,
+    best_effort: bool,
+    curves: Vec<ElasticCurve>,
 }
