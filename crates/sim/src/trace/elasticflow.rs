@@ -218,46 +218,44 @@ pub fn load_elasticflow(
             .into());
         }
         let mut curves = Vec::new();
+        // A type whose table lacks the batch is one the job was not measured on;
+        // an error only when no type has it.
+        let mut missing_batch = None;
         for ty in device_types {
-            if let Some(t) = table(ty, &model)? {
-                let Some(points) = t.get(&batch) else {
-                    let known: Vec<String> = t.keys().map(u32::to_string).collect();
-                    return Err(ParseError::at(
-                        origin,
-                        line,
-                        format!(
-                            "model `{model}` on {ty} has no throughputs for global batch {batch}; \
-                             measured: {}",
-                            known.join(", ")
-                        ),
-                    )
-                    .into());
-                };
-                // ElasticFlow never gives a job more GPUs than its global batch or 64.
-                let points: Vec<(u32, f64)> = points
-                    .iter()
-                    .copied()
-                    .filter(|&(g, _)| g <= batch.min(64))
-                    .collect();
-                if !points.is_empty() {
-                    curves.push(ElasticCurve {
-                        device_type: ty.clone(),
-                        points,
-                    });
-                }
+            let Some(t) = table(ty, &model)? else {
+                continue;
+            };
+            let Some(points) = t.get(&batch) else {
+                let known: Vec<String> = t.keys().map(u32::to_string).collect();
+                missing_batch.get_or_insert(format!(
+                    "model `{model}` on {ty} has no throughputs for global batch {batch}; \
+                     measured: {}",
+                    known.join(", ")
+                ));
+                continue;
+            };
+            // ElasticFlow never gives a job more GPUs than its global batch or 64.
+            let points: Vec<(u32, f64)> = points
+                .iter()
+                .copied()
+                .filter(|&(g, _)| g <= batch.min(64))
+                .collect();
+            if !points.is_empty() {
+                curves.push(ElasticCurve {
+                    device_type: ty.clone(),
+                    points,
+                });
             }
         }
         if curves.is_empty() {
-            return Err(ParseError::at(
-                origin,
-                line,
+            let why = missing_batch.unwrap_or_else(|| {
                 format!(
-                    "no throughput table for model `{model}` on any device type of the cluster ({}); \
-                     expected throughputs_<TYPE>/{model}.csv",
+                    "no throughput table for model `{model}` on any device type of the cluster \
+                     ({}); expected throughputs_<TYPE>/{model}.csv",
                     device_types.join(", ")
-                ),
-            )
-            .into());
+                )
+            });
+            return Err(ParseError::at(origin, line, why).into());
         }
         parsed.push(Row {
             id: f(0).to_string(),
