@@ -167,16 +167,14 @@ impl Timeline {
         }
         self.split(ty, from);
         self.split(ty, to);
-        for p in self.free[ty].iter_mut() {
-            if p.0 >= from && p.0 < to {
-                p.1 -= n;
-            }
+        let f = &mut self.free[ty];
+        let (lo, hi) = (
+            f.partition_point(|p| p.0 < from),
+            f.partition_point(|p| p.0 < to),
+        );
+        for p in &mut f[lo..hi] {
+            p.1 -= n;
         }
-    }
-
-    /// The slot boundaries where type `ty`'s free devices change, from slot 0.
-    fn breaks(&self, ty: usize) -> impl Iterator<Item = usize> + '_ {
-        self.free[ty].iter().map(|p| p.0).skip(1)
     }
 
     /// Runs `job` wanting `low` devices before slot `switch` and `high` from it (the
@@ -199,22 +197,27 @@ impl Timeline {
         let mut left = job.work_left;
         let mut prev = job.current;
         let last_slot = deadline.map(|d| ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize);
-        let mut cuts: Vec<usize> = self.breaks(job.ty).collect();
-        cuts.push(switch);
-        if let Some(l) = last_slot {
-            cuts.push(l);
-        }
-        cuts.sort_unstable();
-        cuts.dedup();
+        // Walks the breakpoints of the job's type in order, cutting also at `switch`
+        // and the deadline's slot: no allocation, no sort (this is the planner's
+        // inner loop).
+        let f = &self.free[job.ty];
+        let mut idx = 0usize;
         let mut a = 0usize;
-        let mut next_cut = cuts.into_iter().filter(|&c| c > 0).peekable();
         loop {
             if last_slot.is_some_and(|l| a >= l) {
                 return (None, spans);
             }
-            let b = next_cut.next();
+            while idx + 1 < f.len() && f[idx + 1].0 <= a {
+                idx += 1;
+            }
+            let mut b = f.get(idx + 1).map(|p| p.0);
+            for c in [Some(switch), last_slot].into_iter().flatten() {
+                if c > a {
+                    b = Some(b.map_or(c, |b| b.min(c)));
+                }
+            }
             let want = if a < switch { low } else { high };
-            let n = job.level_at_most(want.min(self.free(job.ty, a)));
+            let n = job.level_at_most(want.min(f[idx].1));
             let start = self.now_s + a as f64 * self.slot_s;
             let mut end = b.map_or(f64::INFINITY, |b| self.now_s + b as f64 * self.slot_s);
             if let Some(d) = deadline {
@@ -270,7 +273,11 @@ impl Timeline {
     /// The fewest devices that meet `job`'s deadline on this timeline, or `None`.
     pub fn min_share(&self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
         let d = job.deadline_s?;
-        for (i, &(level, _)) in job.levels.iter().enumerate() {
+        for (i, &(level, rate)) in job.levels.iter().enumerate() {
+            // Not even the whole time to the deadline at this size: skip the run.
+            if rate * (d - self.now_s) < job.work_left {
+                continue;
+            }
             let (finish, spans) = self.run(job, (level, 0, level), Some(d));
             let Some(finish) = finish else { continue };
             if !mix {
