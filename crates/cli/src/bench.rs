@@ -348,6 +348,7 @@ fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
                 work_left: rng.random_range(100.0..100_000.0),
                 quality: Some(bench_quality(&mut rng)),
                 one_type: false,
+                deadline_s: None,
             }
         })
         .collect()

@@ -81,6 +81,10 @@ pub struct SimulateArgs {
     /// it has a throughput for, at that type's throughput).
     #[arg(long, value_name = "TYPE")]
     pub gavel_device: Option<String>,
+    /// The folder of ElasticFlow's `throughputs_<GPU>/<model>.csv` tables, for
+    /// `elasticflow:` traces (the bundled ones: `data/elasticflow`).
+    #[arg(long, value_name = "DIR")]
+    pub elasticflow_tables: Option<PathBuf>,
     /// Print machine-readable JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -257,6 +261,10 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
         .gavel_throughputs
         .as_ref()
         .map(|p| p.display().to_string());
+    let ef_tables = args
+        .elasticflow_tables
+        .as_ref()
+        .map(|p| p.display().to_string());
     let ctx = trace::TraceContext {
         apps,
         cluster: &cluster,
@@ -265,6 +273,7 @@ pub fn workloads(args: &SimulateArgs, apps: &[AppModel]) -> Result<Vec<(String, 
         arrivals_per_hour: args.arrivals_per_hour,
         gavel_throughputs: gavel_tp.as_deref(),
         gavel_device: args.gavel_device.as_deref(),
+        elasticflow_tables: ef_tables.as_deref(),
     };
     for t in &args.trace {
         let jobs = trace::load_trace(t, &ctx).map_err(|e| anyhow::anyhow!("--trace {t}: {e}"))?;
@@ -582,6 +591,36 @@ fn format_table(
             s.avg_restarts,
             s.wall_ms
         )?;
+    }
+    if rows.iter().any(|r| r.summary.deadlines.is_some()) {
+        writeln!(
+            text,
+            "\n{:<ww$} {:<pw$} {:>8} {:>10} {:>11} {:>8} {:>9} {:>8}",
+            "workload",
+            "policy",
+            "ddl_jobs",
+            "met_strict",
+            "met_planned",
+            "be_jobs",
+            "be_jct_h",
+            "clus_eff"
+        )?;
+        for r in rows {
+            if let Some(d) = &r.summary.deadlines {
+                writeln!(
+                    text,
+                    "{:<ww$} {:<pw$} {:>8} {:>10.3} {:>11.3} {:>8} {:>9.3} {:>8.3}",
+                    r.workload,
+                    marked(&r.summary.policy),
+                    d.deadline_jobs,
+                    d.met_strict,
+                    d.met_planned,
+                    d.best_effort_jobs,
+                    h(d.best_effort_avg_jct_s),
+                    d.cluster_efficiency
+                )?;
+            }
+        }
     }
     if n_workloads > 1 {
         writeln!(text, "\nmean over {n_workloads} workloads:")?;

@@ -90,7 +90,7 @@ pub(crate) fn serve_job_json_seeds() -> Vec<Vec<u8>> {
 
 /// `POST /v1/jobs/{id}/reports` (what a running job sends).
 pub(crate) fn serve_report(b: &[u8]) -> Outcome {
-    match pacer_serve::spec::Report::from_json(b) {
+    match pacer_serve::spec::report_from_json(b) {
         Ok(_) => Outcome::Accepted,
         Err(e) => api_error(API_BODY, e),
     }

@@ -265,6 +265,45 @@ fn gavel_trace_seeds() -> Vec<Vec<u8>> {
         .to_vec()]
 }
 
+const EF_TABLE: &str = "fuzz/throughputs_T4/toy.csv";
+const EF_TABLE_SEED: &str = "global_batch_size,1,2,4,8\n64,1.0,2.0,4.0,3.0\n128,0.5,1.0,nan,\n";
+
+fn elasticflow_table(b: &[u8]) -> Outcome {
+    outcome(pacer_sim::trace::elasticflow::parse_throughput_table(
+        &text(b),
+        EF_TABLE,
+    ))
+}
+
+fn elasticflow_table_seeds() -> Vec<Vec<u8>> {
+    vec![EF_TABLE_SEED.as_bytes().to_vec()]
+}
+
+const EF_TRACE: &str = "fuzz/elasticflow.csv";
+
+fn elasticflow_trace(b: &[u8]) -> Outcome {
+    let table = pacer_sim::trace::elasticflow::parse_throughput_table(EF_TABLE_SEED, "seed")
+        .expect("seed parses");
+    let mut lookup =
+        |ty: &str, model: &str| Ok((ty == "t4" && model == "toy").then(|| table.clone()));
+    match pacer_sim::trace::elasticflow::load_elasticflow(
+        &text(b),
+        EF_TRACE,
+        &["t4".to_string()],
+        &mut lookup,
+    ) {
+        Ok(_) => Outcome::Accepted,
+        Err(pacer_sim::trace::TraceError::Parse(e)) => parse_error(e),
+        Err(e) => Outcome::Broken(format!("not a parse error: {e}")),
+    }
+}
+
+fn elasticflow_trace_seeds() -> Vec<Vec<u8>> {
+    vec![b"job_id,submit_time,iteration,model_name,ddl,batch_size,num_gpu,duration,best_effort\n\
+           0,100,400,toy,300,64,1,400,0\n1,160,100,toy,999,128,2,100,1\n2,170,90,toy,900,64,8,30,0\n"
+        .to_vec()]
+}
+
 const QUALITY: &str = "fuzz/slaq/q.csv";
 
 fn quality(b: &[u8]) -> Outcome {
@@ -698,6 +737,18 @@ pub fn all() -> Vec<Target> {
             GAVEL_TRACE,
             gavel_trace_hetero,
             gavel_trace_seeds,
+        ),
+        t(
+            "elasticflow_table",
+            EF_TABLE,
+            elasticflow_table,
+            elasticflow_table_seeds,
+        ),
+        t(
+            "elasticflow_trace",
+            EF_TRACE,
+            elasticflow_trace,
+            elasticflow_trace_seeds,
         ),
         t("quality", QUALITY, quality, quality_seeds),
         t("scenario", SCENARIO, scenario, scenario_seeds),

@@ -46,6 +46,6 @@ macro_rules! short_pass {
 
 short_pass! {
     cluster_spec cluster_toml placements scalability validation pollux_workload philly
-    gavel_throughputs gavel_trace gavel_trace_hetero quality scenario protocol_frame
+    gavel_throughputs gavel_trace gavel_trace_hetero elasticflow_table elasticflow_trace quality scenario protocol_frame
     protocol_stream serve_job_toml serve_job_json serve_report serve_login idx libsvm
 }

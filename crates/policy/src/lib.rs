@@ -27,6 +27,8 @@
 //! Architecture invariant: no I/O, no clock, no randomness without a seed; the
 //! only time a policy sees is [`ClusterView::now_s`].
 
+pub mod deadline;
+pub mod edf;
 pub mod fair;
 pub mod fifo;
 pub mod gavel;
@@ -243,6 +245,9 @@ pub struct JobView {
     /// `mixed_types`); `false`: placement may mix types where the job runs equally
     /// fast on them ([`place::mixes_types_freely`]).
     pub one_type: bool,
+    /// The time (s, on `ClusterView::now_s`'s clock) the job should finish by;
+    /// `None`: best effort.
+    pub deadline_s: Option<f64>,
 }
 
 impl JobView {
@@ -266,6 +271,7 @@ impl JobView {
             work_left: 1.0,
             quality: None,
             one_type: false,
+            deadline_s: None,
         }
     }
 
@@ -384,6 +390,13 @@ pub trait Policy: Send {
     /// fit the cluster's capacity; drivers check it.
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation>;
 
+    /// Whether the policy has declined `job` (a deadline job it will not run): a
+    /// driver retires such a job, unstarted, once its deadline has passed. Policies
+    /// without admission control decline nothing (the default).
+    fn declined(&self, _job: JobId) -> bool {
+        false
+    }
+
     /// The policy's own account of its work so far, for benchmarks (e.g. how
     /// often an exact solver stopped at its bound and fell back); empty by default.
     fn notes(&self) -> String {
@@ -473,7 +486,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 12] = [
+pub const POLICIES: [PolicyEntry; 15] = [
     PolicyEntry {
         name: "fifo",
         summary:
@@ -592,6 +605,43 @@ pub const POLICIES: [PolicyEntry; 12] = [
         build: || Box::new(slaq::Slaq::default()),
         in_all: true,
     },
+    PolicyEntry {
+        name: "edf",
+        summary: "earliest deadline first: each job in deadline order takes its largest \
+                  measured size that fits (ElasticFlow's EDF baseline)",
+        knob: None,
+        inert_when: never_inert,
+        build: || Box::new(edf::Edf),
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "elasticflow",
+        summary: "ElasticFlow: admission control on minimum satisfactory shares planned as \
+                  late as possible, spare devices by marginal return",
+        knob: Some("elasticflow-sS: planning slot of S > 0 seconds, the round length (default 60)"),
+        inert_when: never_inert,
+        build: || {
+            Box::new(deadline::Deadline::new(
+                "elasticflow",
+                deadline::DeadlineConfig::elasticflow(60.0),
+            ))
+        },
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "deadline",
+        summary: "pacer's deadline policy: guaranteed minimum shares with restarts budgeted, \
+                  declined jobs re-tried, spare devices when the time saved pays the restart",
+        knob: Some("deadline-sS: planning slot of S > 0 seconds, the round length (default 60)"),
+        inert_when: never_inert,
+        build: || {
+            Box::new(deadline::Deadline::new(
+                "deadline",
+                deadline::DeadlineConfig::pacer(60.0),
+            ))
+        },
+        in_all: false,
+    },
 ];
 
 const fn names<const N: usize>(entries: &[PolicyEntry; N]) -> [&'static str; N] {
@@ -619,6 +669,10 @@ pub fn entry(name: &str) -> Option<&'static PolicyEntry> {
             POLICIES.iter().find(|e| e.name == "themis")
         } else if fair::parse_knob(name).is_some() {
             POLICIES.iter().find(|e| e.name == "fair")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow")
+        } else if deadline::Deadline::parse_slot(name, "deadline").is_some() {
+            POLICIES.iter().find(|e| e.name == "deadline")
         } else {
             None
         }
@@ -636,6 +690,22 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
             .or_else(|| {
                 fair::parse_knob(name)
                     .map(|q| Box::new(fair::FairShare::with_quantum(q)) as Box<dyn Policy>)
+            })
+            .or_else(|| {
+                deadline::Deadline::parse_slot(name, "elasticflow").map(|s| {
+                    Box::new(deadline::Deadline::new(
+                        "elasticflow",
+                        deadline::DeadlineConfig::elasticflow(s),
+                    )) as Box<dyn Policy>
+                })
+            })
+            .or_else(|| {
+                deadline::Deadline::parse_slot(name, "deadline").map(|s| {
+                    Box::new(deadline::Deadline::new(
+                        "deadline",
+                        deadline::DeadlineConfig::pacer(s),
+                    )) as Box<dyn Policy>
+                })
             }),
     }
 }

@@ -176,7 +176,11 @@ impl FreePool {
     }
 
     /// [`FreePool::take_most_free`] on the device types marked in `usable`.
-    fn take_most_free_among(&mut self, usable: &[bool], count: u32) -> Option<Allocation> {
+    pub(crate) fn take_most_free_among(
+        &mut self,
+        usable: &[bool],
+        count: u32,
+    ) -> Option<Allocation> {
         let free: u64 = self
             .typed
             .iter()

@@ -80,6 +80,9 @@ pub fn measured_types<'a>(job: &'a SimJob, apps: &'a [AppModel]) -> Option<Vec<&
                 .map(|r| r.device_type.as_str())
                 .collect(),
         ),
+        Work::Elastic { curves, .. } => {
+            Some(curves.iter().map(|c| c.device_type.as_str()).collect())
+        }
         Work::Duration { .. } | Work::LossCurve { .. } => None,
     };
     match (by_work, job.spec.device_type.as_deref()) {

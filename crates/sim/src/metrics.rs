@@ -20,6 +20,13 @@ pub struct JobResult {
     pub avg_contention: f64,
     /// T_independent: time alone on a 1/N share.
     pub independent_s: f64,
+    /// The job's deadline (s since the trace's start); `None`: best effort.
+    pub deadline_s: Option<f64>,
+    /// Restart delay paid (s); the planned finish is the completion less this.
+    pub restart_paid_s: f64,
+    /// The work done, in seconds of one device of its fastest type (cluster
+    /// efficiency's numerator).
+    pub one_device_s: f64,
 }
 
 impl JobResult {
@@ -29,6 +36,17 @@ impl JobResult {
 
     pub fn queueing_s(&self) -> Option<f64> {
         self.start_s.map(|s| s - self.arrival_s)
+    }
+
+    /// Whether a deadline job finished by its deadline, counted strictly (its
+    /// completion, restart delays included) and as planned (restart delays left
+    /// out, as ElasticFlow counts); `None` for best-effort jobs.
+    pub fn met_deadline(&self) -> Option<(bool, bool)> {
+        let d = self.deadline_s?;
+        Some(match self.completion_s {
+            Some(c) => (c <= d + 1e-9, c - self.restart_paid_s <= d + 1e-9),
+            None => (false, false),
+        })
     }
 
     /// Finish-time fairness ρ = JCT / T_independent.
@@ -62,6 +80,27 @@ pub struct Summary {
     pub avg_ftf_rho: f64,
     pub avg_restarts: f64,
     pub wall_ms: f64,
+    /// Deadline counts, when the workload has deadline jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadlines: Option<DeadlineSummary>,
+}
+
+/// How a workload with deadlines went (docs/elasticflow.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeadlineSummary {
+    /// Jobs with a deadline, and of them the ones that met it.
+    pub deadline_jobs: usize,
+    /// Deadline satisfactory ratio counted strictly: completion ≤ deadline.
+    pub met_strict: f64,
+    /// Counted as ElasticFlow does: the planned finish (completion less the restart
+    /// delays paid) ≤ deadline.
+    pub met_planned: f64,
+    /// Best-effort jobs and their mean JCT (s; null when none finished).
+    pub best_effort_jobs: usize,
+    pub best_effort_avg_jct_s: f64,
+    /// Work done in seconds of one device of each job's fastest type, over the
+    /// device-seconds of the makespan (1: every device as useful as a job alone on one).
+    pub cluster_efficiency: f64,
 }
 
 /// Everything a simulation produced.
@@ -118,6 +157,26 @@ impl SimResult {
         } else {
             f64::NAN
         };
+        let deadline_jobs = jobs.iter().filter(|j| j.deadline_s.is_some()).count();
+        let deadlines = (deadline_jobs > 0).then(|| {
+            let met: Vec<(bool, bool)> = jobs.iter().filter_map(JobResult::met_deadline).collect();
+            let n = deadline_jobs as f64;
+            let be: Vec<&JobResult> = jobs.iter().filter(|j| j.deadline_s.is_none()).collect();
+            let be_jct: Vec<f64> = be.iter().filter_map(|j| j.jct_s()).collect();
+            let work: f64 = jobs.iter().map(|j| j.one_device_s).sum();
+            DeadlineSummary {
+                deadline_jobs,
+                met_strict: met.iter().filter(|m| m.0).count() as f64 / n,
+                met_planned: met.iter().filter(|m| m.1).count() as f64 / n,
+                best_effort_jobs: be.len(),
+                best_effort_avg_jct_s: mean(&be_jct),
+                cluster_efficiency: if makespan > 0.0 {
+                    work / (total_gpus * makespan)
+                } else {
+                    f64::NAN
+                },
+            }
+        });
         let summary = Summary {
             policy: policy.to_string(),
             jobs: jobs.len(),
@@ -136,6 +195,7 @@ impl SimResult {
             avg_ftf_rho: mean(&rhos),
             avg_restarts: mean(&jobs.iter().map(|j| j.restarts as f64).collect::<Vec<_>>()),
             wall_ms,
+            deadlines,
         };
         SimResult {
             summary,

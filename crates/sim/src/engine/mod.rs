@@ -118,6 +118,23 @@ pub enum Work {
     /// Replays a recorded training run: the job is done after the profile's last
     /// iteration.
     LossCurve { profile: Arc<QualityProfile> },
+    /// `steps` optimiser steps at measured iterations/s per device count and type
+    /// (ElasticFlow's tables), with an optional deadline (s since the trace's start;
+    /// `None`: best effort). A restart costs ElasticFlow's overhead for the new size
+    /// (`trace::elasticflow::ef_restart_s`).
+    Elastic {
+        steps: f64,
+        curves: Vec<ElasticCurve>,
+        deadline_s: Option<f64>,
+    },
+}
+
+/// Iterations/s of a [`Work::Elastic`] job on one device type: `(devices, rate)`
+/// at the measured counts, sorted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElasticCurve {
+    pub device_type: String,
+    pub points: Vec<(u32, f64)>,
 }
 
 /// Speed of a [`Work::Throughput`] job on one device type (steps/s).
@@ -191,6 +208,10 @@ struct JobState {
     iterations: Option<f64>,
     /// Per-type profiles learned online (`ProfileMode::Online`).
     online: online::OnlineProfiles,
+    /// Seconds of restart delay paid so far (the planned finish leaves them out).
+    restart_paid_s: f64,
+    /// A deadline job retired unstarted at its deadline (declined or starved).
+    dropped: bool,
 }
 
 impl JobState {
@@ -222,6 +243,8 @@ impl JobState {
             fixed_shape: None,
             iterations: None,
             online: online::OnlineProfiles::default(),
+            restart_paid_s: 0.0,
+            dropped: false,
         }
     }
 }

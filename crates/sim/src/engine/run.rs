@@ -66,6 +66,8 @@ struct RunState<'s> {
     running: Vec<usize>,
     holds: Vec<bool>,
     just_finished: Vec<usize>,
+    /// Arrived deadline jobs not yet started (`RunState::drop_declined_past_deadline`).
+    unstarted_deadline: Vec<usize>,
     arrived: Vec<usize>,
     /// Decision count, and the decision that last changed each job (one change each).
     decision: u64,
@@ -117,7 +119,7 @@ impl Simulation<'_> {
         let mut until = self.next_round(&m, r.now, true, r.next_arrival);
         while r.finished < self.jobs.len() && r.now < cfg.max_time_s {
             r.advance(&m, until);
-            r.admit_and_retire(&m, incremental.is_none());
+            r.admit_and_retire(&m, incremental.is_none(), &*policy);
             // Departures reach an event-driven policy even when nothing is left to
             // decide (its free devices must include theirs).
             if let Some(inc) = incremental.as_mut() {
@@ -248,7 +250,7 @@ impl Simulation<'_> {
     ) -> SimResult {
         // Jobs still active at the end: contention up to now.
         for (k, st) in r.states.iter_mut().enumerate() {
-            if st.completion_s.is_none() && m.rank[k] < r.next_arrival {
+            if st.completion_s.is_none() && !st.dropped && m.rank[k] < r.next_arrival {
                 st.contention_sum = r.contention_sum - st.contention_sum;
                 st.contention_s = r.contention_s - st.contention_s;
             }
@@ -266,6 +268,8 @@ impl Simulation<'_> {
                     1.0
                 };
                 let t_indep = self.independent_time_with(job, &**kind, contention, &mut memo);
+                let one_device_s =
+                    kind.fraction_done(self, st) * kind.fastest_one_device_s(self, job, &mut memo);
                 JobResult {
                     name: job.spec.name.clone(),
                     application: job.spec.application.clone(),
@@ -276,6 +280,9 @@ impl Simulation<'_> {
                     gpu_s: st.attained_gpu_s,
                     avg_contention: contention,
                     independent_s: t_indep,
+                    deadline_s: kind.deadline_s(),
+                    restart_paid_s: st.restart_paid_s,
+                    one_device_s,
                 }
             })
             .collect();
@@ -303,6 +310,7 @@ impl<'s> RunState<'s> {
             running: Vec::new(),
             holds: vec![false; n],
             just_finished: Vec::new(),
+            unstarted_deadline: Vec::new(),
             arrived: Vec::new(),
             decision: 0,
             changed_at: vec![0; n],
@@ -372,7 +380,7 @@ impl<'s> RunState<'s> {
 
     /// Step 2: admits the jobs that arrived by now (skipping ahead to the next arrival on
     /// an idle cluster) and retires the finished ones; `active` is kept when `full`.
-    fn admit_and_retire(&mut self, m: &Models<'_>, full: bool) {
+    fn admit_and_retire(&mut self, m: &Models<'_>, full: bool, policy: &dyn Policy) {
         let (sim, cfg) = (self.sim, &self.sim.config);
         if self.n_active == 0 && self.next_arrival < m.order.len() {
             // Idle cluster: jump to the round in which the next job arrives.
@@ -395,6 +403,7 @@ impl<'s> RunState<'s> {
             self.states[i].contention_s = self.contention_s;
             self.next_arrival += 1;
         }
+        self.drop_declined_past_deadline(m, policy);
         self.n_active += self.arrived.len();
         self.n_active -= self.just_finished.len();
         for &i in &self.just_finished {
@@ -414,7 +423,37 @@ impl<'s> RunState<'s> {
             self.active.extend_from_slice(&self.arrived);
             if !self.just_finished.is_empty() {
                 let states = &self.states;
-                self.active.retain(|&i| states[i].completion_s.is_none());
+                self.active
+                    .retain(|&i| states[i].completion_s.is_none() && !states[i].dropped);
+            }
+        }
+    }
+
+    /// Retires the deadline jobs that arrived before this round, have not started and
+    /// that the policy declined ([`Policy::declined`]) once their deadline has passed:
+    /// nothing would ever end them otherwise. Keeps the arrivals of this round in the
+    /// watch list.
+    fn drop_declined_past_deadline(&mut self, m: &Models<'_>, policy: &dyn Policy) {
+        let (states, now) = (&mut self.states, self.now);
+        let (finished, just_finished) = (&mut self.finished, &mut self.just_finished);
+        self.unstarted_deadline.retain(|&i| {
+            let st = &mut states[i];
+            if st.start_s.is_some() {
+                return false;
+            }
+            match m.kinds[i].deadline_s() {
+                Some(d) if now >= d && policy.declined(JobId(i as u32)) => {
+                    st.dropped = true;
+                    *finished += 1;
+                    just_finished.push(i);
+                    false
+                }
+                _ => true,
+            }
+        });
+        for &i in &self.arrived {
+            if m.kinds[i].deadline_s().is_some() {
+                self.unstarted_deadline.push(i);
             }
         }
     }
@@ -442,10 +481,9 @@ impl<'s> RunState<'s> {
         self.decision += 1;
         for k in 0..self.changes.len() {
             let i = self.changes[k].0 .0 as usize;
-            let live = self
-                .states
-                .get(i)
-                .is_some_and(|st| st.completion_s.is_none() && self.next_arrival > m.rank[i]);
+            let live = self.states.get(i).is_some_and(|st| {
+                st.completion_s.is_none() && !st.dropped && self.next_arrival > m.rank[i]
+            });
             if !live {
                 return Err(self.bad(format!("allocation for job #{i}, which is not active")));
             }
@@ -572,7 +610,7 @@ impl<'s> RunState<'s> {
             st.replicas = st.alloc.replicas();
             self.holds[i] = !st.alloc.is_empty();
             if !st.alloc.is_empty() {
-                st.rescale_left_s = m.kinds[i].restart_s(sim).unwrap_or(sim.config.restart_s);
+                st.rescale_left_s = m.kinds[i].restart_delay_s(sim, &st.alloc);
                 st.restarts = Some(st.restarts.map_or(0, |r| r + 1));
                 st.start_s.get_or_insert(self.now);
                 m.kinds[i].restarted(sim, m.modes[i], st);

@@ -89,6 +89,7 @@ impl Simulation<'_> {
             work_left: (kind.total_work() - work_done).max(0.0),
             quality,
             one_type: false,
+            deadline_s: kind.deadline_s(),
         }
     }
 }

@@ -4,11 +4,13 @@
 //! - [`pollux`]: Pollux workload CSV;
 //! - [`philly`]: Pollux's digest of the Philly trace;
 //! - [`gavel`]: Gavel's `.trace` files with `simulation_throughputs.json`;
-//! - [`synthetic`]: the seeded generators (`synthetic:`, `synthetic-philly:`).
+//! - [`synthetic`]: the seeded generators (`synthetic:`, `synthetic-philly:`);
+//! - [`elasticflow`]: ElasticFlow's deadline traces with its throughput tables.
 //!
 //! Each returns [`SimJob`]s; errors name `file:line`. Adding a format is a new
 //! file here with a [`TraceFormat`] and one line in [`TRACE_FORMATS`].
 
+pub mod elasticflow;
 pub mod gavel;
 pub mod philly;
 pub mod pollux;
@@ -32,6 +34,7 @@ pub const TRACE_FORMATS: &[TraceFormat] = &[
     gavel::FORMAT,
     synthetic::FORMAT,
     synthetic::PHILLY_FORMAT,
+    elasticflow::FORMAT,
 ];
 
 /// One trace format: `PREFIX:ARG` loads through `load`.
@@ -63,6 +66,8 @@ pub struct TraceContext<'a> {
     pub gavel_throughputs: Option<&'a str>,
     /// Pin Gavel jobs to this device type (`None`: every type they were measured on).
     pub gavel_device: Option<&'a str>,
+    /// The folder of ElasticFlow's `throughputs_<GPU>/` tables, for `elasticflow:` traces.
+    pub elasticflow_tables: Option<&'a str>,
 }
 
 /// Why a trace could not be loaded.
@@ -233,13 +238,14 @@ mod tests {
             arrivals_per_hour: 20.0,
             gavel_throughputs: None,
             gavel_device: None,
+            elasticflow_tables: None,
         };
         assert_eq!(load_trace("synthetic:7", &ctx).unwrap().len(), 7);
         assert_eq!(load_trace("synthetic-philly:5", &ctx).unwrap().len(), 5);
         let e = |s: &str| load_trace(s, &ctx).unwrap_err().to_string();
         assert_eq!(
             e("nope:x"),
-            "unknown kind `nope`; expected one of pollux, philly, gavel, synthetic, synthetic-philly"
+            "unknown kind `nope`; expected one of pollux, philly, gavel, synthetic, synthetic-philly, elasticflow"
         );
         assert!(
             e("philly").starts_with("expected KIND:ARG"),

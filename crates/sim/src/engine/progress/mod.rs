@@ -8,6 +8,7 @@
 //! plus one line in [`of`].
 
 mod duration;
+mod elastic;
 mod loss_curve;
 mod profiled;
 mod throughput;
@@ -53,6 +54,15 @@ pub(crate) fn of(work: &Work) -> Box<dyn JobProgress + '_> {
             rates,
         }),
         Work::LossCurve { profile } => Box::new(loss_curve::LossCurve { profile }),
+        Work::Elastic {
+            steps,
+            curves,
+            deadline_s,
+        } => Box::new(elastic::Elastic {
+            steps: *steps,
+            curves,
+            deadline_s: *deadline_s,
+        }),
     }
 }
 
@@ -123,6 +133,17 @@ pub(crate) trait JobProgress {
         memo: &mut DedicatedMemo,
     ) -> f64;
 
+    /// The whole job's time alone on one device of its fastest type (s): by
+    /// default [`Self::dedicated_s`] on one device.
+    fn fastest_one_device_s(
+        &self,
+        sim: &Simulation<'_>,
+        job: &SimJob,
+        memo: &mut DedicatedMemo,
+    ) -> f64 {
+        self.dedicated_s(sim, job, 1, memo)
+    }
+
     /// Whether the work is counted in optimiser steps (then one step per unit of
     /// work, the default [`Self::iterations_per_work`]).
     fn counts_steps(&self) -> bool {
@@ -170,6 +191,17 @@ pub(crate) trait JobProgress {
         None
     }
 
+    /// The delay (s) of a restart onto `to` (by default [`Self::restart_s`], else the
+    /// simulation's).
+    fn restart_delay_s(&self, sim: &Simulation<'_>, _to: &Allocation) -> f64 {
+        self.restart_s(sim).unwrap_or(sim.config.restart_s)
+    }
+
+    /// The job's deadline (s since the trace's start); `None`: none (best effort).
+    fn deadline_s(&self) -> Option<f64> {
+        None
+    }
+
     /// Advances the job by `dt` seconds from `now` (the restart delay first); by
     /// default at its speed table's rate towards [`Self::total_work`].
     fn advance(
@@ -209,8 +241,11 @@ impl Simulation<'_> {
 /// returns the seconds spent.
 fn spend_restart(st: &mut JobState, replicas: u32, dt: f64) -> f64 {
     let delay = st.rescale_left_s.min(dt);
-    st.attained_gpu_s += delay * replicas as f64;
-    st.rescale_left_s -= delay;
+    if delay > 0.0 {
+        st.attained_gpu_s += delay * replicas as f64;
+        st.rescale_left_s -= delay;
+        st.restart_paid_s += delay;
+    }
     delay
 }
 

@@ -1,0 +1,411 @@
+//! Deadline-driven allocation: guaranteed minimum shares with admission control, then
+//! spare devices by marginal return (docs/elasticflow.md).
+//!
+//! Each round: jobs seen for the first time are admitted or declined ([`plan::admit`]:
+//! accepted when its minimum satisfactory share fits beside the admitted jobs' without
+//! making any of them late); the admitted deadline jobs are planned earliest deadline
+//! first on a timeline of free devices ([`plan::Timeline`]), each getting its minimum
+//! share now; the devices left go, one size step at a time, to the job whose remaining
+//! time drops most per added device (a job with none first). Declined jobs get nothing.
+//!
+//! Two configurations of the same machinery are registered:
+//! - `elasticflow`: ElasticFlow's policy (ASPLOS'23) as its simulator runs it — shares
+//!   planned as late as possible (the level below first, [`plan::Timeline::min_share`]
+//!   with `mix`), restart overheads not budgeted, a declined job declined for good, every
+//!   allocation re-planned each round.
+//! - `deadline`: pacer's — shares run from now at one size, each restart's delay
+//!   budgeted in the plan, a declined job re-tried every round until even the empty
+//!   cluster could not finish it in time (its user was told the earliest deadline that
+//!   would have fitted), and an allocation changed only when a share needs it or the time a
+//!   larger one saves exceeds the restart it costs.
+
+pub mod plan;
+
+use crate::place::FreePool;
+use crate::{ClusterView, JobView, Policy};
+use pacer_model::{Allocation, JobId};
+use plan::{admit, plan_all, Admission, AdmitRules, PlanJob, Timeline};
+use std::collections::BTreeSet;
+
+/// How a [`Deadline`] policy plans (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeadlineConfig {
+    /// The planning slot (s): the scheduling round the allocations hold for.
+    pub slot_s: f64,
+    /// Shares as late as possible (the level below first).
+    pub mix: bool,
+    /// Budget each job's restart delay in its plan.
+    pub budget_restarts: bool,
+    /// Decline while any admitted job is planned late ([`plan::AdmitRules`]).
+    pub decline_if_any_late: bool,
+    /// Re-try declined jobs every round.
+    pub retry_declined: bool,
+    /// Keep allocations unless a share needs the change or it pays for its restart.
+    pub sticky: bool,
+}
+
+impl DeadlineConfig {
+    /// ElasticFlow's policy as its simulator runs it.
+    pub fn elasticflow(slot_s: f64) -> Self {
+        DeadlineConfig {
+            slot_s,
+            mix: true,
+            decline_if_any_late: true,
+            budget_restarts: false,
+            retry_declined: false,
+            sticky: false,
+        }
+    }
+
+    /// pacer's deadline policy.
+    pub fn pacer(slot_s: f64) -> Self {
+        DeadlineConfig {
+            slot_s,
+            mix: false,
+            decline_if_any_late: false,
+            budget_restarts: true,
+            retry_declined: true,
+            sticky: true,
+        }
+    }
+}
+
+/// A deadline policy ([`DeadlineConfig`]) and what it has decided about each job.
+#[derive(Debug)]
+pub struct Deadline {
+    name: &'static str,
+    cfg: DeadlineConfig,
+    seen: BTreeSet<JobId>,
+    admitted: BTreeSet<JobId>,
+    declined: BTreeSet<JobId>,
+    /// Every admission answer, in order (for reports and tests).
+    pub answers: Vec<(JobId, f64, Admission)>,
+}
+
+impl Deadline {
+    pub fn new(name: &'static str, cfg: DeadlineConfig) -> Self {
+        Deadline {
+            name,
+            cfg,
+            seen: BTreeSet::new(),
+            admitted: BTreeSet::new(),
+            declined: BTreeSet::new(),
+            answers: Vec::new(),
+        }
+    }
+
+    /// Parses the slot knob of `PREFIX-sS` (S seconds > 0).
+    pub fn parse_slot(name: &str, prefix: &str) -> Option<f64> {
+        let s: f64 = name
+            .strip_prefix(prefix)?
+            .strip_prefix("-s")?
+            .parse()
+            .ok()?;
+        (s.is_finite() && s > 0.0).then_some(s)
+    }
+
+    fn admit_new(&mut self, view: &ClusterView, jobs: &[PlanJob]) {
+        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        order.sort_by(|&a, &b| {
+            view.jobs[a]
+                .arrival_s
+                .total_cmp(&view.jobs[b].arrival_s)
+                .then(view.jobs[a].id.cmp(&view.jobs[b].id))
+        });
+        for i in order {
+            let id = jobs[i].id;
+            let fresh = self.seen.insert(id);
+            let retry = self.cfg.retry_declined && self.declined.contains(&id);
+            if !fresh && !retry {
+                continue;
+            }
+            if jobs[i].deadline_s.is_none() {
+                self.admitted.insert(id);
+                continue;
+            }
+            let admitted: Vec<PlanJob> = jobs
+                .iter()
+                .filter(|j| j.deadline_s.is_some() && self.admitted.contains(&j.id))
+                .cloned()
+                .collect();
+            let answer = admit(
+                view.cluster,
+                view.now_s,
+                self.cfg.slot_s,
+                &admitted,
+                &jobs[i],
+                AdmitRules {
+                    mix: self.cfg.mix,
+                    decline_if_any_late: self.cfg.decline_if_any_late,
+                },
+            );
+            let accepted = matches!(answer, Admission::Accepted { .. });
+            if fresh || accepted {
+                self.answers.push((id, view.now_s, answer));
+            }
+            if accepted {
+                self.declined.remove(&id);
+                self.admitted.insert(id);
+            } else {
+                self.declined.insert(id);
+            }
+        }
+    }
+
+    /// Devices per job now: minimum shares, then the spare by marginal return.
+    fn counts(&self, view: &ClusterView, jobs: &[PlanJob]) -> Vec<u32> {
+        let live: Vec<usize> = (0..jobs.len())
+            .filter(|&i| self.admitted.contains(&jobs[i].id))
+            .collect();
+        let planned: Vec<PlanJob> = live.iter().map(|&i| jobs[i].clone()).collect();
+        let mut timeline = Timeline::new(view.cluster, view.now_s, self.cfg.slot_s);
+        let plans = plan_all(&mut timeline, &planned, self.cfg.mix);
+        let mut counts = vec![0u32; jobs.len()];
+        for (k, &i) in live.iter().enumerate() {
+            if let Some(p) = &plans[k] {
+                counts[i] = p.now();
+            }
+        }
+        let types = view.cluster.device_types.len().max(1);
+        let mut spare: Vec<u32> = (0..types).map(|t| timeline.free(t, 0)).collect();
+        if self.cfg.sticky {
+            // A running job keeps its size when the devices are there: no restart.
+            for &i in &live {
+                let j = &jobs[i];
+                if j.current > counts[i] && j.current - counts[i] <= spare[j.ty] {
+                    spare[j.ty] -= j.current - counts[i];
+                    counts[i] = j.current;
+                }
+            }
+        }
+        loop {
+            let mut best: Option<(f64, usize, u32)> = None;
+            for &i in &live {
+                let j = &jobs[i];
+                let n = counts[i];
+                let Some(next) = j.next_level(n) else {
+                    continue;
+                };
+                if next - n > spare[j.ty] {
+                    continue;
+                }
+                let gain = if n == 0 {
+                    f64::INFINITY
+                } else {
+                    let (r0, r1) = (j.rate(n), j.rate(next));
+                    if r1 <= r0 {
+                        continue;
+                    }
+                    let saved = j.work_left / r0 - j.work_left / r1;
+                    if self.cfg.sticky && saved <= view.jobs[i].restart_s.unwrap_or(0.0) * 2.0 {
+                        continue;
+                    }
+                    saved / f64::from(next - n)
+                };
+                let better = match best {
+                    None => true,
+                    Some((g, b, _)) => {
+                        gain > g || (gain == g && edf_key(&jobs[i]) < edf_key(&jobs[b]))
+                    }
+                };
+                if better {
+                    best = Some((gain, i, next));
+                }
+            }
+            let Some((_, i, next)) = best else { break };
+            spare[jobs[i].ty] -= next - counts[i];
+            counts[i] = next;
+        }
+        counts
+    }
+}
+
+fn edf_key(j: &PlanJob) -> (u64, JobId) {
+    (j.deadline_s.unwrap_or(f64::INFINITY).to_bits(), j.id)
+}
+
+/// Allocations of `counts[i]` devices of type `types[i]`: jobs keeping their size keep
+/// their devices, the others are placed largest first on the most free nodes.
+pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) -> Vec<Allocation> {
+    let mut pool = FreePool::new(view.cluster);
+    let mut out = vec![Allocation::empty(); view.jobs.len()];
+    let mut rest = Vec::new();
+    for (i, j) in view.jobs.iter().enumerate() {
+        if counts[i] == 0 {
+            continue;
+        }
+        if j.current.replicas() == counts[i] && pool.take_exact(&j.current) {
+            out[i] = j.current.clone();
+        } else {
+            rest.push(i);
+        }
+    }
+    rest.sort_by(|&a, &b| {
+        counts[b]
+            .cmp(&counts[a])
+            .then(view.jobs[a].id.cmp(&view.jobs[b].id))
+    });
+    let ntypes = view.cluster.device_types.len().max(1);
+    for i in rest {
+        let got = if ntypes == 1 {
+            pool.take_most_free(counts[i])
+        } else {
+            let mut one = vec![false; ntypes];
+            one[types[i].min(ntypes - 1)] = true;
+            pool.take_most_free_among(&one, counts[i])
+        };
+        if let Some(a) = got {
+            out[i] = a;
+        }
+    }
+    out
+}
+
+impl Policy for Deadline {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn declined(&self, job: JobId) -> bool {
+        self.declined.contains(&job)
+    }
+
+    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        let jobs: Vec<PlanJob> = view
+            .jobs
+            .iter()
+            .map(|v: &JobView| {
+                PlanJob::from_view(v, view.cluster, self.cfg.budget_restarts).up_to_fastest()
+            })
+            .collect();
+        self.admit_new(view, &jobs);
+        let counts = self.counts(view, &jobs);
+        let types: Vec<usize> = jobs.iter().map(|j| j.ty).collect();
+        place_counts(view, &counts, &types)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SpeedCurve, SpeedTable};
+    use pacer_model::ClusterSpec;
+    use std::sync::Arc;
+
+    /// A job of `work` iterations at 1/s per device (linear up to 4).
+    fn job(id: u32, work: f64, deadline: Option<f64>) -> JobView {
+        let curve = SpeedCurve {
+            points: vec![(1, 1.0), (2, 2.0), (4, 4.0)],
+            spread_factor: 1.0,
+        };
+        JobView {
+            speed: Some(Arc::new(SpeedTable::uniform(1, curve))),
+            deadline_s: deadline,
+            work_left: work,
+            ..JobView::basic(JobId(id), f64::from(id), 1)
+        }
+    }
+
+    fn cluster() -> ClusterSpec {
+        ClusterSpec::parse("1x4:t4", "t").unwrap()
+    }
+
+    #[test]
+    fn admission_accepts_what_fits_and_declines_with_the_earliest_deadline() {
+        let c = cluster();
+        let plan = |v: &JobView| PlanJob::from_view(v, &c, false);
+        // Job 0: 400 iterations by t = 200 needs 2 devices from now.
+        let a = plan(&job(0, 400.0, Some(200.0)));
+        match admit(&c, 0.0, 10.0, &[], &a, AdmitRules::default()) {
+            Admission::Accepted {
+                share_now,
+                planned_finish_s,
+            } => {
+                assert_eq!(share_now, 2);
+                assert!((planned_finish_s - 200.0).abs() < 1e-9);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Job 1: 600 iterations by t = 200 needs 3 devices: only 2 are left.
+        let b = plan(&job(1, 600.0, Some(200.0)));
+        match admit(
+            &c,
+            0.0,
+            10.0,
+            std::slice::from_ref(&a),
+            &b,
+            AdmitRules::default(),
+        ) {
+            Admission::Declined {
+                earliest_deadline_s,
+            } => {
+                // Last in line: 2 devices until 200 (400 done), then 4: 250.
+                let d = earliest_deadline_s.expect("some deadline fits");
+                assert!((d - 250.0).abs() <= 1.0, "{d}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Job 2: 200 iterations by t = 200 fits on the 2 left.
+        let c2 = plan(&job(2, 200.0, Some(200.0)));
+        assert!(matches!(
+            admit(
+                &c,
+                0.0,
+                10.0,
+                std::slice::from_ref(&a),
+                &c2,
+                AdmitRules::default()
+            ),
+            Admission::Accepted { share_now: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn the_policy_declines_for_good_or_retries() {
+        let c = cluster();
+        let jobs = [
+            job(0, 400.0, Some(200.0)),
+            job(1, 600.0, Some(200.0)),
+            job(2, 100.0, None),
+        ];
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let mut ef = Deadline::new("elasticflow", DeadlineConfig::elasticflow(10.0));
+        let a = ef.allocate(&view);
+        assert!(a[1].is_empty(), "job 1 is declined");
+        assert_eq!(
+            a[0].replicas() + a[2].replicas(),
+            4,
+            "the spare goes to others"
+        );
+        assert!(ef.declined.contains(&JobId(1)));
+        let mut pacer = Deadline::new("deadline", DeadlineConfig::pacer(10.0));
+        let a = pacer.allocate(&view);
+        assert!(a[1].is_empty());
+        assert_eq!(pacer.answers.len(), 2, "one answer per deadline job");
+    }
+
+    #[test]
+    fn same_view_same_allocation() {
+        let c = ClusterSpec::parse("2x4:t4", "t").unwrap();
+        let jobs: Vec<JobView> = (0..6)
+            .map(|i| job(i, 100.0 * f64::from(i + 1), Some(60.0 * f64::from(i + 2))))
+            .collect();
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        for cfg in [
+            DeadlineConfig::elasticflow(10.0),
+            DeadlineConfig::pacer(10.0),
+        ] {
+            let a = Deadline::new("x", cfg).allocate(&view);
+            let b = Deadline::new("x", cfg).allocate(&view);
+            assert_eq!(a, b);
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! Planning deadline jobs on a timeline of free devices, and admission.
+//!
+//! Time from `now` is cut into slots of `slot_s` (the scheduling round). Jobs are
+//! planned one after another, earliest deadline first, each taking from the devices
+//! the ones before it left: a deadline job gets its *minimum satisfactory share*, the
+//! fewest devices (one of its measured sizes, its *levels*) that finish its work by
+//! its deadline; with `mix`, the level below runs first and the level itself only
+//! from the latest slot that still meets the deadline (ElasticFlow's shape, which
+//! leaves early slots to others). A job no share can save, or one without a deadline,
+//! is planned greedily on what is left until it is done.
+//!
+//! [`admit`] answers whether a new deadline job fits beside the admitted ones without
+//! making any of them late, and if not, the earliest deadline that would fit.
+
+use crate::{JobView, SpeedCurve};
+use pacer_model::{ClusterSpec, DeviceTypeId, JobId};
+
+/// What the planner knows of one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanJob {
+    pub id: JobId,
+    /// The device type it is planned on (index into the cluster's types).
+    pub ty: usize,
+    /// `(devices, work units/s)` at the sizes it may run at, ascending devices.
+    pub levels: Vec<(u32, f64)>,
+    pub work_left: f64,
+    /// Finish by this time (s); `None`: best effort.
+    pub deadline_s: Option<f64>,
+    /// Seconds a (re)start costs, budgeted before its work when planning (0: none).
+    pub restart_s: f64,
+    /// Devices it holds now (no restart is budgeted while its size stays).
+    pub current: u32,
+}
+
+impl PlanJob {
+    /// The job as `view` shows it, on its best device type of `cluster`: the type where
+    /// its largest measured size is fastest (lowest index on ties). Levels are its speed
+    /// table's measured sizes, at most the devices of that type (no table: 1, 2, 4, …
+    /// up to its request, linear). `restart_s` is budgeted only when `budget_restarts`.
+    pub fn from_view(view: &JobView, cluster: &ClusterSpec, budget_restarts: bool) -> Self {
+        let types = cluster.device_types.len().max(1);
+        let cap = |t: usize| cluster.gpus_of_type(DeviceTypeId(t as u16));
+        let levels_on = |t: usize| -> Vec<(u32, f64)> {
+            let pts: Vec<(u32, f64)> = match &view.speed {
+                Some(s) => s
+                    .per_type
+                    .get(t)
+                    .map(|c| c.points.clone())
+                    .unwrap_or_default(),
+                None => SpeedCurve::doubling_sizes(view.requested_replicas)
+                    .into_iter()
+                    .map(|d| (d, view.rate(DeviceTypeId(t as u16), d, true)))
+                    .collect(),
+            };
+            pts.into_iter()
+                .filter(|&(d, r)| d >= 1 && d <= cap(t) && r > 0.0)
+                .collect()
+        };
+        let (mut ty, mut levels, mut best) = (0, Vec::new(), 0.0);
+        for t in 0..types {
+            let l = levels_on(t);
+            let top = l.iter().map(|p| p.1).fold(0.0, f64::max);
+            if top > best {
+                (ty, levels, best) = (t, l, top);
+            }
+        }
+        PlanJob {
+            id: view.id,
+            ty,
+            levels,
+            work_left: view.work_left,
+            deadline_s: view.deadline_s,
+            restart_s: if budget_restarts {
+                view.restart_s.unwrap_or(0.0)
+            } else {
+                0.0
+            },
+            current: view.current.replicas(),
+        }
+    }
+
+    /// Drops the levels above the fastest one: more devices that run slower are never
+    /// worth planning (ElasticFlow caps each model's GPUs by hand for the same reason).
+    pub fn up_to_fastest(mut self) -> Self {
+        if let Some(best) = self
+            .levels
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1).then(b.0.cmp(&a.0)))
+            .map(|(i, _)| i)
+        {
+            self.levels.truncate(best + 1);
+        }
+        self
+    }
+
+    /// The largest level of at most `devices` (0 when none fits).
+    pub fn level_at_most(&self, devices: u32) -> u32 {
+        self.levels
+            .iter()
+            .rev()
+            .find(|l| l.0 <= devices)
+            .map_or(0, |l| l.0)
+    }
+
+    /// Work units/s on `devices` (one of its levels, or 0).
+    pub fn rate(&self, devices: u32) -> f64 {
+        self.levels
+            .iter()
+            .find(|l| l.0 == devices)
+            .map_or(0.0, |l| l.1)
+    }
+
+    /// The next level above `devices` (`None`: none).
+    pub fn next_level(&self, devices: u32) -> Option<u32> {
+        self.levels.iter().find(|l| l.0 > devices).map(|l| l.0)
+    }
+}
+
+/// Free devices per type from `now`, piecewise constant over slots: `(first slot,
+/// free)` breakpoints, all devices free after the last.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    pub now_s: f64,
+    pub slot_s: f64,
+    free: Vec<Vec<(usize, u32)>>,
+}
+
+/// A run of slots `[from, to)` at `devices`.
+pub type Span = (usize, usize, u32);
+
+impl Timeline {
+    /// Every device of `cluster` free in every slot.
+    pub fn new(cluster: &ClusterSpec, now_s: f64, slot_s: f64) -> Self {
+        let types = cluster.device_types.len().max(1);
+        let cap: Vec<u32> = (0..types)
+            .map(|t| cluster.gpus_of_type(DeviceTypeId(t as u16)))
+            .collect();
+        Timeline {
+            now_s,
+            slot_s: slot_s.max(1e-3),
+            free: cap.iter().map(|&c| vec![(0, c)]).collect(),
+        }
+    }
+
+    /// Free devices of type `ty` in slot `k`.
+    pub fn free(&self, ty: usize, k: usize) -> u32 {
+        let Some(f) = self.free.get(ty) else { return 0 };
+        let i = f.partition_point(|p| p.0 <= k);
+        f[i - 1].1
+    }
+
+    /// Splits type `ty`'s breakpoints at slot `k` (so a change can start there).
+    fn split(&mut self, ty: usize, k: usize) {
+        let f = &mut self.free[ty];
+        let i = f.partition_point(|p| p.0 <= k);
+        if f[i - 1].0 != k {
+            let v = f[i - 1].1;
+            f.insert(i, (k, v));
+        }
+    }
+
+    fn take(&mut self, ty: usize, span: Span) {
+        let (from, to, n) = span;
+        if n == 0 || from >= to {
+            return;
+        }
+        self.split(ty, from);
+        self.split(ty, to);
+        let f = &mut self.free[ty];
+        let (lo, hi) = (
+            f.partition_point(|p| p.0 < from),
+            f.partition_point(|p| p.0 < to),
+        );
+        for p in &mut f[lo..hi] {
+            p.1 -= n;
+        }
+    }
+
+    /// Runs `job` wanting `low` devices before slot `switch` and `high` from it (the
+    /// largest level that fits the free devices), from now until its work is done or
+    /// `deadline`. Returns the finish time (`None`: not done by the deadline) and the
+    /// spans of devices it holds, through the slot it finishes in.
+    fn run(
+        &self,
+        job: &PlanJob,
+        (low, switch, high): (u32, usize, u32),
+        deadline: Option<f64>,
+    ) -> (Option<f64>, Vec<Span>) {
+        let mut spans: Vec<Span> = Vec::new();
+        if job.work_left <= 0.0 {
+            return (Some(self.now_s), spans);
+        }
+        if job.levels.is_empty() {
+            return (None, spans);
+        }
+        let mut left = job.work_left;
+        let mut prev = job.current;
+        let last_slot = deadline.map(|d| ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize);
+        // Walks the breakpoints of the job's type in order, cutting also at `switch`
+        // and the deadline's slot: no allocation, no sort (this is the planner's
+        // inner loop).
+        let f = &self.free[job.ty];
+        let mut idx = 0usize;
+        let mut a = 0usize;
+        loop {
+            if last_slot.is_some_and(|l| a >= l) {
+                return (None, spans);
+            }
+            while idx + 1 < f.len() && f[idx + 1].0 <= a {
+                idx += 1;
+            }
+            let mut b = f.get(idx + 1).map(|p| p.0);
+            for c in [Some(switch), last_slot].into_iter().flatten() {
+                if c > a {
+                    b = Some(b.map_or(c, |b| b.min(c)));
+                }
+            }
+            let want = if a < switch { low } else { high };
+            let n = job.level_at_most(want.min(f[idx].1));
+            let start = self.now_s + a as f64 * self.slot_s;
+            let mut end = b.map_or(f64::INFINITY, |b| self.now_s + b as f64 * self.slot_s);
+            if let Some(d) = deadline {
+                end = end.min(d);
+            }
+            if n > 0 {
+                let pause = if n != prev { job.restart_s } else { 0.0 };
+                prev = n;
+                let t = start + pause;
+                let r = job.rate(n);
+                if t < end && r * (end - t) >= left {
+                    let finish = t + left / r;
+                    let k = ((finish - self.now_s) / self.slot_s - 1e-9).ceil() as usize;
+                    spans.push((a, k.max(a + 1), n));
+                    return (Some(finish), spans);
+                }
+                if t < end {
+                    left -= r * (end - t);
+                }
+                if let Some(b) = b {
+                    spans.push((a, b, n));
+                }
+            }
+            match b {
+                Some(b) => a = b,
+                None => return (None, spans),
+            }
+        }
+    }
+
+    fn reserve(&mut self, job: &PlanJob, spans: &[Span]) {
+        for &s in spans {
+            self.take(job.ty, s);
+        }
+    }
+
+    /// Plans `job` (its minimum satisfactory share when it has a deadline it can
+    /// meet, else greedily) and takes its devices from the timeline.
+    pub fn plan(&mut self, job: &PlanJob, mix: bool) -> JobPlan {
+        let plan = self.min_share(job, mix).unwrap_or_else(|| {
+            let top = job.levels.last().map_or(0, |l| l.0);
+            let (finish, spans) = self.run(job, (top, 0, top), None);
+            JobPlan {
+                feasible: job.deadline_s.is_none(),
+                finish_s: finish,
+                spans,
+            }
+        });
+        self.reserve(job, &plan.spans);
+        plan
+    }
+
+    /// The fewest devices that meet `job`'s deadline on this timeline, or `None`.
+    pub fn min_share(&self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
+        let d = job.deadline_s?;
+        for (i, &(level, rate)) in job.levels.iter().enumerate() {
+            // Not even the whole time to the deadline at this size: skip the run.
+            if rate * (d - self.now_s) < job.work_left {
+                continue;
+            }
+            let (finish, spans) = self.run(job, (level, 0, level), Some(d));
+            let Some(finish) = finish else { continue };
+            if !mix {
+                return Some(JobPlan {
+                    feasible: true,
+                    finish_s: Some(finish),
+                    spans,
+                });
+            }
+            // The latest slot from which `level` (after the level below) still meets
+            // the deadline: later switches do less work, so bisect.
+            let lower = if i == 0 { 0 } else { job.levels[i - 1].0 };
+            let at = |s: usize| self.run(job, (lower, s, level), Some(d));
+            let slots = ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize;
+            let (mut lo, mut hi) = (0usize, slots);
+            while lo < hi {
+                let mid = (lo + hi).div_ceil(2);
+                if at(mid).0.is_some() {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            let (finish, spans) = at(lo);
+            return Some(JobPlan {
+                feasible: true,
+                finish_s: Some(finish.unwrap_or(d)),
+                spans,
+            });
+        }
+        None
+    }
+}
+
+/// One job's plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPlan {
+    /// It meets its deadline (or has none).
+    pub feasible: bool,
+    /// Planned finish (`None`: beyond the horizon).
+    pub finish_s: Option<f64>,
+    /// The devices it holds, by runs of slots from now.
+    pub spans: Vec<Span>,
+}
+
+impl JobPlan {
+    /// Devices in the current slot.
+    pub fn now(&self) -> u32 {
+        self.spans.first().filter(|s| s.0 == 0).map_or(0, |s| s.2)
+    }
+}
+
+/// Earliest deadline first, best-effort jobs last; ties by id.
+pub fn edf_order(jobs: &[PlanJob]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let d = |j: &PlanJob| j.deadline_s.unwrap_or(f64::INFINITY);
+        d(&jobs[a])
+            .total_cmp(&d(&jobs[b]))
+            .then(jobs[a].id.cmp(&jobs[b].id))
+    });
+    order
+}
+
+/// Plans `jobs` in EDF order on a fresh timeline; the plans are indexed like `jobs`.
+/// Best-effort jobs are not planned (they get what is spare).
+pub fn plan_all(timeline: &mut Timeline, jobs: &[PlanJob], mix: bool) -> Vec<Option<JobPlan>> {
+    let mut plans = vec![None; jobs.len()];
+    for i in edf_order(jobs) {
+        if jobs[i].deadline_s.is_some() {
+            plans[i] = Some(timeline.plan(&jobs[i], mix));
+        }
+    }
+    plans
+}
+
+/// How [`admit`] plans and judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AdmitRules {
+    /// Shares as late as possible (the level below first).
+    pub mix: bool,
+    /// Decline while any admitted job is planned late, even one that was late
+    /// before (ElasticFlow's simulator: its whole plan must meet every deadline).
+    pub decline_if_any_late: bool,
+}
+
+/// The answer to a deadline job's submission.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    /// Its minimum share can be guaranteed beside the admitted jobs: `share_now`
+    /// devices in the current slot, finishing at `planned_finish_s`.
+    Accepted {
+        share_now: u32,
+        planned_finish_s: f64,
+    },
+    /// It cannot: the earliest deadline it could be given instead (`None`: not even
+    /// alone on the cluster's free horizon, e.g. no level fits).
+    Declined { earliest_deadline_s: Option<f64> },
+}
+
+/// Whether `candidate` can be admitted beside `admitted` (the deadline jobs already
+/// guaranteed; best-effort ones are ignored) on `cluster` from `now_s`, planning in
+/// slots of `slot_s`: it must meet its deadline and every admitted job that met its
+/// own without it must still meet it (with `rules.decline_if_any_late`, every
+/// admitted job). A declined job hears the earliest deadline that
+/// would have been accepted (bisection to within one second).
+pub fn admit(
+    cluster: &ClusterSpec,
+    now_s: f64,
+    slot_s: f64,
+    admitted: &[PlanJob],
+    candidate: &PlanJob,
+    rules: AdmitRules,
+) -> Admission {
+    let mix = rules.mix;
+    let base = plan_all(&mut Timeline::new(cluster, now_s, slot_s), admitted, mix);
+    let fits = |c: &PlanJob| -> Option<JobPlan> {
+        let mut all = admitted.to_vec();
+        all.push(c.clone());
+        let plans = plan_all(&mut Timeline::new(cluster, now_s, slot_s), &all, mix);
+        let keeps = base.iter().zip(&plans).all(|(b, p)| match (b, p) {
+            (Some(b), Some(p)) => p.feasible || (!b.feasible && !rules.decline_if_any_late),
+            _ => true,
+        });
+        let mine = plans.last().cloned().flatten()?;
+        (keeps && mine.feasible).then_some(mine)
+    };
+    if candidate.deadline_s.is_none() {
+        return Admission::Accepted {
+            share_now: 0,
+            planned_finish_s: f64::INFINITY,
+        };
+    }
+    if let Some(p) = fits(candidate) {
+        return Admission::Accepted {
+            share_now: p.now(),
+            planned_finish_s: p.finish_s.unwrap_or(f64::INFINITY),
+        };
+    }
+    // Last in EDF order it disturbs nobody: its greedy finish on what the others
+    // leave, or their latest deadline, is feasible.
+    let mut t = Timeline::new(cluster, now_s, slot_s);
+    plan_all(&mut t, admitted, mix);
+    let mut last = candidate.clone();
+    last.deadline_s = None;
+    let top = last.levels.last().map_or(0, |l| l.0);
+    let (greedy, _) = t.run(&last, (top, 0, top), None);
+    let Some(greedy) = greedy else {
+        return Admission::Declined {
+            earliest_deadline_s: None,
+        };
+    };
+    let latest = admitted
+        .iter()
+        .filter_map(|j| j.deadline_s)
+        .fold(greedy, f64::max)
+        + 1.0;
+    let (mut lo, mut hi) = (now_s, latest);
+    let with = |d: f64| {
+        let mut c = candidate.clone();
+        c.deadline_s = Some(d);
+        fits(&c).is_some()
+    };
+    if !with(hi) {
+        return Admission::Declined {
+            earliest_deadline_s: None,
+        };
+    }
+    while hi - lo > 1.0 {
+        let mid = 0.5 * (lo + hi);
+        if with(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Admission::Declined {
+        earliest_deadline_s: Some(hi.ceil()),
+    }
+}

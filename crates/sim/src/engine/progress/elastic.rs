@@ -1,0 +1,99 @@
+//! Jobs with measured iterations/s per device count and type (ElasticFlow's tables)
+//! and an optional deadline: `steps` iterations at the table's rate, linear between
+//! measured counts, flat beyond the largest; a restart costs ElasticFlow's overhead
+//! for the new size.
+
+use super::{DedicatedMemo, JobProgress, SimJob, Simulation};
+use crate::engine::ElasticCurve;
+use crate::trace::elasticflow::ef_restart_s;
+use pacer_model::Allocation;
+use pacer_policy::{SpeedCurve, SpeedTable};
+
+pub(super) struct Elastic<'w> {
+    pub steps: f64,
+    pub curves: &'w [ElasticCurve],
+    pub deadline_s: Option<f64>,
+}
+
+impl Elastic<'_> {
+    fn best_rate(&self) -> f64 {
+        self.curves
+            .iter()
+            .flat_map(|c| c.points.iter().map(|p| p.1))
+            .fold(0.0, f64::max)
+    }
+}
+
+impl JobProgress for Elastic<'_> {
+    fn speed_table(
+        &self,
+        sim: &Simulation<'_>,
+        _job: &SimJob,
+        _req: u32,
+        _memo: &mut DedicatedMemo,
+    ) -> SpeedTable {
+        SpeedTable {
+            per_type: sim
+                .cluster
+                .device_types
+                .iter()
+                .map(|name| {
+                    self.curves
+                        .iter()
+                        .find(|c| c.device_type.eq_ignore_ascii_case(name))
+                        .map_or_else(SpeedCurve::default, |c| SpeedCurve {
+                            points: c.points.clone(),
+                            spread_factor: 1.0,
+                        })
+                })
+                .collect(),
+        }
+    }
+
+    fn total_work(&self) -> f64 {
+        self.steps
+    }
+
+    fn fastest_s(&self) -> Option<f64> {
+        let best = self.best_rate();
+        (best > 0.0).then(|| self.steps / best)
+    }
+
+    /// Alone on `replicas` devices of its fastest type (a 1/N share's worth).
+    fn dedicated_s(
+        &self,
+        _sim: &Simulation<'_>,
+        _job: &SimJob,
+        replicas: u32,
+        _memo: &mut DedicatedMemo,
+    ) -> f64 {
+        let rate = self
+            .curves
+            .iter()
+            .map(|c| {
+                SpeedCurve {
+                    points: c.points.clone(),
+                    spread_factor: 1.0,
+                }
+                .rate(replicas.max(1), true)
+            })
+            .fold(0.0, f64::max);
+        self.steps / rate.max(1e-300)
+    }
+
+    fn counts_steps(&self) -> bool {
+        true
+    }
+
+    fn deadline_s(&self) -> Option<f64> {
+        self.deadline_s
+    }
+
+    fn restart_s(&self, sim: &Simulation<'_>) -> Option<f64> {
+        Some(ef_restart_s(1, sim.cluster.total_gpus()))
+    }
+
+    fn restart_delay_s(&self, sim: &Simulation<'_>, to: &Allocation) -> f64 {
+        ef_restart_s(to.replicas(), sim.cluster.total_gpus())
+    }
+}

@@ -1,0 +1,164 @@
+//! ElasticFlow's trace and table formats, and deadline jobs through the engine:
+//! admission declines what cannot fit and accepts what can, EDF runs late jobs to the
+//! end, the counts (strict and planned) and determinism.
+
+use pacer_model::ClusterSpec;
+use pacer_sim::trace::elasticflow::{load_elasticflow, parse_throughput_table, ThroughputTable};
+use pacer_sim::trace::TraceError;
+use pacer_sim::{SimConfig, SimJob, SimResult, Simulation};
+
+/// `toy` at 1 iteration/s per GPU up to 4 (linear), and slower on 8.
+const TABLE: &str = "global_batch_size,1,2,4,8\n64,1.0,2.0,4.0,3.0\n128,0.5,1.0,nan,\n";
+
+fn tables(ty: &str, model: &str) -> Result<Option<ThroughputTable>, TraceError> {
+    Ok((ty == "t4" && model == "toy").then(|| parse_throughput_table(TABLE, "toy.csv").unwrap()))
+}
+
+fn load(trace: &str) -> Result<Vec<SimJob>, TraceError> {
+    load_elasticflow(trace, "t.csv", &["t4".to_string()], &mut tables)
+}
+
+#[test]
+fn tables_parse_and_bad_cells_name_their_line() {
+    let t = parse_throughput_table(TABLE, "toy.csv").unwrap();
+    assert_eq!(t[&64], vec![(1, 1.0), (2, 2.0), (4, 4.0), (8, 3.0)]);
+    // `nan` and empty cells are sizes that were not measured.
+    assert_eq!(t[&128], vec![(1, 0.5), (2, 1.0)]);
+    let e = parse_throughput_table("global_batch_size,1,2\n64,1.0,fast\n", "x.csv").unwrap_err();
+    assert!(e.to_string().starts_with("x.csv:2:"), "{e}");
+    let e = parse_throughput_table("batch,1\n64,1\n", "x.csv").unwrap_err();
+    assert!(e.to_string().starts_with("x.csv:1:"), "{e}");
+    let e = parse_throughput_table("global_batch_size,1\n64,1\n64,2\n", "x.csv").unwrap_err();
+    assert!(
+        e.to_string().contains("x.csv:3:") && e.to_string().contains("twice"),
+        "{e}"
+    );
+}
+
+const HEADER: &str =
+    "job_id,submit_time,iteration,model_name,ddl,batch_size,num_gpu,duration,best_effort\n";
+
+#[test]
+fn traces_parse_and_bad_rows_name_their_line() {
+    let jobs = load(&format!(
+        "{HEADER}0,100,400,toy,300,64,1,400,0\n1,160,100,toy,999,64,1,100,1\n"
+    ))
+    .unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0].spec.arrival_s, 0.0);
+    assert_eq!(jobs[1].spec.arrival_s, 60.0);
+    match &jobs[0].work {
+        pacer_sim::Work::Elastic {
+            steps,
+            curves,
+            deadline_s,
+        } => {
+            assert_eq!(*steps, 400.0);
+            assert_eq!(*deadline_s, Some(200.0));
+            // At most the global batch or 64 GPUs: all four sizes.
+            assert_eq!(curves[0].points.len(), 4);
+        }
+        w => panic!("{w:?}"),
+    }
+    assert!(matches!(
+        &jobs[1].work,
+        pacer_sim::Work::Elastic {
+            deadline_s: None,
+            ..
+        }
+    ));
+    for (row, want) in [
+        ("0,100,400,toy,50,64,1,400,0", "column `ddl`"),
+        ("0,100,x,toy,300,64,1,400,0", "column `iteration`"),
+        (
+            "0,100,400,gpt9,300,64,1,400,0",
+            "no throughput table for model `gpt9`",
+        ),
+        (
+            "0,100,400,toy,300,32,1,400,0",
+            "no throughputs for global batch 32",
+        ),
+        ("0,100,400,toy,300,64,1,400,2", "column `best_effort`"),
+    ] {
+        let e = load(&format!("{HEADER}0,100,400,toy,300,64,1,400,0\n{row}\n")).unwrap_err();
+        let e = e.to_string();
+        assert!(e.starts_with("t.csv:3:") && e.contains(want), "{row}: {e}");
+    }
+}
+
+fn run(jobs: &[SimJob], cluster: &str, policy: &str) -> SimResult {
+    let cluster = ClusterSpec::parse(cluster, "test").unwrap();
+    let config = SimConfig {
+        round_s: 10.0,
+        record_timeline: false,
+        ..SimConfig::default()
+    };
+    let sim = Simulation {
+        cluster: &cluster,
+        apps: &[],
+        jobs,
+        config,
+    };
+    let mut p = pacer_policy::by_name(policy).unwrap();
+    sim.run(p.as_mut(), |_| {}).unwrap()
+}
+
+/// On 4 GPUs from t = 0: job 0 needs 2 GPUs until its deadline (400 iterations by
+/// 200 s plus restarts), job 1 needs 3 of the same 200 s, job 2 (1 GPU, 100
+/// iterations, deadline 1000 s) fits beside job 0, job 3 is best effort.
+const WORKLOAD: &str = "0,0,400,toy,230,64,1,400,0\n1,0,600,toy,205,64,1,600,0\n2,0,100,toy,1000,64,1,100,0\n3,0,200,toy,5000,64,1,200,1\n";
+
+#[test]
+fn admission_declines_what_cannot_fit_and_accepts_what_can() {
+    let jobs = load(&format!("{HEADER}{WORKLOAD}")).unwrap();
+    for policy in ["elasticflow-s10", "deadline-s10"] {
+        let r = run(&jobs, "1x4:t4", policy);
+        let d = r.summary.deadlines.clone().unwrap();
+        assert_eq!(d.deadline_jobs, 3);
+        // The declined job never runs and is retired at its deadline.
+        assert_eq!(r.jobs[1].start_s, None, "{policy}");
+        assert_eq!(r.jobs[1].completion_s, None, "{policy}");
+        for k in [0, 2] {
+            assert!(
+                r.jobs[k].met_deadline().unwrap().1,
+                "{policy}: job {k} {:?}",
+                r.jobs[k]
+            );
+        }
+        assert!((d.met_planned - 2.0 / 3.0).abs() < 1e-9, "{policy}: {d:?}");
+        assert!(d.met_strict <= d.met_planned);
+        assert!(r.jobs[3].completion_s.is_some(), "the best-effort job runs");
+        assert_eq!(d.best_effort_jobs, 1);
+        assert!(d.best_effort_avg_jct_s.is_finite());
+    }
+}
+
+#[test]
+fn edf_runs_every_job_to_the_end() {
+    let jobs = load(&format!("{HEADER}{WORKLOAD}")).unwrap();
+    let r = run(&jobs, "1x4:t4", "edf");
+    assert!(r.jobs.iter().all(|j| j.completion_s.is_some()));
+    // Deadline order: job 1 (205 s) first, on all 4 GPUs, and late (600 iterations
+    // need 150 s from the first round at 10 s, plus its restart: it still makes it);
+    // job 0 (230 s) waits for it and misses.
+    let end = |k: usize| r.jobs[k].completion_s.unwrap();
+    assert!(end(1) < end(0));
+    assert!(r.jobs[1].met_deadline().unwrap().0);
+    assert!(!r.jobs[0].met_deadline().unwrap().0);
+}
+
+#[test]
+fn the_same_workload_gives_the_same_results() {
+    let jobs = load(&format!("{HEADER}{WORKLOAD}")).unwrap();
+    for policy in ["edf", "elasticflow-s10", "deadline-s10"] {
+        let a = run(&jobs, "2x4:t4", policy);
+        let b = run(&jobs, "2x4:t4", policy);
+        let key = |r: &SimResult| -> Vec<(Option<u64>, u32)> {
+            r.jobs
+                .iter()
+                .map(|j| (j.completion_s.map(f64::to_bits), j.restarts))
+                .collect()
+        };
+        assert_eq!(key(&a), key(&b), "{policy}");
+    }
+}

@@ -1,0 +1,21 @@
+#!/bin/bash
+# Runs ElasticFlow's own simulator (gudiandian/ElasticFlow, scheduler/scheduler.py) for one
+# figure and one policy, and records its CPU seconds. See ANCHORS.md.
+#   run_ef.sh EF_DIR FIGURE POLICY OUT_DIR
+# EF_DIR: the ElasticFlow/ folder of an extracted ElasticFlow checkout (gRPC stubs made);
+# FIGURE: fig8a | fig10; POLICY: ef-accessctrl | edf | gandiva | dlas-gpu | themis.
+set -euo pipefail
+ef=$1; fig=$2; pol=$3; out=$(realpath -m "$4")
+case $fig in
+  fig8a) spec=n16g4; trace=elasticVpollux_e.csv; slot=60; gpu=T4 ;;
+  fig10) spec=n16g8; trace=100jobs_1500lam.csv; slot=240; gpu=A100 ;;
+  *) echo "run_ef.sh: unknown figure '$fig' (expected fig8a or fig10)" >&2; exit 2 ;;
+esac
+scheme=elastic; [ "$pol" = gandiva ] && scheme=gandiva
+mkdir -p "$out/$fig/$pol"
+cd "$ef/scheduler"
+/usr/bin/time -f "%U %S %e" -o "$out/$fig/$pol/time.txt" \
+  python3 scheduler.py --cluster_spec=cluster_specs/$spec.csv --print --scheme=$scheme \
+  --trace_file=../traces_for_ElasticFlow/$trace --schedule=$pol --log_path="$out/$fig/$pol" \
+  --simulation=True --scheduling_slot=$slot --gpu_type=$gpu > "$out/$fig/$pol/stdout.txt" 2>&1
+echo "$fig $pol cpu_s=$(awk '{print $1+$2}' "$out/$fig/$pol/time.txt") $(tail -n1 "$out/$fig/$pol/final_result.csv")"
