@@ -97,8 +97,9 @@ class DdpEngine:
         if st is None:
             if ctx.synced:
                 raise RuntimeError(
-                    "pacer_torch.DataParallel: a second backward() in one step (gradient "
-                    "accumulation across backward calls is not supported)"
+                    "pacer_torch.DataParallel: a second backward() in one step after the "
+                    "gradients were reduced (to accumulate, run all but the step's last "
+                    "backward() inside `with model.no_sync():`)"
                 )
             st = self.step = StepState()
             st.measured = job.end_compute()

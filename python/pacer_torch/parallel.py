@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import os
 import time
@@ -74,6 +75,7 @@ class DataParallel(torch.nn.Module):
                 for t in list(module.parameters()) + list(module.buffers()):
                     dist.broadcast(t.data, src=0)
         self._queued = False
+        self._no_sync = False
         self._buf: Optional[torch.Tensor] = None
         for p in self._params:
             p.register_post_accumulate_grad_hook(self._on_grad)
@@ -96,6 +98,24 @@ class DataParallel(torch.nn.Module):
             return self._engine.forward(*args, **kwargs)
         return self.module(*args, **kwargs)
 
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Gradient accumulation: the backward passes inside accumulate this rank's
+        gradients locally, without reducing them; the first backward after it (the
+        step's last) reduces the sum, weighted as usual. So that the sum is this rank's
+        mean gradient, weight each micro-batch's mean loss by its share of the local
+        batch (``len(micro) / len(x)``) — then the result equals one backward over the
+        whole local batch. The ``ddp`` engine uses DDP's own ``no_sync``."""
+        self._no_sync = True
+        try:
+            if self._engine is not None and self._engine.ddp is not None:
+                with self._engine.ddp.no_sync():
+                    yield
+            else:
+                yield
+        finally:
+            self._no_sync = False
+
     def _on_grad(self, _p: torch.Tensor) -> None:
         if not self._queued:
             self._queued = True
@@ -103,6 +123,8 @@ class DataParallel(torch.nn.Module):
 
     def _sync(self) -> None:
         self._queued = False
+        if self._no_sync:
+            return
         if self._engine is not None:
             self._engine.finish()
             return
@@ -114,8 +136,9 @@ class DataParallel(torch.nn.Module):
             )
         if ctx.synced:
             raise RuntimeError(
-                "pacer_torch.DataParallel: a second backward() in one step (gradient "
-                "accumulation across backward calls is not supported)"
+                "pacer_torch.DataParallel: a second backward() in one step after the "
+                "gradients were reduced (to accumulate, run all but the step's last "
+                "backward() inside `with model.no_sync():`)"
             )
         measured = job.end_compute()
         params = self._params
