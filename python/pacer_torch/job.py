@@ -45,6 +45,10 @@ if TYPE_CHECKING:  # pragma: no cover
 ROW = 7
 COMPUTE, CPU, MEM, SQR, BATCH, STOP, CKPT = range(ROW)
 
+#: Learning-rate scaling rules of the adaptive global batch (``DataLoader(lr_rule=)``):
+#: AdaScale's gain (the default, as AdaptDL's), the square-root rule, the linear rule.
+LR_RULES = ("adascale", "sqrt", "linear")
+
 #: Exit status of every rank after a stop's checkpoint (SIGTERM or ``request_stop``):
 #: 128 + SIGTERM, the shell's "ended by SIGTERM", so that torchrun, Slurm and other
 #: orchestrators read "stopped before the end", not "finished".
@@ -203,12 +207,17 @@ class Job:
         checkpoint_every_steps: Optional[int] = None,
         checkpoint_every_s: Optional[float] = None,
         lookahead: int = 0,
+        lr_rule: str = "adascale",
     ):
         self.rank, self.world = _world()
         #: How many steps beyond the coming one every rank knows the decision of (a
         #: loader's prefetch depth): a decision takes effect ``1 + lookahead`` steps
         #: after the all-reduce that carries it (module docs).
         self.lookahead = int(lookahead)
+        if lr_rule not in LR_RULES:
+            raise ValueError(f"lr_rule: unknown `{lr_rule}` (expected one of {', '.join(LR_RULES)})")
+        #: How a global batch's learning-rate gain is chosen (``LR_RULES``).
+        self.lr_rule = lr_rule
         self.base_batch = global_batch
         self.caps = list(caps)
         #: Each rank's smallest local batch (``min_local_batch``).
@@ -621,9 +630,20 @@ class Job:
         session = self.session.with_global_batch(global_batch)
         d = session.decide()
         self.session = session
-        gain = self.gns.gain(float(global_batch))
-        gain = gain if gain is not None and math.isfinite(gain) and gain > 0 else 1.0
+        gain = self.rule_gain(global_batch)
         return Decision(global_batch, gain, list(d[0]), list(d[1]))
+
+    def rule_gain(self, global_batch: int) -> float:
+        """The learning-rate gain of ``global_batch`` against the base global batch by
+        ``lr_rule``: AdaScale's ``r`` (from the noise scale; 1 while unresolved), the
+        square root of the ratio, or the ratio."""
+        ratio = global_batch / self.base_batch
+        if self.lr_rule == "sqrt":
+            return math.sqrt(ratio)
+        if self.lr_rule == "linear":
+            return ratio
+        gain = self.gns.gain(float(global_batch))
+        return gain if gain is not None and math.isfinite(gain) and gain > 0 else 1.0
 
     def set_global_batch(self, global_batch: int) -> None:
         """Changes the global batch from the coming step on (every rank calls it, between

@@ -313,6 +313,7 @@ class DataLoader:
         worker_init_fn: Optional[Callable[[int], None]] = None,
         multiprocessing_context: Any = None,
         loader_timeout_s: float = 0,
+        lr_rule: str = "adascale",
     ):
         rank, world = _world()
         if isinstance(global_batch, bool) or not isinstance(global_batch, int):
@@ -456,6 +457,7 @@ class DataLoader:
             checkpoint_every_steps=checkpoint_every_steps,
             checkpoint_every_s=float(checkpoint_every_s) if checkpoint_every_s else None,
             lookahead=lookahead,
+            lr_rule=lr_rule,
         )
         set_current(self.job)
         if _LAST_MODEL is not None:
