@@ -18,6 +18,7 @@ from .checkpoint import checkpoint_file, load, save
 from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
 from .sampler import ElasticSampler, split_remainder
 from .ddp_engine import DdpEngine
+from .gradnorm import grad_norm_sqr, preconditioner
 from .signals import Emulation
 from .state import UserState
 
@@ -58,6 +59,7 @@ class DataParallel(torch.nn.Module):
         *,
         engine: str = "flat",
         bucket_cap_mb: Optional[float] = None,
+        grad_scaler: Optional[Any] = None,
     ):
         super().__init__()
         if engine not in ENGINES:
@@ -80,6 +82,11 @@ class DataParallel(torch.nn.Module):
         for p in self._params:
             p.register_post_accumulate_grad_hook(self._on_grad)
         self._optimizer = optimizer
+        #: An AMP ``GradScaler`` whose loss scale multiplies the gradients: the noise
+        #: scale's norms are divided by its square (``grad_norm_sqr``).
+        self.grad_scaler = grad_scaler
+        if self._engine is not None:
+            self._engine.optimizer, self._engine.grad_scaler = optimizer, grad_scaler
         global _LAST_MODEL
         _LAST_MODEL = self
         job = current()
@@ -170,11 +177,12 @@ class DataParallel(torch.nn.Module):
                 ],
                 out=flat,
             )
-            sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
+            pinv = preconditioner(self._optimizer, params)
+            sqr = grad_norm_sqr(flat, pinv, self.grad_scaler)
             flat.mul_(b / total)
         else:
             flat.zero_()
-            sqr = 0.0
+            pinv, sqr = None, 0.0
         row = job.local_row(measured, sqr)
         buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
         if rank == 0:
@@ -186,7 +194,9 @@ class DataParallel(torch.nn.Module):
             dist.all_reduce(buf)
         if trace is not None:
             trace.mark("reduced")
-        agg_sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
+        if pinv is None:
+            pinv = preconditioner(self._optimizer, params)
+        agg_sqr = grad_norm_sqr(flat, pinv, self.grad_scaler)
         tail = buf[n_par:].cpu()
         rows = tail[:n_rows].view(world, ROW).tolist()
         decision = tail[n_rows:].tolist()
