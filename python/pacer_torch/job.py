@@ -215,7 +215,9 @@ class Job:
         #: after the all-reduce that carries it (module docs).
         self.lookahead = int(lookahead)
         if lr_rule not in LR_RULES:
-            raise ValueError(f"lr_rule: unknown `{lr_rule}` (expected one of {', '.join(LR_RULES)})")
+            raise ValueError(
+                f"lr_rule: unknown `{lr_rule}` (expected one of {', '.join(LR_RULES)})"
+            )
         #: How a global batch's learning-rate gain is chosen (``LR_RULES``).
         self.lr_rule = lr_rule
         self.base_batch = global_batch

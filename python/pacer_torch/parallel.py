@@ -704,7 +704,8 @@ def _uncollate(batch: Any) -> List[Any]:
     if isinstance(batch, (list, tuple)):
         parts = [_uncollate(v) for v in batch]
         n = len(parts[0]) if parts else 0
-        return [type(batch)(p[i] for p in parts) if isinstance(batch, tuple) else [p[i] for p in parts] for i in range(n)]
+        rows = [[p[i] for p in parts] for i in range(n)]
+        return [tuple(r) for r in rows] if isinstance(batch, tuple) else rows
     raise TypeError(
         f"pacer_torch.DataLoader: cannot split a worker's batch of {type(batch).__name__} "
         "into samples (an iterable data set's samples must be tensors, numbers, or "

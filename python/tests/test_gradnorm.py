@@ -30,21 +30,26 @@ def _check(rank, world, engine, mode):
     from pacer_torch.job import SQR
 
     g = torch.Generator().manual_seed(3)
-    data = torch.utils.data.TensorDataset(torch.randn(256, 6, generator=g),
-                                          torch.randint(0, 3, (256,), generator=g))
+    x, y = torch.randn(256, 6, generator=g), torch.randint(0, 3, (256,), generator=g)
+    data = torch.utils.data.TensorDataset(x, y)
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
     params = list(model.parameters())
     if mode == "adam":
         opt, scaler = torch.optim.AdamW(params, lr=1e-2), None
     else:
-        opt, scaler = torch.optim.SGD(params, lr=0.1), torch.amp.GradScaler("cpu", init_scale=1024.0)
+        opt = torch.optim.SGD(params, lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     net = pacer.DataParallel(model, opt, engine=engine, grad_scaler=scaler)
     loader = pacer.DataLoader(data, global_batch=16, controller="uniform", seed=2)
     job = pacer.current()
     got = []
     gathered = job.gathered
-    job.gathered = lambda rows, agg, dec: (got.append((rows[0][SQR], agg)), gathered(rows, agg, dec))[1]
+    def spy(rows, agg, dec):
+        got.append((rows[0][SQR], agg))
+        gathered(rows, agg, dec)
+
+    job.gathered = spy
     checked = 0
     for step, (x, y) in enumerate(loader):
         opt.zero_grad()
@@ -58,7 +63,8 @@ def _check(rank, world, engine, mode):
             s = scaler.get_scale()
             want, raw = float((flat ** 2).sum()) / s**2, float((flat ** 2).sum())
         local, agg = got[-1]
-        assert abs(local - want) <= 1e-5 * want and abs(agg - want) <= 1e-5 * want, (step, local, agg, want)
+        ok = abs(local - want) <= 1e-5 * want and abs(agg - want) <= 1e-5 * want
+        assert ok, (step, local, agg, want)
         if mode == "gradscaler" or step >= 6:
             assert abs(raw - want) > 0.1 * want, (step, raw, want)
             checked += 1
