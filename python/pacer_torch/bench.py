@@ -20,6 +20,14 @@ to target over pacer's), ``efficiency`` (ideal step ``B / sum v_i`` over the mea
 one, ``v_i`` each rank's measured compute speed in that step), ``overhead_frac``
 (pacer-equal's step time over ddp-equal's, minus 1).
 
+``--slowdown RANK:FACTOR:FROM:TO`` changes the speeds mid-run: rank ``RANK`` runs
+``FACTOR`` times slower during steps ``FROM`` to ``TO - 1`` (interference that comes
+and goes), then at its speed again. The benchmark then adds ``static``: pacer's exact
+weighting with the split computed once from the initial ``--speeds`` (in proportion to
+them) and never changed — what a one-time profiling would give — and reports each
+controller's time to target against it (``speedup_vs_static``); the equal-speed
+overhead runs are left out.
+
 ``--emulation calibrated`` (default) pads every rank to a noise-free device measured once
 at start; ``--emulation cpu`` to each step's own CPU time, which on a shared machine
 carries its step-to-step noise into the emulated devices (``signals.py``). ``--trace``
@@ -172,6 +180,43 @@ def calibrate(args: argparse.Namespace, model: torch.nn.Module, x: torch.Tensor,
     return float(t[0]), float(t[1])
 
 
+def parse_slowdown(text: Optional[str]) -> Optional[Tuple[int, float, int, int]]:
+    """``RANK:FACTOR:FROM:TO`` (``--slowdown``), checked."""
+    if not text:
+        return None
+    try:
+        r, f, a, b = text.split(":")
+        out = (int(r), float(f), int(a), int(b))
+    except ValueError:
+        raise SystemExit(f"--slowdown: {text!r} (expected RANK:FACTOR:FROM:TO)") from None
+    if out[1] <= 0 or out[2] < 1 or out[3] <= out[2] or out[0] < 0:
+        raise SystemExit(f"--slowdown: {text!r} (expected FACTOR > 0 and 1 <= FROM < TO)")
+    return out
+
+
+def speed_at(speeds: List[float], rank: int, step: int,
+             slowdown: Optional[Tuple[int, float, int, int]]) -> float:
+    """Rank ``rank``'s emulated speed in step ``step`` (1-based)."""
+    if slowdown is not None and rank == slowdown[0] and slowdown[2] <= step < slowdown[3]:
+        return speeds[rank] / slowdown[1]
+    return speeds[rank]
+
+
+def static_split(global_batch: int, speeds: List[float]) -> List[int]:
+    """``global_batch`` in proportion to ``speeds`` (largest remainder), at least 1 each."""
+    exact = [global_batch * v / sum(speeds) for v in speeds]
+    out = [max(int(x), 1) for x in exact]
+    order = sorted(range(len(out)), key=lambda i: -(exact[i] - int(exact[i])))
+    i = 0
+    while sum(out) < global_batch:
+        out[order[i % len(out)]] += 1
+        i += 1
+    while sum(out) > global_batch:
+        j = max(range(len(out)), key=lambda k: out[k])
+        out[j] -= 1
+    return out
+
+
 def _ddp_pad_hook(emulation, clock):
     """DDP communication hook: pad (emulated speed) before the stock averaging all-reduce."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -199,6 +244,8 @@ def worker(args: argparse.Namespace) -> None:
     speeds = [float(s) for s in args.speeds.split(",")]
     if len(speeds) != world:
         raise ValueError(f"--speeds: {len(speeds)} speeds for {world} ranks")
+    slowdown = parse_slowdown(args.slowdown)
+    static = static_split(args.global_batch, speeds) if args.controller == "static" else None
     x, y, tx, ty = load_data(find_mnist(args.data), args.seed)
     tx, ty = tx[: args.eval_samples], ty[: args.eval_samples]
     data = torch.utils.data.TensorDataset(x, y)
@@ -239,7 +286,7 @@ def worker(args: argparse.Namespace) -> None:
         loader = pacer.DataLoader(
             data,
             global_batch=B,
-            controller=args.controller,
+            controller="uniform" if static is not None else args.controller,
             predictor=args.predictor,
             seed=args.seed,
             speed=speeds,
@@ -253,8 +300,12 @@ def worker(args: argparse.Namespace) -> None:
                     yield b
 
         batches = pacer_iter()
+        emulation = pacer.current().emulation
     t_last = time.perf_counter()
     for step in range(1, args.max_steps + 1):
+        emulation.speed = speed_at(speeds, rank, step, slowdown)
+        if static is not None:
+            loader.set_batches(static)  # the coming step runs the one-time split
         xb, yb = next(batches)
         loss = F.cross_entropy(net(xb), yb)
         loss.backward()
@@ -295,6 +346,7 @@ def worker(args: argparse.Namespace) -> None:
             "mode": mode,
             "controller": args.controller if mode != "ddp" else None,
             "speeds": speeds,
+            "slowdown": list(slowdown) if slowdown else None,
             "steps": step,
             "train_s": train_s,
             "time_to_target_s": reached,
@@ -340,7 +392,8 @@ def run_one(args: argparse.Namespace, model: str, mode: str, controller: str, sp
             f"--eval-samples={args.eval_samples}", f"--warmup={args.warmup}",
             f"--seed={args.seed}", f"--out={out}", f"--emulation={args.emulation}",
             f"--calibrate-reps={args.calibrate_reps}",
-        ] + ([f"--emulation-cost={cost[0]!r},{cost[1]!r}"] if cost is not None else []) + ([f"--lr={args.lr}"] if args.lr is not None else []) + (
+        ] + ([f"--slowdown={args.slowdown}"] if args.slowdown else []) + (
+            [f"--emulation-cost={cost[0]!r},{cost[1]!r}"] if cost is not None else []) + ([f"--lr={args.lr}"] if args.lr is not None else []) + (
             [f"--data={args.data}"] if args.data else []) + (["--full"] if full else [])
         env = dict(os.environ, OMP_NUM_THREADS="1")
         trace_dir = os.path.join(tmp, "trace")
@@ -389,14 +442,17 @@ def orchestrate(args: argparse.Namespace) -> None:
         # Calibrated emulation: the first run measures the device, every later run of the
         # model emulates that same device (a run calibrated under other load would not).
         cost = _parse_cost(args.emulation_cost)
-        for mode, ctl in [("ddp", "uniform")] + [("pacer", c) for c in args.controllers.split(",")]:
+        extra = [("pacer", "static")] if args.slowdown else []
+        for mode, ctl in [("ddp", "uniform")] + extra + [
+            ("pacer", c) for c in args.controllers.split(",")
+        ]:
             key = "ddp" if mode == "ddp" else ctl
             runs[key] = run_one(args, model, mode, ctl, args.speeds, targets[model], False,
                                 args.max_steps, cost)
             if args.emulation == "calibrated" and cost is None:
                 cost = tuple(runs[key]["emulation_cost_s"])  # type: ignore[assignment]
             log(args, f"{model} {key}: {summary(runs[key])}")
-        for mode, key in (("ddp", "ddp-equal"), ("pacer", "pacer-equal")):
+        for mode, key in () if args.slowdown else (("ddp", "ddp-equal"), ("pacer", "pacer-equal")):
             runs[key] = run_one(args, model, mode, "lbbsp", equal, 2.0, True,
                                 args.overhead_steps, cost)
             log(args, f"{model} {key}: {summary(runs[key])}")
@@ -413,7 +469,17 @@ def orchestrate(args: argparse.Namespace) -> None:
             }
             if "breakdown" in r:
                 res[ctl]["efficiency_sim_def"] = r["breakdown"]["efficiency_sim_def"]
-        res["overhead_frac"] = runs["pacer-equal"]["step_s_mean"] / runs["ddp-equal"]["step_s_mean"] - 1
+            st = runs.get("static")
+            if st is not None and st["time_to_target_s"] and r["time_to_target_s"]:
+                res[ctl]["speedup_vs_static"] = st["time_to_target_s"] / r["time_to_target_s"]
+        if "static" in runs and ddp["time_to_target_s"] and runs["static"]["time_to_target_s"]:
+            res["static_speedup_vs_ddp"] = (
+                ddp["time_to_target_s"] / runs["static"]["time_to_target_s"]
+            )
+        if "pacer-equal" in runs:
+            res["overhead_frac"] = (
+                runs["pacer-equal"]["step_s_mean"] / runs["ddp-equal"]["step_s_mean"] - 1
+            )
         report["models"][model] = res  # type: ignore[index]
     report["load_average_end"] = _loadavg()
     if args.json:
@@ -423,8 +489,10 @@ def orchestrate(args: argparse.Namespace) -> None:
             for ctl in args.controllers.split(","):
                 r = res[ctl]
                 print(f"{model} {ctl}: speedup_vs_ddp {fmt(r['speedup_vs_ddp'])}, "
+                      f"speedup_vs_static {fmt(r.get('speedup_vs_static'))}, "
                       f"efficiency {fmt(r['efficiency'])}")
-            print(f"{model}: overhead_frac {res['overhead_frac']:+.4f}")
+            if "overhead_frac" in res:
+                print(f"{model}: overhead_frac {res['overhead_frac']:+.4f}")
 
 
 def _parse_cost(text: Optional[str]) -> Optional[Tuple[float, float]]:
@@ -472,6 +540,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--predictor", default="ewma")
     p.add_argument("--speeds", default="1,1,0.5,0.25")
     p.add_argument("--global-batch", type=int, default=512)
+    p.add_argument("--slowdown", default=None,
+                   help="RANK:FACTOR:FROM:TO: rank RANK runs FACTOR times slower in steps "
+                        "FROM..TO-1 (adds the static-split run)")
     p.add_argument("--time-scale", type=float, default=None,
                    help="emulated compute = time_scale * cpu / speed (signals.py); "
                    "default per model: --time-scale-mlp, --time-scale-cnn")

@@ -64,6 +64,7 @@ def save(job: "Job", directory: str) -> str:
             "sampler": job.sampler.state_dict(),
             "session": job.session.state(),
             "next": job.next.state_dict(),
+            "ahead": [d.state_dict() for d in job.ahead],
             "pending": job.pending.state_dict() if job.pending is not None else None,
             "gns": job.gns.state(),
             "steps": job.steps,
@@ -119,7 +120,7 @@ def load(job: "Job", path: str) -> None:
         raise ValueError(f"checkpoint: {e}") from None
     built: Dict[str, object] = {}
 
-    def rank0_session() -> Tuple[Decision, Decision]:
+    def rank0_session() -> Tuple[Decision, Decision, bool]:
         try:
             session = _native.Session.from_state(state["session"])
         except ValueError as e:
@@ -146,9 +147,17 @@ def load(job: "Job", path: str) -> None:
             nxt = Decision(session.global_batch, lr_gain, list(d[0]), list(d[1]))
             pending = nxt.copy()
         built["session"] = session
-        return nxt, pending
+        return nxt, pending, bool(same)
 
-    nxt, pending = share_from_rank0(job.rank, rank0_session)
+    nxt, pending, same = share_from_rank0(job.rank, rank0_session)
+    # The decisions of the steps after the coming one (a loader that prefetches): the
+    # saved ones when the ranks and the prefetch depth are the same, else the coming
+    # step's decision repeated.
+    saved_ahead = state.get("ahead") or []
+    if same and len(saved_ahead) == job.lookahead:
+        ahead = [Decision.from_state(d) for d in saved_ahead]
+    else:
+        ahead = [nxt.copy() for _ in range(job.lookahead)]
     job.model.module.load_state_dict(state["model"])
     if job.optimizer is not None:
         job.optimizer.load_state_dict(state["optimizer"])
@@ -159,6 +168,8 @@ def load(job: "Job", path: str) -> None:
         job.session = built["session"]  # type: ignore[assignment]
         job.pending = pending
     job.next = nxt
+    job.ahead = ahead
+    job.decisions_version += 1
     job._lr_gain = float(state["lr_gain"])
     job.steps, job.samples = int(state["steps"]), int(state["samples"])
     job.last_checkpoint_t = time.monotonic()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import torch
 import torch.distributed as dist
 
+from .gradnorm import grad_norm_sqr, preconditioner
 from .job import ROW, Decision, current
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,9 +43,11 @@ class StepState:
         self.futures: List[torch.futures.Future] = []
 
 
-def _reduced(st: StepState, t: torch.Tensor) -> torch.Tensor:
+def _reduced(
+    st: StepState, t: torch.Tensor, pinv: Optional[torch.Tensor], scaler: Any
+) -> torch.Tensor:
     """A bucket's reduced gradient: its share of ``|g|^2``."""
-    st.agg_sqr += float(torch.linalg.vector_norm(t, dtype=torch.float64) ** 2)
+    st.agg_sqr += grad_norm_sqr(t, pinv, scaler)
     return t
 
 
@@ -79,6 +82,9 @@ class DdpEngine:
         )
         self.ddp.register_comm_hook(self, DdpEngine._hook)
         self.step: Optional[StepState] = None
+        #: Set by ``DataParallel``: the noise scale's preconditioner and loss scale.
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.grad_scaler: Any = None
         _ENGINES.add(self)
 
     def _job(self) -> "Job":
@@ -97,22 +103,31 @@ class DdpEngine:
         if st is None:
             if ctx.synced:
                 raise RuntimeError(
-                    "pacer_torch.DataParallel: a second backward() in one step (gradient "
-                    "accumulation across backward calls is not supported)"
+                    "pacer_torch.DataParallel: a second backward() in one step after the "
+                    "gradients were reduced (to accumulate, run all but the step's last "
+                    "backward() inside `with model.no_sync():`)"
                 )
             st = self.step = StepState()
             st.measured = job.end_compute()
         buf = bucket.buffer()
+        # The bucket's buffer holds its parameters' gradients in this order.
+        pinv = preconditioner(self.optimizer, bucket.parameters())
+        if pinv is not None and pinv.numel() != buf.numel():  # pragma: no cover
+            raise RuntimeError(
+                f"pacer_torch: a DDP bucket of {buf.numel()} values holds parameters of "
+                f"{pinv.numel()} (the Adam preconditioner cannot be laid over it)"
+            )
         rank, world = job.rank, job.world
         b, total = ctx.sizes[rank], sum(ctx.sizes)
         if b > 0:
-            st.local_sqr += float(torch.linalg.vector_norm(buf, dtype=torch.float64) ** 2)
+            st.local_sqr += grad_norm_sqr(buf, pinv, self.grad_scaler)
             buf.mul_(b / total)
         else:
             buf.zero_()
         if not bucket.is_last():
             fut = dist.all_reduce(buf, async_op=True).get_future()
-            fut = fut.then(lambda f: _reduced(st, f.value()[0]))
+            scaler = self.grad_scaler
+            fut = fut.then(lambda f: _reduced(st, f.value()[0], pinv, scaler))
             st.futures.append(fut)
             return fut
         # The last bucket carries the rows and rank 0's decision.
@@ -136,7 +151,7 @@ class DdpEngine:
             st.decision = t[n_rows:].tolist()
             if trace is not None:
                 trace.mark("reduced")
-            return _reduced(st, out[:n])
+            return _reduced(st, out[:n], pinv, self.grad_scaler)
 
         fut = dist.all_reduce(both, async_op=True).get_future().then(done)
         st.futures.append(fut)

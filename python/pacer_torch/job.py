@@ -13,6 +13,9 @@ batch and its learning-rate gain); that decision travels in step ``t + 1``'s all
 every rank, rank 0 included, applies what it reads there. So all ranks run the same
 decision every step without another message, one step after rank 0 made it. At the start,
 after a resume and on the user's ``set_global_batch`` the decision is broadcast once.
+With a ``lookahead`` of ``k`` steps (a loader whose workers prefetch ``k`` steps), every
+rank queues what it reads and applies it ``k`` steps later, so the decisions of the
+coming ``k + 1`` steps are known on every rank (``known_decision``).
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
 
 from . import _native
 from .report import Reporter
-from .sampler import ElasticSampler
+from .sampler import ElasticSampler, StreamPosition
 from .signals import Emulation, LoadMonitor
 from .state import UserState
 from .trace import Tracer
@@ -41,6 +44,10 @@ if TYPE_CHECKING:  # pragma: no cover
 #: periodic checkpoint is due).
 ROW = 7
 COMPUTE, CPU, MEM, SQR, BATCH, STOP, CKPT = range(ROW)
+
+#: Learning-rate scaling rules of the adaptive global batch (``DataLoader(lr_rule=)``):
+#: AdaScale's gain (the default, as AdaptDL's), the square-root rule, the linear rule.
+LR_RULES = ("adascale", "sqrt", "linear")
 
 #: Exit status of every rank after a stop's checkpoint (SIGTERM or ``request_stop``):
 #: 128 + SIGTERM, the shell's "ended by SIGTERM", so that torchrun, Slurm and other
@@ -183,7 +190,7 @@ class Job:
     def __init__(
         self,
         *,
-        num_samples: int,
+        num_samples: Optional[int],
         global_batch: int,
         controller: str,
         predictor: str,
@@ -199,8 +206,20 @@ class Job:
         checkpoint_dir: Optional[str],
         checkpoint_every_steps: Optional[int] = None,
         checkpoint_every_s: Optional[float] = None,
+        lookahead: int = 0,
+        lr_rule: str = "adascale",
     ):
         self.rank, self.world = _world()
+        #: How many steps beyond the coming one every rank knows the decision of (a
+        #: loader's prefetch depth): a decision takes effect ``1 + lookahead`` steps
+        #: after the all-reduce that carries it (module docs).
+        self.lookahead = int(lookahead)
+        if lr_rule not in LR_RULES:
+            raise ValueError(
+                f"lr_rule: unknown `{lr_rule}` (expected one of {', '.join(LR_RULES)})"
+            )
+        #: How a global batch's learning-rate gain is chosen (``LR_RULES``).
+        self.lr_rule = lr_rule
         self.base_batch = global_batch
         self.caps = list(caps)
         #: Each rank's smallest local batch (``min_local_batch``).
@@ -219,9 +238,19 @@ class Job:
         #: Rank 0: the decision it sends in the coming step's all-reduce (for the step
         #: after). Other ranks: None.
         self.pending: Optional[Decision] = self.next.copy() if self.rank == 0 else None
+        #: The decisions of the ``lookahead`` steps after the coming one (the same on
+        #: every rank).
+        self.ahead: List[Decision] = [self.next.copy() for _ in range(self.lookahead)]
+        #: Changed whenever decisions already known are replaced (``share_decision``,
+        #: ``set_batches``): batches prefetched for them are stale then.
+        self.decisions_version = 0
         self._lr_gain = 1.0
         self.gns = _native.Gns(float(global_batch))
-        self.sampler = ElasticSampler(num_samples, seed)
+        #: Map-style data: the permutation's position; iterable data (``num_samples``
+        #: None): the stream's.
+        self.sampler: Union[ElasticSampler, StreamPosition] = (
+            ElasticSampler(num_samples, seed) if num_samples is not None else StreamPosition()
+        )
         self.sampler.minima, self.sampler.caps = self.minima, self.caps
         self.emulation = emulation
         self.monitor = LoadMonitor()
@@ -284,6 +313,8 @@ class Job:
             raise ValueError(f"lr_gain: {gain} (expected a finite number > 0)")
         self._lr_gain = gain
         self.next.lr_gain = gain
+        for d in self.ahead:
+            d.lr_gain = gain
         if self.pending is not None:
             self.pending.lr_gain = gain
 
@@ -297,9 +328,23 @@ class Job:
         """A decision made now by rank 0 (``make``), broadcast: the coming step and the
         one after run it (collective)."""
         self.next = share_from_rank0(self.rank, make)
+        self.ahead = [self.next.copy() for _ in range(self.lookahead)]
+        self.decisions_version += 1
         self._lr_gain = self.next.lr_gain
         if self.rank == 0:
             self.pending = self.next.copy()
+
+    def known_decision(self, ahead: int) -> Decision:
+        """The decision of the step ``ahead`` steps after the coming one (0: the coming
+        one); known up to ``lookahead``."""
+        if ahead == 0:
+            return self.next
+        if not 0 < ahead <= len(self.ahead):
+            raise RuntimeError(
+                f"pacer_torch: the batch of {ahead} steps ahead is not decided yet (the "
+                f"loader looks {len(self.ahead)} steps ahead; a bug in the prefetch depth)"
+            )
+        return self.ahead[ahead - 1]
 
     # -- membership of the pieces -------------------------------------------------
 
@@ -377,13 +422,25 @@ class Job:
 
     # -- a step ---------------------------------------------------------------------
 
-    def begin_step(self) -> List[torch.Tensor]:
-        """Sample indices of every rank for the next step; starts this rank's clock."""
-        wall0 = time.perf_counter()
-        cpu0 = time.thread_time()
+    def begin_step(
+        self,
+        sizes: Optional[List[int]] = None,
+        started: Optional[Tuple[float, float]] = None,
+    ) -> List[torch.Tensor]:
+        """Sample indices of every rank for the next step; starts this rank's clock.
+        A stream (iterable data) passes the step's ``sizes`` instead (the decision's
+        batches, or at the end of the stream what is left split in proportion), and
+        gets no indices; ``started``: the clock's start (``perf_counter``,
+        ``thread_time``) when it began before (the stream's read)."""
+        wall0, cpu0 = started if started is not None else (time.perf_counter(), time.thread_time())
         nxt = self.next
-        sizes = self.sampler.step_batches(nxt.batches)
-        idx = self.sampler.take(nxt.batches)
+        if sizes is None:
+            assert isinstance(self.sampler, ElasticSampler)
+            sizes = self.sampler.step_batches(nxt.batches)
+            idx = self.sampler.take(nxt.batches)
+        else:
+            self.sampler.offset += sum(sizes)
+            idx = []
         self._lr_gain = nxt.lr_gain
         self.step_ctx = StepContext(
             sizes=sizes, global_batch=nxt.global_batch, wall0=wall0, cpu0=cpu0
@@ -453,7 +510,12 @@ class Job:
         assert ctx is not None
         sizes = ctx.sizes
         full = sum(sizes) == ctx.global_batch
-        self.next = Decision.decode(decision, self.world)
+        received = Decision.decode(decision, self.world)
+        if self.lookahead:
+            self.ahead.append(received)
+            self.next = self.ahead.pop(0)
+        else:
+            self.next = received
         # Noise scale: ranks that computed something, as the runtime does.
         live = [(float(sizes[r]), rows[r][SQR]) for r in range(self.world) if sizes[r] > 0]
         if len(live) >= 2 and math.isfinite(aggregate_sqr):
@@ -570,9 +632,20 @@ class Job:
         session = self.session.with_global_batch(global_batch)
         d = session.decide()
         self.session = session
-        gain = self.gns.gain(float(global_batch))
-        gain = gain if gain is not None and math.isfinite(gain) and gain > 0 else 1.0
+        gain = self.rule_gain(global_batch)
         return Decision(global_batch, gain, list(d[0]), list(d[1]))
+
+    def rule_gain(self, global_batch: int) -> float:
+        """The learning-rate gain of ``global_batch`` against the base global batch by
+        ``lr_rule``: AdaScale's ``r`` (from the noise scale; 1 while unresolved), the
+        square root of the ratio, or the ratio."""
+        ratio = global_batch / self.base_batch
+        if self.lr_rule == "sqrt":
+            return math.sqrt(ratio)
+        if self.lr_rule == "linear":
+            return ratio
+        gain = self.gns.gain(float(global_batch))
+        return gain if gain is not None and math.isfinite(gain) and gain > 0 else 1.0
 
     def set_global_batch(self, global_batch: int) -> None:
         """Changes the global batch from the coming step on (every rank calls it, between

@@ -3,13 +3,18 @@
     torchrun --nproc_per_node=4 -m pacer_torch.overhead [--rounds 5 --steps 40]
 
 A small CNN (2 conv + 2 fc, 28x28 inputs, synthetic data), global batch 256 (64 per rank),
-no emulation: three runs take turns in each round, so that a change of the machine's load
+no emulation: four runs take turns in each round, so that a change of the machine's load
 hits them alike — plain ``DistributedDataParallel`` (equal batches, the stock all-reduce),
-pacer's default engine (one flat all-reduce after backward) and pacer's ``engine="ddp"``
-(DDP's reducer with pacer's weighting hook). Every rank's step is the time between two
-consecutive ends of ``optimizer.step()`` (after ``warmup`` steps); the report is rank 0's
-median and mean per run over all rounds, and each pacer engine's overhead against DDP.
-Prints one JSON object.
+pacer's default engine (one flat all-reduce after backward) with ``--controller``'s split
+(``pacer``) and with the equal split (``pacer-uniform``: pacer's own per-step work, no
+rebalancing), and pacer's ``engine="ddp"`` (DDP's reducer with pacer's weighting hook,
+``--controller``). Every rank's step is the time between two consecutive ends of
+``optimizer.step()`` (after ``warmup`` steps), in wall time and in the process's CPU time
+(all its threads). The report: rank 0's median and mean wall step per run over all
+rounds; the median over rounds of each pacer run's median against the same round's DDP
+median (``*_paired``); the median CPU time per step over all ranks; and each rank's
+median speed (samples/s of compute) under DDP's equal split, which shows how unequal
+"equal" ranks are on the machine. Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import gc
 import json
 import statistics
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -45,7 +50,11 @@ def data(n: int) -> torch.utils.data.TensorDataset:
     )
 
 
-def run_ddp(ds, global_batch: int, steps: int) -> List[float]:
+def _marks() -> Tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def run_ddp(ds, global_batch: int, steps: int) -> List[Tuple[float, float]]:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = make_cnn()
     net = torch.nn.parallel.DistributedDataParallel(model)  # the model has no buffers
@@ -62,15 +71,17 @@ def run_ddp(ds, global_batch: int, steps: int) -> List[float]:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        now = time.perf_counter()
+        now = _marks()
         if last is not None:
-            times.append(now - last)
+            times.append((now[0] - last[0], now[1] - last[1]))
         last = now
     del net
     return times
 
 
-def run_pacer(ds, global_batch: int, steps: int, engine: str, controller: str) -> List[float]:
+def run_pacer(
+    ds, global_batch: int, steps: int, engine: str, controller: str
+) -> List[Tuple[float, float]]:
     model = make_cnn()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     net = pacer.DataParallel(model, opt, engine=engine)
@@ -81,15 +92,39 @@ def run_pacer(ds, global_batch: int, steps: int, engine: str, controller: str) -
         opt.zero_grad()
         loss.backward()
         opt.step()
-        now = time.perf_counter()
+        now = _marks()
         if last is not None:
-            times.append(now - last)
+            times.append((now[0] - last[0], now[1] - last[1]))
         last = now
         if len(times) + 1 >= steps:
             break
     del net, loader
     pacer.job.set_current(None)
     return times
+
+
+def _speeds_under_ddp(ds, global_batch: int, steps: int) -> List[float]:
+    """Each rank's median samples/s of forward + backward (its own clock, no wait for
+    the others: a barrier before the step, the clock stopped before the all-reduce by
+    computing without DDP) at DDP's equal split, gathered to every rank."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = make_cnn()
+    x_all, y_all = ds.tensors
+    b = global_batch // world
+    out = []
+    for s in range(steps):
+        x, y = x_all[rank * b : (rank + 1) * b], y_all[rank * b : (rank + 1) * b]
+        dist.barrier()
+        t0 = time.perf_counter()
+        F.cross_entropy(model(x), y).backward()
+        out.append(b / (time.perf_counter() - t0))
+    t = torch.zeros(world)
+    t[rank] = statistics.median(out)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+RUNS = ("ddp", "pacer", "pacer-uniform", "pacer-ddp")
 
 
 def main() -> None:
@@ -103,29 +138,48 @@ def main() -> None:
     torch.set_num_threads(1)
     pacer.init_process_group()
     ds = data(args.global_batch * (args.steps + 2))
-    runs = ["ddp", "pacer", "pacer-ddp"]
-    per: Dict[str, List[float]] = {r: [] for r in runs}
+    runs = list(RUNS)
+    per: Dict[str, List[Tuple[float, float]]] = {r: [] for r in runs}
+    rounds: Dict[str, List[float]] = {r: [] for r in runs}
     for rnd in range(args.rounds):
-        order = runs[rnd % 3:] + runs[: rnd % 3]
+        order = runs[rnd % len(runs):] + runs[: rnd % len(runs)]
         for r in order:
             dist.barrier()
             if r == "ddp":
                 t = run_ddp(ds, args.global_batch, args.steps)
             else:
-                t = run_pacer(ds, args.global_batch, args.steps,
-                              "flat" if r == "pacer" else "ddp", args.controller)
-            per[r].extend(t[args.warmup:])
+                engine = "ddp" if r == "pacer-ddp" else "flat"
+                ctl = "uniform" if r == "pacer-uniform" else args.controller
+                t = run_pacer(ds, args.global_batch, args.steps, engine, ctl)
+            t = t[args.warmup:]
+            per[r].extend(t)
+            rounds[r].append(statistics.median(w for w, _ in t))
             gc.collect()
+    speeds = _speeds_under_ddp(ds, args.global_batch, 20)
+    # Every rank's median CPU time per step, per run.
+    cpu = torch.zeros(len(runs), dist.get_world_size())
+    for i, r in enumerate(runs):
+        cpu[i, dist.get_rank()] = statistics.median(c for _, c in per[r])
+    dist.all_reduce(cpu)
     if dist.get_rank() == 0:
         out = {"world": dist.get_world_size(), "global_batch": args.global_batch,
                "rounds": args.rounds, "steps_per_run": args.steps, "warmup": args.warmup,
-               "controller": args.controller}
-        for r in runs:
-            out[r] = {"median_ms": 1e3 * statistics.median(per[r]),
-                      "mean_ms": 1e3 * statistics.mean(per[r]), "n": len(per[r])}
-        for r in ("pacer", "pacer-ddp"):
+               "controller": args.controller,
+               "rank_speeds_under_ddp": [round(v, 1) for v in speeds]}
+        for i, r in enumerate(runs):
+            walls = [w for w, _ in per[r]]
+            out[r] = {"median_ms": 1e3 * statistics.median(walls),
+                      "mean_ms": 1e3 * statistics.mean(walls), "n": len(walls),
+                      "cpu_ms_per_step": 1e3 * statistics.median(cpu[i].tolist())}
+        for r in runs[1:]:
             out[f"{r}_overhead_median"] = out[r]["median_ms"] / out["ddp"]["median_ms"] - 1
             out[f"{r}_overhead_mean"] = out[r]["mean_ms"] / out["ddp"]["mean_ms"] - 1
+            out[f"{r}_overhead_paired"] = statistics.median(
+                a / b - 1 for a, b in zip(rounds[r], rounds["ddp"])
+            )
+            out[f"{r}_cpu_overhead"] = (
+                out[r]["cpu_ms_per_step"] / out["ddp"]["cpu_ms_per_step"] - 1
+            )
         print(json.dumps(out, indent=1), flush=True)
     gc.collect()
     pacer.destroy_process_group()

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import itertools
 import os
+import time
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import Dataset, TensorDataset, default_collate
+from torch.utils.data import Dataset, IterableDataset, TensorDataset, default_collate
 
 from . import _native
 from .checkpoint import checkpoint_file, load, save
 from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
+from .sampler import ElasticSampler, split_remainder
 from .ddp_engine import DdpEngine
+from .gradnorm import grad_norm_sqr, preconditioner
 from .signals import Emulation
 from .state import UserState
 
@@ -53,6 +59,7 @@ class DataParallel(torch.nn.Module):
         *,
         engine: str = "flat",
         bucket_cap_mb: Optional[float] = None,
+        grad_scaler: Optional[Any] = None,
     ):
         super().__init__()
         if engine not in ENGINES:
@@ -70,9 +77,16 @@ class DataParallel(torch.nn.Module):
                 for t in list(module.parameters()) + list(module.buffers()):
                     dist.broadcast(t.data, src=0)
         self._queued = False
+        self._no_sync = False
+        self._buf: Optional[torch.Tensor] = None
         for p in self._params:
             p.register_post_accumulate_grad_hook(self._on_grad)
         self._optimizer = optimizer
+        #: An AMP ``GradScaler`` whose loss scale multiplies the gradients: the noise
+        #: scale's norms are divided by its square (``grad_norm_sqr``).
+        self.grad_scaler = grad_scaler
+        if self._engine is not None:
+            self._engine.optimizer, self._engine.grad_scaler = optimizer, grad_scaler
         global _LAST_MODEL
         _LAST_MODEL = self
         job = current()
@@ -91,6 +105,24 @@ class DataParallel(torch.nn.Module):
             return self._engine.forward(*args, **kwargs)
         return self.module(*args, **kwargs)
 
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Gradient accumulation: the backward passes inside accumulate this rank's
+        gradients locally, without reducing them; the first backward after it (the
+        step's last) reduces the sum, weighted as usual. So that the sum is this rank's
+        mean gradient, weight each micro-batch's mean loss by its share of the local
+        batch (``len(micro) / len(x)``) — then the result equals one backward over the
+        whole local batch. The ``ddp`` engine uses DDP's own ``no_sync``."""
+        self._no_sync = True
+        try:
+            if self._engine is not None and self._engine.ddp is not None:
+                with self._engine.ddp.no_sync():
+                    yield
+            else:
+                yield
+        finally:
+            self._no_sync = False
+
     def _on_grad(self, _p: torch.Tensor) -> None:
         if not self._queued:
             self._queued = True
@@ -98,6 +130,8 @@ class DataParallel(torch.nn.Module):
 
     def _sync(self) -> None:
         self._queued = False
+        if self._no_sync:
+            return
         if self._engine is not None:
             self._engine.finish()
             return
@@ -109,8 +143,9 @@ class DataParallel(torch.nn.Module):
             )
         if ctx.synced:
             raise RuntimeError(
-                "pacer_torch.DataParallel: a second backward() in one step (gradient "
-                "accumulation across backward calls is not supported)"
+                "pacer_torch.DataParallel: a second backward() in one step after the "
+                "gradients were reduced (to accumulate, run all but the step's last "
+                "backward() inside `with model.no_sync():`)"
             )
         measured = job.end_compute()
         params = self._params
@@ -125,7 +160,14 @@ class DataParallel(torch.nn.Module):
         n_par = sum(sizes)
         n_rows = ROW * world
         n_dec = Decision.slot_len(world)
-        buf = torch.zeros(n_par + n_rows + n_dec, dtype=dtype, device=device)
+        # One buffer for the job's steps, not one per step (allocating 4 bytes per
+        # parameter each step costs page faults); its tail is zeroed each step.
+        n_all = n_par + n_rows + n_dec
+        buf = self._buf
+        if buf is None or buf.numel() != n_all or buf.dtype != dtype or buf.device != device:
+            buf = self._buf = torch.zeros(n_all, dtype=dtype, device=device)
+        else:
+            buf[n_par:].zero_()
         flat = buf[:n_par]
         if b > 0:
             torch.cat(
@@ -135,10 +177,12 @@ class DataParallel(torch.nn.Module):
                 ],
                 out=flat,
             )
-            sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
+            pinv = preconditioner(self._optimizer, params)
+            sqr = grad_norm_sqr(flat, pinv, self.grad_scaler)
             flat.mul_(b / total)
         else:
-            sqr = 0.0
+            flat.zero_()
+            pinv, sqr = None, 0.0
         row = job.local_row(measured, sqr)
         buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
         if rank == 0:
@@ -150,7 +194,9 @@ class DataParallel(torch.nn.Module):
             dist.all_reduce(buf)
         if trace is not None:
             trace.mark("reduced")
-        agg_sqr = float(torch.linalg.vector_norm(flat, dtype=torch.float64) ** 2)
+        if pinv is None:
+            pinv = preconditioner(self._optimizer, params)
+        agg_sqr = grad_norm_sqr(flat, pinv, self.grad_scaler)
         tail = buf[n_par:].cpu()
         rows = tail[:n_rows].view(world, ROW).tolist()
         decision = tail[n_rows:].tolist()
@@ -166,6 +212,15 @@ class DataParallel(torch.nn.Module):
         job.gathered(rows, agg_sqr, decision)
         if trace is not None:
             trace.mark("gathered")
+
+
+def _check_int(name: str, v: Any, least: int, optional: bool = True) -> None:
+    """A ValueError naming ``name`` unless ``v`` is an integer ``>= least`` (or None
+    when ``optional``)."""
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < least:
+        raise ValueError(f"{name}: {v!r} (expected an integer >= {least})")
 
 
 def _speed_for(rank: int, speed: Union[None, float, Sequence[float]]) -> float:
@@ -230,7 +285,13 @@ class DataLoader:
     stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes;
     ``checkpoint_every_steps`` / ``checkpoint_every_s``: also checkpoint there after
     every that many steps / after the first step that ends that many seconds (rank 0's
-    clock) after the last checkpoint.
+    clock) after the last checkpoint. ``num_workers``, ``prefetch_factor``,
+    ``pin_memory``, ``persistent_workers``, ``worker_init_fn``,
+    ``multiprocessing_context``, ``loader_timeout_s`` (torch's ``timeout``): the
+    batches come from a torch DataLoader with these (``_PlannedSteps``; the decisions
+    then take effect ``num_workers * prefetch_factor`` steps later). ``dataset`` may be
+    a ``torch.utils.data.IterableDataset`` (``sampler.StreamPosition``; python/README.md,
+    "Loading").
     """
 
     def __init__(
@@ -255,6 +316,14 @@ class DataLoader:
         checkpoint_every_steps: Optional[int] = None,
         checkpoint_every_s: Optional[float] = None,
         gpu_like: bool = False,
+        num_workers: int = 0,
+        prefetch_factor: Optional[int] = None,
+        pin_memory: bool = False,
+        persistent_workers: Optional[bool] = None,
+        worker_init_fn: Optional[Callable[[int], None]] = None,
+        multiprocessing_context: Any = None,
+        loader_timeout_s: float = 0,
+        lr_rule: str = "adascale",
     ):
         rank, world = _world()
         if isinstance(global_batch, bool) or not isinstance(global_batch, int):
@@ -274,18 +343,8 @@ class DataLoader:
                 f"predictor: unknown `{predictor}` (expected one of "
                 f"{', '.join(_native.PREDICTORS)})"
             )
-        if max_local_batch is not None and (
-            isinstance(max_local_batch, bool)
-            or not isinstance(max_local_batch, int)
-            or max_local_batch < 1
-        ):
-            raise ValueError(f"max_local_batch: {max_local_batch!r} (expected an integer >= 1)")
-        if min_local_batch is not None and (
-            isinstance(min_local_batch, bool)
-            or not isinstance(min_local_batch, int)
-            or min_local_batch < 1
-        ):
-            raise ValueError(f"min_local_batch: {min_local_batch!r} (expected an integer >= 1)")
+        _check_int("max_local_batch", max_local_batch, 1)
+        _check_int("min_local_batch", min_local_batch, 1)
         if min_local_batch is None:
             model = _LAST_MODEL.module if _LAST_MODEL is not None else None
             lo = (
@@ -308,10 +367,15 @@ class DataLoader:
         if not isinstance(adapt_every, int) or adapt_every < 1:
             raise ValueError(f"adapt_every: {adapt_every!r} (expected an integer >= 1)")
         emulation = Emulation(_speed_for(rank, speed), time_scale, emulation_cost)
-        try:
-            num_samples = len(dataset)  # type: ignore[arg-type]
-        except TypeError:
-            raise ValueError("dataset: has no length (a map-style dataset is expected)") from None
+        num_samples: Optional[int] = None
+        if not isinstance(dataset, IterableDataset):
+            try:
+                num_samples = len(dataset)  # type: ignore[arg-type]
+            except TypeError:
+                raise ValueError(
+                    "dataset: has no length (expected a map-style data set with __len__, "
+                    "or a torch.utils.data.IterableDataset)"
+                ) from None
         minima, caps = _gather_bounds(lo, max_local_batch, world)
         if all(c is not None for c in caps) and sum(caps) < global_batch:  # type: ignore[misc]
             raise ValueError(
@@ -358,9 +422,33 @@ class DataLoader:
                     f"{name}: no checkpoint directory to write to (checkpoint_dir= or "
                     "PACER_CHECKPOINT_DIR)"
                 )
+        _check_int("num_workers", num_workers, 0, optional=False)
+        _check_int("prefetch_factor", prefetch_factor, 1)
+        if prefetch_factor is not None and num_workers == 0:
+            raise ValueError("prefetch_factor: needs num_workers > 0 (as torch's DataLoader)")
+        if not (isinstance(loader_timeout_s, (int, float)) and loader_timeout_s >= 0):
+            raise ValueError(f"loader_timeout_s: {loader_timeout_s!r} (expected seconds >= 0)")
         self.dataset = dataset
         self.collate_fn = collate_fn or default_collate
         self.device = device
+        self.num_workers = num_workers
+        self.prefetch_factor = (prefetch_factor or 2) if num_workers > 0 else None
+        self.pin_memory = bool(pin_memory)
+        self.persistent_workers = (
+            num_workers > 0 if persistent_workers is None else bool(persistent_workers)
+        )
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.loader_timeout_s = float(loader_timeout_s)
+        self._torch_loader: Optional[torch.utils.data.DataLoader] = None
+        # A torch DataLoader asks for the index lists of up to num_workers *
+        # prefetch_factor steps beyond the one being consumed: every rank must know
+        # their decisions (job.lookahead).
+        # (An iterable data set's stream is read step by step: no lookahead.)
+        self.stream = num_samples is None
+        lookahead = (
+            num_workers * self.prefetch_factor if num_workers > 0 and not self.stream else 0
+        )
         self.job = Job(
             num_samples=num_samples,
             global_batch=global_batch,
@@ -378,6 +466,8 @@ class DataLoader:
             checkpoint_dir=checkpoint_dir,
             checkpoint_every_steps=checkpoint_every_steps,
             checkpoint_every_s=float(checkpoint_every_s) if checkpoint_every_s else None,
+            lookahead=lookahead,
+            lr_rule=lr_rule,
         )
         set_current(self.job)
         if _LAST_MODEL is not None:
@@ -412,6 +502,10 @@ class DataLoader:
                 job.session.override_batches(want)
                 job.pending.batches = list(want)
         nxt.batches = want
+        for d in job.ahead:  # the known decisions after the coming step (prefetch)
+            if d.global_batch == nxt.global_batch:
+                d.batches = list(want)
+        job.decisions_version += 1
 
     @property
     def local_batch(self) -> int:
@@ -427,15 +521,152 @@ class DataLoader:
         return out
 
     def __len__(self) -> int:
+        if self.stream:
+            raise TypeError("pacer_torch.DataLoader: an iterable data set has no length")
         b = self.job.global_batch
         return -(-self.job.sampler.remaining() // b)
 
     def __iter__(self) -> Iterator[Any]:
+        return self._iter_stream() if self.stream else self._iter_map()
+
+    def _stream(self) -> Iterator[Any]:
+        """One epoch's samples of the iterable data set, one at a time (through a torch
+        DataLoader's workers when ``num_workers`` > 0: each worker holds a copy of the
+        data set, which shards itself by ``get_worker_info()`` as with torch; the
+        workers start anew each epoch, so that ``set_epoch`` reaches them)."""
+        if self.num_workers == 0:
+            return iter(self.dataset)
+        # Workers send chunks of STREAM_CHUNK samples collated (one message and one
+        # shared-memory tensor per field, not per sample); split back into samples here.
+        loader = torch.utils.data.DataLoader(
+            self.dataset,
+            batch_size=STREAM_CHUNK,
+            num_workers=self.num_workers,
+            prefetch_factor=self.prefetch_factor,
+            worker_init_fn=self.worker_init_fn,
+            multiprocessing_context=self.multiprocessing_context,
+            timeout=self.loader_timeout_s,
+        )
+        return (sample for chunk in loader for sample in _uncollate(chunk))
+
+    def _iter_stream(self) -> Iterator[Any]:
+        """The steps of an iterable data set (``sampler.StreamPosition``): every rank
+        reads the step's ``B`` samples of the stream and keeps its own share."""
+        job = self.job
+        restore_if_needed(job)
+        pos = job.sampler
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(pos.epoch)
+        stream = self._stream()
+        for skipped in range(pos.offset):  # resumed mid-epoch
+            if next(stream, _END) is _END:
+                raise ValueError(
+                    f"checkpoint: the stream of epoch {pos.epoch} ends after {skipped} "
+                    f"samples, the checkpoint is at sample {pos.offset}"
+                )
+        rank = job.rank
+        while True:
+            started = (time.perf_counter(), time.thread_time())
+            want = job.batches
+            total = sum(want)
+            got = list(itertools.islice(stream, total))
+            sizes = (
+                list(want)
+                if len(got) == total
+                else split_remainder(want, len(got), pos.minima, pos.caps)
+            )
+            if sum(sizes) == 0:  # the stream is over (or what is left fits no rank)
+                pos.offset += len(got)
+                pos.next_epoch()
+                return
+            job.begin_step(sizes=sizes, started=started)
+            start = sum(sizes[:rank])
+            if sizes[rank]:
+                batch = self.collate_fn(got[start : start + sizes[rank]])
+            else:  # this rank sits the step out (min_local_batch): an empty batch
+                batch = _empty(self.collate_fn(got[:1]))
+            if self.pin_memory and torch.cuda.is_available():
+                batch = _pin(batch)  # pragma: no cover - no GPU here
+            if self.device is not None:
+                batch = _to(batch, self.device)
+            last = len(got) < total
+            pos.offset += len(got) - sum(sizes)  # samples no rank could take
+            yield batch
+            if last:
+                pos.next_epoch()
+            job.end_step()
+            if last:
+                return
+
+    def _make_torch_loader(self) -> torch.utils.data.DataLoader:
+        kw: dict = {}
+        if self.num_workers > 0:
+            kw.update(
+                prefetch_factor=self.prefetch_factor,
+                persistent_workers=self.persistent_workers,
+                worker_init_fn=self.worker_init_fn,
+                multiprocessing_context=self.multiprocessing_context,
+                timeout=self.loader_timeout_s,
+            )
+        return torch.utils.data.DataLoader(
+            self.dataset,
+            batch_sampler=_PlannedSteps(self.job),
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+            pin_memory=self.pin_memory,
+            **kw,
+        )
+
+    def _worker_fetch(self) -> Tuple[Callable[[], None], Callable[[torch.Tensor], Any]]:
+        """The steps' batches through a torch DataLoader (workers, prefetch, pinned
+        memory): its batch sampler hands out the index lists of the steps whose
+        decisions every rank knows (``_PlannedSteps``), ``lookahead`` steps ahead.
+        Returns ``(before, fetch)``: ``before()`` before each step begins (starts the
+        torch iterator at the coming step's position, or restarts it), ``fetch(idx)``
+        the batch of the step that just began (indices ``idx``, checked against the
+        plan)."""
+        job = self.job
+        if self._torch_loader is None:
+            self._torch_loader = self._make_torch_loader()
+        loader = self._torch_loader
+        planned = loader.batch_sampler
+        assert isinstance(planned, _PlannedSteps)
+        it: Optional[Iterator[Any]] = None
+        version = job.decisions_version
+
+        def before() -> None:
+            nonlocal it, version
+            if it is None or job.decisions_version != version:
+                # Restarted when decisions already prefetched were replaced
+                # (set_batches, set_global_batch): what the workers fetched is dropped.
+                version = job.decisions_version
+                it = iter(loader)
+
+        def fetch(idx: torch.Tensor) -> Any:
+            assert it is not None
+            try:
+                batch = next(it)
+            except StopIteration:
+                raise RuntimeError(
+                    "pacer_torch.DataLoader: the torch DataLoader ended before the epoch "
+                    "(a bug in the planned steps)"
+                ) from None
+            planned.check(idx)
+            return _to(batch, self.device) if self.device is not None else batch
+
+        return before, fetch
+
+    def _iter_map(self) -> Iterator[Any]:
         job = self.job
         restore_if_needed(job)
         sampler = job.sampler
         if sampler.remaining() == 0:
             sampler.next_epoch()
+        if self.num_workers > 0 or self.pin_memory:
+            before, fetch = self._worker_fetch()
+        else:
+            before, fetch = (lambda: None), self._fetch
         while True:
             if sum(sampler.step_batches(job.batches)) == 0:
                 # Only samples no rank can take without going below its minimum are
@@ -443,14 +674,64 @@ class DataLoader:
                 sampler.take(job.batches)
                 sampler.next_epoch()
                 return
+            before()
             idx = job.begin_step()[job.rank]
-            yield self._fetch(idx)
+            yield fetch(idx)
             last = sampler.remaining() == 0
             if last:
                 sampler.next_epoch()
             job.end_step()
             if last:
                 return
+
+
+#: The end of an iterator (``next(it, _END)``).
+_END = object()
+
+#: Samples per message from an iterable data set's loader workers.
+STREAM_CHUNK = 32
+
+
+def _uncollate(batch: Any) -> List[Any]:
+    """The samples of a batch made by ``default_collate`` (tensors split along their
+    first dimension; lists, tuples and dicts of them per sample)."""
+    if isinstance(batch, torch.Tensor):
+        return list(batch.unbind(0))
+    if isinstance(batch, dict):
+        cols = {k: _uncollate(v) for k, v in batch.items()}
+        n = len(next(iter(cols.values()))) if cols else 0
+        return [{k: c[i] for k, c in cols.items()} for i in range(n)]
+    if isinstance(batch, (list, tuple)):
+        parts = [_uncollate(v) for v in batch]
+        n = len(parts[0]) if parts else 0
+        rows = [[p[i] for p in parts] for i in range(n)]
+        return [tuple(r) for r in rows] if isinstance(batch, tuple) else rows
+    raise TypeError(
+        f"pacer_torch.DataLoader: cannot split a worker's batch of {type(batch).__name__} "
+        "into samples (an iterable data set's samples must be tensors, numbers, or "
+        "lists, tuples and dicts of them)"
+    )
+
+
+def _empty(x: Any) -> Any:
+    """A collated batch's structure with no sample (every tensor's first 0 rows)."""
+    if isinstance(x, torch.Tensor):
+        return x[:0]
+    if isinstance(x, (list, tuple)):
+        return type(x)(_empty(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _empty(v) for k, v in x.items()}
+    return x
+
+
+def _pin(x: Any) -> Any:  # pragma: no cover - no GPU here
+    if isinstance(x, torch.Tensor):
+        return x.pin_memory()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_pin(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _pin(v) for k, v in x.items()}
+    return x
 
 
 def _to(x: Any, device: torch.device) -> Any:
@@ -534,3 +815,51 @@ def request_stop() -> None:
     job = current()
     if job is not None:
         job.request_stop()
+
+
+class _PlannedSteps:
+    """The batch sampler of the torch DataLoader behind ``pacer_torch.DataLoader``
+    (``num_workers`` > 0 or ``pin_memory``): for the steps of the current epoch, this
+    rank's sample indices, computed ahead of the steps from the decisions every rank
+    already knows (``job.known_decision``) on a copy of the sampler's position. The
+    job's own sampler takes the same indices when each step begins (same position,
+    same decisions), so the checkpointed position is that of the steps run, not of the
+    steps prefetched."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        #: The index lists handed out and not yet run (checked against the job's own
+        #: sampler when each step begins).
+        self.planned: "collections.deque[List[int]]" = collections.deque()
+
+    def check(self, idx: torch.Tensor) -> None:
+        want = idx.tolist()
+        got = self.planned.popleft() if self.planned else None
+        if got != want:
+            raise RuntimeError(
+                "pacer_torch.DataLoader: the prefetched batch is not the step's (planned "
+                f"{None if got is None else len(got)} samples, the step takes {len(want)})"
+            )
+
+    def __iter__(self) -> Iterator[List[int]]:
+        job = self.job
+        self.planned.clear()
+        shadow = ElasticSampler(job.sampler.num_samples, job.sampler.seed)
+        shadow.minima, shadow.caps = job.sampler.minima, job.sampler.caps
+        shadow.load_state_dict(job.sampler.state_dict())
+        epoch = shadow.epoch
+        first = job.steps  # the absolute number of the coming step
+        k = 0
+        while shadow.epoch == epoch and shadow.remaining() > 0:
+            ahead = first + k - job.steps
+            d = job.known_decision(ahead)
+            if sum(shadow.step_batches(d.batches)) == 0:
+                return
+            idx = shadow.take(d.batches)[job.rank].tolist()
+            self.planned.append(idx)
+            yield idx
+            k += 1
+
+    def __len__(self) -> int:
+        b = self.job.global_batch
+        return -(-self.job.sampler.remaining() // b)

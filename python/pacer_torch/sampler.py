@@ -147,6 +147,11 @@ class ElasticSampler:
 
     def check_state(self, state: Dict[str, int]) -> None:
         """Raises ValueError naming ``checkpoint`` when ``state`` is for another data set."""
+        if state.get("stream"):
+            raise ValueError(
+                f"checkpoint: its sampler is an iterable data set's stream, this data set "
+                f"is map-style ({self.num_samples} samples)"
+            )
         if state.get("num_samples") != self.num_samples:
             raise ValueError(
                 f"checkpoint: its sampler covers {state.get('num_samples')} samples, "
@@ -161,3 +166,43 @@ class ElasticSampler:
         self.epoch = int(state["epoch"])
         self.offset = int(state["offset"])
         self._perm_epoch = -1
+
+
+class StreamPosition:
+    """The position in an iterable data set's stream (``torch.utils.data.IterableDataset``):
+    epoch ``e`` is one pass over the stream, the same on every rank; a step takes its
+    next ``B`` samples and rank ``r`` keeps the ``b_r`` after the first
+    ``sum(b[:r])``, so the shares are disjoint and the epoch is seen once whatever the
+    batches. Its length is learnt at its end (a step that finds fewer than ``B``
+    samples splits them with ``split_remainder``). ``(epoch, offset)`` is the whole
+    state: a resumed run skips ``offset`` samples of the epoch's stream."""
+
+    #: No length: the stream's end is found by reading it.
+    num_samples = None
+
+    def __init__(self) -> None:
+        self.minima: Optional[List[int]] = None
+        self.caps: Optional[List[Optional[int]]] = None
+        self.epoch = 0
+        self.offset = 0
+
+    def next_epoch(self) -> None:
+        self.epoch += 1
+        self.offset = 0
+
+    def state_dict(self) -> Dict[str, Optional[int]]:
+        return {"num_samples": None, "stream": 1, "epoch": self.epoch, "offset": self.offset}
+
+    def check_state(self, state: Dict[str, Optional[int]]) -> None:
+        if not state.get("stream"):
+            raise ValueError(
+                f"checkpoint: its sampler covers a map-style data set of "
+                f"{state.get('num_samples')} samples, this data set is iterable"
+            )
+        if int(state.get("offset", -1) or 0) < 0:  # type: ignore[arg-type]
+            raise ValueError(f"checkpoint: stream offset {state.get('offset')} out of range")
+
+    def load_state_dict(self, state: Dict[str, Optional[int]]) -> None:
+        self.check_state(state)
+        self.epoch = int(state["epoch"])  # type: ignore[arg-type]
+        self.offset = int(state["offset"])  # type: ignore[arg-type]

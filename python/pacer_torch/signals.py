@@ -72,14 +72,30 @@ def _mem_load() -> float:
 
 
 class LoadMonitor:
-    """``sample()`` → ``(cpu_load, mem_load)`` since the previous call."""
+    """``sample()`` → ``(cpu_load, mem_load)`` since the previous reading.
 
-    def __init__(self) -> None:
+    ``/proc`` is read at most every ``min_interval_s`` seconds (default 0.1 s); a call
+    sooner returns the last values. ``/proc/stat`` counts in clock ticks (10 ms), so a
+    window of one short step would be mostly rounding, and reading both files on every
+    step cost 0.04 ms (warm) to 0.24 ms (timed inside a training step) of CPU per step.
+    """
+
+    def __init__(self, min_interval_s: float = 0.1) -> None:
         self._tick = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
         self._last = _read_proc_stat()
         self._own = time.process_time()
+        self.min_interval_s = float(min_interval_s)
+        self._at = time.monotonic()
+        self._values: Optional[Tuple[float, float]] = None
+        #: How many times ``/proc`` was read.
+        self.reads = 0
 
     def sample(self) -> Tuple[float, float]:
+        t = time.monotonic()
+        if self._values is not None and t - self._at < self.min_interval_s:
+            return self._values
+        self._at = t
+        self.reads += 1
         now = _read_proc_stat()
         own = time.process_time()
         cpu = 0.0
@@ -90,7 +106,8 @@ class LoadMonitor:
             if total > 0:
                 cpu = min(max((busy - own_ticks) / total, 0.0), 1.0)
         self._last, self._own = now, own
-        return cpu, _mem_load()
+        self._values = (cpu, _mem_load())
+        return self._values
 
 
 class Emulation:

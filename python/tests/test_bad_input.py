@@ -43,6 +43,31 @@ def test_minimum_local_batches_the_global_batch_cannot_give():
             global_batch=16, min_local_batch=20, max_local_batch=16)
 
 
+def test_loader_worker_arguments():
+    refused(r"^num_workers: -1 \(expected an integer >= 0\)", global_batch=8, num_workers=-1)
+    refused(r"^prefetch_factor: 0 \(expected an integer >= 1\)", global_batch=8,
+            num_workers=1, prefetch_factor=0)
+    refused(r"^prefetch_factor: needs num_workers > 0", global_batch=8, prefetch_factor=2)
+    refused(r"^loader_timeout_s: -1", global_batch=8, loader_timeout_s=-1)
+
+    class NoLength(torch.utils.data.Dataset):
+        def __getitem__(self, i):
+            return i
+
+    with pytest.raises(ValueError, match=r"^dataset: has no length \(expected a map-style"):
+        pacer.DataLoader(NoLength(), global_batch=8)
+
+
+def test_an_iterable_data_set_has_no_length():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    loader = pacer.DataLoader(Stream(), global_batch=4)
+    with pytest.raises(TypeError, match="an iterable data set has no length"):
+        len(loader)
+
+
 def test_a_batchnorm_model_derives_a_minimum_of_two():
     bn = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
     pacer.DataParallel(bn)

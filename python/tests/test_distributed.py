@@ -27,7 +27,7 @@ def make_data(n, dtype=torch.float32):
     return torch.utils.data.TensorDataset(x, y, idx)
 
 
-def _exactness(rank, world, out, engine):
+def _exactness(rank, world, out, engine, micro):
     import pacer_torch as pacer
 
     data = make_data(512)
@@ -39,8 +39,16 @@ def _exactness(rank, world, out, engine):
     loader.set_batches(BATCHES)
     for x, y, idx in loader:
         assert len(x) == BATCHES[rank]
-        loss = torch.nn.functional.cross_entropy(net(x), y)
-        loss.backward()
+        # ``micro`` micro-batches: all but the last accumulate under no_sync, each
+        # mean loss weighted by its share of the local batch.
+        parts = list(zip(x.tensor_split(micro), y.tensor_split(micro)))
+        for i, (xm, ym) in enumerate(parts):
+            loss = torch.nn.functional.cross_entropy(net(xm), ym) * (len(xm) / len(x))
+            if i < len(parts) - 1:
+                with net.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
         grads = [p.grad.clone() for p in model.parameters()]
         job = pacer.current()
         torch.save({"grads": grads, "idx": idx, "gns_steps": job.gns.steps,
@@ -49,9 +57,9 @@ def _exactness(rank, world, out, engine):
         break
 
 
-@pytest.mark.parametrize("engine", ["flat", "ddp"])
-def test_weighted_gradient_equals_the_single_process_gradient(tmp_path, engine):
-    _dist.run(_exactness, 4, str(tmp_path), engine)
+@pytest.mark.parametrize("engine,micro", [("flat", 1), ("flat", 3), ("ddp", 3)])
+def test_weighted_gradient_equals_the_single_process_gradient(tmp_path, engine, micro):
+    _dist.run(_exactness, 4, str(tmp_path), engine, micro)
     data = make_data(512)
     ref_model = make_model()
     x, y, _ = data.tensors

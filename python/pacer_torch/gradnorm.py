@@ -1,0 +1,56 @@
+"""The inputs of the gradient noise scale: ``|g|^2`` of a flat gradient, preconditioned
+for Adam/AdamW and unscaled for AMP's ``GradScaler`` (as AdaptDL's
+``GradientNoiseScale``/``AdamGradientNoiseScale``), for both engines."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import torch
+
+
+#: Optimizers whose second-moment estimate preconditions the noise scale's norms.
+ADAM_LIKE = (torch.optim.Adam, torch.optim.AdamW)
+
+#: Steps of Adam before its second-moment estimate is used (AdaptDL's choice).
+ADAM_WARMUP_STEPS = 5
+
+
+def preconditioner(
+    optimizer: Optional[torch.optim.Optimizer], params: Sequence[torch.Tensor]
+) -> Optional[torch.Tensor]:
+    """Adam/AdamW's preconditioner over ``params`` (flattened in their order), as
+    AdaptDL's ``AdamGradientNoiseScale``: ``sqrt(v / (1 - beta2^t)) + eps`` per
+    element, 1 for a parameter whose optimizer has taken fewer than 5 steps; None for
+    another optimizer (no preconditioning). The noise scale then measures the
+    gradients ``g / pinv`` that the optimizer's update follows."""
+    if not isinstance(optimizer, ADAM_LIKE):
+        return None
+    groups = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    parts = []
+    for p in params:
+        st = optimizer.state.get(p, {})
+        step = float(st.get("step", 0))
+        g = groups.get(id(p))
+        if g is None or step < ADAM_WARMUP_STEPS or "exp_avg_sq" not in st:
+            parts.append(torch.ones(p.numel(), dtype=torch.float32, device=p.device))
+            continue
+        beta2, eps = g["betas"][1], g["eps"]
+        v = st["exp_avg_sq"].detach().reshape(-1).float()
+        parts.append(v.sqrt().div_(math.sqrt(1.0 - beta2**step)).add_(eps))
+    return torch.cat(parts)
+
+
+def grad_norm_sqr(
+    flat: torch.Tensor, pinv: Optional[torch.Tensor], grad_scaler: Optional[Any]
+) -> float:
+    """``|g / pinv|^2`` of a flat gradient (in float64), divided by the square of an
+    AMP ``GradScaler``'s current scale (the gradients are the scaled ones until
+    ``scaler.unscale_``/``step``). Not finite on an overflow step (the noise scale
+    skips it, as the scaler skips the step)."""
+    g = flat if pinv is None else flat / pinv.to(flat.dtype)
+    sqr = float(torch.linalg.vector_norm(g, dtype=torch.float64) ** 2)
+    if grad_scaler is not None and grad_scaler.is_enabled():
+        sqr /= float(grad_scaler.get_scale()) ** 2
+    return sqr

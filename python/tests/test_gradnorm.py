@@ -1,0 +1,90 @@
+"""The noise scale's inputs under Adam (AdaptDL's preconditioner: the bias-corrected
+second moment) and under AMP's GradScaler (the loss scale divided out), for both
+engines: each step's ``|g_i|^2`` and ``|g|^2`` equal the ones computed here from the
+gradients and the optimizer's state, and differ from the raw norms (so a missing
+preconditioner or unscaling fails)."""
+
+import math
+
+import torch
+
+import _dist
+
+
+def _expected_pinv(opt, params):
+    out = []
+    for p in params:
+        st = opt.state.get(p, {})
+        step = float(st.get("step", 0))
+        if step < 5:
+            out.append(torch.ones(p.numel()))
+        else:
+            g = opt.param_groups[0]
+            v = st["exp_avg_sq"].reshape(-1)
+            out.append(v.sqrt() / math.sqrt(1 - g["betas"][1] ** step) + g["eps"])
+    return torch.cat(out)
+
+
+def _check(rank, world, engine, mode):
+    import pacer_torch as pacer
+    from pacer_torch.job import SQR
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(256, 6, generator=g), torch.randint(0, 3, (256,), generator=g)
+    data = torch.utils.data.TensorDataset(x, y)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    params = list(model.parameters())
+    if mode == "adam":
+        opt, scaler = torch.optim.AdamW(params, lr=1e-2), None
+    else:
+        opt = torch.optim.SGD(params, lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    net = pacer.DataParallel(model, opt, engine=engine, grad_scaler=scaler)
+    loader = pacer.DataLoader(data, global_batch=16, controller="uniform", seed=2)
+    job = pacer.current()
+    got = []
+    gathered = job.gathered
+    def spy(rows, agg, dec):
+        got.append((rows[0][SQR], agg))
+        gathered(rows, agg, dec)
+
+    job.gathered = spy
+    checked = 0
+    for step, (x, y) in enumerate(loader):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        (scaler.scale(loss) if scaler else loss).backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in params]).double()
+        if mode == "adam":
+            pinv = _expected_pinv(opt, params).double()
+            want, raw = float(((flat / pinv) ** 2).sum()), float((flat ** 2).sum())
+        else:
+            s = scaler.get_scale()
+            want, raw = float((flat ** 2).sum()) / s**2, float((flat ** 2).sum())
+        local, agg = got[-1]
+        ok = abs(local - want) <= 1e-5 * want and abs(agg - want) <= 1e-5 * want
+        assert ok, (step, local, agg, want)
+        if mode == "gradscaler" or step >= 6:
+            assert abs(raw - want) > 0.1 * want, (step, raw, want)
+            checked += 1
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        if step == 9:
+            break
+    assert checked >= 4
+
+
+def _all(rank, world):
+    for engine in ("flat", "ddp"):
+        for mode in ("adam", "gradscaler"):
+            _check(rank, world, engine, mode)
+
+
+def test_noise_scale_inputs_under_adam_and_a_grad_scaler():
+    # One rank in a gloo group (the ddp engine needs one): the reduced gradient is the
+    # local one, so |g_i|^2 and |g|^2 both equal the preconditioned, unscaled norm.
+    _dist.run(_all, 1, timeout_s=60)
