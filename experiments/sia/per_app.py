@@ -2,6 +2,12 @@
 """Per-application comparison of Sia's simulator and pacer on one workload.
 
   python experiments/sia/per_app.py SIA_LOG [PACER_JOBS_CSV ...]
+  python experiments/sia/per_app.py --anchor TRACE WORKLOAD SIA_LOG TIME_FILE
+
+The second form prints one row of experiments/sia/MIXES.md's anchor table (the
+columns of ANCHORS.md): jobs done, avg and p99 JCT (linear-interpolated 99th
+percentile), makespan (last completion − first arrival), rounds, wall and CPU
+seconds (TIME_FILE: `/usr/bin/time -f "%U %S %e"` of the run).
 
 SIA_LOG: the `--output` file of Sia's `multi_simulator.py` (one JSON record per round,
 each with every submitted job's epoch, restarts, placement, batch size and
@@ -76,7 +82,36 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def percentile(xs, q):
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def anchor(trace, workload, log, time_file):
+    recs = 0
+    last = None
+    with open(log) as f:
+        for line in f:
+            recs += 1
+            last = json.loads(line)
+    jobs = last["submitted_jobs"]
+    done = [j for j in jobs if j["completion_time"] is not None]
+    jct = [(j["completion_time"] - j["submission_time"]) / 3600 for j in done]
+    mk = (max(j["completion_time"] for j in done) - min(j["submission_time"] for j in jobs)) / 3600
+    try:
+        user, system, wall = map(float, open(time_file).read().split()[-3:])
+    except (OSError, ValueError):
+        sys.exit(f"{time_file}: expected `/usr/bin/time -f \"%U %S %e\"` output (user system wall)")
+    print(f"| sia | {trace} | {workload} | {len(done)}/{len(jobs)} | {mean(jct):.3f} | "
+          f"{percentile(jct, 99):.2f} | {mk:.2f} | {recs} | — | {wall:.0f} | {user + system:.0f} |")
+
+
 def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "--anchor":
+        return anchor(*sys.argv[2:])
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     sia, held, local = sia_rows(sys.argv[1])
