@@ -248,9 +248,12 @@ mod tests {
         let own = fit_of(&run);
         assert_eq!(models[1], Some(own));
         assert_ne!(models[1], app.typed()[1].perf, "not the table's fit");
-        // Type 0 is projected from type 1 by the one-device throughput ratio.
+        // Type 0 is projected from type 1 by the one-device throughput ratio, with
+        // type 1's batch limits (Sia evaluates the source type's speedup function).
         let k = app.typed()[1].min_gpu_xput / app.typed()[0].min_gpu_xput;
         assert_eq!(models[0], Some(scale_perf(&own, k)));
+        assert_eq!((p.limits_type(0), p.limits_type(1)), (1, 1));
+        assert_eq!(OnlineProfiles::default().limits_type(0), 0);
         // The recorded points are exactly the ones run at.
         let mut seen: Vec<_> = p.points(1).collect();
         seen.sort();
