@@ -36,7 +36,7 @@ pub struct TuneArgs {
     /// WEIGHTS `none`, `young` (τ/(τ+a)) or `old` ((τ+a)/τ), τ in GPU-seconds,
     /// P the generalised mean's exponent, HOLD 1 to keep restarting jobs in place;
     /// optional fifth field: `sia1` offers new jobs every type at S = 1 as Sia
-    /// does (otherwise at their one-device goodput per type), `capped` keeps
+    /// does (otherwise at their one-device goodput per type), `liftN` lifts the exploration cap only from a cap of N (4: after two device counts), `capped` keeps
     /// Sia's exploration cap on replicas (otherwise up to the batch limit).
     #[arg(
         long,
@@ -242,7 +242,7 @@ fn parse_workloads(data: &Path, spec: &str) -> Result<Vec<(String, u32, PathBuf)
 }
 
 /// `WEIGHTS:TAU:P:HOLD` of `--variants`.
-fn parse_variant(v: &str) -> Result<(Weights, f64, bool, bool, bool)> {
+fn parse_variant(v: &str) -> Result<(Weights, f64, bool, bool, bool, u32)> {
     let bad = || {
         anyhow::anyhow!(
             "--variants: `{v}`: expected WEIGHTS:TAU:P:HOLD (none|young|old, GPU-seconds ≥ 0, \
@@ -252,7 +252,11 @@ fn parse_variant(v: &str) -> Result<(Weights, f64, bool, bool, bool)> {
     let f: Vec<&str> = v.split(':').collect();
     let sia1 = f.get(4) == Some(&"sia1");
     let capped = f.get(4) == Some(&"capped");
-    if f.len() == 5 && !sia1 && !capped {
+    let lift = f
+        .get(4)
+        .and_then(|x| x.strip_prefix("lift"))
+        .and_then(|n| n.parse::<u32>().ok());
+    if f.len() == 5 && !sia1 && !capped && lift.is_none() {
         return Err(bad());
     }
     if !(4..=5).contains(&f.len()) {
@@ -274,7 +278,7 @@ fn parse_variant(v: &str) -> Result<(Weights, f64, bool, bool, bool)> {
         "1" => true,
         _ => return Err(bad()),
     };
-    Ok((w, p, hold, sia1, capped))
+    Ok((w, p, hold, sia1, capped, lift.unwrap_or(2)))
 }
 
 pub fn run(a: TuneArgs) -> Result<()> {
@@ -306,13 +310,14 @@ pub fn run(a: TuneArgs) -> Result<()> {
         .map(str::trim)
         .filter(|v| !v.is_empty())
     {
-        let (w, p, hold, sia1, capped) = parse_variant(v)?;
+        let (w, p, hold, sia1, capped, lift) = parse_variant(v)?;
         runs.push((
             format!("sia-pacer {v}"),
             Box::new(move || {
                 let mut s = SiaPacer::new(w, p, hold);
                 s.sia.fresh_by_speed = !sia1;
                 s.sia.explore_cap = capped;
+                s.sia.explore_from = lift;
                 Ok(Box::new(s) as Box<dyn Policy>)
             }),
         ));

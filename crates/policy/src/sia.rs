@@ -108,6 +108,10 @@ pub struct Sia {
     /// to its batch limit (`max_batch / min_atomic`, at most 64) on a type it has a
     /// goodput model for; a cap of 1 stays.
     pub explore_cap: bool,
+    /// Without the exploration cap: the smallest cap (`JobView::max_replicas`, twice
+    /// the most replicas the job has run) from which the job may use its batch limit
+    /// (2: once it has run at all; 4: once it has run on at least two devices).
+    pub explore_from: u32,
     /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
     /// solution so far (deterministic, unlike a wall-clock limit).
     pub node_limit: u64,
@@ -137,6 +141,7 @@ impl Sia {
             solver,
             fresh_by_speed: false,
             explore_cap: true,
+            explore_from: 2,
             node_limit: DEFAULT_NODE_LIMIT,
             exact_rounds: 0,
             exact_at_limit: 0,
@@ -240,7 +245,7 @@ impl Sia {
     /// cap its batch limit (see [`Sia::explore_cap`]).
     fn replica_cap(&self, job: &JobView) -> u32 {
         let cap = job.max_replicas.max(1);
-        if self.explore_cap || cap < 2 {
+        if self.explore_cap || cap < self.explore_from.max(2) {
             return cap;
         }
         match job.goodput_by_type.iter().flatten().next() {

@@ -249,6 +249,14 @@ pub struct TypedTables {
     levels: Vec<Level>,
     /// Largest local batch measured on this type.
     pub max_local_bsz: f64,
+    /// Smallest local batch measured on this type.
+    pub min_local_bsz: f64,
+    /// Largest local batch measured per exact placement (canonical rotation), and
+    /// per (nodes, replicas) of the scalability table: Sia's per-placement memory
+    /// limit ([`AppModel::max_local_bsz_at`]).
+    placement_max: std::collections::HashMap<Vec<u32>, f64>,
+    replicas_max: std::collections::HashMap<u32, f64>,
+    scalability_max: Vec<(u32, u32, f64)>,
     /// The Pollux step-time model fitted to every measured row of this type, the
     /// per-type performance model policies see (`JobView::goodput_by_type`).
     pub perf: Option<pacer_predict::goodput::PerfParams>,
@@ -345,7 +353,26 @@ impl AppModel {
             let (bsz, step) = one.iter().fold((0.0f64, 0.0f64), |(b, s), r| {
                 (b.max(r.local_bsz), s.max(r.step_time_s))
             });
+            let mut placement_max: std::collections::HashMap<Vec<u32>, f64> = Default::default();
+            let mut replicas_max: std::collections::HashMap<u32, f64> = Default::default();
+            for r in &t.placements {
+                let e = placement_max
+                    .entry(canonical_placement(&r.placement))
+                    .or_insert(0.0);
+                *e = e.max(r.local_bsz);
+                let e = replicas_max.entry(r.num_replicas()).or_insert(0.0);
+                *e = e.max(r.local_bsz);
+            }
+            let scalability_max = t
+                .scalability
+                .iter()
+                .map(|r| (r.num_nodes, r.num_replicas, r.local_bsz))
+                .collect();
             m.typed.push(TypedTables {
+                min_local_bsz: lo,
+                placement_max,
+                replicas_max,
+                scalability_max,
                 perf: fit_table(&t.placements),
                 min_gpu_xput: if step > 0.0 { bsz / step } else { 0.0 },
                 bootstrap: fit_table(&one),
@@ -394,6 +421,47 @@ impl AppModel {
             .map_or(self.max_local_bsz, |k| {
                 self.typed[k].max_local_bsz.min(cap).max(self.min_local_bsz)
             })
+    }
+
+    /// Local batch range `(min, max)` an adaptive job chooses from on device type
+    /// `ty`, as Sia's simulator has it (each type's `Application` takes its own
+    /// table's smallest and largest local batch): the type's measured range for a
+    /// per-type application, else the application's limits.
+    pub fn local_bsz_range_on(&self, ty: Option<&str>) -> (f64, f64) {
+        match ty.and_then(|t| self.type_index(t)) {
+            Some(k) => (self.typed[k].min_local_bsz, self.typed[k].max_local_bsz),
+            None => (self.min_local_bsz, self.max_local_bsz),
+        }
+    }
+
+    /// Largest local batch of one replica on `placement` of device type `ty`, Sia's
+    /// per-placement memory limit (`Application.get_max_local_bsz`): the largest
+    /// measured for that exact placement (up to rotation), else the largest among the
+    /// scalability rows with at least its nodes and replicas; the type's largest when
+    /// neither has one (and the application's limit for a type without tables).
+    pub fn max_local_bsz_at(&self, ty: Option<&str>, placement: &[u32]) -> f64 {
+        let Some(t) = ty.and_then(|t| self.type_index(t)).map(|k| &self.typed[k]) else {
+            return self.max_local_bsz;
+        };
+        if let Some(&b) = t.placement_max.get(&canonical_placement(placement)) {
+            return b;
+        }
+        let nodes = placement.iter().filter(|&&x| x > 0).count() as u32;
+        let replicas: u32 = placement.iter().sum();
+        t.scalability_max
+            .iter()
+            .filter(|r| r.0 >= nodes && r.1 >= replicas)
+            .map(|r| r.2)
+            .fold(None, |m: Option<f64>, b| Some(m.map_or(b, |m| m.max(b))))
+            .unwrap_or(t.max_local_bsz)
+    }
+
+    /// Largest local batch measured on type `ty` for any placement of `replicas`
+    /// devices (Sia's atomic-batch correction after a batch choice); `None` when
+    /// no placement of that size was measured.
+    pub fn max_local_bsz_for_replicas(&self, ty: Option<&str>, replicas: u32) -> Option<f64> {
+        let k = ty.and_then(|t| self.type_index(t))?;
+        self.typed[k].replicas_max.get(&replicas).copied()
     }
 
     /// `(step_time_s, sync_time_s)` on device type `ty`: its own tables when the
@@ -585,6 +653,45 @@ mod tests {
         assert!((c.step_time_on("fast", &[1], 8.0).0 - 0.18).abs() < 1e-12);
         assert_eq!(c.restart_s, Some(50.0));
         assert!(r.typed().iter().all(|t| t.perf.is_some()));
+    }
+
+    /// Sia's per-type batch limits: each type's own measured local batch range, and
+    /// per placement the largest measured there (else the scalability rows that
+    /// cover it), not one range common to every type.
+    #[test]
+    fn sia_batch_limits_are_per_type_and_placement() {
+        let big = "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n1,48,0.3,0.01\n\
+                   2,8,0.12,0.03\n2,24,0.2,0.03\n";
+        let big_sc = "num_nodes,num_replicas,local_bsz,step_time,sync_time\n\
+                      2,8,8,0.3,0.1\n2,8,32,0.5,0.1\n";
+        let root = sia_dir(
+            "limits",
+            &[
+                ("bert/placements-small.csv", PL),
+                ("bert/scalability-small.csv", SC),
+                ("bert/placements-big.csv", big),
+                ("bert/scalability-big.csv", big_sc),
+                ("bert/validation-16.csv", VAL),
+            ],
+        );
+        let apps = load_sia_dir(&root, true).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        let m = &apps[0];
+        // The common range (used by fixed-batch jobs' defaults) is the narrowest.
+        assert_eq!((m.min_local_bsz, m.max_local_bsz), (8.0, 16.0));
+        assert_eq!(m.local_bsz_range_on(Some("big")), (8.0, 48.0));
+        assert_eq!(m.local_bsz_range_on(Some("small")), (8.0, 16.0));
+        assert_eq!(m.local_bsz_range_on(None), (8.0, 16.0));
+        // Exact placements: their own largest measured batch.
+        assert_eq!(m.max_local_bsz_at(Some("big"), &[1]), 48.0);
+        assert_eq!(m.max_local_bsz_at(Some("big"), &[2]), 24.0);
+        // Not measured exactly: the scalability rows with at least its nodes and
+        // replicas; none: the type's largest.
+        assert_eq!(m.max_local_bsz_at(Some("big"), &[2, 2]), 32.0);
+        assert_eq!(m.max_local_bsz_at(Some("big"), &[8, 8, 8]), 48.0);
+        assert_eq!(m.max_local_bsz_for_replicas(Some("big"), 2), Some(24.0));
+        assert_eq!(m.max_local_bsz_for_replicas(Some("big"), 3), None);
+        assert_eq!(m.max_local_bsz_at(None, &[1]), 16.0);
     }
 
     #[test]

@@ -316,12 +316,16 @@ fn split_fixed_on(app: &AppModel, ty: Option<&str>, batch: u32, replicas: u32) -
     (atomic, accum)
 }
 
-fn limits(app: &AppModel) -> BatchLimits {
+/// An adaptive job's batch limits on device type `ty` (`None`: the application's
+/// own): a per-type application's local batch range there
+/// ([`AppModel::local_bsz_range_on`]), as each of Sia's per-type `Application`s has.
+fn limits_on(app: &AppModel, ty: Option<&str>) -> BatchLimits {
+    let (min_atomic, max_atomic) = app.local_bsz_range_on(ty);
     BatchLimits {
         base_batch: app.init_batch,
         max_batch: app.max_batch,
-        min_atomic: app.min_local_bsz,
-        max_atomic: app.max_local_bsz,
+        min_atomic,
+        max_atomic,
         accumulation: true,
     }
 }

@@ -116,6 +116,22 @@ impl OnlineProfiles {
     }
 }
 
+impl OnlineProfiles {
+    /// The application type whose batch limits go with [`OnlineProfiles::models`]'s
+    /// model for type `t`: `t` itself where the job has a fit there or has run
+    /// nowhere; else the type the model is projected from (Sia evaluates the
+    /// projection with the source type's speedup function, its batch range
+    /// included, `sia.py` `_compute_goodputs`).
+    pub(super) fn limits_type(&self, t: usize) -> usize {
+        if let Some(Some(_)) = self.fits.get(t) {
+            return t;
+        }
+        (0..self.fits.len())
+            .find(|&s| matches!(self.fits.get(s), Some(Some(_))))
+            .unwrap_or(t)
+    }
+}
+
 /// `p` with every step and sync time multiplied by `k` (throughput divided by
 /// `k` at every configuration and batch: the model's times are homogeneous of
 /// degree one in its α and β parameters).
@@ -165,10 +181,12 @@ impl Simulation<'_> {
             .device_types
             .iter()
             .map(|name| {
+                let t = app.type_index(name)?;
+                let source = &app.typed()[st.online.limits_type(t)].device_type;
                 Some(GoodputFn {
-                    perf: models[app.type_index(name)?]?,
+                    perf: models[t]?,
                     grad,
-                    limits: limits(app),
+                    limits: limits_on(app, Some(source)),
                 })
             })
             .collect()
@@ -230,9 +248,12 @@ mod tests {
         let own = fit_of(&run);
         assert_eq!(models[1], Some(own));
         assert_ne!(models[1], app.typed()[1].perf, "not the table's fit");
-        // Type 0 is projected from type 1 by the one-device throughput ratio.
+        // Type 0 is projected from type 1 by the one-device throughput ratio, with
+        // type 1's batch limits (Sia evaluates the source type's speedup function).
         let k = app.typed()[1].min_gpu_xput / app.typed()[0].min_gpu_xput;
         assert_eq!(models[0], Some(scale_perf(&own, k)));
+        assert_eq!((p.limits_type(0), p.limits_type(1)), (1, 1));
+        assert_eq!(OnlineProfiles::default().limits_type(0), 0);
         // The recorded points are exactly the ones run at.
         let mut seen: Vec<_> = p.points(1).collect();
         seen.sort();

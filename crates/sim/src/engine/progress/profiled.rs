@@ -6,7 +6,7 @@
 use super::{AdaptiveView, DedicatedMemo, JobProgress, JobState, Round, SimJob, Simulation};
 use crate::apps::AppModel;
 use crate::engine::{
-    limits, pollux_fixed, split_fixed, split_fixed_on, BatchMode, ProfileMode, SURPRISE,
+    limits_on, pollux_fixed, split_fixed, split_fixed_on, BatchMode, ProfileMode, SURPRISE,
 };
 use pacer_model::Allocation;
 use pacer_model::DeviceTypeId;
@@ -165,13 +165,16 @@ impl Simulation<'_> {
             return Some(GoodputFn {
                 perf: app.typed()[app.type_index(ty)?].perf?,
                 grad: st.grad?,
-                limits: limits(app),
+                limits: limits_on(app, Some(ty)),
             });
         }
+        let ty = self
+            .alloc_type(&st.alloc)
+            .filter(|_| !app.typed().is_empty());
         Some(GoodputFn {
             perf: st.perf?,
             grad: st.grad?,
-            limits: limits(app),
+            limits: limits_on(app, ty),
         })
     }
 
@@ -204,7 +207,7 @@ impl Simulation<'_> {
                 Some(GoodputFn {
                     perf: t.perf?,
                     grad,
-                    limits: limits(app),
+                    limits: limits_on(app, Some(name)),
                 })
             })
             .collect()
@@ -220,9 +223,10 @@ impl Simulation<'_> {
             .alloc_type(&st.alloc)
             .filter(|_| !app.typed().is_empty());
         // (A fixed batch never reads the goodput model: its fields are cold.)
-        let (atomic, accum) = match mode.fixed {
-            Some(b) => split_fixed_on(app, ty, b, replicas),
-            None => match self.goodput_fn(app, st) {
+        let (atomic, accum) = match (mode.fixed, ty) {
+            (Some(b), _) => split_fixed_on(app, ty, b, replicas),
+            (None, Some(ty)) => self.typed_adaptive_batch(app, ty, st),
+            (None, None) => match self.goodput_fn(app, st) {
                 Some(g) => match g.optimize(nodes, replicas) {
                     Some(c) => (c.atomic_bsz, c.accum_steps),
                     None => split_fixed(
@@ -241,6 +245,43 @@ impl Simulation<'_> {
         let count = replicas * (accum + 1);
         st.atomic_bsz = atomic.min((app.max_batch / count as f64) as u32).max(1);
         st.accum_steps = accum;
+    }
+
+    /// An adaptive job's (atomic batch, accumulation steps) on device type `ty` of a
+    /// per-type application, as Sia's simulator chooses them (`update_local_bsz`):
+    /// the goodput-optimal batch with the local batch at most the largest measured
+    /// for the placement ([`AppModel::max_local_bsz_at`]); before the job has a
+    /// model, the base batch (at least the smallest local batch per replica) split
+    /// into that limit; then the atomic batch capped by the largest measured for
+    /// the replica count ([`AppModel::max_local_bsz_for_replicas`]).
+    fn typed_adaptive_batch(&self, app: &AppModel, ty: &str, st: &JobState) -> (u32, u32) {
+        let placement = st.alloc.placement();
+        let (nodes, replicas) = (placement.len() as u32, st.alloc.replicas());
+        let max_local = app
+            .max_local_bsz_at(Some(ty), &placement)
+            .max(app.local_bsz_range_on(Some(ty)).0);
+        let chosen = self.goodput_fn(app, st).and_then(|mut g| {
+            g.limits.max_atomic = max_local;
+            g.optimize(nodes, replicas)
+                .map(|c| (c.atomic_bsz, c.accum_steps))
+        });
+        let (mut atomic, accum) = chosen.unwrap_or_else(|| {
+            let eps = 1e-8;
+            let b = app.init_batch.max(app.min_local_bsz * replicas as f64);
+            let local = (b / replicas as f64 - eps).ceil();
+            let mut accum = ((local / max_local - eps).ceil() - 1.0).max(0.0) as u32;
+            if replicas == 1 && b > app.init_batch {
+                accum = accum.max(1);
+            }
+            (
+                (local / (accum + 1) as f64 - eps).ceil().max(1.0) as u32,
+                accum,
+            )
+        });
+        if let Some(m) = app.max_local_bsz_for_replicas(Some(ty), replicas) {
+            atomic = atomic.min(m as u32);
+        }
+        (atomic, accum)
     }
 
     /// Advances a profiled job by `dt` seconds starting at `now`.
