@@ -370,7 +370,7 @@ fn worker_i_is_local_i_and_the_network_time_is_not_negative() {
 /// Issue 23: SIGTERM during a `--time-scale 1e6` run (a millisecond of compute is
 /// padded to 17 minutes) ends `pacer train` promptly — the checkpoint written, the
 /// report printed, status 143 — instead of waiting out the workers' padding (under
-/// a service it was then SIGKILLed).
+/// a service it was then SIGKILLed). A repeated SIGTERM changes nothing.
 #[test]
 fn sigterm_under_a_huge_time_scale_exits_promptly_with_the_checkpoint() {
     let dir = tmp_dir("sigterm-time-scale");
@@ -395,12 +395,16 @@ fn sigterm_under_a_huge_time_scale_exits_promptly_with_the_checkpoint() {
     // Long enough for the tiny set to load and the workers to join and start their
     // first (padded) step.
     std::thread::sleep(Duration::from_secs(3));
-    let st = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
     let t = Instant::now();
+    // Twice, as Slurm does (the batch step and the job step, or `srun` terminating the
+    // other tasks): the repeat must not kill it before its checkpoint is written and said.
+    for _ in 0..2 {
+        let st = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
     let out = wait_bounded(child, Duration::from_secs(20), "pacer train after SIGTERM");
     let took = t.elapsed();
     eprintln!("pacer train exited {took:?} after SIGTERM");

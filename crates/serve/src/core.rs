@@ -417,6 +417,14 @@ impl Core {
         };
         let id = j.id.clone();
         let next = match (j.state, j.stop.as_ref().map(|s| s.then)) {
+            // It finished as the stop reached it: exit 0 after its own last report said
+            // done. Requeued, it would run again from its last checkpoint (seen: a
+            // `pacer train` of 3,000 steps finished during a resize and ran them again).
+            (JobState::Stopping, Some(AfterStop::Requeue))
+                if status == RunStatus::Exited(0) && j.progress.done =>
+            {
+                JobState::Succeeded
+            }
             (JobState::Stopping, Some(AfterStop::Requeue)) => {
                 j.restarts += 1;
                 JobState::Queued

@@ -245,3 +245,45 @@ fn a_resize_stops_the_run_with_sigterm_and_relaunches_it_smaller() {
     assert_eq!(c.jobs[&a].state, JobState::Running);
     assert_eq!(c.jobs[&a].restarts, 1);
 }
+
+#[test]
+fn a_run_that_finishes_as_its_resize_arrives_is_done_not_requeued() {
+    for reported_done in [true, false] {
+        let mut c = core(&format!("finish-{reported_done}"), "1x4:t4", "fair");
+        let fake = Fake::default();
+        let a = submit(
+            &mut c,
+            "name = \"a\"\ncommand = [\"true\"]\nreplicas = 4\nmin_replicas = 1\nadaptive = true\n",
+        );
+        round(&mut c, &fake);
+        let first = fake.launches()[0].run_id.clone();
+        submit(&mut c, "name = \"b\"\ncommand = [\"true\"]\nreplicas = 2\n");
+        round(&mut c, &fake);
+        assert_eq!(c.jobs[&a].state, JobState::Stopping);
+        // Its last report says it is done, and it exits 0: it finished meanwhile.
+        let report = crate::spec::Report {
+            step: 100,
+            samples: 6400,
+            time_s: 10.0,
+            replicas: 4,
+            device_type: "t4".into(),
+            global_batch: 64,
+            local_batches: vec![16; 4],
+            throughput: 640.0,
+            step_time_s: 0.1,
+            noise_scale: None,
+            loss: None,
+            done: reported_done,
+        };
+        c.report(&a, report).unwrap();
+        fake.exit(&first, RunStatus::Exited(0));
+        round(&mut c, &fake);
+        let want = if reported_done {
+            JobState::Succeeded
+        } else {
+            // No word that it finished: a job that exits 0 on SIGTERM is requeued.
+            JobState::Running
+        };
+        assert_eq!(c.jobs[&a].state, want, "reported done: {reported_done}");
+    }
+}
