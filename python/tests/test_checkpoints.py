@@ -51,6 +51,12 @@ def _train(rank, world, out, name, stop_after, kw):
     job = pacer.current()
     log, checkpoints = [], []
     for x, y in loader if job.steps < stop_after else []:
+        # A step ends (its report, its due checkpoint) when the loader is asked for the
+        # next batch: stop here, after asking, so that step `stop_after` has ended. (A
+        # loop that breaks right after its last step leaves that step's checkpoint
+        # unwritten: the test failed whenever a timed checkpoint fell due on it.)
+        if job.steps == stop_after:
+            break
         loss = torch.nn.functional.cross_entropy(net(x), y)
         opt.zero_grad()
         loss.backward()
@@ -66,8 +72,6 @@ def _train(rank, world, out, name, stop_after, kw):
                            os.path.join(out, f"{name}-due-{job.steps}.pt"))
         if kw.get("checkpoint_every_s") and rank == 0:
             time.sleep(0.03)  # rank 0's clock decides for every rank
-        if job.steps == stop_after:
-            break
     import torch.distributed as dist
 
     views = [None] * world
