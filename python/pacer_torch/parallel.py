@@ -514,6 +514,8 @@ class DataLoader:
     def _fetch(self, idx: torch.Tensor) -> Any:
         if isinstance(self.dataset, TensorDataset):
             out = tuple(t[idx] for t in self.dataset.tensors)
+        elif len(idx) == 0:  # this rank sits the step out: the batch's structure, empty
+            out = _empty(self.collate_fn([self.dataset[0]]))
         else:
             out = self.collate_fn([self.dataset[i] for i in idx.tolist()])
         if self.device is not None:
@@ -653,6 +655,8 @@ class DataLoader:
                     "(a bug in the planned steps)"
                 ) from None
             planned.check(idx)
+            if len(idx) == 0:  # the workers fetched a stand-in sample (_PlannedSteps)
+                batch = _empty(batch)
             return _to(batch, self.device) if self.device is not None else batch
 
         return before, fetch
@@ -857,7 +861,11 @@ class _PlannedSteps:
                 return
             idx = shadow.take(d.batches)[job.rank].tolist()
             self.planned.append(idx)
-            yield idx
+            # A rank with no sample in a step (the epoch's remainder, or min_local_batch)
+            # still gets one batch from the workers, so that the batches stay in step
+            # order; torch cannot collate no sample, so the workers fetch sample 0 as a
+            # stand-in and ``fetch`` empties it.
+            yield idx if idx else [0]
             k += 1
 
     def __len__(self) -> int:

@@ -166,3 +166,42 @@ def test_iterable_stream_with_workers_sees_every_sample_once_and_resumes(tmp_pat
     for e in range(EPOCHS):
         got = sorted(i for v in first + resumed for ep, idx in v[0] if ep == e for i in idx)
         assert got == list(range(M)), f"epoch {e}: not every sample exactly once"
+
+
+def _tail(rank, world, out, num_workers):
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+
+    net, opt = make_net()
+    n = 48 * 3 + 2  # the epoch's last step holds 2 samples: two ranks get none
+    loader = pacer.DataLoader(
+        Indexed(n), global_batch=48, controller="uniform", seed=5,
+        num_workers=num_workers, prefetch_factor=2 if num_workers else None,
+        loader_timeout_s=60 if num_workers else 0, multiprocessing_context=FORK,
+    )
+    seen, shapes = [], []
+    for epoch in pacer.remaining_epochs(2):
+        for x, y, idx, wid in loader:
+            assert len(x) == len(y) == len(idx) == pacer.current().step_ctx.sizes[rank]
+            shapes.append(tuple(x.shape))
+            train_step(net, opt, x, y)  # every rank joins the step's all-reduce
+            seen.append((epoch, idx.tolist()))
+    assert all(torch.isfinite(p).all() for p in net.parameters())
+    views = [None] * world
+    dist.all_gather_object(views, (seen, shapes))
+    if rank == 0:
+        torch.save(views, os.path.join(out, "tail.pt"))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_rank_without_samples_in_a_step_gets_an_empty_batch(tmp_path, num_workers):
+    """A map-style data set that is not a TensorDataset, an epoch that ends with fewer
+    samples than ranks: the ranks left out get an empty batch of the right structure
+    (torch cannot collate no sample; this failed in the workers and without them)."""
+    _dist.run(_tail, 4, str(tmp_path), num_workers, timeout_s=60)
+    views = torch.load(tmp_path / "tail.pt")
+    assert (0, 8) in views[3][1], "no rank sat a step out"
+    for e in range(2):
+        got = sorted(i for v in views for ep, idx in v[0] if ep == e for i in idx)
+        assert got == list(range(48 * 3 + 2)), f"epoch {e}: not every sample exactly once"
