@@ -559,8 +559,25 @@ class Job:
                 session.global_batch, self.pending.lr_gain, list(d[0]), list(d[1])
             )
 
-    def end_step(self, loss: Optional[float] = None) -> None:
-        """After the user's step: bookkeeping, reports, checkpoint-and-exit on a stop."""
+    def leave_step(self) -> None:
+        """The user's loop left the DataLoader inside a step (``break`` or ``return``
+        right after it, or an exception): the DataLoader's iterator is closed before it
+        could end the step. A step that synchronised its gradients ends here, on this
+        rank alone (its bookkeeping and report); a checkpoint or stop due on it is not
+        written, since writing one is collective and the loop may have been left on
+        this rank only: a warning says so. A step left before ``backward()`` is
+        dropped."""
+        ctx = self.step_ctx
+        if ctx is None:
+            return
+        if not ctx.synced:
+            self.step_ctx = None
+            return
+        self.end_step(collective=False)
+
+    def end_step(self, loss: Optional[float] = None, collective: bool = True) -> None:
+        """After the user's step: bookkeeping, reports, checkpoint-and-exit on a stop
+        (``collective=False``: not the checkpoint, ``leave_step``)."""
         ctx = self.step_ctx
         if ctx is None or not ctx.synced:
             raise RuntimeError(
@@ -585,6 +602,22 @@ class Job:
             st.throughput = st.window_samples / span if span > 0 else 0.0
             st.window_samples, st.window_start = 0, now
             self.reporter.send(self.report(done=False))
+        if not collective:
+            if self.stop_requested or self.checkpoint_due:
+                import warnings
+
+                warnings.warn(
+                    f"pacer_torch: the loop left the DataLoader right after step "
+                    f"{self.steps}, whose {'stop' if self.stop_requested else 'checkpoint'} "
+                    "was due; its checkpoint is not written (every rank writes it "
+                    "together, and the loop may have been left on this rank only). Ask "
+                    "the DataLoader for the next batch before leaving the loop, or call "
+                    "pacer.save_checkpoint(dir) on every rank after it (python/README.md, "
+                    "\"Leaving the loop\")",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return
         if self.stop_requested:
             self.checkpoint_and_exit()
         elif self.checkpoint_due:

@@ -594,7 +594,11 @@ class DataLoader:
                 batch = _to(batch, self.device)
             last = len(got) < total
             pos.offset += len(got) - sum(sizes)  # samples no rank could take
-            yield batch
+            try:
+                yield batch
+            except GeneratorExit:  # the user's loop left during this step
+                job.leave_step()
+                raise
             if last:
                 pos.next_epoch()
             job.end_step()
@@ -680,7 +684,11 @@ class DataLoader:
                 return
             before()
             idx = job.begin_step()[job.rank]
-            yield fetch(idx)
+            try:
+                yield fetch(idx)
+            except GeneratorExit:  # the user's loop left during this step
+                job.leave_step()
+                raise
             last = sampler.remaining() == 0
             if last:
                 sampler.next_epoch()

@@ -52,9 +52,9 @@ def _train(rank, world, out, name, stop_after, kw):
     log, checkpoints = [], []
     for x, y in loader if job.steps < stop_after else []:
         # A step ends (its report, its due checkpoint) when the loader is asked for the
-        # next batch: stop here, after asking, so that step `stop_after` has ended. (A
-        # loop that breaks right after its last step leaves that step's checkpoint
-        # unwritten: the test failed whenever a timed checkpoint fell due on it.)
+        # next batch: stop here, after asking, so that step `stop_after` has ended with
+        # its checkpoint. (A loop that breaks right after its last step does not write
+        # that step's checkpoint: test_leaving_the_loop_… below.)
         if job.steps == stop_after:
             break
         loss = torch.nn.functional.cross_entropy(net(x), y)
@@ -152,3 +152,50 @@ def test_a_saved_object_state_needs_its_object_on_resume(tmp_path):
         here.check(snap)
     with pytest.raises(ValueError, match=r"^state: name 3"):
         here[3] = 1
+
+
+def _leave(rank, world, out):
+    import warnings
+
+    import pacer_torch as pacer
+
+    net, opt, sched, ema, loader, st = _setup(out, checkpoint_every_steps=4)
+    job = pacer.current()
+    steps = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            steps.append(job.steps)
+            if job.steps == 4:  # its checkpoint is due: left before the loader ends it
+                break
+    left = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    ended = job.step_ctx is None
+    # The loop can be entered again: the job goes on with step 5.
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps.append(job.steps)
+        if job.steps == 9:
+            break
+    torch.save({"steps": steps, "left": left, "ended": ended},
+               os.path.join(out, f"leave-{rank}.pt"))
+
+
+def test_leaving_the_loop_right_after_a_step_ends_it_and_says_so(tmp_path):
+    """A ``break`` right after a step whose checkpoint is due: the step ends (the next
+    loop goes on with the next step) and a warning says that its checkpoint is not
+    written (writing one is collective); before, the step stayed open."""
+    _dist.run(_leave, 2, str(tmp_path), timeout_s=60)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"leave-{rank}.pt")
+        assert got["ended"]
+        assert got["steps"] == list(range(1, 10))
+        assert len(got["left"]) == 1 and "after step 4" in got["left"][0], got["left"]
+    # Step 8's checkpoint (the second loop asked for step 9's batch) is the last one.
+    assert torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["steps"] == 8
