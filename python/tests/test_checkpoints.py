@@ -154,6 +154,13 @@ def test_a_saved_object_state_needs_its_object_on_resume(tmp_path):
         here[3] = 1
 
 
+def _sgd_step(net, opt, x, y):
+    loss = torch.nn.functional.cross_entropy(net(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def _leave(rank, world, out):
     import warnings
 
@@ -165,10 +172,7 @@ def _leave(rank, world, out):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for x, y in loader:
-            loss = torch.nn.functional.cross_entropy(net(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+            _sgd_step(net, opt, x, y)
             steps.append(job.steps)
             if job.steps == 4:  # its checkpoint is due: left before the loader ends it
                 break
@@ -176,10 +180,7 @@ def _leave(rank, world, out):
     ended = job.step_ctx is None
     # The loop can be entered again: the job goes on with step 5.
     for x, y in loader:
-        loss = torch.nn.functional.cross_entropy(net(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        _sgd_step(net, opt, x, y)
         steps.append(job.steps)
         if job.steps == 9:
             break
