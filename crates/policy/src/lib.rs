@@ -28,6 +28,7 @@
 //! only time a policy sees is [`ClusterView::now_s`].
 
 pub mod deadline;
+pub mod dlas;
 pub mod edf;
 pub mod fair;
 pub mod fifo;

@@ -42,7 +42,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 15] = [
+pub const POLICIES: [PolicyEntry; 16] = [
     PolicyEntry {
         name: "fifo",
         summary:
@@ -168,6 +168,15 @@ pub const POLICIES: [PolicyEntry; 15] = [
         knob: None,
         inert_when: never_inert,
         build: || Box::new(edf::Edf),
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "dlas-gpu",
+        summary: "Tiresias as ElasticFlow's simulator runs it: three LAS queues at 3,250 and \
+                  7,200 GPU-seconds, waiting jobs to the back of their queue each round",
+        knob: None,
+        inert_when: never_inert,
+        build: || Box::new(dlas::Dlas::default()),
         in_all: false,
     },
     PolicyEntry {

@@ -47,15 +47,7 @@ impl Policy for Tiresias {
         let now = view.now_s;
         let cap = view.cluster.total_gpus();
         // Forget finished jobs; enrol new ones at the back of the high queue.
-        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
-        self.state.retain(|id, _| live.contains(id));
-        let mut fresh: Vec<&crate::JobView> = view
-            .jobs
-            .iter()
-            .filter(|j| !self.state.contains_key(&j.id))
-            .collect();
-        fresh.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
-        for j in fresh {
+        for j in forget_and_enrol(view, &mut self.state) {
             self.state.insert(
                 j.id,
                 State {
@@ -89,33 +81,7 @@ impl Policy for Tiresias {
             (s.queue == Queue::Low, s.seq)
         };
         order.sort_by_key(key);
-        let mut budget = cap;
-        let mut run = vec![false; view.jobs.len()];
-        for &i in &order {
-            let want = view.jobs[i].requested_replicas.clamp(1, cap);
-            if want <= budget {
-                run[i] = true;
-                budget -= want;
-            }
-        }
-        let mut pool = FreePool::new(view.cluster);
-        let mut out: Vec<Allocation> = view.jobs.iter().map(|_| Allocation::empty()).collect();
-        for &i in &order {
-            if run[i] && !view.jobs[i].current.is_empty() && pool.take_exact(&view.jobs[i].current)
-            {
-                out[i] = view.jobs[i].current.clone();
-            }
-        }
-        for &i in &order {
-            if run[i] && out[i].is_empty() {
-                let want = view.jobs[i].requested_replicas.clamp(1, cap);
-                // Budgeted devices are free, but maybe not of the job's device types.
-                match pool.take_most_free_for(&view.jobs[i], want) {
-                    Some(a) => out[i] = a,
-                    None => run[i] = false,
-                }
-            }
-        }
+        let (run, out) = gang_in_order(view, &order);
         for (i, j) in view.jobs.iter().enumerate() {
             self.state.get_mut(&j.id).expect("enrolled").running = run[i];
         }
@@ -125,6 +91,59 @@ impl Policy for Tiresias {
     fn incremental(&self) -> Option<Box<dyn IncrementalPolicy>> {
         Some(Box::new(TiresiasQueues::default()))
     }
+}
+
+/// Forgets the jobs of `state` that are no longer in `view`; returns the jobs of `view`
+/// not in `state`, in arrival order (ties by id), for the caller to enrol.
+pub(crate) fn forget_and_enrol<'a, S>(
+    view: &ClusterView<'a>,
+    state: &mut HashMap<JobId, S>,
+) -> Vec<&'a JobView> {
+    let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
+    state.retain(|id, _| live.contains(id));
+    let mut fresh: Vec<&JobView> = view
+        .jobs
+        .iter()
+        .filter(|j| !state.contains_key(&j.id))
+        .collect();
+    fresh.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s).then(a.id.cmp(&b.id)));
+    fresh
+}
+
+/// Gang scheduling in priority order: walking `order` (indices into `view.jobs`), each
+/// job runs when its request (clamped to the cluster) still fits the devices left,
+/// keeping its current devices where it has them, otherwise on the most free devices of
+/// a type it can use (a job that finds none after all does not run). Returns which
+/// jobs run and their allocations. Shared by `tiresias` and `dlas-gpu`.
+pub(crate) fn gang_in_order(view: &ClusterView, order: &[usize]) -> (Vec<bool>, Vec<Allocation>) {
+    let cap = view.cluster.total_gpus();
+    let mut budget = cap;
+    let mut run = vec![false; view.jobs.len()];
+    for &i in order {
+        let want = view.jobs[i].requested_replicas.clamp(1, cap);
+        if want <= budget {
+            run[i] = true;
+            budget -= want;
+        }
+    }
+    let mut pool = FreePool::new(view.cluster);
+    let mut out: Vec<Allocation> = view.jobs.iter().map(|_| Allocation::empty()).collect();
+    for &i in order {
+        if run[i] && !view.jobs[i].current.is_empty() && pool.take_exact(&view.jobs[i].current) {
+            out[i] = view.jobs[i].current.clone();
+        }
+    }
+    for &i in order {
+        if run[i] && out[i].is_empty() {
+            let want = view.jobs[i].requested_replicas.clamp(1, cap);
+            // Budgeted devices are free, but maybe not of the job's device types.
+            match pool.take_most_free_for(&view.jobs[i], want) {
+                Some(a) => out[i] = a,
+                None => run[i] = false,
+            }
+        }
+    }
+    (run, out)
 }
 
 /// Position in the queues: low queue after high, then order of entry (unique);
