@@ -8,8 +8,10 @@
 //! - [`Predictor`]: one speed predictor by registry name;
 //! - [`Gns`]: the gradient-noise-scale estimator as the runtime uses it (batch-weighted
 //!   aggregation, EMA decay per global batch) and the goodput-optimal global batch;
-//! - [`Perf`], [`fit_perf`], [`efficiency`], [`adascale_gain`], [`best_global_batch`]: the
-//!   goodput model of `pacer_predict::goodput`.
+//! - [`Perf`], [`fit_perf`], [`efficiency`], [`py_adascale_gain`], [`py_best_global_batch`]: the
+//!   goodput model of `pacer_predict::goodput`; the job-level decisions among them (the
+//!   global batch and its gain, AdaScale's gain, the step-time fit) are
+//!   `pacer_control::job::decide`'s, as the simulator, the service and the runtime make them.
 //!
 //! Every error is a Python `ValueError` that says which argument was wrong.
 
@@ -17,10 +19,11 @@ mod session;
 
 use std::sync::Mutex;
 
+use pacer_control::job::decide;
 use pacer_control::session::SessionError;
 use pacer_control::worker::CONTROLLERS;
 use pacer_predict::gns::{Aggregation, GnsEstimator};
-use pacer_predict::goodput::{self, GradParams, PerfObservation, PerfParams};
+use pacer_predict::goodput::{GradParams, PerfObservation, PerfParams};
 use pacer_predict::speed::{make_predictor, Exogenous, SpeedPredictor, PREDICTORS};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -167,7 +170,11 @@ impl Gns {
 
     /// AdaScale gain `r ∈ [1, batch/base_batch]`: base-batch steps one step at `batch` is worth.
     fn gain(&self, batch: f64) -> Option<f64> {
-        Some(self.est.grad_params()?.gain(batch, self.est.base_batch))
+        Some(decide::adascale_gain(
+            &self.est.grad_params()?,
+            batch,
+            self.est.base_batch,
+        ))
     }
 
     /// The goodput-optimal global batch in `[base_batch, max_batch]` for a step of
@@ -179,14 +186,8 @@ impl Gns {
         overhead_s: f64,
         max_batch: f64,
     ) -> Option<(f64, f64, f64)> {
-        if !self.est.resolved() || !samples_per_s.is_finite() || samples_per_s <= 0.0 {
-            return None;
-        }
-        let grad = self.est.grad_params()?;
-        goodput::best_global_batch(&grad, self.est.base_batch, max_batch, |b| {
-            b / samples_per_s + overhead_s
-        })
-        .map(|c| (c.batch, c.goodput, c.gain))
+        decide::running_job_batch(&self.est, samples_per_s, overhead_s, max_batch)
+            .map(|c| (c.batch, c.goodput, c.gain))
     }
 
     /// The estimator as JSON text (for checkpoints).
@@ -280,8 +281,8 @@ fn fit_perf(observations: Vec<(u32, u32, f64, f64, f64)>) -> PyResult<Perf> {
             },
         )
         .collect();
-    let p =
-        goodput::fit_perf_params(&obs).map_err(|e| value_error(format!("observations: {e}")))?;
+    let p = decide::fit_step_model(&obs, None)
+        .map_err(|e| value_error(format!("observations: {e}")))?;
     Ok(Perf {
         alpha_c: p.alpha_c,
         beta_c: p.beta_c,
@@ -301,15 +302,17 @@ fn efficiency(sqr: f64, var: f64, batch: f64, base_batch: f64) -> f64 {
 }
 
 /// AdaScale gain of `batch` against `base_batch` (same statistics as [`efficiency`]).
-#[pyfunction]
-fn adascale_gain(sqr: f64, var: f64, batch: f64, base_batch: f64) -> f64 {
-    GradParams { sqr, var }.gain(batch, base_batch)
+/// (Python's `adascale_gain`; the decision itself is `decide::adascale_gain`.)
+#[pyfunction(name = "adascale_gain")]
+fn py_adascale_gain(sqr: f64, var: f64, batch: f64, base_batch: f64) -> f64 {
+    decide::adascale_gain(&GradParams { sqr, var }, batch, base_batch)
 }
 
 /// The goodput-optimal global batch in `[base_batch, max_batch]` for a step of
 /// `batch / samples_per_s + overhead_s`: `(batch, goodput, gain)` or `None`.
-#[pyfunction]
-fn best_global_batch(
+/// (Python's `best_global_batch`; the decision itself is `decide::global_batch_and_gain`.)
+#[pyfunction(name = "best_global_batch")]
+fn py_best_global_batch(
     sqr: f64,
     var: f64,
     base_batch: f64,
@@ -317,7 +320,7 @@ fn best_global_batch(
     samples_per_s: f64,
     overhead_s: f64,
 ) -> Option<(f64, f64, f64)> {
-    goodput::best_global_batch(&GradParams { sqr, var }, base_batch, max_batch, |b| {
+    decide::global_batch_and_gain(&GradParams { sqr, var }, base_batch, max_batch, |b| {
         b / samples_per_s + overhead_s
     })
     .map(|c| (c.batch, c.goodput, c.gain))
@@ -344,8 +347,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Perf>()?;
     m.add_function(wrap_pyfunction!(fit_perf, m)?)?;
     m.add_function(wrap_pyfunction!(efficiency, m)?)?;
-    m.add_function(wrap_pyfunction!(adascale_gain, m)?)?;
-    m.add_function(wrap_pyfunction!(best_global_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(py_adascale_gain, m)?)?;
+    m.add_function(wrap_pyfunction!(py_best_global_batch, m)?)?;
     m.add_function(wrap_pyfunction!(report_json, m)?)?;
     m.add("CONTROLLERS", CONTROLLERS.to_vec())?;
     m.add("PREDICTORS", PREDICTORS.to_vec())?;

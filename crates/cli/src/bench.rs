@@ -18,11 +18,10 @@
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use pacer_cli::json::{BenchRound, LpReport, RoundReport, ScaleReport, SimReport};
+use pacer_control::job::decide::fit_step_model;
 use pacer_model::{Allocation, ClusterSpec, JobId};
 use pacer_policy::{ClusterView, JobView};
-use pacer_predict::goodput::{
-    fit_perf_params, BatchLimits, GoodputFn, GradParams, PerfObservation,
-};
+use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfObservation};
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::{trace, SimConfig, Simulation};
 use rand::{Rng, SeedableRng};
@@ -155,7 +154,7 @@ fn app_goodputs() -> Vec<GoodputFn> {
                     step_time_s: r.step_time_s,
                 })
                 .collect();
-            let perf = fit_perf_params(&obs).expect("embedded tables fit");
+            let perf = fit_step_model(&obs, None).expect("embedded tables fit");
             let (sqr, var) = m.grad_stats(m.init_batch, 1);
             GoodputFn {
                 perf,

@@ -11,6 +11,7 @@ mod fit;
 mod recommend;
 mod report;
 mod runtime_cmd;
+mod runtime_flags;
 mod serve_cmd;
 mod simulate;
 mod train_ranks;

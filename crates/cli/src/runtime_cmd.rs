@@ -7,17 +7,17 @@
 //! - `train ...`: a controller and `--workers N` local workers in one process, over
 //!   real TCP on loopback, with a progress bar; `--json` prints the report.
 
+use crate::runtime_flags::{runtime_error, said, train_error, with_flags};
 use crate::train_report::{print_report, REPORT_FIELDS};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use pacer_runtime::controller::{self, ControllerConfig, Progress, ProgressFn, TrainReport};
+use pacer_runtime::data;
 use pacer_runtime::emulation::{Emulation, InterferencePlan};
-use pacer_runtime::model::ModelSpec;
-use pacer_runtime::optim::OptimSpec;
 use pacer_runtime::service::ServiceEnv;
+use pacer_runtime::train::{TrainConfig, TrainError};
 use pacer_runtime::worker::{self, DataSource, Fault, LoadSignal, WorkerConfig};
-use pacer_runtime::{data, train_local, LocalLaunch};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -253,72 +253,58 @@ fn resolve(addr: &str, flag: &str) -> anyhow::Result<SocketAddr> {
         .ok_or_else(|| anyhow!("{flag} `{addr}`: resolves to no address"))
 }
 
-fn controller_config(job: &JobArgs, data: &data::Data) -> anyhow::Result<ControllerConfig> {
-    let width = if job.model == "kmeans" {
-        job.clusters
-    } else {
-        job.hidden
-    };
-    let spec = ModelSpec::new(&job.model, data.train.dim, data.train.classes, width)?;
-    let mut c = ControllerConfig::new(spec)?;
-    c.realtime_io = !job.normal_priority;
-    let default = c.optimizer;
-    c.optimizer = match job.optimizer.as_str() {
-        "auto" => default,
-        "sgd" => OptimSpec::Sgd {
-            lr: 0.1,
-            momentum: job.momentum,
-            weight_decay: 0.0,
-        },
-        "adam" => OptimSpec::Adam {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-        },
-        o => bail!("--optimizer: unknown `{o}`; expected auto, sgd or adam"),
-    };
+/// The run `job` describes, as the runtime's config (no local-worker settings yet);
+/// `PACER_CHECKPOINT_DIR` and the scheduler service's variables fill what the flags
+/// leave open.
+fn train_config(job: &JobArgs) -> anyhow::Result<TrainConfig> {
     if !(job.progress_every_s.is_finite() && (0.0..=86_400.0).contains(&job.progress_every_s)) {
         bail!(
             "--progress-every-s: must be 0 to 86400 seconds, got {}",
             job.progress_every_s
         );
     }
-    if let Some(lr) = job.lr {
-        if !(lr.is_finite() && lr > 0.0) {
-            bail!("--lr: must be a positive number, got {lr}");
-        }
-        c.optimizer = c.optimizer.with_lr(lr);
-    }
+    let mut c = TrainConfig::new(job.dataset.clone());
+    c.model = job.model.clone();
+    c.hidden = job.hidden;
+    c.clusters = job.clusters;
     c.global_batch = job.global_batch;
     c.max_global_batch = job.max_global_batch;
     c.controller = job.controller.clone();
     c.predictor = job.predictor.clone();
+    c.optimizer = job.optimizer.clone();
+    c.lr = job.lr;
+    c.momentum = job.momentum;
     c.target_accuracy = job.target_accuracy;
     c.stop_at_target = !job.no_stop_at_target;
     c.max_time_s = job.max_time_s;
-    c.max_iterations = job.max_iterations.or(if job.target_accuracy.is_none() {
-        Some(DEFAULT_MAX_ITERATIONS)
-    } else {
-        None
-    });
+    c.max_iterations = job.max_iterations;
     c.eval_every = job.eval_every;
     c.seed = job.seed;
     c.worker_timeout_s = job.worker_timeout_s;
     c.rejoin_timeout_s = job.rejoin_timeout_s;
     c.verbose = job.verbose;
+    c.realtime_io = !job.normal_priority;
     c.checkpoint_dir = job.checkpoint_dir.clone().or_else(|| {
         std::env::var_os("PACER_CHECKPOINT_DIR")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     });
-    c.service = ServiceEnv::from_env()?;
+    c.service = ServiceEnv::from_env().map_err(runtime_error)?;
+    // SIGINT and SIGTERM stop the run with the report so far, and a checkpoint with
+    // `--checkpoint-dir` (see `pacer_runtime::interrupt`).
+    c.catch_signals = true;
     Ok(c)
 }
 
-/// Iterations trained when the user names no stopping point at all.
-const DEFAULT_MAX_ITERATIONS: u64 = 1000;
+/// The iteration limit of `job` (the runtime's default when it names none).
+fn iteration_limit(job: &JobArgs) -> Option<u64> {
+    TrainConfig {
+        max_iterations: job.max_iterations,
+        target_accuracy: job.target_accuracy,
+        ..TrainConfig::new("")
+    }
+    .iteration_limit()
+}
 
 fn progress_bar(job: &JobArgs) -> Option<ProgressFn> {
     if job.no_progress {
@@ -327,11 +313,7 @@ fn progress_bar(job: &JobArgs) -> Option<ProgressFn> {
     if let Some(to) = progress_lines_to(job) {
         return Some(progress_lines(job, to));
     }
-    let limit = job.max_iterations.or(if job.target_accuracy.is_none() {
-        Some(DEFAULT_MAX_ITERATIONS)
-    } else {
-        None
-    });
+    let limit = iteration_limit(job);
     let bar = match limit {
         Some(n) => ProgressBar::new(n),
         None => ProgressBar::new_spinner(),
@@ -382,18 +364,14 @@ enum LineTo {
 /// `--progress-every-s` seconds: step (of the limit), epoch, test accuracy, samples/s
 /// over the training time since the previous line, training time.
 fn progress_lines(job: &JobArgs, to: LineTo) -> ProgressFn {
-    // Checked in `controller_config`; clamped again so that no value can panic here.
+    // Checked in `train_config`; clamped again so that no value can panic here.
     let secs = if job.progress_every_s.is_finite() {
         job.progress_every_s.clamp(0.0, 86_400.0)
     } else {
         5.0
     };
     let every = std::time::Duration::from_secs_f64(secs);
-    let limit = job.max_iterations.or(if job.target_accuracy.is_none() {
-        Some(DEFAULT_MAX_ITERATIONS)
-    } else {
-        None
-    });
+    let limit = iteration_limit(job);
     let mut last: Option<std::time::Instant> = None;
     let (mut samples, mut since_s) = (0u64, 0.0f64);
     Box::new(move |p: &Progress| {
@@ -430,16 +408,6 @@ const EXIT_INTERRUPTED: i32 = 130;
 /// Exit status of a run stopped by SIGTERM (128 + 15): preempted, checkpointed.
 const EXIT_TERMINATED: i32 = 143;
 
-/// SIGINT and SIGTERM stop the run with the report so far, and a checkpoint with
-/// `--checkpoint-dir` (see `pacer_runtime::interrupt`).
-fn catch_signals(cfg: &mut ControllerConfig) -> anyhow::Result<()> {
-    pacer_runtime::interrupt::install_sigint_handler().context("installing the SIGINT handler")?;
-    pacer_runtime::interrupt::install_sigterm_handler()
-        .context("installing the SIGTERM handler")?;
-    cfg.interrupt = Some(&pacer_runtime::interrupt::SIGINT);
-    Ok(())
-}
-
 pub(crate) fn signal_name() -> &'static str {
     if pacer_runtime::interrupt::sigterm_received() {
         "SIGTERM"
@@ -450,7 +418,7 @@ pub(crate) fn signal_name() -> &'static str {
 
 /// After the report of an interrupted run: exit 130 (SIGINT) or 143 (SIGTERM), as if
 /// killed by the signal.
-fn exit_if_interrupted(r: &TrainReport) {
+pub(crate) fn exit_if_interrupted(r: &TrainReport) {
     if r.interrupted {
         eprintln!(
             "pacer: interrupted ({}) after {} iterations",
@@ -466,23 +434,33 @@ fn exit_if_interrupted(r: &TrainReport) {
 }
 
 fn load_signal(s: &str) -> anyhow::Result<LoadSignal> {
-    Ok(s.parse::<LoadSignal>()?)
+    s.parse::<LoadSignal>().map_err(runtime_error)
 }
 
 /// `pacer controller`.
 pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
     let addr = resolve(&a.listen, "--listen")?;
-    let data = Arc::new(data::load(&a.job.dataset)?);
-    let mut cfg = controller_config(&a.job, &data)?;
+    let job = train_config(&a.job)?;
+    let data = Arc::new(data::load(&a.job.dataset).map_err(runtime_error)?);
+    // Signals are caught only once the run is known to be startable.
+    let mut cfg = TrainConfig {
+        catch_signals: false,
+        ..job
+    }
+    .controller_config(&data)
+    .map_err(train_error)?;
     cfg.min_workers = a.min_workers;
     cfg.join_timeout_s = a.join_timeout_s;
     cfg.hello_timeout_s = a.hello_timeout_s;
     cfg.max_pending = a.max_pending;
     cfg.max_pre_hello_per_addr = a.max_pre_hello_per_addr;
-    controller::validate(&cfg, &data)?;
+    controller::validate(&cfg, &data).map_err(runtime_error)?;
     // A checkpoint of another run is an error before anything listens.
-    controller::resume_from(&cfg, &data)?;
-    catch_signals(&mut cfg)?;
+    controller::resume_from(&cfg, &data).map_err(runtime_error)?;
+    pacer_runtime::interrupt::install_sigint_handler().context("installing the SIGINT handler")?;
+    pacer_runtime::interrupt::install_sigterm_handler()
+        .context("installing the SIGTERM handler")?;
+    cfg.interrupt = Some(&pacer_runtime::interrupt::SIGINT);
     // Bound here so that the address printed is the one workers must connect to:
     // with port 0 the OS picks the port.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
@@ -502,7 +480,8 @@ pub fn run_controller(a: ControllerArgs) -> anyhow::Result<()> {
             a.min_workers
         );
     }
-    let report = controller::serve_blocking_on(listener, data, cfg, progress_bar(&a.job))?;
+    let report = controller::serve_blocking_on(listener, data, cfg, progress_bar(&a.job))
+        .map_err(runtime_error)?;
     print_report(&report, a.job.json, Vec::new(), 1.0, None)?;
     exit_if_interrupted(&report);
     Ok(())
@@ -528,12 +507,13 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     cfg.stall_timeout_s = a.stall_timeout_s;
     cfg.retry_for_s = a.retry_for_s;
     cfg.retry_max_delay_s = a.retry_max_delay_s;
-    cfg.validate()?;
+    cfg.validate().map_err(runtime_error)?;
     let plan = a
         .interference
         .as_deref()
         .map(InterferencePlan::load)
-        .transpose()?;
+        .transpose()
+        .map_err(runtime_error)?;
     if let Some(slot) = a.interference_slot {
         // Without a file, or past its workers, the slot silently meant "no
         // interference".
@@ -552,7 +532,7 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
     if let Some(spec) = &a.dataset {
         // The data is loaded once the controller has named its dataset; a spec that
         // cannot parse is known now.
-        data::DatasetSpec::parse(spec)?;
+        data::DatasetSpec::parse(spec).map_err(runtime_error)?;
     }
     if !(a.speed.is_finite() && a.speed > 0.0) {
         bail!("--speed: must be a positive number, got {}", a.speed);
@@ -585,7 +565,7 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<()> {
         Some(s) => DataSource::Spec(s),
         None => DataSource::FromJob,
     };
-    let s = worker::run_blocking(cfg, source)?;
+    let s = worker::run_blocking(cfg, source).map_err(runtime_error)?;
     eprintln!(
         "pacer worker {}: {} steps; controller said: {}",
         s.worker_id, s.steps, s.shutdown_reason
@@ -626,64 +606,49 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
         Some(n) => n,
         None => replicas_from_env(std::env::var("PACER_REPLICAS").ok().as_deref())?,
     };
-    // The launch is checked before the data is loaded or anything is started.
-    let mut launch = LocalLaunch::new(workers);
-    launch.pipeline = !a.no_pipeline;
-    launch.realtime_io = !a.job.normal_priority;
-    launch.speeds = a.speeds.clone();
-    launch.time_scale = a.time_scale;
-    launch.interference = a
-        .interference
-        .as_deref()
-        .map(InterferencePlan::load)
-        .transpose()?;
-    launch.load_signal = load_signal(&a.load_signal)?;
-    launch.kills = a
+    let mut cfg = train_config(&a.job)?;
+    cfg.workers = workers;
+    cfg.pipeline = !a.no_pipeline;
+    cfg.speeds = a.speeds.clone();
+    cfg.time_scale = a.time_scale;
+    cfg.interference = a.interference.clone();
+    cfg.load_signal = load_signal(&a.load_signal)?;
+    cfg.kills = a
         .kill
         .iter()
         .map(|s| parse_kill(s))
         .collect::<anyhow::Result<_>>()?;
-    launch.joins = a
+    cfg.joins = a
         .join
         .iter()
         .map(|s| parse_join(s))
         .collect::<anyhow::Result<_>>()?;
-    launch.listen = resolve(&a.listen, "--listen")?;
-    launch.worker_ips = a.worker_ips.clone();
-    if let Some(n) = a.compute_slots {
-        launch.compute_slots = n;
-    }
-    launch.validate().map_err(|e| match (&e, &a.interference) {
-        // Name the file, not only the flag.
-        (pacer_runtime::RuntimeError::Config { field, message }, Some(f))
-            if field == "--interference" =>
-        {
-            anyhow!("--interference {}: {message}", f.display())
+    cfg.listen = resolve(&a.listen, "--listen")?;
+    cfg.worker_ips = a.worker_ips.clone();
+    cfg.compute_slots = a.compute_slots.unwrap_or(0);
+    let outcome = pacer_runtime::train::run(cfg, progress_bar(&a.job)).map_err(|e| match e {
+        // Name the file the flag gave, not only the flag.
+        TrainError::Config { field, message } if field == "interference" => {
+            anyhow!("--interference {}", with_flags(&message))
         }
-        _ => e.into(),
+        e => train_error(e),
     })?;
-    let data = Arc::new(data::load(&a.job.dataset)?);
-    let cfg = train_controller_config(&a, &data)?;
-    // A checkpoint of another run is an error before any worker starts.
-    controller::resume_from(&cfg, &data)?;
-    let (report, outcomes) = train_local(data, cfg, launch, progress_bar(&a.job))?;
-    for (i, o) in outcomes.iter().enumerate() {
+    for (i, o) in outcome.workers.iter().enumerate() {
         if let Err(e) = o {
-            eprintln!("worker {i}: {e}");
+            eprintln!("worker {i}: {}", said(e));
         }
     }
-    finish_train(&report, &a, workers)
+    finish_train(&outcome.report, &a, workers)
 }
 
-/// The controller of `pacer train` (also rank 0's with `--slurm`), SIGINT/SIGTERM caught.
+/// The controller of `pacer train --slurm`'s rank 0, SIGINT/SIGTERM caught.
 pub(crate) fn train_controller_config(
     a: &TrainArgs,
     data: &data::Data,
 ) -> anyhow::Result<ControllerConfig> {
-    let mut cfg = controller_config(&a.job, data)?;
+    let mut cfg = train_config(&a.job)?;
     cfg.pipeline = !a.no_pipeline;
-    catch_signals(&mut cfg)?;
-    Ok(cfg)
+    cfg.controller_config(data).map_err(train_error)
 }
 
 pub(crate) fn progress_for(job: &JobArgs) -> Option<ProgressFn> {

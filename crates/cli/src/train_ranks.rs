@@ -11,6 +11,7 @@
 //!
 //! With no `SLURM_NTASKS` or a single task, `pacer train --slurm` is plain `pacer train`.
 
+use crate::runtime_flags::{runtime_error, said};
 use anyhow::{anyhow, bail, Context};
 use pacer_runtime::controller;
 use pacer_runtime::data;
@@ -119,11 +120,11 @@ pub fn run(a: crate::runtime_cmd::TrainArgs, r: Ranks) -> anyhow::Result<()> {
         }
         return run_workers(&a, &r, addr, per_rank, None);
     }
-    let data = Arc::new(data::load(&a.job.dataset)?);
+    let data = Arc::new(data::load(&a.job.dataset).map_err(runtime_error)?);
     let mut cfg = crate::runtime_cmd::train_controller_config(&a, &data)?;
     cfg.min_workers = per_rank * r.ntasks;
-    controller::validate(&cfg, &data)?;
-    controller::resume_from(&cfg, &data)?;
+    controller::validate(&cfg, &data).map_err(runtime_error)?;
+    controller::resume_from(&cfg, &data).map_err(runtime_error)?;
     let listener = std::net::TcpListener::bind(addr)
         .with_context(|| format!("--slurm: listening on {addr}"))?;
     let progress = crate::runtime_cmd::progress_for(&a.job);
@@ -179,7 +180,7 @@ fn run_workers(
     for (i, h) in handles.into_iter().enumerate() {
         match h.join() {
             Ok(Ok(s)) => steps += s.steps,
-            Ok(Err(e)) => errors.push(format!("worker {i}: {e}")),
+            Ok(Err(e)) => errors.push(format!("worker {i}: {}", said(&e))),
             Err(_) => errors.push(format!("worker {i}: panicked")),
         }
     }
@@ -203,7 +204,8 @@ fn run_workers(
     };
     let report = ctrl
         .join()
-        .map_err(|_| anyhow!("the controller thread panicked"))??;
+        .map_err(|_| anyhow!("the controller thread panicked"))?
+        .map_err(runtime_error)?;
     crate::runtime_cmd::finish_train(&report, a, n * r.ntasks)
 }
 

@@ -97,7 +97,7 @@ struct Cursor<'a> {
 impl Cursor<'_> {
     fn err(&self, field: &str, message: impl std::fmt::Display) -> RuntimeError {
         RuntimeError::config(
-            "--checkpoint-dir",
+            "checkpoint_dir",
             format!(
                 "{}: {field} at byte {}: {message}",
                 self.path.display(),
@@ -255,7 +255,7 @@ impl Checkpoint {
     /// over [`FILE`]; the directory is created if missing.
     pub fn save(&self, dir: &Path) -> Result<PathBuf, RuntimeError> {
         use std::io::Write;
-        let ctx = |what: &str| format!("--checkpoint-dir {}: {what}", dir.display());
+        let ctx = |what: &str| format!("`checkpoint_dir` {}: {what}", dir.display());
         std::fs::create_dir_all(dir).map_err(|e| RuntimeError::io(ctx("creating it"), e))?;
         let path = Checkpoint::path(dir);
         let tmp = dir.join(format!(".{FILE}.tmp-{}", std::process::id()));
@@ -350,7 +350,7 @@ impl Checkpoint {
         let m = &self.meta;
         let mismatch = |field: &str, theirs: String, ours: String| {
             Err(RuntimeError::config(
-                "--checkpoint-dir",
+                "checkpoint_dir",
                 format!(
                     "{}: the checkpoint is of another run: its {field} is {theirs}, this run's is {ours}; \
                      use another directory, or remove the checkpoint to start afresh",
@@ -406,7 +406,7 @@ impl Checkpoint {
 fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RuntimeError> {
     use std::io::Read;
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let ctx = |what: &str| format!("--checkpoint-dir: {}: {what}", path.display());
+    let ctx = |what: &str| format!("`checkpoint_dir`: {}: {what}", path.display());
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -433,7 +433,7 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RuntimeError
             "not a regular file"
         };
         return Err(RuntimeError::config(
-            "--checkpoint-dir",
+            "checkpoint_dir",
             format!(
                 "{}: is {kind}; a checkpoint must be a regular file (remove it, or use \
                  another directory)",
@@ -443,7 +443,7 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RuntimeError
     }
     let too_big = |size: u64| {
         RuntimeError::config(
-            "--checkpoint-dir",
+            "checkpoint_dir",
             format!(
                 "{}: {size} bytes or more, larger than the {limit} bytes a checkpoint of \
                  this model can be (parameters and optimiser state; a checkpoint of another, \
@@ -640,7 +640,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("--checkpoint-dir: /ckpt/pacer-checkpoint.bin") && e.contains("dataset"),
+            e.starts_with("checkpoint_dir: /ckpt/pacer-checkpoint.bin") && e.contains("dataset"),
             "{e}"
         );
     }

@@ -12,7 +12,11 @@ pub enum RuntimeError {
     /// A dataset spec (`mnist:DIR`, `libsvm:TRAIN[,TEST]`, `tiny`) that does not parse.
     #[error("dataset `{spec}`: {message}")]
     DatasetSpec { spec: String, message: String },
-    /// A configuration value that cannot be used.
+    /// A configuration value that cannot be used. `field` names the configuration
+    /// field ([`crate::train::TrainConfig`], [`crate::ControllerConfig`],
+    /// [`crate::worker::WorkerConfig`]) or the environment variable, never a command-line
+    /// flag; a message names other fields in backticks (`` `global_batch` ``), so that a
+    /// front end can say them its own way (the CLI's flags).
     #[error("{field}: {message}")]
     Config { field: String, message: String },
     /// A peer broke the protocol (bad frame, wrong version, wrong dataset).

@@ -19,7 +19,7 @@
 //! non-finite norm (the estimator refuses it), are skipped and counted.
 
 use pacer_predict::gns::{Aggregation, GnsEstimator};
-use pacer_predict::goodput::{best_global_batch, GlobalBatchChoice};
+use pacer_predict::goodput::GlobalBatchChoice;
 use serde::Serialize;
 
 /// EMA decay per step at `base_batch` samples (the global batch): an effective window
@@ -128,7 +128,7 @@ pub struct NoiseScalePoint {
     pub grad_sqr: f64,
     pub trace_cov: f64,
     /// The global batch with the highest goodput at this point
-    /// ([`pacer_predict::goodput::best_global_batch`] between the run's batch and
+    /// ([`pacer_control::job::decide::running_job_batch`] between the run's batch and
     /// `max_global_batch`, step time `B / Σ v_i + overhead` measured over the last
     /// iterations, [`StepRate`]), and its goodput over the run's batch.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -265,11 +265,12 @@ impl GnsTracker {
     /// run's) and `max_batch`, for a step of `rate`; `None` without an estimate or
     /// while `|G|²` is at its floor (`GnsEstimator::resolved`).
     pub fn best_batch(&self, rate: &StepRate, max_batch: f64) -> Option<GlobalBatchChoice> {
-        if !self.est.resolved() {
-            return None;
-        }
-        let grad = self.est.grad_params()?;
-        best_global_batch(&grad, self.est.base_batch, max_batch, |b| rate.step_time(b))
+        pacer_control::job::decide::running_job_batch(
+            &self.est,
+            rate.samples_per_s,
+            rate.overhead_s,
+            max_batch,
+        )
     }
 
     /// Record the estimate after `iteration` iterations, if there is one, with the

@@ -23,7 +23,8 @@
 //! - [`controller`]: the service; [`worker`]: the worker loop.
 //! - [`emulation`]: speeds and interference emulated by padding after real compute.
 //! - [`sysinfo`]: thread CPU time and /proc signals.
-//! - [`train`]: controller + local worker threads in one call (`pacer train`).
+//! - [`train`]: a whole training run in one call, [`train::run`] (`pacer train`):
+//!   a [`train::TrainConfig`] in, a report or an error naming the config field out.
 //! - [`checkpoint`]: the job's state on SIGTERM (`--checkpoint-dir`), resumed on start.
 //! - [`service`]: reports to a scheduler service (`PACER_SERVER`).
 //! - [`gns`]: the gradient noise scale of the running job, from the gradients the

@@ -3,6 +3,14 @@
 //! real TCP on loopback exactly as remote ones would. Scripted faults (a worker that
 //! dies at iteration k) and joins (a new worker at iteration k) drive the elasticity
 //! experiment.
+//!
+//! [`run`] is the one entry point of a training run for a front end: a plain
+//! [`TrainConfig`] in, a [`TrainOutcome`] or a [`TrainError`] naming the config field
+//! at fault out (`run.rs`); [`train_local`] is the lower-level call it makes.
+
+mod run;
+
+pub use run::{run, StopSignal, TrainConfig, TrainError, TrainOutcome, DEFAULT_MAX_ITERATIONS};
 
 use crate::controller::{self, ControllerConfig, Progress, ProgressFn, TrainReport};
 use crate::data::Data;
@@ -137,11 +145,11 @@ impl LocalLaunch {
     /// use it to fail before loading data).
     pub fn validate(&self) -> Result<(), RuntimeError> {
         if self.workers == 0 {
-            return Err(RuntimeError::config("--workers", "must be ≥ 1"));
+            return Err(RuntimeError::config("workers", "must be ≥ 1"));
         }
         if self.workers > MAX_LOCAL_WORKERS {
             return Err(RuntimeError::config(
-                "--workers",
+                "workers",
                 format!(
                     "{} local workers is more than the {MAX_LOCAL_WORKERS} one process runs \
                      (two threads and a connection each); run more with `pacer controller` \
@@ -152,7 +160,7 @@ impl LocalLaunch {
         }
         if self.workers + self.joins.len() > MAX_LOCAL_WORKERS {
             return Err(RuntimeError::config(
-                "--join",
+                "joins",
                 format!(
                     "{} workers + {} joins is more than the {MAX_LOCAL_WORKERS} local workers \
                      one process runs",
@@ -163,7 +171,7 @@ impl LocalLaunch {
         }
         if self.speeds.len() > self.workers {
             return Err(RuntimeError::config(
-                "--speeds",
+                "speeds",
                 format!(
                     "{} speeds for {} workers; give at most one per worker",
                     self.speeds.len(),
@@ -174,7 +182,7 @@ impl LocalLaunch {
         for (i, s) in self.speeds.iter().enumerate() {
             if !(s.is_finite() && *s > 0.0) {
                 return Err(RuntimeError::config(
-                    "--speeds",
+                    "speeds",
                     format!("entry {i} must be a positive number, got {s}"),
                 ));
             }
@@ -182,7 +190,7 @@ impl LocalLaunch {
         for (at, s) in &self.joins {
             if !(s.is_finite() && *s > 0.0) {
                 return Err(RuntimeError::config(
-                    "--join",
+                    "joins",
                     format!("{at}:{s}: the speed must be a positive number"),
                 ));
             }
@@ -192,8 +200,8 @@ impl LocalLaunch {
             .as_ref()
             .map_or(1.0, InterferencePlan::max_slowdown);
         let all_speeds = (0..self.workers)
-            .map(|i| ("--speeds", self.speeds.get(i).copied().unwrap_or(1.0)))
-            .chain(self.joins.iter().map(|&(_, s)| ("--join", s)));
+            .map(|i| ("speeds", self.speeds.get(i).copied().unwrap_or(1.0)))
+            .chain(self.joins.iter().map(|&(_, s)| ("joins", s)));
         for (flag, s) in all_speeds {
             crate::emulation::check_dilation(s, self.time_scale, slowdown)
                 .map_err(|m| RuntimeError::config(flag, m))?;
@@ -202,9 +210,9 @@ impl LocalLaunch {
         if let Some(p) = &self.interference {
             if p.workers.len() < self.workers {
                 return Err(RuntimeError::config(
-                    "--interference",
+                    "interference",
                     format!(
-                        "describes {} worker(s), fewer than the {} of --workers; give each \
+                        "describes {} worker(s), fewer than the {} of `workers`; give each \
                          worker an entry (`{{}}` for one without interference)",
                         p.workers.len(),
                         self.workers
@@ -217,7 +225,7 @@ impl LocalLaunch {
         for (flag, slot) in self
             .kills
             .iter()
-            .map(|k| ("--kill", k.0))
+            .map(|k| ("kills", k.0))
             .chain(self.partial_kills.iter().map(|k| ("partial kill", k.0)))
             .chain(self.garbage.iter().map(|k| ("garbage", k.0)))
             .chain(self.poison.iter().map(|k| ("poison", k.0)))
@@ -239,14 +247,14 @@ impl LocalLaunch {
         for ip in &self.worker_ips {
             std::net::TcpListener::bind(SocketAddr::new(*ip, 0)).map_err(|e| {
                 RuntimeError::Config {
-                    field: "--worker-ips".into(),
+                    field: "worker_ips".into(),
                     message: format!("cannot use {ip} as a source address here: {e}"),
                 }
             })?;
         }
         if !(self.time_scale.is_finite() && self.time_scale >= 1.0) {
             return Err(RuntimeError::config(
-                "--time-scale",
+                "time_scale",
                 format!("must be ≥ 1, got {}", self.time_scale),
             ));
         }
@@ -296,7 +304,7 @@ pub fn train_local(
         .map_err(|e| RuntimeError::io("starting the controller's runtime", e))?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(launch.listen))
-        .map_err(|e| RuntimeError::io(format!("--listen {}", launch.listen), e))?;
+        .map_err(|e| RuntimeError::io(format!("`listen` {}", launch.listen), e))?;
     let addr = listener
         .local_addr()
         .map_err(|e| RuntimeError::io("reading the listen address", e))?;
@@ -387,20 +395,20 @@ mod tests {
         assert!(LocalLaunch::new(2).validate().is_ok());
         // A joiner's speed is a --join problem, not a --speeds one.
         let e = err(|l| l.joins = vec![(5, 0.0)]);
-        assert!(e.starts_with("--join:") && e.contains("5:0"), "{e}");
+        assert!(e.starts_with("joins:") && e.contains("5:0"), "{e}");
         // A kill of a slot that never exists was silently ignored.
         let e = err(|l| l.kills = vec![(5, 1)]);
-        assert!(e.starts_with("--kill:") && e.contains("slot 5"), "{e}");
+        assert!(e.starts_with("kills:") && e.contains("slot 5"), "{e}");
         let mut l = LocalLaunch::new(2);
         l.joins = vec![(3, 1.0)];
         l.kills = vec![(2, 4)];
         assert!(l.validate().is_ok(), "slot 2 is the joiner");
         // The compute thread panicked converting the padding to a Duration.
         let e = err(|l| l.speeds = vec![1.0, 1e-300]);
-        assert!(e.starts_with("--speeds:") && e.contains("1e-300"), "{e}");
+        assert!(e.starts_with("speeds:") && e.contains("1e-300"), "{e}");
         let e = err(|l| l.time_scale = 1e300);
         assert!(
-            e.starts_with("--speeds:") && e.contains("time scale 1e300"),
+            e.starts_with("speeds:") && e.contains("time scale 1e300"),
             "{e}"
         );
         let e = err(|l| {
@@ -419,7 +427,7 @@ mod tests {
         // bound to it never joined and the controller waited for the join timeout.
         let e = err(|l| l.worker_ips = vec!["192.0.2.1".parse().unwrap()]);
         assert!(
-            e.starts_with("--worker-ips:") && e.contains("192.0.2.1"),
+            e.starts_with("worker_ips:") && e.contains("192.0.2.1"),
             "{e}"
         );
     }

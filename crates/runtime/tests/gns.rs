@@ -123,7 +123,7 @@ fn a_ceiling_below_the_batch_is_refused() {
     let mut cfg = config(&d, "logreg", 0, 64, 5);
     cfg.max_global_batch = Some(32);
     let e = train_local(d.clone(), cfg, LocalLaunch::new(2), None).unwrap_err();
-    assert!(e.to_string().contains("--max-global-batch"), "{e}");
+    assert!(e.to_string().contains("max_global_batch"), "{e}");
 }
 
 #[test]

@@ -386,7 +386,7 @@ fn losing_every_worker_fails_after_the_rejoin_timeout() {
     let t = std::time::Instant::now();
     let e = train_local(d, cfg, launch, None).unwrap_err().to_string();
     assert!(
-        e.contains("every worker") && e.contains("none joined within 0.5 s (--rejoin-timeout-s)"),
+        e.contains("every worker") && e.contains("none joined within 0.5 s (`rejoin_timeout_s`)"),
         "{e}"
     );
     // Not the 600 s of the join timeout (a bound, not a timing measurement).

@@ -3,6 +3,7 @@
 use crate::executor::RunHandle;
 use crate::live::{self, LiveModel};
 use crate::spec::{JobSpec, Report};
+use pacer_control::job::decide::exploration_cap;
 use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
 use pacer_policy::{JobView, QualityView, SpeedCurve, SpeedTable};
 use serde::{Deserialize, Serialize};
@@ -308,9 +309,10 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
     let noise = job.progress.noise_scale;
     v.goodput = fitted_ty.and_then(|t| live::job_goodput(spec, &job.model, noise, t));
     if v.goodput.is_some() && spec.adaptive {
-        // Pollux's exploration limit, as the simulator sets it: at most twice the
-        // most replicas the job has been measured at.
-        let explore = (2 * job.model.max_measured_replicas()).max(1);
+        // Pollux's exploration limit, as the simulator sets it (the one rule,
+        // `decide::exploration_cap`): at most twice the most replicas the job has
+        // been measured at.
+        let explore = exploration_cap(job.model.max_measured_replicas());
         max = max.min(explore.max(spec.min()));
     }
     v.max_replicas = max;

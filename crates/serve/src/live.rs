@@ -4,8 +4,8 @@
 //! nodes of its run, replicas, atomic batch = global batch / replicas) → step time.
 //! Once a device type has points at [`MIN_FIT_SHAPES`] distinct (nodes, replicas)
 //! shapes, the Pollux step-time model is fitted to them with
-//! `pacer_predict::goodput::fit_step_times` — the model and Levenberg–Marquardt fit
-//! the simulator refits online (`fit_perf_params_from`), given step times alone
+//! `pacer_control::job::decide::fit_step_model_from_step_times` — the model and
+//! Levenberg–Marquardt fit the simulator refits online (`decide::fit_step_model`), given step times alone
 //! because a report carries no synchronisation time (compute time is known on one
 //! replica, where there is no all-reduce). A type is refitted when it gets a new
 //! shape or batch, or when a point's smoothed step time drifts more than
@@ -17,9 +17,8 @@
 //! simulator hands them its fit.
 
 use crate::spec::{JobSpec, Report};
-use pacer_predict::goodput::{
-    fit_step_times, BatchLimits, GoodputFn, GradParams, PerfParams, StepObservation,
-};
+use pacer_control::job::decide::fit_step_model_from_step_times;
+use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfParams, StepObservation};
 use serde::{Deserialize, Serialize};
 
 /// Distinct (nodes, replicas) shapes a device type needs before its fit is used: with
@@ -140,7 +139,7 @@ impl LiveModel {
                 b.atomic_bsz as u64,
             ))
         });
-        let Ok(perf) = fit_step_times(&obs, None) else {
+        let Ok(perf) = fit_step_model_from_step_times(&obs, None) else {
             return false;
         };
         for p in self.points.iter_mut().filter(|p| p.device_type == ty) {

@@ -17,6 +17,9 @@
 //! - [`check_path_attrs`]: no `#[path]` attribute reaches outside its own crate.
 //! - [`check_unused_deps`]: every dependency a manifest declares is named in the code that
 //!   can use it.
+//! - [`check_job_decisions`]: the job drivers (sim, workersim, serve, runtime, cli, the
+//!   Python package's native module) take the job-level decisions from
+//!   `pacer_control::job::decide` and re-implement none of them.
 //!
 //! Architecture invariant: dev-only; no product crate depends on this one.
 
@@ -234,6 +237,135 @@ pub fn check_no_io(place: &str, src: &str) -> Vec<Violation> {
                     ),
                 ));
             }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Job-level decisions have one home
+// ---------------------------------------------------------------------------------------
+
+/// The folders whose product code drives jobs and must take every job-level decision from
+/// `pacer_control::job::decide` (issue 26): the simulator, the scenario simulator, the
+/// service, the runtime, the CLI, and the Python package's native module.
+pub const JOB_DRIVER_DIRS: &[&str] = &[
+    "crates/sim/src/",
+    "crates/workersim/src/",
+    "crates/serve/src/",
+    "crates/runtime/src/",
+    "crates/cli/src/",
+    "python/src/",
+];
+
+/// The estimators under the job-level decisions, which only `pacer-predict` (their
+/// definition) and `pacer-control` (`job::decide`, their one caller for a job) may call.
+pub const JOB_DECISION_INTERNALS: &[(&str, &str)] = &[
+    (
+        "best_global_batch",
+        "decide::global_batch_and_gain` or `decide::running_job_batch",
+    ),
+    ("fit_perf_params", "decide::fit_step_model"),
+    ("fit_perf_params_from", "decide::fit_step_model"),
+    ("fit_step_times", "decide::fit_step_model_from_step_times"),
+    (".optimize(", "decide::batch_on_allocation"),
+];
+
+/// The decisions' own names: a function of one of these names outside `pacer-control` is
+/// a second home.
+pub const JOB_DECISIONS: &[&str] = &[
+    "global_batch_and_gain",
+    "running_job_batch",
+    "adascale_gain",
+    "batch_on_allocation",
+    "exploration_cap",
+    "fit_step_model",
+    "fit_step_model_from_step_times",
+];
+
+/// `2 * PATH` where PATH's last name starts with `max` and names replicas (the exploration
+/// cap, "twice the most replicas run", written out again), e.g.
+/// `2 * st.max_profiled_replicas` or `2 * job.model.max_measured_replicas()`.
+fn doubles_max_replicas(code: &str) -> bool {
+    let mut rest = code;
+    while let Some(i) = rest.find("2 *") {
+        let before = rest[..i].chars().next_back();
+        let tail = rest[i + 3..].trim_start();
+        rest = &rest[i + 3..];
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+            continue;
+        }
+        // The path up to its first call or operator: `job.model.max_measured_replicas`.
+        let path: String = tail
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.'))
+            .collect();
+        let last = path.rsplit('.').next().unwrap_or_default();
+        if last.starts_with("max") && last.contains("replicas") {
+            return true;
+        }
+    }
+    false
+}
+
+/// Rule `job-decisions`: product code of a job driver ([`JOB_DRIVER_DIRS`]; everything before
+/// the first `#[cfg(test)]` of a file) calls none of [`JOB_DECISION_INTERNALS`], defines no
+/// function named as one of [`JOB_DECISIONS`], and does not write the exploration cap out
+/// again (`2 * ...max...replicas`): each job-level decision lives once, in
+/// `pacer_control::job::decide`, and every driver calls it there. A Python-facing
+/// function may keep an internal's name (`fn best_global_batch` of the native module): a
+/// definition is not a call.
+pub fn check_job_decisions(place: &str, src: &str) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut add = |i: usize, message: String| {
+        out.push(violation(
+            "job-decisions",
+            format!("{place}:{}", i + 1),
+            message,
+        ))
+    };
+    for (i, line) in src.lines().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        // An attribute may spell an internal's name (`#[pyfunction(name = "...")]`).
+        if line.trim_start().starts_with("#[") {
+            continue;
+        }
+        let code = code_part(line);
+        for (internal, instead) in JOB_DECISION_INTERNALS {
+            // A method (`.optimize(`) follows its receiver; a function stands alone.
+            let used = if internal.starts_with('.') {
+                code.contains(internal)
+            } else {
+                has_token(code, internal) && !has_token(code, &format!("fn {internal}"))
+            };
+            if used {
+                add(
+                    i,
+                    format!(
+                        "`{}` called by a job driver: call `pacer_control::job::{instead}` instead",
+                        internal.trim_matches(['.', '('])
+                    ),
+                );
+            }
+        }
+        for name in JOB_DECISIONS {
+            if has_token(code, &format!("fn {name}")) {
+                add(
+                    i,
+                    format!(
+                        "`fn {name}` outside pacer-control, a second home of a job-level decision: call `pacer_control::job::decide::{name}`"
+                    ),
+                );
+            }
+        }
+        if doubles_max_replicas(code) {
+            add(
+                i,
+                "the exploration cap (twice the most replicas run) written out again: call `pacer_control::job::decide::exploration_cap`"
+                    .to_string(),
+            );
         }
     }
     out
@@ -598,6 +730,48 @@ mod tests {
         assert!(check_no_io("x.rs", ok).is_empty());
         assert_eq!(check_no_io("y.rs", "use std::fs;\n").len(), 1);
         assert_eq!(check_no_io("y.rs", "    println!(\"x\");\n").len(), 1);
+    }
+
+    #[test]
+    fn job_decisions_catch_a_second_home_but_not_calls_of_the_first() {
+        // The drivers as they are: calls of `decide`, a Python-facing name kept.
+        let ok = "use pacer_control::job::decide;\n\
+                  let c = decide::batch_on_allocation(&g, nodes, replicas);\n\
+                  let explore = decide::exploration_cap(st.max_profiled_replicas);\n\
+                  fn best_global_batch(sqr: f64) -> f64 { sqr }\n\
+                  // g.optimize(1, 2) in a comment\n\
+                  let x = 2 * replicas_max;\n\
+                  #[cfg(test)]\nmod tests { fn t() { g.optimize(1, 2); } }\n";
+        assert_eq!(check_job_decisions("ok.rs", ok), vec![]);
+        // The exploration cap written out again, as serve and sim had it.
+        let v = check_job_decisions(
+            "serve.rs",
+            "        let explore = (2 * job.model.max_measured_replicas()).max(1);\n",
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].place, "serve.rs:1");
+        assert!(v[0].message.contains("exploration_cap"), "{v:?}");
+        assert_eq!(
+            check_job_decisions("sim.rs", "let e = (2 * st.max_profiled_replicas).max(1);\n").len(),
+            1
+        );
+        // The estimators called directly.
+        let direct = "use pacer_predict::goodput::{fit_perf_params_from, GoodputFn};\n\
+                      let p = fit_perf_params_from(&obs, None);\n\
+                      let c = g.optimize(nodes, replicas);\n\
+                      goodput::best_global_batch(&grad, 1.0, 2.0, |b| b);\n\
+                      let q = fit_step_times(&obs, None);\n";
+        let v = check_job_decisions("drv.rs", direct);
+        let lines: Vec<&str> = v.iter().map(|x| x.place.as_str()).collect();
+        assert_eq!(
+            lines,
+            ["drv.rs:1", "drv.rs:2", "drv.rs:3", "drv.rs:4", "drv.rs:5"],
+            "{v:?}"
+        );
+        // A decision defined again.
+        let v = check_job_decisions("x.rs", "pub fn exploration_cap(r: u32) -> u32 { r }\n");
+        assert_eq!(v.len(), 1);
+        assert!(v[0].message.contains("second home"), "{v:?}");
     }
 
     #[test]

@@ -113,6 +113,20 @@ fn decision_crates_do_no_io() {
 }
 
 #[test]
+fn job_decisions_have_one_home() {
+    let (root, all) = all_files();
+    let mut v = Vec::new();
+    for f in all
+        .iter()
+        .filter(|f| f.ends_with(".rs") && JOB_DRIVER_DIRS.iter().any(|d| f.starts_with(d)))
+    {
+        let src = std::fs::read_to_string(root.join(f)).unwrap();
+        v.extend(check_job_decisions(f, &src));
+    }
+    report(v);
+}
+
+#[test]
 fn cited_paths_exist() {
     let (root, all) = all_files();
     let exists = |p: &str| !p.is_empty() && root.join(p).exists();

@@ -6,6 +6,8 @@
 //! - [`search`]: time-optimal, cost-optimal and Pareto configurations over
 //!   placement × batch × machine type to reach a target metric, offline (every
 //!   configuration predicted) and online (profile a few chosen by experiment design).
+//! - [`decide`]: the job-level decisions every driver makes — global batch and gain,
+//!   the exploration cap, the online step-time fit — in one place.
 //!
 //! Both score [`Candidate`]s with a fitted step-time model
 //! ([`StepModel`](pacer_predict::itertime::StepModel)) and a
@@ -14,6 +16,7 @@
 //! ([`MeasuredTable`]) so every recommendation can be checked.
 
 pub mod courier;
+pub mod decide;
 pub mod mixed;
 pub mod search;
 

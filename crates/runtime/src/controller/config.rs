@@ -142,19 +142,19 @@ const MAX_TIMEOUT_S: f64 = 1e9;
 /// too, callers use it to fail before printing or spawning anything.
 pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError> {
     if cfg.global_batch == 0 {
-        return Err(RuntimeError::config("--global-batch", "must be > 0"));
+        return Err(RuntimeError::config("global_batch", "must be > 0"));
     }
     if cfg.max_global_batch.is_some_and(|m| m < cfg.global_batch) {
         return Err(RuntimeError::config(
-            "--max-global-batch",
-            "must be at least --global-batch",
+            "max_global_batch",
+            "must be at least `global_batch`",
         ));
     }
     // An iteration computes B samples: B beyond the training set once made every
     // iteration practically endless (B = 2^64 - 1 looped in the batch split).
     if cfg.global_batch > data.train.n as u64 {
         return Err(RuntimeError::config(
-            "--global-batch",
+            "global_batch",
             format!(
                 "{} is more than the {} training samples of the dataset",
                 cfg.global_batch, data.train.n
@@ -169,7 +169,7 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
     .is_none()
     {
         return Err(RuntimeError::config(
-            "--controller",
+            "controller",
             format!(
                 "unknown controller `{}`; known: {}",
                 cfg.controller,
@@ -179,7 +179,7 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
     }
     if make_predictor(&cfg.predictor, 0, 0).is_none() {
         return Err(RuntimeError::config(
-            "--predictor",
+            "predictor",
             format!(
                 "unknown predictor `{}`; known: {}",
                 cfg.predictor,
@@ -197,11 +197,11 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
         ));
     }
     if cfg.eval_every == 0 {
-        return Err(RuntimeError::config("--eval-every", "must be ≥ 1"));
+        return Err(RuntimeError::config("eval_every", "must be ≥ 1"));
     }
     if cfg.model.kind == ModelKind::Kmeans && cfg.model.width as usize > data.train.n {
         return Err(RuntimeError::config(
-            "--clusters",
+            "clusters",
             format!(
                 "{} clusters for {} training samples; at most one cluster per sample",
                 cfg.model.width, data.train.n
@@ -210,26 +210,26 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
     }
     if cfg.max_pending == 0 {
         return Err(RuntimeError::config(
-            "--max-pending",
+            "max_pending",
             "must be ≥ 1 (connections allowed in their handshake at once)",
         ));
     }
     if cfg.max_pre_hello_per_addr == 0 {
         return Err(RuntimeError::config(
-            "--max-pre-hello-per-addr",
+            "max_pre_hello_per_addr",
             "must be ≥ 1 (connections from one address before their Hello)",
         ));
     }
     if cfg.min_workers == 0 {
-        return Err(RuntimeError::config("--min-workers", "must be ≥ 1"));
+        return Err(RuntimeError::config("min_workers", "must be ≥ 1"));
     }
     // Timeouts become `Duration`s added to `Instant`s: NaN, negative or astronomically
     // large values would panic there, and 0 would declare every worker dead at once.
     for (flag, v) in [
-        ("--worker-timeout-s", cfg.worker_timeout_s),
-        ("--join-timeout-s", cfg.join_timeout_s),
-        ("--rejoin-timeout-s", cfg.rejoin_timeout_s),
-        ("--hello-timeout-s", cfg.hello_timeout_s),
+        ("worker_timeout_s", cfg.worker_timeout_s),
+        ("join_timeout_s", cfg.join_timeout_s),
+        ("rejoin_timeout_s", cfg.rejoin_timeout_s),
+        ("hello_timeout_s", cfg.hello_timeout_s),
     ] {
         if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_S) {
             return Err(RuntimeError::config(
@@ -243,17 +243,17 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
     }
     if cfg.max_time_s.is_nan() || cfg.max_time_s <= 0.0 {
         return Err(RuntimeError::config(
-            "--max-time-s",
+            "max_time_s",
             format!("must be a number of seconds > 0, got {}", cfg.max_time_s),
         ));
     }
     if cfg.max_iterations == Some(0) {
-        return Err(RuntimeError::config("--max-iterations", "must be ≥ 1"));
+        return Err(RuntimeError::config("max_iterations", "must be ≥ 1"));
     }
     if let OptimSpec::Sgd { momentum, .. } = cfg.optimizer {
         if !(momentum.is_finite() && (0.0..1.0).contains(&momentum)) {
             return Err(RuntimeError::config(
-                "--momentum",
+                "momentum",
                 format!("must be in [0, 1), got {momentum}"),
             ));
         }
@@ -261,7 +261,7 @@ pub fn validate(cfg: &ControllerConfig, data: &Data) -> Result<(), RuntimeError>
     if let Some(t) = cfg.target_accuracy {
         if !(0.0..=1.0).contains(&t) {
             return Err(RuntimeError::config(
-                "--target-accuracy",
+                "target_accuracy",
                 format!("must be a fraction in [0, 1], got {t}"),
             ));
         }

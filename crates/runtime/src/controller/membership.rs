@@ -244,9 +244,9 @@ impl Run<'_> {
                 Wait::TimedOut | Wait::Closed => {
                     let (k, s) = (self.k, self.cfg.rejoin_timeout_s);
                     return Err(Halt::Failed(RuntimeError::Stopped(if in_iteration {
-                        format!("every worker was lost in iteration {k} and none joined within {s} s (--rejoin-timeout-s)")
+                        format!("every worker was lost in iteration {k} and none joined within {s} s (`rejoin_timeout_s`)")
                     } else {
-                        format!("every worker is gone (at iteration {k}) and none joined within {s} s (--rejoin-timeout-s)")
+                        format!("every worker is gone (at iteration {k}) and none joined within {s} s (`rejoin_timeout_s`)")
                     })));
                 }
             }

@@ -81,7 +81,7 @@ pub async fn serve_addr(
 ) -> Result<TrainReport, RuntimeError> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|e| RuntimeError::io(format!("--listen {addr}"), e))?;
+        .map_err(|e| RuntimeError::io(format!("`listen` {addr}"), e))?;
     serve(listener, data, cfg, progress).await
 }
 
@@ -94,7 +94,7 @@ pub fn serve_blocking(
     progress: Option<ProgressFn>,
 ) -> Result<TrainReport, RuntimeError> {
     let listener = std::net::TcpListener::bind(addr)
-        .map_err(|e| RuntimeError::io(format!("--listen {addr}"), e))?;
+        .map_err(|e| RuntimeError::io(format!("`listen` {addr}"), e))?;
     serve_blocking_on(listener, data, cfg, progress)
 }
 

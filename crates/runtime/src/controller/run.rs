@@ -149,7 +149,7 @@ pub(super) async fn train_loop(
         &cfg.predictor,
         cfg.seed,
     ))
-    .map_err(|e| RuntimeError::config("--controller/--predictor", e.to_string()))?;
+    .map_err(|e| RuntimeError::config("controller/predictor", e.to_string()))?;
     let last_end = clock.now();
     let mut run = Run {
         cfg,
@@ -277,7 +277,7 @@ impl Run<'_> {
         let decision = self
             .session
             .decide()
-            .map_err(|e| RuntimeError::config("--global-batch", e.to_string()))?;
+            .map_err(|e| RuntimeError::config("global_batch", e.to_string()))?;
         self.batches.clear();
         self.batches.extend_from_slice(decision.batches);
         let predicted = decision.predicted_speed.to_vec();

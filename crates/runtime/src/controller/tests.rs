@@ -32,17 +32,17 @@ fn bad_timeouts_and_limits_are_config_errors_not_panics() {
     assert!(validate(&base, &data).is_ok());
     type Edit = fn(&mut ControllerConfig);
     let cases: [(&str, Edit); 11] = [
-        ("--worker-timeout-s", |c| c.worker_timeout_s = f64::NAN),
-        ("--worker-timeout-s", |c| c.worker_timeout_s = -1.0),
-        ("--worker-timeout-s", |c| c.worker_timeout_s = 0.0),
-        ("--worker-timeout-s", |c| c.worker_timeout_s = 1e300),
-        ("--join-timeout-s", |c| c.join_timeout_s = f64::NAN),
-        ("--join-timeout-s", |c| c.join_timeout_s = -1.0),
-        ("--max-time-s", |c| c.max_time_s = f64::NAN),
-        ("--max-iterations", |c| c.max_iterations = Some(0)),
-        ("--min-workers", |c| c.min_workers = 0),
-        ("--global-batch", |c| c.global_batch = u64::MAX),
-        ("--momentum", |c| {
+        ("worker_timeout_s", |c| c.worker_timeout_s = f64::NAN),
+        ("worker_timeout_s", |c| c.worker_timeout_s = -1.0),
+        ("worker_timeout_s", |c| c.worker_timeout_s = 0.0),
+        ("worker_timeout_s", |c| c.worker_timeout_s = 1e300),
+        ("join_timeout_s", |c| c.join_timeout_s = f64::NAN),
+        ("join_timeout_s", |c| c.join_timeout_s = -1.0),
+        ("max_time_s", |c| c.max_time_s = f64::NAN),
+        ("max_iterations", |c| c.max_iterations = Some(0)),
+        ("min_workers", |c| c.min_workers = 0),
+        ("global_batch", |c| c.global_batch = u64::MAX),
+        ("momentum", |c| {
             c.optimizer = OptimSpec::Sgd {
                 lr: 0.1,
                 momentum: f32::NAN,
@@ -50,11 +50,11 @@ fn bad_timeouts_and_limits_are_config_errors_not_panics() {
             }
         }),
     ];
-    for (flag, edit) in cases {
+    for (field, edit) in cases {
         let mut c = base.clone();
         edit(&mut c);
         let e = validate(&c, &data).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("{flag}:")), "{flag}: {e}");
+        assert!(e.starts_with(&format!("{field}:")), "{field}: {e}");
     }
 }
 

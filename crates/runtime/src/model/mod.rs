@@ -72,11 +72,11 @@ impl ModelKind {
         MODELS[self.wire_id() as usize]
     }
 
-    /// The flag of the model's size (`ModelSpec::width`), if it has one.
-    pub fn width_flag(self) -> Option<&'static str> {
+    /// The config field of the model's size (`ModelSpec::width`), if it has one.
+    pub fn width_field(self) -> Option<&'static str> {
         match self {
-            ModelKind::Mlp => Some("--hidden"),
-            ModelKind::Kmeans => Some("--clusters"),
+            ModelKind::Mlp => Some("hidden"),
+            ModelKind::Kmeans => Some("clusters"),
             ModelKind::Logreg | ModelKind::Svm => None,
         }
     }
@@ -180,12 +180,12 @@ impl ModelSpec {
     pub fn new(name: &str, dim: usize, classes: usize, width: usize) -> Result<Self, RuntimeError> {
         let kind = ModelKind::from_name(name).ok_or_else(|| {
             RuntimeError::config(
-                "--model",
+                "model",
                 format!("unknown model `{name}`; known: {}", MODELS.join(", ")),
             )
         })?;
-        let width_flag = kind.width_flag();
-        if let (Some(flag), 0) = (width_flag, width) {
+        let width_field = kind.width_field();
+        if let (Some(flag), 0) = (width_field, width) {
             return Err(RuntimeError::config(flag, "must be > 0"));
         }
         let narrow = |v: usize, what: &str| {
@@ -197,7 +197,7 @@ impl ModelSpec {
             kind,
             dim: narrow(dim, "dataset features")?,
             classes: narrow(classes, "dataset classes")?,
-            width: match width_flag {
+            width: match width_field {
                 Some(flag) => narrow(width, flag)?,
                 // Ignored by these models; kept as given (it is part of the handshake).
                 None => width as u32,
@@ -206,7 +206,7 @@ impl ModelSpec {
         match spec.n_params() {
             Some(n) if n <= MAX_PARAMS => Ok(spec),
             _ => Err(RuntimeError::config(
-                width_flag.unwrap_or("model"),
+                width_field.unwrap_or("model"),
                 format!(
                     "{name} with width {width} on {dim} features and {classes} classes: more \
                      than {MAX_PARAMS} parameters, the most a model may have"
@@ -381,15 +381,12 @@ pub(crate) mod tests {
         let e = ModelSpec::new("mlp", 64, 10, 100_000_000)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.starts_with("--hidden:") && e.contains("parameters"),
-            "{e}"
-        );
+        assert!(e.starts_with("hidden:") && e.contains("parameters"), "{e}");
         // Wider than the handshake's u32.
         let e = ModelSpec::new("kmeans", 64, 10, 1 << 33)
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("--clusters:"), "{e}");
+        assert!(e.starts_with("clusters:"), "{e}");
         let e = ModelSpec::new("logreg", 1 << 24, 1 << 8, 0)
             .unwrap_err()
             .to_string();
@@ -462,6 +459,6 @@ pub(crate) mod tests {
     #[test]
     fn unknown_model_is_named() {
         let e = ModelSpec::new("resnet", 4, 2, 8).unwrap_err().to_string();
-        assert!(e.contains("--model") && e.contains("resnet"), "{e}");
+        assert!(e.contains("model") && e.contains("resnet"), "{e}");
     }
 }

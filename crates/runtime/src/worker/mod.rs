@@ -52,7 +52,7 @@ impl std::str::FromStr for LoadSignal {
             "combined" => LoadSignal::Combined,
             _ => {
                 return Err(RuntimeError::config(
-                    "--load-signal",
+                    "load_signal",
                     format!("unknown `{s}`; expected auto, emulated, proc or combined"),
                 ))
             }
@@ -201,9 +201,9 @@ impl WorkerConfig {
     /// would panic there).
     pub fn validate(&self) -> Result<(), RuntimeError> {
         for (flag, v) in [
-            ("--welcome-timeout-s", self.welcome_timeout_s),
-            ("--idle-timeout-s", self.idle_timeout_s),
-            ("--stall-timeout-s", self.stall_timeout_s),
+            ("welcome_timeout_s", self.welcome_timeout_s),
+            ("idle_timeout_s", self.idle_timeout_s),
+            ("stall_timeout_s", self.stall_timeout_s),
         ] {
             if !(v.is_finite() && v > 0.0 && v <= 1e9) {
                 return Err(RuntimeError::config(
@@ -216,8 +216,8 @@ impl WorkerConfig {
             }
         }
         for (flag, v) in [
-            ("--retry-for-s", self.retry_for_s),
-            ("--retry-max-delay-s", self.retry_max_delay_s),
+            ("retry_for_s", self.retry_for_s),
+            ("retry_max_delay_s", self.retry_max_delay_s),
         ] {
             if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
                 return Err(RuntimeError::config(
@@ -276,7 +276,7 @@ async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
     crate::sysinfo::set_socket_buffers(&sock, 4 << 20);
     if let Some(b) = cfg.bind {
         sock.bind(b)
-            .map_err(|e| RuntimeError::io(format!("--bind {b}"), e))?;
+            .map_err(|e| RuntimeError::io(format!("`bind` {b}"), e))?;
     }
     let t = Duration::from_secs_f64(cfg.welcome_timeout_s);
     let s = tokio::time::timeout(t, sock.connect(cfg.connect))
@@ -286,7 +286,7 @@ async fn connect(cfg: &WorkerConfig) -> Result<TcpStream, RuntimeError> {
                 format!("connecting to controller {}", cfg.connect),
                 std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    format!("no connection within {t:?} (--welcome-timeout-s)"),
+                    format!("no connection within {t:?} (`welcome_timeout_s`)"),
                 ),
             )
         })?
@@ -357,7 +357,7 @@ async fn join_with_retry(
                 return Err(e);
             }
             return Err(RuntimeError::Stopped(format!(
-                "could not join {peer} in {attempt} tries over {spent:.1} s (--retry-for-s {}): {said}",
+                "could not join {peer} in {attempt} tries over {spent:.1} s (`retry_for_s` {}): {said}",
                 crate::controller::short_num(cfg.retry_for_s)
             )));
         }
@@ -396,7 +396,7 @@ async fn join(
     let welcome = protocol::timed(
         Some(Duration::from_secs_f64(cfg.welcome_timeout_s)),
         &peer,
-        "waiting for Welcome (--welcome-timeout-s)",
+        "waiting for Welcome (`welcome_timeout_s`)",
         protocol::read_message_with(
             &mut stream,
             &mut rbuf,

@@ -89,7 +89,7 @@ impl GradientSink {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     if progress.elapsed() >= self.stall {
                         return Err(self.error(&format!(
-                            "the controller took nothing for {:?} (--stall-timeout-s)",
+                            "the controller took nothing for {:?} (`stall_timeout_s`)",
                             self.stall
                         )));
                     }
@@ -135,7 +135,7 @@ pub(super) async fn read_loop(
         let r = protocol::timed(
             Some(idle),
             &peer,
-            "waiting for a Step or Shutdown (--idle-timeout-s)",
+            "waiting for a Step or Shutdown (`idle_timeout_s`)",
             protocol::read_message_streaming_step_with(
                 &mut rd,
                 &mut rbuf,

@@ -191,7 +191,7 @@ pub(super) fn fit_table(
             .cmp(&(b.nodes, b.replicas))
             .then(a.atomic_bsz.total_cmp(&b.atomic_bsz))
     });
-    pacer_predict::goodput::fit_perf_params_from(&obs, None).ok()
+    pacer_control::job::decide::fit_step_model(&obs, None).ok()
 }
 
 /// Canonical form of a placement: zeros dropped, lexicographically smallest rotation.

@@ -15,7 +15,8 @@
 //! to the type's whole table from the start: more than Sia knows.
 
 use super::*;
-use pacer_predict::goodput::{fit_perf_params_from, GoodputFn, PerfObservation};
+use pacer_control::job::decide::fit_step_model;
+use pacer_predict::goodput::{GoodputFn, PerfObservation};
 use std::collections::BTreeMap;
 
 /// Which per-type performance model policies see for per-type applications.
@@ -78,7 +79,7 @@ impl OnlineProfiles {
                 step_time_s: s,
             })
             .collect();
-        let fit = fit_perf_params_from(&obs, None).ok();
+        let fit = fit_step_model(&obs, None).ok();
         let changed = fit != self.fits[t];
         self.fits[t] = fit;
         changed

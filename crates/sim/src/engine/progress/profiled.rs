@@ -8,10 +8,11 @@ use crate::apps::AppModel;
 use crate::engine::{
     limits_on, pollux_fixed, split_fixed, split_fixed_on, BatchMode, ProfileMode, SURPRISE,
 };
+use pacer_control::job::decide;
 use pacer_model::Allocation;
 use pacer_model::DeviceTypeId;
 use pacer_policy::{SpeedCurve, SpeedTable};
-use pacer_predict::goodput::{fit_perf_params_from, GoodputFn, GradParams, PerfObservation};
+use pacer_predict::goodput::{GoodputFn, GradParams, PerfObservation};
 
 pub(super) struct Profiled {
     /// Index into the simulation's apps.
@@ -113,7 +114,7 @@ impl JobProgress for Profiled {
     fn adaptive_view(&self, sim: &Simulation<'_>, st: &JobState, cap: u32) -> Option<AdaptiveView> {
         let app = &sim.apps[self.app];
         let by_batch = (app.max_batch / app.min_local_bsz) as u32;
-        let explore = (2 * st.max_profiled_replicas).max(1);
+        let explore = decide::exploration_cap(st.max_profiled_replicas);
         Some(AdaptiveView {
             max_replicas: explore.min(64).min(by_batch).min(cap).max(1),
             goodput: sim.goodput_fn(app, st),
@@ -227,7 +228,7 @@ impl Simulation<'_> {
             (Some(b), _) => split_fixed_on(app, ty, b, replicas),
             (None, Some(ty)) => self.typed_adaptive_batch(app, ty, st),
             (None, None) => match self.goodput_fn(app, st) {
-                Some(g) => match g.optimize(nodes, replicas) {
+                Some(g) => match decide::batch_on_allocation(&g, nodes, replicas) {
                     Some(c) => (c.atomic_bsz, c.accum_steps),
                     None => split_fixed(
                         app,
@@ -262,8 +263,7 @@ impl Simulation<'_> {
             .max(app.local_bsz_range_on(Some(ty)).0);
         let chosen = self.goodput_fn(app, st).and_then(|mut g| {
             g.limits.max_atomic = max_local;
-            g.optimize(nodes, replicas)
-                .map(|c| (c.atomic_bsz, c.accum_steps))
+            decide::batch_on_allocation(&g, nodes, replicas).map(|c| (c.atomic_bsz, c.accum_steps))
         });
         let (mut atomic, accum) = chosen.unwrap_or_else(|| {
             let eps = 1e-8;
@@ -463,7 +463,7 @@ impl Simulation<'_> {
             }
         }
         let warm = st.perf.as_ref();
-        if let Ok(p) = fit_perf_params_from(&obs, warm) {
+        if let Ok(p) = decide::fit_step_model(&obs, warm) {
             st.perf = Some(p);
             st.goodput_version += 1;
         }
