@@ -113,3 +113,66 @@ fn deadline_jobs_are_admitted_kept_across_a_restart_and_met() {
     drop(svc);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Several local deadline jobs and a best-effort one: each deadline job is admitted or
+/// declined on submission, and every admitted one meets its deadline.
+#[test]
+fn every_admitted_local_job_meets_its_deadline() {
+    let dir = test_dir("deadline-e2e");
+    let svc = Service::start(&dir, &ARGS);
+    let c = svc.client();
+    // Each runs about 1 s on 2 devices and says 4 s; deadlines from 6 s to 16 s: the
+    // 1x4 cluster fits two at a time, so the tight late-comers are declined.
+    let mut admitted = Vec::new();
+    let mut declined = 0;
+    for (k, due) in [16, 6, 12, 6, 8, 7, 10, 14].iter().enumerate() {
+        let spec = format!(
+            "name = \"d{k}\"\ncommand = [\"sh\", \"-c\", \"sleep 1\"]\nreplicas = 2\n\
+             expected_runtime = \"4s\"\ndeadline = \"{due}s\"\n"
+        );
+        let a = svc.submit_toml(&c, &spec);
+        match a.status {
+            201 => admitted.push(a.json().unwrap()["id"].as_str().unwrap().to_string()),
+            409 => declined += 1,
+            s => panic!("{s}: {}", String::from_utf8_lossy(&a.body)),
+        }
+    }
+    let best = svc.submit_toml(
+        &c,
+        "name = \"best-effort\"\ncommand = [\"sh\", \"-c\", \"sleep 1\"]\nreplicas = 4\n",
+    );
+    assert_eq!(best.status, 201);
+    eprintln!("{} admitted, {declined} declined", admitted.len());
+    assert!(
+        admitted.len() >= 2 && declined >= 1,
+        "{admitted:?}, {declined} declined"
+    );
+    wait_for("every job ended", 60, || {
+        svc.get_json("/v1/jobs")["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j["state"] == "succeeded" || j["state"] == "failed")
+    });
+    for id in &admitted {
+        let j = svc.get_json(&format!("/v1/jobs/{id}"));
+        let (end, due) = (
+            j["finished_ms"].as_u64().unwrap(),
+            j["deadline"]["deadline_ms"].as_u64().unwrap(),
+        );
+        eprintln!(
+            "{id}: finished {:.1} s before its deadline",
+            (due as f64 - end as f64) / 1e3
+        );
+        assert_eq!(j["deadline_status"]["status"], "met", "{j}");
+    }
+    let m = svc.call(&c, "GET", "/metrics", None, "");
+    let text = String::from_utf8_lossy(&m.body);
+    let met = format!(
+        "pacer_serve_deadline_jobs{{status=\"met\"}} {}",
+        admitted.len()
+    );
+    assert!(text.contains(&met), "{met} not in:\n{text}");
+    drop(svc);
+    let _ = std::fs::remove_dir_all(&dir);
+}
