@@ -378,6 +378,11 @@ impl Core {
         }
         c.job(&j);
         self.commit(c, vec![j.clone()]).await?;
+        if j.state.is_terminal() {
+            if let Some(s) = self.deadline_status(&j, now_ms()) {
+                self.metrics.deadline_ended(s);
+            }
+        }
         if let Some(h) = j.run.as_ref().and_then(|r| r.handle.as_ref()) {
             exec.signal(h, StopSignal::Term).await?;
         }

@@ -343,6 +343,20 @@ fn a_deadline_job_is_admitted_or_declined_with_the_earliest_deadline() {
         text.contains("pacer_serve_deadline_admissions_total{decision=\"accepted\"} 2"),
         "{text}"
     );
+    // b cancelled while queued, before its deadline: ended, counted as such.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(c.cancel(&Fake::default(), &b.id)).unwrap();
+    assert_eq!(
+        c.deadline_status(&c.jobs[&b.id], super::now_ms()),
+        Some(crate::deadline::Status::Ended)
+    );
+    let text = c.metrics.render(c.jobs.values(), &[]);
+    assert!(
+        text.contains("pacer_serve_deadline_ended_total{outcome=\"ended\"} 1"),
+        "{text}"
+    );
 }
 
 #[test]
