@@ -431,7 +431,25 @@ fn an_admitted_guarantee_survives_a_restart_of_the_service() {
     let after = c.deadline_json(&c.jobs[&a.id], super::now_ms()).unwrap();
     assert_eq!(after["status"], "on track", "{after}");
     assert_eq!(after["deadline_ms"], before["deadline_ms"]);
-    // It ends in time: met, counted.
+    // a turns out slower than it said (1,000 s of work left: it cannot make its
+    // deadline), and the service restarts again. A fresh policy planning admission
+    // itself would now decline a and stop it; the service's keeps it on its devices.
+    let mut slow = c.jobs[&a.id].clone();
+    slow.deadline.as_mut().unwrap().expected_runtime_s = 1000.0;
+    let mut ch = crate::store::Changes::default();
+    ch.job(&slow);
+    c.store.commit(ch).unwrap();
+    drop(c);
+    let mut c = reopen(name, cluster, "deadline");
+    round(&mut c, &fake);
+    assert!(
+        fake.signals.lock().unwrap().is_empty(),
+        "a at risk was stopped"
+    );
+    assert_eq!(c.jobs[&a.id].run.as_ref().unwrap().replicas(), 2);
+    let risk = c.deadline_json(&c.jobs[&a.id], super::now_ms()).unwrap();
+    assert_eq!(risk["status"], "at risk", "{risk}");
+    // It ends in time all the same: met, counted.
     fake.exit(
         &format!("{}:1", a.id),
         crate::executor::RunStatus::Exited(0),
