@@ -90,6 +90,15 @@ pub struct SubmitArgs {
     /// An environment variable for the job, KEY=VALUE (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
+    /// Finish by: an RFC 3339 time (2026-11-27T03:00:00Z) or a duration from submission
+    /// (2h30m, 90m, 3600s, 3600); the service admits or declines the job (the spec's
+    /// `deadline`; needs --expected-runtime or the spec's `expected_runtime`).
+    #[arg(long, value_name = "TIME|DURATION")]
+    pub deadline: Option<String>,
+    /// How long the job runs on its replicas (45m, 3600): what admission plans with
+    /// (the spec's `expected_runtime`).
+    #[arg(long, value_name = "DURATION")]
+    pub expected_runtime: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -200,6 +209,12 @@ fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> 
                 .to_string(),
         );
     }
+    if let Some(d) = &a.deadline {
+        spec.deadline = Some(d.clone());
+    }
+    if let Some(r) = &a.expected_runtime {
+        spec.expected_runtime = Some(r.clone());
+    }
     for kv in &a.env {
         let Some((k, v)) = kv.split_once('=') else {
             bail!("--env `{kv}`: expected KEY=VALUE");
@@ -219,11 +234,39 @@ fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> an
     spec.resolve_cwd(&here)
         .map_err(|e| anyhow::anyhow!("{} (key `{}`)", e.message, e.field))?;
     let c = client.client()?;
-    let v = runtime()?
-        .block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?
-        .ok_from(client)?;
+    let answer =
+        runtime()?.block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?;
+    if answer.status == 409 {
+        // A declined deadline job: the answer says why and what would fit.
+        if let Ok(v) = answer.json() {
+            if v["admission"]["decision"] == "declined" {
+                bail!("{}", v["error"].as_str().unwrap_or("declined"));
+            }
+        }
+    }
+    let v = answer.ok_from(client)?;
     putline!("{}", v["id"].as_str().unwrap_or("?"));
+    if let Some(line) = admission_line(&v["admission"]) {
+        putline!("{line}");
+    }
     Ok(())
+}
+
+/// The second line `pacer submit` prints for an accepted deadline job.
+fn admission_line(a: &serde_json::Value) -> Option<String> {
+    if a["decision"] != "accepted" {
+        return None;
+    }
+    let now = pacer_serve::core::now_ms();
+    let finish = a["planned_finish_ms"].as_u64()?;
+    Some(format!(
+        "accepted: deadline {}, planned finish {} (in {}), {} devices now; planned with {}",
+        a["deadline"].as_str()?,
+        a["planned_finish"].as_str()?,
+        pacer_serve::deadline::human_s(finish.saturating_sub(now) as f64 / 1e3),
+        a["share_now"].as_u64()?,
+        a["model"].as_str().unwrap_or("?"),
+    ))
 }
 
 pub fn run_jobs(a: JobsArgs) -> anyhow::Result<()> {

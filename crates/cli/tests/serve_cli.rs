@@ -29,6 +29,11 @@ fn test_dir(name: &str) -> PathBuf {
 
 /// `pacer serve` on `127.0.0.1:0` (the port it prints), cluster `2x2:cpu`, short rounds.
 fn serve(name: &str) -> Serve {
+    serve_with(name, "fifo")
+}
+
+/// [`serve`] with another policy.
+fn serve_with(name: &str, policy: &str) -> Serve {
     let dir = test_dir(name);
     let state = dir.join("state");
     let log = dir.join("service.log");
@@ -39,7 +44,7 @@ fn serve(name: &str) -> Serve {
             "--cluster",
             "2x2:cpu",
             "--policy",
-            "fifo",
+            policy,
             "--round-s",
             "0.2",
         ])
@@ -524,5 +529,77 @@ fn a_trainer_job_logs_progress_while_it_runs() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("--progress-every-s"));
+    let _ = std::fs::remove_dir_all(&s.dir);
+}
+
+#[test]
+fn submit_with_a_deadline_says_accepted_or_declined() {
+    let s = serve_with("deadline", "deadline");
+    let dir = s.dir.clone();
+    // 2 of the 4 devices for 60 s, due in an hour: accepted, with its plan.
+    let out = s.ok(
+        &dir,
+        &[
+            "submit",
+            "--wrap",
+            "true",
+            "-n",
+            "2",
+            "--deadline",
+            "1h",
+            "--expected-runtime",
+            "60",
+        ],
+    );
+    eprintln!("pacer submit printed:\n{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(lines[0], "job-1");
+    assert!(
+        lines[1].starts_with("accepted: deadline ") && lines[1].contains("2 devices now"),
+        "{out}"
+    );
+    // All 4 for an hour, due in 30 minutes: declined, with the earliest deadline.
+    let o = s.pacer(
+        &dir,
+        &[
+            "submit",
+            "--wrap",
+            "true",
+            "-n",
+            "4",
+            "--deadline",
+            "30m",
+            "--expected-runtime",
+            "1h",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("pacer submit (declined) said:\n{err}");
+    assert!(!o.status.success());
+    assert!(
+        err.contains("declined") && err.contains("earliest deadline"),
+        "{err}"
+    );
+    // Bad values: one error naming the field.
+    for (args, says) in [
+        (
+            ["--deadline", "soon", "--expected-runtime", "1m"],
+            "field `deadline`",
+        ),
+        (
+            ["--deadline", "1h", "--expected-runtime", "1x"],
+            "field `expected_runtime`",
+        ),
+    ] {
+        let mut all = vec!["submit", "--wrap", "true"];
+        all.extend(args);
+        let o = s.pacer(&dir, &all);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{all:?}");
+        assert!(err.contains(says), "{all:?}: {err}");
+    }
+    let listed: serde_json::Value = serde_json::from_str(&s.ok(&dir, &["jobs", "--json"])).unwrap();
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);
     let _ = std::fs::remove_dir_all(&s.dir);
 }

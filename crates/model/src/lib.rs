@@ -10,6 +10,7 @@
 //! (usually the file path) so that errors can name `file:line`.
 
 pub mod alloc;
+pub mod civil;
 pub mod cluster;
 pub mod cluster_file;
 pub mod error;

@@ -380,7 +380,21 @@ async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Ap
     spec.check_cwd_exists_bounded().await?;
     let (job, durable) = s.core.lock().await.submit(spec)?;
     wait_durable(durable).await?;
-    Ok((StatusCode::CREATED, Json(job.public_json())).into_response())
+    let mut v = job.public_json();
+    if let Some(d) = &job.deadline {
+        // The admission answer (a declined job is a 409 carrying its own).
+        use crate::deadline::rfc3339;
+        v["admission"] = json!({
+            "decision": "accepted",
+            "deadline": rfc3339(d.deadline_ms),
+            "deadline_ms": d.deadline_ms,
+            "share_now": d.share_now,
+            "planned_finish": rfc3339(d.planned_finish_ms),
+            "planned_finish_ms": d.planned_finish_ms,
+            "model": "expected_runtime at replicas devices, linear speed-up (nothing reported yet)",
+        });
+    }
+    Ok((StatusCode::CREATED, Json(v)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -402,17 +416,27 @@ async fn list(State(s): State<AppState>, q: Result<Query<ListQuery>, QueryReject
         .filter(|j| j.seq >= q.from && q.state.is_none_or(|st| j.state == st))
         .collect();
     jobs.sort_by_key(|j| j.seq);
+    let now = crate::core::now_ms();
     let out: Vec<Value> = jobs
         .into_iter()
         .take(limit)
-        .map(|j| j.public_json())
+        .map(|j| with_deadline(&core, j, now))
         .collect();
     Ok(Json(json!({ "jobs": out })).into_response())
 }
 
+/// A job's public JSON with its deadline status (`deadline_status`, deadline jobs only).
+fn with_deadline(core: &Core, j: &crate::job::JobRecord, now_ms: u64) -> Value {
+    let mut v = j.public_json();
+    if let Some(d) = core.deadline_json(j, now_ms) {
+        v["deadline_status"] = d;
+    }
+    v
+}
+
 async fn get_job(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let core = s.core.lock().await;
-    let mut v = core.job(&id)?.public_json();
+    let mut v = with_deadline(&core, core.job(&id)?, crate::core::now_ms());
     // Where its stdout and stderr go (`pacer job` shows it).
     v["log_path"] = core.log_path(&id).display().to_string().into();
     Ok(Json(v).into_response())
@@ -629,7 +653,13 @@ async fn rounds(
 
 async fn metrics(State(s): State<AppState>) -> ApiResult {
     let core = s.core.lock().await;
-    let text = core.metrics.render(core.jobs.values());
+    let now = crate::core::now_ms();
+    let deadlines: Vec<crate::deadline::Status> = core
+        .jobs
+        .values()
+        .filter_map(|j| core.deadline_status(j, now))
+        .collect();
+    let text = core.metrics.render(core.jobs.values(), &deadlines);
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -37,6 +37,10 @@ pub struct BenchArgs {
     pub cluster: String,
     #[arg(long, default_value_t = 1.0)]
     pub round_s: f64,
+    /// Deadline jobs submitted one at a time after `--jobs` (their admission answer's
+    /// latency; needs `--policy deadline` or `elasticflow`).
+    #[arg(long, default_value_t = 0)]
+    pub deadline_jobs: usize,
 }
 
 struct Pool {
@@ -185,7 +189,40 @@ async fn drive(a: &BenchArgs, port: u16, dir: &std::path::Path) -> anyhow::Resul
         percentile(&sub_lat, 0.99),
         sub_lat.last().copied().unwrap_or(f64::NAN)
     );
+    if a.deadline_jobs > 0 {
+        deadline_submissions(a.deadline_jobs, &pool).await?;
+    }
     reports(a, &pool, &base, &token).await
+}
+
+/// Submits `n` deadline jobs one after another (each planned beside all admitted so
+/// far) and prints their answers' latency and how many were admitted.
+async fn deadline_submissions(n: usize, pool: &Pool) -> anyhow::Result<()> {
+    let (mut lat, mut accepted, mut declined) = (Vec::with_capacity(n), 0, 0);
+    for k in 0..n {
+        // 10 min on 1 or 2 devices, due in 15 min to 2 h 15 min (deterministic spread).
+        let body = format!(
+            r#"{{"name":"ddl-{k}","command":["sleep","3600"],"replicas":{},"expected_runtime":"600","deadline":"{}s"}}"#,
+            1 + k % 2,
+            900 + (k * 937) % 7200
+        );
+        let t = Instant::now();
+        match pool.post(0, "/v1/jobs", Bytes::from(body)).await? {
+            201 => accepted += 1,
+            409 => declined += 1,
+            st => bail!("deadline submission {k} answered {st}"),
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    lat.sort_by(f64::total_cmp);
+    println!(
+        "deadline submissions: {n} ({accepted} admitted, {declined} declined); answer latency \
+         p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99),
+        lat.last().copied().unwrap_or(f64::NAN)
+    );
+    Ok(())
 }
 
 async fn reports(a: &BenchArgs, pool: &Arc<Pool>, base: &str, token: &str) -> anyhow::Result<()> {

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod deadlines;
 mod round;
 #[cfg(test)]
 mod tests;
@@ -118,6 +119,12 @@ pub struct Core {
     waiters: Vec<tokio::sync::oneshot::Sender<bool>>,
     /// Woken when something is staged (the flusher task waits on it).
     pub flush_needed: std::sync::Arc<tokio::sync::Notify>,
+    /// How the policy plans deadline jobs, when it does (`deadline`, `elasticflow`):
+    /// admission on submission plans the same way ([`crate::deadline`]).
+    pub deadline_cfg: Option<pacer_policy::deadline::DeadlineConfig>,
+    /// Derived, never stored: each active deadline job's planned finish (ms since the
+    /// Unix epoch; `None`: not planned to finish) as of the latest round.
+    pub planned_finish_ms: BTreeMap<String, Option<u64>>,
 }
 
 /// Resolves to `true` once a staged change is durable.
@@ -126,9 +133,15 @@ pub type Durable = tokio::sync::oneshot::Receiver<bool>;
 impl Core {
     /// Opens the state in `settings.state_dir` (creating it) and loads every job.
     pub fn open(settings: Settings) -> Result<Core, ServeError> {
-        let policy = pacer_policy::by_name(&settings.policy).ok_or_else(|| {
-            ServeError::Exec(format!("--policy: unknown policy `{}`", settings.policy))
-        })?;
+        let planner = crate::deadline::planner_of(&settings.policy, settings.round_s);
+        let policy: Box<dyn Policy> = match planner {
+            // The service admits deadline jobs itself, and plans in slots of its round
+            // unless the name gives one (`deadline-s60`).
+            Some((name, cfg)) => Box::new(pacer_policy::deadline::Deadline::new(name, cfg)),
+            None => pacer_policy::by_name(&settings.policy).ok_or_else(|| {
+                ServeError::Exec(format!("--policy: unknown policy `{}`", settings.policy))
+            })?,
+        };
         let store = Store::open(&settings.state_dir.join("state.redb"))?;
         let jobs = store
             .load_jobs()?
@@ -169,6 +182,8 @@ impl Core {
             pending: Changes::default(),
             waiters: Vec::new(),
             flush_needed: Default::default(),
+            deadline_cfg: planner.map(|p| p.1),
+            planned_finish_ms: BTreeMap::new(),
         })
     }
 
@@ -271,16 +286,34 @@ impl Core {
 
     /// Accepts a job: validated against the cluster and staged; answer once durable.
     /// (Its `cwd` is checked by the API before the lock: `JobSpec::check_cwd_exists_bounded`.)
+    /// A deadline job is admitted first ([`Core::admit`]): declined, nothing is
+    /// stored and the error (409, field `deadline`) carries the admission answer.
     pub fn submit(&mut self, spec: JobSpec) -> Result<(JobRecord, Durable), ApiError> {
         spec.validate(&self.settings.cluster)?;
         let seq = self.next_job;
         let id = format!("job-{seq}");
         let now = now_ms();
-        let job = JobRecord::queued(id.clone(), seq, spec, now, crate::auth::new_token());
+        let mut job = JobRecord::queued(id.clone(), seq, spec, now, crate::auth::new_token());
+        if job.spec.deadline.is_some() {
+            job.deadline = Some(self.admit(&job, now)?);
+        }
         let mut c = Changes::default();
         c.job(&job);
         c.meta(store::NEXT_JOB, seq + 1);
         self.event(&mut c, &id, "submitted", job.spec.name.clone());
+        if let Some(d) = &job.deadline {
+            self.event(
+                &mut c,
+                &id,
+                "admitted",
+                format!(
+                    "deadline {}: {} devices now, planned finish {}",
+                    crate::deadline::rfc3339(d.deadline_ms),
+                    d.share_now,
+                    crate::deadline::rfc3339(d.planned_finish_ms)
+                ),
+            );
+        }
         let durable = self.stage(c, vec![job.clone()]);
         self.next_job = seq + 1;
         self.metrics.submissions.inc();
@@ -345,6 +378,11 @@ impl Core {
         }
         c.job(&j);
         self.commit(c, vec![j.clone()]).await?;
+        if j.state.is_terminal() {
+            if let Some(s) = self.deadline_status(&j, now_ms()) {
+                self.metrics.deadline_ended(s);
+            }
+        }
         if let Some(h) = j.run.as_ref().and_then(|r| r.handle.as_ref()) {
             exec.signal(h, StopSignal::Term).await?;
         }
@@ -462,6 +500,9 @@ impl Core {
         j.last_exit = Some(how.clone());
         if next.is_terminal() {
             j.finished_ms = Some(now_ms());
+            if let Some(s) = self.deadline_status(j, now_ms()) {
+                self.metrics.deadline_ended(s);
+            }
         }
         self.event(c, &id, next.name(), how);
     }

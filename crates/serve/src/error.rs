@@ -11,6 +11,9 @@ pub struct ApiError {
     pub status: u16,
     pub field: String,
     pub message: String,
+    /// More of the answer, merged into the body beside `error` and `field` (a declined
+    /// deadline job's `admission`).
+    pub detail: Option<serde_json::Value>,
 }
 
 impl ApiError {
@@ -20,6 +23,7 @@ impl ApiError {
             status: 400,
             field: field.to_string(),
             message,
+            detail: None,
         }
     }
     pub fn with_status(status: u16, field: &str, message: impl Into<String>) -> Self {
@@ -27,6 +31,7 @@ impl ApiError {
             status,
             field: field.to_string(),
             message: message.into(),
+            detail: None,
         }
     }
     pub fn not_found(field: &str, message: impl Into<String>) -> Self {
@@ -52,7 +57,12 @@ impl From<ServeError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::json!({ "error": self.message, "field": self.field });
+        let mut body = serde_json::json!({ "error": self.message, "field": self.field });
+        if let Some(serde_json::Value::Object(more)) = self.detail {
+            body.as_object_mut()
+                .expect("built as an object")
+                .extend(more);
+        }
         (status, axum::Json(body)).into_response()
     }
 }

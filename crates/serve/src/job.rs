@@ -1,5 +1,6 @@
 //! One job's durable record and what a policy sees of it ([`job_view`]).
 
+use crate::deadline::DeadlineRecord;
 use crate::executor::RunHandle;
 use crate::live::{self, LiveModel};
 use crate::spec::{JobSpec, Report};
@@ -158,6 +159,10 @@ pub struct JobRecord {
     /// records written before it existed.
     #[serde(default)]
     pub model: LiveModel,
+    /// An admitted deadline job's deadline and admission answer ([`crate::deadline`]);
+    /// `None`: best effort (and every record written before deadlines existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineRecord>,
 }
 
 /// The reason of a job queued for the first time.
@@ -196,6 +201,7 @@ impl JobRecord {
             progress: Progress::default(),
             measured: Vec::new(),
             model: LiveModel::default(),
+            deadline: None,
         }
     }
 
@@ -342,6 +348,9 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
             None => done.max(1.0),
         };
     }
+    if let Some(d) = &job.deadline {
+        deadline_model(&mut v, job, d, cluster, epoch_ms);
+    }
     if let (Some(loss), Some(first)) = (job.progress.loss, job.progress.first_loss) {
         v.quality = Some(QualityView {
             iteration: job.progress.step as f64,
@@ -352,6 +361,62 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
         });
     }
     v
+}
+
+/// What a deadline job shows a deadline policy: its deadline on the round's clock, and
+/// a throughput model in one of two units. Once it has reported throughput and its
+/// spec gives `total_samples`: samples left at its measured speed (the view as for any
+/// job). Before that: seconds of work at `replicas` devices, `expected_runtime` less
+/// what it has held (device-seconds / `replicas`, restarts counted as work: an
+/// optimistic estimate), at `d / replicas` of that speed on `d` devices, i.e. linear
+/// speed-up, at the sizes it may run at (`replicas`; adaptive: 1, 2, 4, … within
+/// `min_replicas..=max_replicas`).
+fn deadline_model(
+    v: &mut JobView,
+    job: &JobRecord,
+    d: &DeadlineRecord,
+    cluster: &ClusterSpec,
+    epoch_ms: u64,
+) {
+    let spec = &job.spec;
+    v.deadline_s = Some((d.deadline_ms as f64 - epoch_ms as f64) / 1000.0);
+    if !job.measured.is_empty() && spec.total_samples.is_some() {
+        return;
+    }
+    let req = spec.replicas.max(1);
+    let sizes: Vec<u32> = if spec.adaptive {
+        let (lo, hi) = (spec.min().max(1), spec.max().max(1));
+        let mut s: Vec<u32> = SpeedCurve::doubling_sizes(hi)
+            .into_iter()
+            .chain([lo, req])
+            .filter(|&n| (lo..=hi).contains(&n))
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    } else {
+        vec![req]
+    };
+    let curve = SpeedCurve {
+        points: sizes.iter().map(|&n| (n, n as f64 / req as f64)).collect(),
+        spread_factor: 1.0,
+    };
+    v.speed = Some(Arc::new(SpeedTable {
+        per_type: cluster
+            .device_types
+            .iter()
+            .map(|t| {
+                if spec.accepts(t) {
+                    curve.clone()
+                } else {
+                    SpeedCurve::default()
+                }
+            })
+            .collect(),
+    }));
+    v.max_replicas = sizes.last().copied().unwrap_or(req);
+    v.work_done = job.attained_device_s / req as f64;
+    v.work_left = (d.expected_runtime_s - v.work_done).max(1.0);
 }
 
 /// One curve per cluster type: measured where measured; a type the job accepts but

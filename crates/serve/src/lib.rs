@@ -14,6 +14,7 @@ pub mod auth;
 pub mod bench;
 pub mod client;
 pub mod core;
+pub mod deadline;
 pub mod error;
 pub mod executor;
 pub mod executor_slurm;

@@ -2,6 +2,7 @@
 //! the job table are recomputed at each scrape; counters and histograms are updated
 //! where things happen.
 
+use crate::deadline::Status;
 use crate::job::{JobRecord, JobState};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -21,6 +22,10 @@ pub struct Metrics {
     pub reports: Counter,
     pub submissions: Counter,
     pub restarts: Gauge,
+    deadline_jobs: Family<Labels, Gauge>,
+    deadline_admitted: Gauge,
+    deadline_admissions: Family<Labels, Counter>,
+    deadline_ended: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -39,6 +44,30 @@ impl Metrics {
         let reports = Counter::default();
         let submissions = Counter::default();
         let restarts = Gauge::default();
+        let deadline_jobs = Family::<Labels, Gauge>::default();
+        let deadline_admitted = Gauge::default();
+        let deadline_admissions = Family::<Labels, Counter>::default();
+        let deadline_ended = Family::<Labels, Counter>::default();
+        registry.register(
+            "deadline_jobs",
+            "Admitted deadline jobs by deadline status (on_track, at_risk, missed, met, ended)",
+            deadline_jobs.clone(),
+        );
+        registry.register(
+            "deadline_admitted",
+            "Admitted deadline jobs active and before their deadline (on_track + at_risk)",
+            deadline_admitted.clone(),
+        );
+        registry.register(
+            "deadline_admissions",
+            "Admission answers to deadline jobs since this process started, by decision",
+            deadline_admissions.clone(),
+        );
+        registry.register(
+            "deadline_ended",
+            "Deadline jobs that ended since this process started, by outcome (met, missed, ended)",
+            deadline_ended.clone(),
+        );
         registry.register("jobs", "Jobs by state", jobs.clone());
         registry.register(
             "devices",
@@ -75,11 +104,55 @@ impl Metrics {
             reports,
             submissions,
             restarts,
+            deadline_jobs,
+            deadline_admitted,
+            deadline_admissions,
+            deadline_ended,
         }
     }
 
+    /// The counter of admission answers `decision` (`accepted`, `declined`).
+    pub fn deadline_admissions(&self, decision: &str) -> Counter {
+        self.deadline_admissions
+            .get_or_create(&vec![("decision".into(), decision.into())])
+            .clone()
+    }
+
+    /// Counts a deadline job that just ended with status `s`.
+    pub fn deadline_ended(&self, s: Status) {
+        self.deadline_ended
+            .get_or_create(&vec![("outcome".into(), s.label().into())])
+            .inc();
+    }
+
     /// The text exposition, with the job gauges recomputed from `jobs`.
-    pub fn render<'a>(&self, jobs: impl Iterator<Item = &'a JobRecord>) -> String {
+    /// `deadlines`: the status of every deadline job.
+    pub fn render<'a>(
+        &self,
+        jobs: impl Iterator<Item = &'a JobRecord>,
+        deadlines: &[Status],
+    ) -> String {
+        self.deadline_jobs.clear();
+        for s in Status::ALL {
+            let n = deadlines.iter().filter(|&&d| d == s).count();
+            self.deadline_jobs
+                .get_or_create(&vec![("status".into(), s.label().into())])
+                .set(n as i64);
+        }
+        self.deadline_admitted.set(
+            deadlines
+                .iter()
+                .filter(|s| matches!(s, Status::OnTrack | Status::AtRisk))
+                .count() as i64,
+        );
+        for d in ["accepted", "declined"] {
+            self.deadline_admissions(d);
+        }
+        for s in [Status::Met, Status::Missed] {
+            let _ = self
+                .deadline_ended
+                .get_or_create(&vec![("outcome".into(), s.label().into())]);
+        }
         self.jobs.clear();
         self.devices.clear();
         for s in JobState::ALL {

@@ -67,6 +67,18 @@ pub struct JobSpec {
     /// service's own job variables ([`reserved_env`]) cannot be set here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Finish by this time: an RFC 3339 time (`2026-11-27T03:00:00Z`) or a duration
+    /// from submission (`2h30m`, `90m`, `3600s`, `3600`). A deadline job is admitted
+    /// only if its minimum share can be guaranteed beside the deadline jobs already
+    /// admitted ([`crate::deadline`]); it needs `expected_runtime` and a service
+    /// running a deadline policy. Absent: best effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<String>,
+    /// How long the job runs on `replicas` devices (a duration: `45m`, `3600`), what
+    /// admission plans a deadline job with until it has reported (required with
+    /// `deadline`, only with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_runtime: Option<String>,
     /// How `command` is started: `"none"` (default) or `"torchrun"`
     /// ([`crate::launcher`]: nproc, nodes, node rank and master from the allocation).
     #[serde(default, skip_serializing_if = "Launcher::is_none")]
@@ -232,6 +244,7 @@ impl JobSpec {
             }
         }
         self.validate_cwd_env()?;
+        self.validate_deadline()?;
         if self.launcher == Launcher::Torchrun && self.command.is_none() {
             return bad(
                 "launcher",
@@ -294,7 +307,37 @@ impl JobSpec {
         Ok(())
     }
 
-    /// Devices of each cluster type the job accepts, in the cluster's type order.
+    /// `deadline` and `expected_runtime` as text (the deadline's time is resolved
+    /// against the submission by the service: [`crate::deadline::resolve_deadline`]).
+    fn validate_deadline(&self) -> Result<(), ApiError> {
+        use crate::deadline::{check_deadline_form, parse_duration};
+        match (&self.deadline, &self.expected_runtime) {
+            (None, None) => Ok(()),
+            (None, Some(_)) => Err(ApiError::bad(
+                "expected_runtime",
+                "only with `deadline` (it is what admission plans a deadline job with)".into(),
+            )),
+            (Some(d), r) => {
+                check_deadline_form(d).map_err(|e| ApiError::bad("deadline", e))?;
+                let Some(r) = r else {
+                    return Err(ApiError::bad(
+                        "expected_runtime",
+                        "a job with a `deadline` needs `expected_runtime`: how long it runs \
+                         on `replicas` devices (e.g. `45m`), which admission plans with"
+                            .into(),
+                    ));
+                };
+                parse_duration(r).map_err(|e| ApiError::bad("expected_runtime", e))?;
+                Ok(())
+            }
+        }
+    }
+
+    /// `expected_runtime` in seconds (`None`: absent or not a duration).
+    pub fn expected_runtime_s(&self) -> Option<f64> {
+        crate::deadline::parse_duration(self.expected_runtime.as_deref()?).ok()
+    }
+
     pub fn devices_per_type(&self, cluster: &ClusterSpec) -> Vec<(String, u32)> {
         let mut out: Vec<(String, u32)> = cluster
             .device_types

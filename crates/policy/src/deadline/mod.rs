@@ -42,6 +42,11 @@ pub struct DeadlineConfig {
     pub retry_declined: bool,
     /// Keep allocations unless a share needs the change or it pays for its restart.
     pub sticky: bool,
+    /// Every job the view shows with a deadline was admitted by the driver (the
+    /// service answers admission on submission and shows no declined job): admit it
+    /// without planning, so a fresh policy (a restarted service) never re-decides a
+    /// guarantee already given.
+    pub admitted_by_driver: bool,
 }
 
 impl DeadlineConfig {
@@ -54,6 +59,7 @@ impl DeadlineConfig {
             budget_restarts: false,
             retry_declined: false,
             sticky: false,
+            admitted_by_driver: false,
         }
     }
 
@@ -66,6 +72,7 @@ impl DeadlineConfig {
             budget_restarts: true,
             retry_declined: true,
             sticky: true,
+            admitted_by_driver: false,
         }
     }
 }
@@ -119,7 +126,8 @@ impl Deadline {
             if !fresh && !retry {
                 continue;
             }
-            if jobs[i].deadline_s.is_none() {
+            if jobs[i].deadline_s.is_none() || self.cfg.admitted_by_driver {
+                self.declined.remove(&id);
                 self.admitted.insert(id);
                 continue;
             }
@@ -386,6 +394,29 @@ mod tests {
         let a = pacer.allocate(&view);
         assert!(a[1].is_empty());
         assert_eq!(pacer.answers.len(), 2, "one answer per deadline job");
+    }
+
+    #[test]
+    fn a_job_the_driver_admitted_is_never_declined() {
+        // Job 1 alone does not fit beside job 0 (see above): planned by the policy it
+        // is declined; admitted by the driver, it is kept and planned greedily.
+        let c = cluster();
+        let jobs = [job(0, 400.0, Some(200.0)), job(1, 600.0, Some(200.0))];
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let cfg = DeadlineConfig {
+            admitted_by_driver: true,
+            ..DeadlineConfig::pacer(10.0)
+        };
+        let mut p = Deadline::new("deadline", cfg);
+        let a = p.allocate(&view);
+        assert!(!p.declined(JobId(1)));
+        assert!(p.answers.is_empty(), "no admission was planned");
+        assert_eq!(a[0].replicas(), 2, "job 0 keeps its minimum share");
+        assert_eq!(a[1].replicas(), 2, "job 1 gets what is left");
     }
 
     #[test]

@@ -90,11 +90,14 @@ impl Core {
         // Stable: equal arrivals keep submission order.
         views.sort_by(|a, b| a.0.arrival_s.total_cmp(&b.0.arrival_s));
         let (views, ids): (Vec<JobView>, Vec<String>) = views.into_iter().unzip();
+        let now_s = now_ms().saturating_sub(self.epoch_ms) as f64 / 1000.0;
+        let cluster = cluster.clone();
+        self.plan_deadlines(&views, &ids, &cluster, now_s);
         Ok(PolicyInput {
             views,
             ids,
-            now_s: now_ms().saturating_sub(self.epoch_ms) as f64 / 1000.0,
-            cluster: cluster.clone(),
+            now_s,
+            cluster,
             policy,
             t0,
             reconcile_ms,

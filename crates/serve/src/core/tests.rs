@@ -78,18 +78,7 @@ fn core(name: &str, cluster: &str, policy: &str) -> Core {
     let dir = std::env::temp_dir().join(format!("pacer-core-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    Core::open(Settings {
-        state_dir: dir,
-        cluster: ClusterSpec::parse(cluster, "test").unwrap(),
-        policy: policy.into(),
-        round_s: 1.0,
-        grace_s: 5.0,
-        min_run_s: 0.0,
-        pacer_bin: "pacer".into(),
-        server_url: "http://127.0.0.1:1".into(),
-        log_max_bytes: 1 << 20,
-    })
-    .unwrap()
+    reopen(name, cluster, policy)
 }
 
 fn submit(core: &mut Core, toml: &str) -> String {
@@ -285,5 +274,204 @@ fn a_run_that_finishes_as_its_resize_arrives_is_done_not_requeued() {
             JobState::Running
         };
         assert_eq!(c.jobs[&a].state, want, "reported done: {reported_done}");
+    }
+}
+
+/// Opens the service state of `core(name, …)` again, as a restarted service does.
+fn reopen(name: &str, cluster: &str, policy: &str) -> Core {
+    let dir = std::env::temp_dir().join(format!("pacer-core-test-{}-{name}", std::process::id()));
+    Core::open(Settings {
+        state_dir: dir,
+        cluster: ClusterSpec::parse(cluster, "test").unwrap(),
+        policy: policy.into(),
+        round_s: 1.0,
+        grace_s: 5.0,
+        min_run_s: 0.0,
+        pacer_bin: "pacer".into(),
+        server_url: "http://127.0.0.1:1".into(),
+        log_max_bytes: 1 << 20,
+    })
+    .unwrap()
+}
+
+fn deadline_spec(name: &str, replicas: u32, runtime: &str, deadline: &str) -> JobSpec {
+    JobSpec::from_toml(
+        &format!(
+            "name = \"{name}\"\ncommand = [\"true\"]\nreplicas = {replicas}\n\
+             expected_runtime = \"{runtime}\"\ndeadline = \"{deadline}\"\n"
+        ),
+        "test",
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_deadline_job_is_admitted_or_declined_with_the_earliest_deadline() {
+    let mut c = core("ddl-admit", "1x4:t4", "deadline");
+    let t0 = super::now_ms();
+    // a: 100 s on 2 devices, due in 150 s: fits, 2 devices now.
+    let (a, _) = c.submit(deadline_spec("a", 2, "100s", "150")).unwrap();
+    let d = a.deadline.clone().expect("admitted");
+    assert_eq!(d.share_now, 2);
+    assert!((d.deadline_ms as i64 - (t0 as i64 + 150_000)).abs() < 2_000);
+    let finish_in = d.planned_finish_ms as i64 - t0 as i64;
+    assert!((99_000..102_000).contains(&finish_in), "{finish_in}");
+    // b: 100 s on all 4, due in 150 s: a holds 2 until +100 s, so b ends at +200 s.
+    let e = c.submit(deadline_spec("b", 4, "100s", "150")).unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (409, "deadline"), "{e}");
+    assert!(e.message.contains("earliest deadline"), "{}", e.message);
+    let earliest = e.detail.as_ref().unwrap()["admission"]["earliest_deadline_ms"]
+        .as_u64()
+        .unwrap() as i64
+        - t0 as i64;
+    assert!((199_000..204_000).contains(&earliest), "{earliest}");
+    // Nothing of it was kept: one job, and the next id is job-2.
+    assert_eq!(c.jobs.len(), 1);
+    // With the earliest deadline it is accepted, after a, on all 4.
+    let (b, _) = c.submit(deadline_spec("b", 4, "100s", "210")).unwrap();
+    assert_eq!(b.id, "job-2");
+    assert_eq!(b.deadline.as_ref().unwrap().share_now, 0);
+    // A best-effort job is not asked about.
+    let best = submit(&mut c, "name = \"x\"\ncommand = [\"true\"]\nreplicas = 4\n");
+    assert!(c.jobs[&best].deadline.is_none());
+    let text = c.metrics.render(c.jobs.values(), &[]);
+    assert!(
+        text.contains("pacer_serve_deadline_admissions_total{decision=\"declined\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pacer_serve_deadline_admissions_total{decision=\"accepted\"} 2"),
+        "{text}"
+    );
+    // b cancelled while queued, before its deadline: ended, counted as such.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(c.cancel(&Fake::default(), &b.id)).unwrap();
+    assert_eq!(
+        c.deadline_status(&c.jobs[&b.id], super::now_ms()),
+        Some(crate::deadline::Status::Ended)
+    );
+    let text = c.metrics.render(c.jobs.values(), &[]);
+    assert!(
+        text.contains("pacer_serve_deadline_ended_total{outcome=\"ended\"} 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_deadlines_are_refused_naming_the_field_and_nothing_is_kept() {
+    let mut c = core("ddl-bad", "1x4:t4", "deadline");
+    let cases = [
+        ("name = \"a\"\ncommand = [\"true\"]\ndeadline = \"soon\"\nexpected_runtime = \"1m\"\n", "deadline", "RFC 3339"),
+        ("name = \"a\"\ncommand = [\"true\"]\ndeadline = \"2020-01-01T00:00:00Z\"\nexpected_runtime = \"1m\"\n", "deadline", "in the past"),
+        ("name = \"a\"\ncommand = [\"true\"]\ndeadline = \"2026-02-30T00:00:00Z\"\nexpected_runtime = \"1m\"\n", "deadline", "no such date"),
+        ("name = \"a\"\ncommand = [\"true\"]\ndeadline = \"1h\"\n", "expected_runtime", "needs `expected_runtime`"),
+        ("name = \"a\"\ncommand = [\"true\"]\ndeadline = \"1h\"\nexpected_runtime = \"-3\"\n", "expected_runtime", "duration"),
+        ("name = \"a\"\ncommand = [\"true\"]\nexpected_runtime = \"1h\"\n", "expected_runtime", "only with `deadline`"),
+    ];
+    for (toml, field, says) in cases {
+        let spec = JobSpec::from_toml(toml, "test").unwrap();
+        let e = c.submit(spec).unwrap_err();
+        assert_eq!((e.status, e.field.as_str()), (400, field), "{toml}: {e}");
+        assert!(e.message.contains(says), "{toml}: {}", e.message);
+    }
+    // Not a string: the TOML parser names the key.
+    let e = JobSpec::from_toml("name = \"a\"\ncommand = [\"true\"]\ndeadline = 3600\n", "t")
+        .unwrap_err();
+    assert_eq!(e.field, "deadline", "{e}");
+    // A policy that plans no deadline refuses them rather than ignoring them.
+    let mut fifo = core("ddl-fifo", "1x4:t4", "fifo");
+    let e = fifo.submit(deadline_spec("a", 1, "1m", "1h")).unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (400, "deadline"));
+    assert!(e.message.contains("--policy"), "{}", e.message);
+    assert!(c.jobs.is_empty() && fifo.jobs.is_empty());
+}
+
+#[test]
+fn an_admitted_guarantee_survives_a_restart_of_the_service() {
+    let (name, cluster) = ("ddl-restart", "1x4:t4");
+    let mut c = core(name, cluster, "deadline");
+    let fake = Fake::default();
+    let (a, d) = c.submit(deadline_spec("a", 2, "100s", "150")).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(c.take_flush()).unwrap().run();
+    drop(d);
+    round(&mut c, &fake);
+    assert_eq!(c.jobs[&a.id].state, JobState::Running);
+    assert_eq!(c.jobs[&a.id].run.as_ref().unwrap().replicas(), 2);
+    if let Some(f) = rt.block_on(c.take_flush()) {
+        f.run();
+    }
+    let before = c.deadline_json(&c.jobs[&a.id], super::now_ms()).unwrap();
+    assert_eq!(before["status"], "on track");
+    drop(c);
+
+    let mut c = reopen(name, cluster, "deadline");
+    let j = &c.jobs[&a.id];
+    assert_eq!(
+        j.deadline, a.deadline,
+        "the admission came back from the database"
+    );
+    // A job that needs the devices a's guarantee holds is still declined…
+    let e = c.submit(deadline_spec("b", 4, "100s", "150")).unwrap_err();
+    assert_eq!(e.status, 409, "{e}");
+    // …and the fresh policy keeps a running on its share (no stop, no relaunch).
+    let greedy = submit(&mut c, "name = \"x\"\ncommand = [\"true\"]\nreplicas = 4\n");
+    round(&mut c, &fake);
+    assert!(fake.signals.lock().unwrap().is_empty(), "a was stopped");
+    assert_eq!(c.jobs[&a.id].run.as_ref().unwrap().replicas(), 2);
+    assert_eq!(
+        c.jobs[&greedy].state,
+        JobState::Queued,
+        "4 do not fit beside a"
+    );
+    let after = c.deadline_json(&c.jobs[&a.id], super::now_ms()).unwrap();
+    assert_eq!(after["status"], "on track", "{after}");
+    assert_eq!(after["deadline_ms"], before["deadline_ms"]);
+    // a turns out slower than it said (1,000 s of work left: it cannot make its
+    // deadline), and the service restarts again. A fresh policy planning admission
+    // itself would now decline a and stop it; the service's keeps it on its devices.
+    let mut slow = c.jobs[&a.id].clone();
+    slow.deadline.as_mut().unwrap().expected_runtime_s = 1000.0;
+    let mut ch = crate::store::Changes::default();
+    ch.job(&slow);
+    c.store.commit(ch).unwrap();
+    drop(c);
+    let mut c = reopen(name, cluster, "deadline");
+    round(&mut c, &fake);
+    assert!(
+        fake.signals.lock().unwrap().is_empty(),
+        "a at risk was stopped"
+    );
+    assert_eq!(c.jobs[&a.id].run.as_ref().unwrap().replicas(), 2);
+    let risk = c.deadline_json(&c.jobs[&a.id], super::now_ms()).unwrap();
+    assert_eq!(risk["status"], "at risk", "{risk}");
+    // It ends in time all the same: met, counted.
+    fake.exit(
+        &format!("{}:1", a.id),
+        crate::executor::RunStatus::Exited(0),
+    );
+    round(&mut c, &fake);
+    assert_eq!(c.jobs[&a.id].state, JobState::Succeeded);
+    let now = super::now_ms();
+    assert_eq!(
+        c.deadline_status(&c.jobs[&a.id], now),
+        Some(crate::deadline::Status::Met)
+    );
+    let statuses: Vec<_> = c
+        .jobs
+        .values()
+        .filter_map(|j| c.deadline_status(j, now))
+        .collect();
+    let text = c.metrics.render(c.jobs.values(), &statuses);
+    for line in [
+        "pacer_serve_deadline_jobs{status=\"met\"} 1",
+        "pacer_serve_deadline_admitted 0",
+        "pacer_serve_deadline_ended_total{outcome=\"met\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} not in {text}");
     }
 }

@@ -3,6 +3,7 @@
 
 use super::{csv_records, positive_u32, TraceContext, TraceError, TraceFormat};
 use crate::engine::{SimJob, Work};
+use pacer_model::civil::days_from_civil;
 use pacer_model::profile::parse_f64;
 use pacer_model::{JobSpec, ParseError};
 
@@ -18,17 +19,6 @@ pub const FORMAT: TraceFormat = TraceFormat {
         )?)
     },
 };
-
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
 
 /// Parses `YYYY-MM-DD HH:MM:SS` to seconds since the epoch.
 pub fn parse_timestamp(s: &str) -> Option<f64> {
