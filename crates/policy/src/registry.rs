@@ -42,7 +42,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 15] = [
+pub const POLICIES: [PolicyEntry; 16] = [
     PolicyEntry {
         name: "fifo",
         summary:
@@ -144,6 +144,15 @@ pub const POLICIES: [PolicyEntry; 15] = [
         knob: None,
         inert_when: never_inert,
         build: || Box::new(sia::SiaPacer::default()),
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "sia-pacer-mix",
+        summary: "sia-pacer whose jobs may also run across device types at their balanced \
+                  goodput (jobs that accept it: `pacer simulate --mixed-types`)",
+        knob: None,
+        inert_when: never_inert,
+        build: || Box::new(sia::SiaPacerMix::default()),
         in_all: false,
     },
     PolicyEntry {
