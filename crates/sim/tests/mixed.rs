@@ -87,9 +87,15 @@ impl Policy for Pin {
     }
 }
 
-fn jct(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)], adaptive: bool, mixed: bool) -> f64 {
+/// `n` jobs under `policy` on one node of two devices per type; all must finish.
+fn simulate(
+    apps: &[pacer_sim::AppModel],
+    n: usize,
+    policy: &mut dyn Policy,
+    mixed: bool,
+) -> pacer_sim::SimResult {
     let cluster = ClusterSpec::parse("1x2:fast,1x2:slow", "t").unwrap();
-    let jobs = jobs(1);
+    let jobs = jobs(n);
     let sim = Simulation {
         cluster: &cluster,
         apps,
@@ -99,13 +105,17 @@ fn jct(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)], adaptive: bool, mixed
             ..SimConfig::default()
         },
     };
+    let r = sim.run(policy, |_| {}).unwrap();
+    assert_eq!(r.summary.finished, n);
+    r
+}
+
+fn jct(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)], adaptive: bool, mixed: bool) -> f64 {
     let mut p = Pin {
         alloc: Allocation::from_pairs(slots.iter().map(|&(n, c)| (NodeId(n), c))),
         adaptive,
     };
-    let r = sim.run(&mut p, |_| {}).unwrap();
-    assert_eq!(r.summary.finished, 1);
-    r.summary.avg_jct_s
+    simulate(apps, 1, &mut p, mixed).summary.avg_jct_s
 }
 
 #[test]
@@ -135,21 +145,8 @@ fn a_mixed_allocation_runs_at_its_balanced_step() {
 }
 
 fn run(apps: &[pacer_sim::AppModel], policy: &str, mixed: bool) -> String {
-    let cluster = ClusterSpec::parse("1x2:fast,1x2:slow", "t").unwrap();
-    let jobs = jobs(5);
-    let sim = Simulation {
-        cluster: &cluster,
-        apps,
-        jobs: &jobs,
-        config: SimConfig {
-            mixed_types: mixed,
-            ..SimConfig::default()
-        },
-    };
     let mut p = pacer_policy::by_name(policy).unwrap();
-    let r = sim.run(p.as_mut(), |_| {}).unwrap();
-    assert_eq!(r.summary.finished, 5);
-    format!("{:?}", r.jobs)
+    format!("{:?}", simulate(apps, 5, p.as_mut(), mixed).jobs)
 }
 
 #[test]
