@@ -88,13 +88,17 @@ def main():
     ap.add_argument("--cluster", default="6x4:aws,2x8:dgx-ext,3x8:rtx")
     ap.add_argument("--workloads", default="saturn:1-10,philly:1-8")
     ap.add_argument("--profiles", default="fitted,online")
+    ap.add_argument("--mix", default="sia-pacer-mix,sia-pacer-mix-g1",
+                    help="mixing policies, each run with --mixed-types")
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "mixed", "sia-mix.json"))
     a = ap.parse_args()
     rows = []
     for profiles in a.profiles.split(","):
         for trace, i in parse_workloads(a.workloads):
-            for policy, mixed in [("sia-pacer", False), ("sia-pacer-mix", True)]:
+            runs = [("sia-pacer", False)] + [(m, True) for m in a.mix.split(",")]
+            for policy, mixed in runs:
                 r = run(a.data, a.cluster, trace, i, policy, profiles, mixed)
+                r["policy"] = policy
                 rows.append(r)
                 print(f"{profiles} {trace}-{i} {policy}: avg JCT {r['avg_jct_h']:.3f} h, "
                       f"queueing {r['avg_queueing_h']:.3f} h, restarts paid "
@@ -104,30 +108,33 @@ def main():
     with open(a.out, "w") as f:
         json.dump({"cluster": a.cluster, "rows": rows}, f, indent=1)
     print()
-    print("| profiles | trace | workload | set | Sia | sia-pacer | sia-pacer-mix | Δ | "
-          "queueing Δ h | restart paid Δ h | util | mixed jobs |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     by = {(r["profiles"], r["trace"], r["workload"], r["policy"]): r for r in rows}
-    for profiles in a.profiles.split(","):
-        sums = {}
-        for trace, i in parse_workloads(a.workloads):
-            p = by[(profiles, trace, i, "sia-pacer")]
-            m = by[(profiles, trace, i, "sia-pacer-mix")]
-            d = m["avg_jct_h"] / p["avg_jct_h"] - 1
-            s = "tuning" if (trace, i) in TUNING else "held out"
-            sia = SIA.get((trace, i))
-            print(f"| {profiles} | {trace} | {i} | {s} | {sia if sia else '—'} | "
-                  f"{p['avg_jct_h']:.3f} | {m['avg_jct_h']:.3f} | {100 * d:+.1f} % | "
-                  f"{m['avg_queueing_h'] - p['avg_queueing_h']:+.3f} | "
-                  f"{m['avg_restart_paid_h'] - p['avg_restart_paid_h']:+.3f} | "
-                  f"{p['utilization']:.3f} → {m['utilization']:.3f} | {m['mixed_jobs']} |")
-            for key in [(trace, s), (trace, "all")]:
-                sums.setdefault(key, []).append((p["avg_jct_h"], m["avg_jct_h"]))
-        for (trace, s), v in sorted(sums.items()):
-            mp = sum(x[0] for x in v) / len(v)
-            mm = sum(x[1] for x in v) / len(v)
-            print(f"{profiles} {trace} {s}: mean avg JCT sia-pacer {mp:.3f} h, "
-                  f"sia-pacer-mix {mm:.3f} h ({100 * (mm / mp - 1):+.1f} %, {len(v)} workloads)")
+    for mix in a.mix.split(","):
+        print()
+        print(f"{mix} against sia-pacer")
+        print("| profiles | trace | workload | set | Sia | sia-pacer | mix | Δ | "
+              "queueing Δ h | restart paid Δ h | util | mixed jobs |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for profiles in a.profiles.split(","):
+            sums = {}
+            for trace, i in parse_workloads(a.workloads):
+                p = by[(profiles, trace, i, "sia-pacer")]
+                m = by[(profiles, trace, i, mix)]
+                d = m["avg_jct_h"] / p["avg_jct_h"] - 1
+                s = "tuning" if (trace, i) in TUNING else "held out"
+                sia = SIA.get((trace, i))
+                print(f"| {profiles} | {trace} | {i} | {s} | {sia if sia else '—'} | "
+                      f"{p['avg_jct_h']:.3f} | {m['avg_jct_h']:.3f} | {100 * d:+.1f} % | "
+                      f"{m['avg_queueing_h'] - p['avg_queueing_h']:+.3f} | "
+                      f"{m['avg_restart_paid_h'] - p['avg_restart_paid_h']:+.3f} | "
+                      f"{p['utilization']:.3f} → {m['utilization']:.3f} | {m['mixed_jobs']} |")
+                for key in [(trace, s), (trace, "all")]:
+                    sums.setdefault(key, []).append((p["avg_jct_h"], m["avg_jct_h"]))
+            for (trace, s), v in sorted(sums.items()):
+                mp = sum(x[0] for x in v) / len(v)
+                mm = sum(x[1] for x in v) / len(v)
+                print(f"{mix} {profiles} {trace} {s}: mean avg JCT sia-pacer {mp:.3f} h, "
+                      f"{mix} {mm:.3f} h ({100 * (mm / mp - 1):+.1f} %, {len(v)} workloads)")
 
 
 if __name__ == "__main__":
