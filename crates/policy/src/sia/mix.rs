@@ -117,80 +117,28 @@ impl SiaPacerMix {
     }
 }
 
-/// Devices per type of `alloc`, types ascending.
-fn mix_of(view: &ClusterView, alloc: &Allocation) -> Mix {
-    let mut out: Mix = Vec::new();
-    for &(node, c) in alloc.slots() {
-        let t = view.cluster.nodes[node.0 as usize].device_type.0;
-        match out.iter_mut().find(|g| g.0 == t) {
-            Some(g) => g.1 += c,
-            None => out.push((t, c)),
-        }
-    }
-    out.sort_unstable();
-    out
+/// One round's choice: the knapsack's, the mixes added, and the objective (`Σ λ_n − S^p`
+/// over the jobs it serves).
+struct Plan {
+    problem: super::Problem,
+    choice: Vec<Option<usize>>,
+    extra: Vec<Option<(Mix, f64, f64)>>,
+    value: f64,
 }
 
-/// Nodes a mix spans at the least: each type's devices over its largest node.
-fn nodes_of(pools: &TypedPools, mix: &Mix) -> u32 {
-    mix.iter()
-        .map(|&(t, n)| n.div_ceil(pools.per_node(DeviceTypeId(t)).max(1)))
-        .sum()
-}
-
-impl Policy for SiaPacerMix {
-    fn name(&self) -> &'static str {
-        "sia-pacer-mix"
-    }
-
-    fn adaptive_batch(&self) -> bool {
-        true
-    }
-
-    fn notes(&self) -> String {
-        format!(
-            "mixed configurations given: {}; rounds with a mixed job: {}",
-            self.mixes_given, self.mixed_rounds
-        )
-    }
-
-    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
-        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
-        self.cache.retain(|id, _| live.contains(id));
+impl SiaPacerMix {
+    /// Sia-pacer's knapsack with the `reserved` devices out of it, then mixed
+    /// configurations on the devices it leaves free (see the module docs).
+    fn plan(
+        &mut self,
+        view: &ClusterView,
+        reserved: &[Option<Vec<u64>>],
+        capacity: &[u64],
+        pools0: &TypedPools,
+        types: usize,
+    ) -> Plan {
         let n = view.jobs.len();
-        let types = view.cluster.device_types.len().max(1);
-        let pools0 = TypedPools::new(view.cluster);
-        let mut capacity = vec![0u64; types];
-        for node in &view.cluster.nodes {
-            capacity[node.device_type.0 as usize] += u64::from(node.gpus);
-        }
-        // 1. Jobs on a mixed allocation keep it while it pays.
-        let mut reserved: Vec<Option<Vec<u64>>> = vec![None; n];
-        // Configurations must be known before a job's one-type goodputs are.
-        self.base.sia.ensure_configs(view.cluster);
-        for (j, job) in view.jobs.iter().enumerate() {
-            if job.mixed.is_none() || pools0.type_of(&job.current).is_some() {
-                continue;
-            }
-            let mix = mix_of(view, &job.current);
-            if mix.len() < 2 {
-                continue;
-            }
-            let kept = self.mixed_goodput(job, &mix, job.current.slots().len() as u32);
-            // Against the job's best one-type configuration, whatever its size: held
-            // against those of no more devices than the mix, mixes were kept where the
-            // knapsack had better uses for their devices (saturn 1–3: +7 % avg JCT).
-            let one_type = self.base.sia.goodputs(job).into_iter().fold(0.0, f64::max);
-            let rf = self.base.sia.reallocation_factor(job, view.now_s);
-            if kept > 0.0 && kept >= rf * one_type {
-                let mut r = vec![0u64; types];
-                for &(t, c) in &mix {
-                    r[t as usize] += u64::from(c);
-                }
-                reserved[j] = Some(r);
-            }
-        }
-        let (problem, choice) = self.base.choose(view, &reserved);
+        let (problem, choice) = self.base.choose(view, reserved);
         // 2. Free devices after the knapsack, offered as mixed configurations.
         let mut free: Vec<i64> = capacity.iter().map(|&c| c as i64).collect();
         for r in reserved.iter().flatten() {
@@ -286,7 +234,7 @@ impl Policy for SiaPacerMix {
                 }
                 let current = mix_of(view, &job.current);
                 for m in candidates {
-                    let nodes = nodes_of(&pools0, &m);
+                    let nodes = nodes_of(pools0, &m);
                     let g = self.mixed_goodput(job, &m, nodes);
                     if g <= 0.0 {
                         continue;
@@ -330,6 +278,128 @@ impl Policy for SiaPacerMix {
             debug_assert!(free.iter().all(|&f| f >= 0));
             extra[j] = Some((added, v, g));
         }
+        let value = (0..n)
+            .map(|j| match &extra[j] {
+                Some((_, v, _)) => *v,
+                None => value_of(j, choice[j]),
+            })
+            .sum();
+        Plan {
+            problem,
+            choice,
+            extra,
+            value,
+        }
+    }
+}
+
+/// Devices per type of `alloc`, types ascending.
+fn mix_of(view: &ClusterView, alloc: &Allocation) -> Mix {
+    let mut out: Mix = Vec::new();
+    for &(node, c) in alloc.slots() {
+        let t = view.cluster.nodes[node.0 as usize].device_type.0;
+        match out.iter_mut().find(|g| g.0 == t) {
+            Some(g) => g.1 += c,
+            None => out.push((t, c)),
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Nodes a mix spans at the least: each type's devices over its largest node.
+fn nodes_of(pools: &TypedPools, mix: &Mix) -> u32 {
+    mix.iter()
+        .map(|&(t, n)| n.div_ceil(pools.per_node(DeviceTypeId(t)).max(1)))
+        .sum()
+}
+
+impl Policy for SiaPacerMix {
+    fn name(&self) -> &'static str {
+        "sia-pacer-mix"
+    }
+
+    fn adaptive_batch(&self) -> bool {
+        true
+    }
+
+    fn notes(&self) -> String {
+        format!(
+            "mixed configurations given: {}; rounds with a mixed job: {}",
+            self.mixes_given, self.mixed_rounds
+        )
+    }
+
+    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
+        self.cache.retain(|id, _| live.contains(id));
+        let n = view.jobs.len();
+        let types = view.cluster.device_types.len().max(1);
+        let pools0 = TypedPools::new(view.cluster);
+        let mut capacity = vec![0u64; types];
+        for node in &view.cluster.nodes {
+            capacity[node.device_type.0 as usize] += u64::from(node.gpus);
+        }
+        // 1. Jobs on a mixed allocation keep it while it pays.
+        let mut reserved: Vec<Option<Vec<u64>>> = vec![None; n];
+        let mut kept_value = 0.0;
+        // Configurations must be known before a job's one-type goodputs are.
+        self.base.sia.ensure_configs(view.cluster);
+        for (j, job) in view.jobs.iter().enumerate() {
+            if job.mixed.is_none() || pools0.type_of(&job.current).is_some() {
+                continue;
+            }
+            let mix = mix_of(view, &job.current);
+            if mix.len() < 2 {
+                continue;
+            }
+            let kept = self.mixed_goodput(job, &mix, job.current.slots().len() as u32);
+            // Against the job's best one-type configuration, whatever its size: held
+            // against those of no more devices than the mix, mixes were kept where the
+            // knapsack had better uses for their devices (saturn 1–3: +7 % avg JCT).
+            let one_type = self.base.sia.goodputs(job).into_iter().fold(0.0, f64::max);
+            let rf = self.base.sia.reallocation_factor(job, view.now_s);
+            if kept > 0.0 && kept >= rf * one_type {
+                let min = self
+                    .base
+                    .sia
+                    .goodputs(job)
+                    .into_iter()
+                    .filter(|&g| g > 0.0)
+                    .fold(f64::INFINITY, f64::min);
+                if min.is_finite() {
+                    kept_value +=
+                        self.base.sia.value(kept / min) * self.base.weights.of(job.attained_gpu_s);
+                }
+                let mut r = vec![0u64; types];
+                for &(t, c) in &mix {
+                    r[t as usize] += u64::from(c);
+                }
+                reserved[j] = Some(r);
+            }
+        }
+        let plan = self.plan(view, &reserved, &capacity, &pools0, types);
+        // Kept mixes compete too: the round without them (their jobs back in the
+        // knapsack) wins when its objective is higher.
+        let (
+            Plan {
+                problem,
+                choice,
+                extra,
+                ..
+            },
+            reserved,
+        ) = if reserved.iter().any(Option::is_some) {
+            let none = vec![None; n];
+            let without = self.plan(view, &none, &capacity, &pools0, types);
+            if without.value > plan.value + kept_value + 1e-9 {
+                (without, none)
+            } else {
+                (plan, reserved)
+            }
+        } else {
+            (plan, reserved)
+        };
         // 3. Placement: kept mixes first, then the knapsack's configurations, then
         // the devices the mixes add.
         let mut pools = TypedPools::new(view.cluster);
