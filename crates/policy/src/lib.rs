@@ -22,7 +22,8 @@
 //!
 //! Heterogeneity: a job's [`JobView::speed`] says how fast it runs on each device
 //! type of the cluster ([`SpeedTable`]); a job holds devices of one type at a time
-//! (a mixed allocation runs at the slowest type's speed).
+//! (a mixed allocation runs at the slowest type's speed) — except under
+//! `sia-pacer-mix` for a job that accepts a balanced mix ([`JobView::mixed`]).
 //!
 //! Architecture invariant: no I/O, no clock, no randomness without a seed; the
 //! only time a policy sees is [`ClusterView::now_s`].

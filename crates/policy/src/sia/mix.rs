@@ -35,6 +35,10 @@ use std::collections::HashMap;
 /// Devices per type of a mixed configuration, types ascending.
 type Mix = Vec<(u16, u32)>;
 
+/// One job's mixed goodputs: the goodput version they hold for, and the goodput per
+/// (mix, nodes).
+type MixCache = (u64, HashMap<(Mix, u32), f64>);
+
 /// `sia-pacer` that may give a job devices of several types.
 #[derive(Debug, Clone)]
 pub struct SiaPacerMix {
@@ -45,7 +49,7 @@ pub struct SiaPacerMix {
     pub min_gain: f64,
     /// Per job: the goodput version its mixed goodputs were computed at, and the
     /// goodput per (mix, nodes).
-    cache: HashMap<JobId, (u64, HashMap<(Mix, u32), f64>)>,
+    cache: HashMap<JobId, MixCache>,
     /// Mixed configurations given, and rounds in which at least one job held one.
     mixes_given: u64,
     mixed_rounds: u64,
