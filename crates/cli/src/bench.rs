@@ -108,6 +108,10 @@ pub struct RoundArgs {
     /// Scheduling round of `--workload` (s).
     #[arg(long, default_value_t = 60.0)]
     pub round_s: f64,
+    /// `--workload`'s jobs accept allocations across device types (`pacer simulate
+    /// --mixed-types`; for `sia-pacer-mix`).
+    #[arg(long)]
+    pub mixed_types: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -238,6 +242,9 @@ fn round(a: RoundArgs) -> Result<()> {
     if a.apps.is_some() {
         bail!("--apps: only with --workload (the synthetic jobs carry their own models)");
     }
+    if a.mixed_types {
+        bail!("--mixed-types: only with --workload and --apps sia:DIR (the synthetic jobs have one model for every type)");
+    }
     let cluster = round_cluster(&a)?;
     let policies = crate::simulate::policy_names(&a.policy)?;
     let mut jobs = bench_jobs(&a);
@@ -347,6 +354,7 @@ fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
                 work_left: rng.random_range(100.0..100_000.0),
                 quality: Some(bench_quality(&mut rng)),
                 one_type: false,
+                mixed: None,
                 deadline_s: None,
             }
         })

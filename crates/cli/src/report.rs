@@ -28,6 +28,8 @@ pub fn write_outputs(dir: &Path, results: &[(String, SimResult)], total_gpus: u3
                 "avg_contention",
                 "independent_s",
                 "ftf_rho",
+                "restart_paid_s",
+                "mixed_gpu_s",
             ])?;
             let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.1}"));
             for j in &r.jobs {
@@ -44,6 +46,8 @@ pub fn write_outputs(dir: &Path, results: &[(String, SimResult)], total_gpus: u3
                     format!("{:.3}", j.avg_contention),
                     format!("{:.1}", j.independent_s),
                     j.ftf_rho().map_or(String::new(), |x| format!("{x:.4}")),
+                    format!("{:.1}", j.restart_paid_s),
+                    format!("{:.1}", j.mixed_gpu_s),
                 ])?;
             }
             w.flush()?;

@@ -52,6 +52,13 @@ pub struct SimulateArgs {
     /// docs/sia.md).
     #[arg(long, default_value = "fitted")]
     pub profiles: pacer_sim::ProfileMode,
+    /// Jobs of per-type applications (`--apps sia:DIR`) accept allocations across
+    /// device types: such a job runs at its balanced step (each type's model at the
+    /// local batch the worker level gives it, one all-reduce over the slowest link)
+    /// and `sia-pacer-mix` may offer it mixed configurations (docs/mixed-types.md).
+    /// Off (the default): every job stays on one type, as before.
+    #[arg(long)]
+    pub mixed_types: bool,
     /// Seed for synthetic workloads.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -192,6 +199,7 @@ fn sim_config(args: &SimulateArgs) -> SimConfig {
         restart_s: args.restart_s,
         replan_on_arrival: args.replan_on_arrival,
         profiles: args.profiles,
+        mixed_types: args.mixed_types,
         ..SimConfig::default()
     }
 }
@@ -418,6 +426,12 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let cluster = parse_cluster(&args.cluster)?;
     let policies = policy_names(&args.policy)?;
     let apps = load_apps_arg(args.apps.as_deref(), &args.app_dir)?;
+    if args.mixed_types && apps.iter().all(|a| a.typed().is_empty()) {
+        bail!(
+            "--mixed-types: needs per-type applications (--apps sia:DIR); the applications \
+             loaded have one model for every device type"
+        );
+    }
     let loads = workloads(&args, &apps)?;
     if let Some(dir) = &args.out {
         let mut names = vec!["allocation.svg".to_string()];

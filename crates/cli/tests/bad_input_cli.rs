@@ -740,3 +740,24 @@ fn train_interference_file_must_cover_every_worker() {
     ]);
     assert_ok(&out);
 }
+
+#[test]
+fn mixed_types_needs_per_type_applications() {
+    // The embedded Pollux applications have one model for every device type.
+    fails_with(
+        &["simulate", "--mixed-types", "--policy", "sia-pacer-mix"],
+        "--mixed-types: needs per-type applications (--apps sia:DIR)",
+    );
+    fails_with(
+        &[
+            "bench",
+            "round",
+            "--mixed-types",
+            "--jobs",
+            "4",
+            "--gpus",
+            "8",
+        ],
+        "--mixed-types: only with --workload",
+    );
+}

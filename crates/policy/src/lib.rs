@@ -22,7 +22,8 @@
 //!
 //! Heterogeneity: a job's [`JobView::speed`] says how fast it runs on each device
 //! type of the cluster ([`SpeedTable`]); a job holds devices of one type at a time
-//! (a mixed allocation runs at the slowest type's speed).
+//! (a mixed allocation runs at the slowest type's speed) — except under
+//! `sia-pacer-mix` for a job that accepts a balanced mix ([`JobView::mixed`]).
 //!
 //! Architecture invariant: no I/O, no clock, no randomness without a seed; the
 //! only time a policy sees is [`ClusterView::now_s`].
@@ -252,6 +253,23 @@ pub struct JobView {
     /// The time (s, on `ClusterView::now_s`'s clock) the job should finish by;
     /// `None`: best effort.
     pub deadline_s: Option<f64>,
+    /// The job accepts an allocation across device types whose replicas the worker
+    /// level balances (issue 26), with the goodput of such an allocation; `None`:
+    /// only policies that ignore device types may mix its types. Only
+    /// `sia-pacer-mix` reads it.
+    pub mixed: Option<Arc<dyn MixedGoodput>>,
+}
+
+/// The goodput of one job on an allocation across device types, the worker level
+/// balancing its replicas (each type's step-time model at the local batch the job's
+/// own batch controller gives it, one all-reduce over the slowest link, the whole
+/// job's statistical efficiency: `pacer_control::job::mixed`). Drivers implement it;
+/// a policy never computes a mixed goodput itself.
+pub trait MixedGoodput: Send + Sync + std::fmt::Debug {
+    /// Goodput on `groups` (device type, devices; types distinct) spanning `nodes`
+    /// nodes, at the best global batch the job may use there, in the units of
+    /// [`JobView::goodput_by_type`]'s models; 0 when the job cannot run there.
+    fn goodput(&self, groups: &[(DeviceTypeId, u32)], nodes: u32) -> f64;
 }
 
 impl JobView {
@@ -276,6 +294,7 @@ impl JobView {
             quality: None,
             one_type: false,
             deadline_s: None,
+            mixed: None,
         }
     }
 

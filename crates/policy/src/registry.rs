@@ -147,6 +147,18 @@ pub const POLICIES: [PolicyEntry; 16] = [
         in_all: false,
     },
     PolicyEntry {
+        name: "sia-pacer-mix",
+        summary: "sia-pacer whose jobs may also run across device types at their balanced \
+                  goodput (jobs that accept it: `pacer simulate --mixed-types`)",
+        knob: Some(
+            "sia-pacer-mix-gG: a running job moves onto a mix only for G >= 1 times its \
+             goodput (`sia-pacer-mix` is sia-pacer-mix-g1.5)",
+        ),
+        inert_when: never_inert,
+        build: || Box::new(sia::SiaPacerMix::default()),
+        in_all: false,
+    },
+    PolicyEntry {
         name: "slaq",
         summary: "SLAQ: devices to the jobs whose predicted normalised loss falls most \
                   (needs loss curves)",
@@ -252,6 +264,10 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
         Some(e) => Some((e.build)()),
         None => themis::parse_knob(name)
             .map(|f| Box::new(themis::Themis::with_f(f)) as Box<dyn Policy>)
+            .or_else(|| {
+                sia::SiaPacerMix::parse_knob(name)
+                    .map(|g| Box::new(sia::SiaPacerMix::with_min_gain(g)) as Box<dyn Policy>)
+            })
             .or_else(|| {
                 fair::parse_knob(name)
                     .map(|q| Box::new(fair::FairShare::with_quantum(q)) as Box<dyn Policy>)

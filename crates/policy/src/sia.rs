@@ -38,9 +38,11 @@ use std::collections::HashMap;
 
 mod exact;
 mod fast;
+mod mix;
 mod pacer;
 pub use exact::{solve_exact, solve_exact_bounded, ExactOutcome, DEFAULT_NODE_LIMIT};
 pub use fast::solve_fast;
+pub use mix::SiaPacerMix;
 pub use pacer::{SiaPacer, Weights};
 
 /// Which solver picks the configurations.
@@ -293,6 +295,43 @@ impl Sia {
         g
     }
 
+    /// Rebuilds the configurations when the cluster is not the one last seen.
+    fn ensure_configs(&mut self, cluster: &ClusterSpec) {
+        let key: Vec<(u16, u32)> = cluster
+            .nodes
+            .iter()
+            .map(|n| (n.device_type.0, n.gpus))
+            .collect();
+        if key != self.cluster_key {
+            self.configs = cluster_configs(cluster);
+            self.cluster_key = key;
+            self.cache.clear();
+        }
+    }
+
+    /// Sia's re-allocation factor of `job` at `now_s`: what a configuration other
+    /// than the one it holds is worth, `max(age − restarts·penalty, 0) / (age +
+    /// penalty)` (1 while the job is younger than the penalty).
+    fn reallocation_factor(&self, job: &JobView, now_s: f64) -> f64 {
+        let age = (now_s - job.arrival_s).max(0.0);
+        let pen = job.restart_s.unwrap_or(self.restart_s);
+        if age < pen {
+            1.0
+        } else {
+            (age - job.num_restarts as f64 * pen).max(0.0) / (age + pen)
+        }
+    }
+
+    /// A configuration's value `λ_n − S^p` at speedup `sc` (cost capped at 3000).
+    fn value(&self, sc: f64) -> f64 {
+        let cost = if sc > 0.0 {
+            sc.powf(self.p).min(3000.0)
+        } else {
+            3000.0
+        };
+        self.lambda_n - cost
+    }
+
     /// Drops the cached goodputs of jobs no longer in `view`.
     pub fn forget_finished(&mut self, view: &ClusterView) {
         let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
@@ -314,17 +353,7 @@ impl Sia {
 
     /// The knapsack of this round.
     pub fn problem(&mut self, view: &ClusterView) -> Problem {
-        let key: Vec<(u16, u32)> = view
-            .cluster
-            .nodes
-            .iter()
-            .map(|n| (n.device_type.0, n.gpus))
-            .collect();
-        if key != self.cluster_key {
-            self.configs = cluster_configs(view.cluster);
-            self.cluster_key = key;
-            self.cache.clear();
-        }
+        self.ensure_configs(view.cluster);
         let types = view.cluster.device_types.len().max(1);
         let mut capacity = vec![0u64; types];
         for n in &view.cluster.nodes {
@@ -380,13 +409,7 @@ impl Sia {
                 let r = job.current.replicas();
                 self.configs.iter().position(|c| c.ty == t.0 && c.gpus == r)
             });
-            let age = (view.now_s - job.arrival_s).max(0.0);
-            let pen = job.restart_s.unwrap_or(self.restart_s);
-            let rf = if age < pen {
-                1.0
-            } else {
-                (age - job.num_restarts as f64 * pen).max(0.0) / (age + pen)
-            };
+            let rf = self.reallocation_factor(job, view.now_s);
             let mut opts = Vec::new();
             for (c, &sc) in s.iter().enumerate() {
                 if sc <= 0.0 {
@@ -397,12 +420,7 @@ impl Sia {
                 } else {
                     sc
                 };
-                let cost = if sc > 0.0 {
-                    sc.powf(self.p).min(3000.0)
-                } else {
-                    3000.0
-                };
-                let v = self.lambda_n - cost;
+                let v = self.value(sc);
                 if v > 0.0 {
                     opts.push((c, v));
                 }
@@ -425,7 +443,16 @@ pub fn place(
     configs: &[Config],
     choice: &[Option<usize>],
 ) -> Vec<Allocation> {
-    let mut pools = TypedPools::new(cluster);
+    place_in(&mut TypedPools::new(cluster), jobs, configs, choice)
+}
+
+/// [`place`] from the free devices of `pools` (taken from them).
+pub fn place_in(
+    pools: &mut TypedPools,
+    jobs: &[JobView],
+    configs: &[Config],
+    choice: &[Option<usize>],
+) -> Vec<Allocation> {
     let mut out = vec![Allocation::empty(); jobs.len()];
     let mut rest = Vec::new();
     for (j, c) in choice.iter().enumerate() {

@@ -4,7 +4,9 @@
 //! output, and the fast solver's choice fits and stays close to the exact one.
 
 use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
-use pacer_policy::sia::{place, solve_exact, solve_fast, Sia, SiaPacer, SiaSolver, Weights};
+use pacer_policy::sia::{
+    place, solve_exact, solve_fast, Sia, SiaPacer, SiaPacerMix, SiaSolver, Weights,
+};
 use pacer_policy::{check_capacity, ClusterView, JobView, Policy};
 use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfParams};
 use proptest::prelude::*;
@@ -311,4 +313,130 @@ fn sia_pacer_skips_the_ladder_but_keeps_a_cap_of_one() {
     capped.sia.explore_cap = true;
     let b = capped.allocate(&view);
     assert!(b[0].replicas() <= 2, "{b:?}");
+}
+
+/// A stand-in for a driver's balanced model (`pacer_sim`'s): each type's one-type
+/// goodput per device at the job's size, summed, less a cross-node penalty per node.
+#[derive(Debug)]
+struct FakeMix(Vec<Option<GoodputFn>>);
+
+impl pacer_policy::MixedGoodput for FakeMix {
+    fn goodput(&self, groups: &[(pacer_model::DeviceTypeId, u32)], nodes: u32) -> f64 {
+        let total: u32 = groups.iter().map(|g| g.1).sum();
+        let mut g = 0.0;
+        for &(t, n) in groups {
+            let Some(Some(m)) = self.0.get(t.0 as usize) else {
+                return 0.0;
+            };
+            let one = m
+                .optimize(nodes.min(total).max(1), total)
+                .map_or(0.0, |c| c.goodput);
+            g += one * n as f64 / total.max(1) as f64;
+        }
+        g * 0.9
+    }
+}
+
+fn mixing(js: &mut [JobView], every: usize) {
+    for (i, j) in js.iter_mut().enumerate() {
+        if i % every == 0 {
+            j.mixed = Some(std::sync::Arc::new(FakeMix(j.goodput_by_type.clone())));
+        }
+    }
+}
+
+fn types_of(c: &ClusterSpec, a: &Allocation) -> std::collections::BTreeSet<u16> {
+    a.slots()
+        .iter()
+        .map(|s| c.nodes[s.0 .0 as usize].device_type.0)
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    #[test]
+    fn sia_pacer_mix_capacity_determinism_and_mixing_only_when_accepted(
+        shape in shapes(), n in 0usize..40, seed in 0u64..1000, every in 1usize..4,
+        rounds in 1usize..4
+    ) {
+        let c = cluster(&shape);
+        let mut js = jobs(n, shape.len(), seed, &c);
+        mixing(&mut js, every);
+        // Without any job accepting a mix, exactly sia-pacer.
+        let plain = jobs(n, shape.len(), seed, &c);
+        let view = ClusterView { now_s: 600.0, cluster: &c, jobs: &plain };
+        prop_assert_eq!(
+            SiaPacerMix::default().allocate(&view),
+            SiaPacer::default().allocate(&view)
+        );
+        // Several rounds, each starting from the last one's allocations (kept mixes).
+        let (mut p, mut q) = (SiaPacerMix::default(), SiaPacerMix::default());
+        for r in 0..rounds {
+            let view = ClusterView { now_s: 600.0 + 60.0 * r as f64, cluster: &c, jobs: &js };
+            let a = p.allocate(&view);
+            prop_assert_eq!(&a, &q.allocate(&view));
+            prop_assert_eq!(a.len(), js.len());
+            prop_assert!(check_capacity(&c, &a).is_ok(), "{:?}", check_capacity(&c, &a));
+            for (j, al) in js.iter().zip(&a) {
+                let t = types_of(&c, al);
+                prop_assert!(t.len() <= 1 || j.mixed.is_some(), "job {:?} mixed without accepting: {:?}", j.id, al);
+                prop_assert!(t.len() <= 2);
+                for ty in t {
+                    prop_assert!(j.goodput_by_type.get(ty as usize).is_some_and(|m| m.is_some()) || al.replicas() == 1,
+                        "job {:?} on type {} it has no model for", j.id, ty);
+                }
+            }
+            for (j, al) in js.iter_mut().zip(a) {
+                if !al.is_empty() && al != j.current {
+                    j.num_restarts += 1;
+                }
+                j.current = al;
+                j.attained_gpu_s += 60.0 * j.current.replicas() as f64;
+            }
+        }
+    }
+}
+
+#[test]
+fn sia_pacer_mix_grows_a_job_across_types_and_only_one_that_accepts() {
+    // Two nodes of two devices, one per type: one type holds at most 2 devices.
+    let c = ClusterSpec::parse("1x2:aws,1x2:dgx", "t").unwrap();
+    let mut j = JobView::basic(JobId(0), 0.0, 1);
+    j.max_replicas = 8;
+    j.attained_gpu_s = 600.0;
+    j.goodput_version = 1;
+    // Little gradient noise relative to its batch: it scales well.
+    j.goodput_by_type = vec![Some(gfn(1.0, 5000.0)), Some(gfn(1.0, 5000.0))];
+    j.current = Allocation::from_pairs([(NodeId(0), 2)]);
+    let one = vec![j.clone()];
+    let view = ClusterView {
+        now_s: 3600.0,
+        cluster: &c,
+        jobs: &one,
+    };
+    let a = SiaPacerMix::default().allocate(&view);
+    assert_eq!(a[0].replicas(), 2, "{:?}", a[0]);
+    j.mixed = Some(std::sync::Arc::new(FakeMix(j.goodput_by_type.clone())));
+    let mix = vec![j];
+    let view = ClusterView {
+        now_s: 3600.0,
+        cluster: &c,
+        jobs: &mix,
+    };
+    let mut p = SiaPacerMix::default();
+    let a = p.allocate(&view);
+    assert_eq!(a[0].replicas(), 4, "{:?}", a[0]);
+    assert_eq!(types_of(&c, &a[0]).len(), 2);
+    assert!(p.notes().contains("given: 1"), "{}", p.notes());
+    // Next round, holding the mix: kept (no restart).
+    let mut held = mix.clone();
+    held[0].current = a[0].clone();
+    held[0].num_restarts = 1;
+    let view = ClusterView {
+        now_s: 3660.0,
+        cluster: &c,
+        jobs: &held,
+    };
+    assert_eq!(p.allocate(&view)[0], a[0]);
 }

@@ -27,6 +27,9 @@ pub struct JobResult {
     /// The work done, in seconds of one device of its fastest type (cluster
     /// efficiency's numerator).
     pub one_device_s: f64,
+    /// Device-seconds held on allocations across device types
+    /// (`SimConfig::mixed_types`; 0 without it).
+    pub mixed_gpu_s: f64,
 }
 
 impl JobResult {

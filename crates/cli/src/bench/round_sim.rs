@@ -55,6 +55,7 @@ pub(super) fn round_sim(a: &RoundArgs, file: &str) -> Result<()> {
     let jobs = trace::load_pollux_workload(&text, file, &apps, 1.0)?;
     let config = SimConfig {
         round_s: a.round_s,
+        mixed_types: a.mixed_types,
         ..SimConfig::default()
     };
     config

@@ -138,6 +138,111 @@ const SETTLED_AFTER: u32 = 64;
 /// The balanced step of `job` under the worker-level controller `controller`
 /// (`lbbsp`, `pid`, `uniform`, … — [`crate::worker::CONTROLLERS`]).
 pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, MixedError> {
+    let (problem, micro) = prepare(job)?;
+    let mut perf = Vec::with_capacity(problem.n_workers());
+    for g in &job.groups {
+        for _ in 0..g.replicas {
+            perf.push(g.perf);
+        }
+    }
+    let micro_batches = micro as u32;
+    let mut ctrl = make_controller(controller, &problem)
+        .ok_or_else(|| MixedError::UnknownController(controller.to_string()))?;
+    let compute = |b: u64, p: &PerfParams| micro as f64 * p.alpha_c + p.beta_c * b as f64;
+    let mut batches = problem.uniform();
+    let mut compute_s = vec![0.0; batches.len()];
+    let mut speed = vec![0.0; batches.len()];
+    let mut next = batches.clone();
+    let (mut still, mut settle) = (0u32, 0u32);
+    while settle < MAX_SETTLE && still < SETTLED_AFTER {
+        for i in 0..batches.len() {
+            compute_s[i] = compute(batches[i], &perf[i]);
+            // Samples/s at the current batch: what the runtime's predictors report
+            // for a worker whose speed does not change.
+            speed[i] = batches[i].max(1) as f64 / compute(batches[i].max(1), &perf[i]);
+        }
+        next.copy_from_slice(&batches);
+        ctrl.decide(
+            &Observation {
+                compute_s: &compute_s,
+                predicted_speed: &speed,
+            },
+            &mut next,
+        );
+        settle += 1;
+        if next == batches {
+            still += 1;
+        } else {
+            still = 0;
+            batches.copy_from_slice(&next);
+        }
+    }
+    for i in 0..batches.len() {
+        compute_s[i] = compute(batches[i], &perf[i]);
+    }
+    let slowest = compute_s.iter().copied().fold(0.0, f64::max);
+    let (network_s, step_s) = step_after_compute(job, slowest, micro);
+    Ok(MixedStep {
+        local: batches,
+        micro_batches,
+        compute_s,
+        network_s,
+        step_s,
+        settle_iterations: settle,
+    })
+}
+
+/// The step of `job` at LB-BSP's fixed point, in closed form: every replica's compute
+/// (`k·α_c + β_c·b` for `k` micro-batches) ends at the same time `T`, its local batch
+/// `b` real-valued and within its bounds (water-filling: the `T` at which the bounded
+/// batches sum to the global batch, by bisection). [`balanced_step`] under `lbbsp` or
+/// `pid` settles there up to whole samples and its dead band (the tests bound the
+/// difference); this costs a few hundred arithmetic operations instead of hundreds of
+/// controller iterations, for callers that evaluate many configurations (a policy's
+/// candidates). Seconds per step.
+pub fn equal_finish_step_s(job: &MixedJob) -> Result<f64, MixedError> {
+    let (problem, micro) = prepare(job)?;
+    let k = micro as f64;
+    let lo = job.min_local.max(1) as f64;
+    let groups: Vec<(f64, f64, f64, f64)> = job
+        .groups
+        .iter()
+        .filter(|g| g.replicas > 0)
+        .map(|g| {
+            let hi = (g.max_atomic.saturating_mul(micro)) as f64;
+            (g.replicas as f64, k * g.perf.alpha_c, g.perf.beta_c, hi)
+        })
+        .collect();
+    let batch_at = |t: f64| -> f64 {
+        groups
+            .iter()
+            .map(|&(n, a, b, hi)| n * ((t - a) / b).clamp(lo, hi))
+            .sum()
+    };
+    let (mut t_lo, mut t_hi) = groups
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |acc, &(_, a, b, hi)| {
+            (acc.0.min(a + b * lo), acc.1.max(a + b * hi))
+        });
+    let target = problem.global_batch() as f64;
+    for _ in 0..100 {
+        let mid = 0.5 * (t_lo + t_hi);
+        if batch_at(mid) < target {
+            t_lo = mid;
+        } else {
+            t_hi = mid;
+        }
+    }
+    let slowest = groups
+        .iter()
+        .map(|&(_, a, b, hi)| a + b * ((t_hi - a) / b).clamp(lo, hi))
+        .fold(0.0, f64::max);
+    Ok(step_after_compute(job, slowest, micro).1)
+}
+
+/// Checks `job` and builds the worker level's problem (one worker per replica, bounds
+/// `min_local … max_atomic × micro-batches`) with the micro-batches per step.
+fn prepare(job: &MixedJob) -> Result<(BatchProblem, u64), MixedError> {
     let replicas: u32 = job.groups.iter().map(|g| g.replicas).sum();
     if replicas == 0 {
         return Err(MixedError::NoReplicas);
@@ -183,7 +288,7 @@ pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, Mixe
     }
     let per_micro: u64 = cap.iter().fold(0u64, |a, &c| a.saturating_add(c));
     let micro = job.global_batch.div_ceil(per_micro.max(1)).max(1);
-    let micro_batches = u32::try_from(micro).map_err(|_| {
+    u32::try_from(micro).map_err(|_| {
         MixedError::Batch(BatchError::CapsTooSmall {
             sum_max: per_micro,
             global_batch: job.global_batch,
@@ -201,40 +306,14 @@ pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, Mixe
     let gpu_like = perf.iter().any(|p| p.alpha_c > 0.0);
     let problem =
         BatchProblem::new(job.global_batch, bounds, gpu_like).map_err(MixedError::Batch)?;
-    let mut ctrl = make_controller(controller, &problem)
-        .ok_or_else(|| MixedError::UnknownController(controller.to_string()))?;
-    let compute = |b: u64, p: &PerfParams| micro as f64 * p.alpha_c + p.beta_c * b as f64;
-    let mut batches = problem.uniform();
-    let mut compute_s = vec![0.0; batches.len()];
-    let mut speed = vec![0.0; batches.len()];
-    let mut next = batches.clone();
-    let (mut still, mut settle) = (0u32, 0u32);
-    while settle < MAX_SETTLE && still < SETTLED_AFTER {
-        for i in 0..batches.len() {
-            compute_s[i] = compute(batches[i], &perf[i]);
-            // Samples/s at the current batch: what the runtime's predictors report
-            // for a worker whose speed does not change.
-            speed[i] = batches[i].max(1) as f64 / compute(batches[i].max(1), &perf[i]);
-        }
-        next.copy_from_slice(&batches);
-        ctrl.decide(
-            &Observation {
-                compute_s: &compute_s,
-                predicted_speed: &speed,
-            },
-            &mut next,
-        );
-        settle += 1;
-        if next == batches {
-            still += 1;
-        } else {
-            still = 0;
-            batches.copy_from_slice(&next);
-        }
-    }
-    for i in 0..batches.len() {
-        compute_s[i] = compute(batches[i], &perf[i]);
-    }
+    Ok((problem, micro))
+}
+
+/// `(network seconds, step seconds)` of `job` whose slowest replica computes for
+/// `slowest` seconds over `micro` micro-batches: the all-reduce over the slowest link
+/// involved, overlapped with the last micro-batch.
+fn step_after_compute(job: &MixedJob, slowest: f64, micro: u64) -> (f64, f64) {
+    let replicas: u32 = job.groups.iter().map(|g| g.replicas).sum();
     // The all-reduce runs over the slowest link involved.
     let (network_s, gamma) = job
         .groups
@@ -244,17 +323,9 @@ pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, Mixe
         .fold((0.0, 1.0), |a, b| if b.0 > a.0 { b } else { a });
     // The slowest replica: k micro-batches of equal size, the last one overlapped
     // with the all-reduce.
-    let slowest = compute_s.iter().copied().fold(0.0, f64::max);
     let per_micro_s = slowest / micro as f64;
     let step_s = (micro - 1) as f64 * per_micro_s + overlap(per_micro_s, network_s, gamma);
-    Ok(MixedStep {
-        local: batches,
-        micro_batches,
-        compute_s,
-        network_s,
-        step_s,
-        settle_iterations: settle,
-    })
+    (network_s, step_s)
 }
 
 /// `(tc^γ + tn^γ)^(1/γ)` (Pollux's overlap of compute and network).
@@ -384,6 +455,55 @@ mod tests {
         assert_eq!(s.micro_batches, 3); // 192 samples per micro-batch round
         assert_eq!(s.local.iter().sum::<u64>(), 500);
         assert!(s.local[2] <= 96 && s.local[0] <= 192);
+    }
+
+    #[test]
+    fn the_closed_form_is_the_controller_s_fixed_point() {
+        // Seeded cases: two or three types, speeds 1-6x apart, with and without a
+        // constant part, accumulation or not.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut worst = 0.0f64;
+        for case in 0..60 {
+            let types = 2 + (next() * 2.0) as usize;
+            let groups: Vec<TypeGroup> = (0..types)
+                .map(|_| {
+                    let speed = 1.0 + 5.0 * next();
+                    group(
+                        perf(0.02 * next(), 0.001 * speed),
+                        1 + (next() * 8.0) as u32,
+                        32 + (next() * 480.0) as u64,
+                    )
+                })
+                .collect();
+            let replicas: u32 = groups.iter().map(|g| g.replicas).sum();
+            let cap: u64 = groups
+                .iter()
+                .map(|g| g.replicas as u64 * g.max_atomic)
+                .sum();
+            let b = (replicas as u64 * 8).max((cap as f64 * (0.3 + 2.0 * next())) as u64);
+            let j = job(groups, types as u32, b);
+            let exact = balanced_step(&j, "lbbsp").unwrap().step_s;
+            let closed = equal_finish_step_s(&j).unwrap();
+            let err = (closed / exact - 1.0).abs();
+            worst = worst.max(err);
+            assert!(err < 0.03, "case {case}: {closed} vs {exact} ({j:?})");
+        }
+        assert!(
+            worst > 0.0,
+            "every case identical: the test compares nothing"
+        );
+        // Errors are the same as balanced_step's.
+        let g = group(perf(0.0, 0.001), 2, 64);
+        assert!(equal_finish_step_s(&job(vec![g], 5, 8))
+            .unwrap_err()
+            .to_string()
+            .contains("nodes"));
     }
 
     #[test]

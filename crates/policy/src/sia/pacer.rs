@@ -99,11 +99,35 @@ impl Policy for SiaPacer {
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        let (problem, choice) = self.choose(view, &[]);
+        let out = place(view.cluster, view.jobs, &problem.configs, &choice);
+        self.note_restarts(view, &out);
+        out
+    }
+}
+
+impl SiaPacer {
+    /// The round's knapsack and its fast solution. `reserved[j]` (when given): devices
+    /// per type job `j` keeps outside the knapsack (`sia-pacer-mix`'s mixed
+    /// allocations), its options cleared and the devices out of the capacity.
+    pub(super) fn choose(
+        &mut self,
+        view: &ClusterView,
+        reserved: &[Option<Vec<u64>>],
+    ) -> (super::Problem, Vec<Option<usize>>) {
         let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
         self.restarting.retain(|id, _| live.contains(id));
         self.sia.forget_finished(view);
         let mut problem = self.sia.problem(view);
-        let held = self.sia.held(view);
+        let mut held = self.sia.held(view);
+        for (j, r) in reserved.iter().enumerate() {
+            let Some(r) = r else { continue };
+            problem.options[j].clear();
+            held[j] = None;
+            for (cap, &n) in problem.capacity.iter_mut().zip(r) {
+                *cap = cap.saturating_sub(n);
+            }
+        }
         // Jobs in a restart this policy caused keep their configuration: out of the
         // knapsack, their devices out of its capacity.
         let mut pinned = vec![None; view.jobs.len()];
@@ -138,13 +162,16 @@ impl Policy for SiaPacer {
                 *c = *p;
             }
         }
-        let out = place(view.cluster, view.jobs, &problem.configs, &choice);
-        for (job, a) in view.jobs.iter().zip(&out) {
+        (problem, choice)
+    }
+
+    /// Remembers the jobs this round moves: they restart until their penalty ends.
+    pub(super) fn note_restarts(&mut self, view: &ClusterView, out: &[Allocation]) {
+        for (job, a) in view.jobs.iter().zip(out) {
             if !a.is_empty() && *a != job.current {
                 let pen = job.restart_s.unwrap_or(self.sia.restart_s);
                 self.restarting.insert(job.id, view.now_s + pen);
             }
         }
-        out
     }
 }

@@ -15,7 +15,11 @@
 //! Heterogeneity: [`Work::Throughput`] jobs (Gavel's job types) run at a measured
 //! speed per device type, consolidated or spread over nodes; a job holds devices
 //! of one type at a time (a mixed allocation runs at its slowest type). Every job
-//! gets a [`SpeedTable`] that policies see in [`JobView::speed`].
+//! gets a [`SpeedTable`] that policies see in [`JobView::speed`]. With
+//! [`SimConfig::mixed_types`], a profiled job of a per-type application on devices
+//! of several types runs at its balanced step instead (`mixed.rs`: each type's model
+//! at the local batch the worker level gives it, one all-reduce over the slowest
+//! link, the whole job's goodput).
 //!
 //! Quality: [`Work::LossCurve`] jobs replay a recorded loss curve at the
 //! iterations per second their worker count gives them, and keep an online
@@ -28,6 +32,7 @@
 //! names its restart delay and its time alone.
 
 mod dedicated;
+pub mod mixed;
 mod online;
 mod progress;
 pub use online::ProfileMode;
@@ -62,6 +67,11 @@ pub struct SimConfig {
     pub replan_on_arrival: ArrivalReplan,
     /// Per-type models policies see for per-type applications ([`ProfileMode`]).
     pub profiles: ProfileMode,
+    /// Profiled jobs of per-type applications accept allocations across device
+    /// types, balanced by the worker level (`pacer simulate --mixed-types`;
+    /// `mixed.rs`); off: such an allocation runs on its first node's type's tables,
+    /// as before.
+    pub mixed_types: bool,
 }
 
 /// Whether a job's arrival starts a new round before the current one ends. Rounds
@@ -100,6 +110,7 @@ impl Default for SimConfig {
             record_timeline: true,
             replan_on_arrival: ArrivalReplan::Never,
             profiles: ProfileMode::Fitted,
+            mixed_types: false,
         }
     }
 }
@@ -212,6 +223,10 @@ struct JobState {
     restart_paid_s: f64,
     /// A deadline job retired unstarted at its deadline (declined or starved).
     dropped: bool,
+    /// Global batch on the current mixed allocation (0: one type, or the mix off).
+    mixed_batch: u64,
+    /// Device-seconds held on mixed allocations.
+    mixed_gpu_s: f64,
 }
 
 impl JobState {
@@ -245,6 +260,8 @@ impl JobState {
             online: online::OnlineProfiles::default(),
             restart_paid_s: 0.0,
             dropped: false,
+            mixed_batch: 0,
+            mixed_gpu_s: 0.0,
         }
     }
 }

@@ -282,6 +282,7 @@ impl Simulation<'_> {
                     independent_s: t_indep,
                     deadline_s: kind.deadline_s(),
                     restart_paid_s: st.restart_paid_s,
+                    mixed_gpu_s: st.mixed_gpu_s,
                     one_device_s,
                 }
             })

@@ -69,6 +69,13 @@ impl Simulation<'_> {
             ),
         };
         let work_done = kind.work_done(self, st);
+        // Across device types: the balanced goodput under the models the job has.
+        let mixed =
+            (self.config.mixed_types && goodput_by_type.iter().flatten().count() > 1).then(|| {
+                Arc::new(super::mixed::ViewMix {
+                    by_type: goodput_by_type.clone(),
+                }) as Arc<dyn pacer_policy::MixedGoodput>
+            });
         JobView {
             id: JobId(i as u32),
             arrival_s: job.spec.arrival_s,
@@ -89,6 +96,7 @@ impl Simulation<'_> {
             work_left: (kind.total_work() - work_done).max(0.0),
             quality,
             one_type: false,
+            mixed,
             deadline_s: kind.deadline_s(),
         }
     }

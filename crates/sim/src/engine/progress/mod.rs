@@ -11,6 +11,7 @@ mod duration;
 mod elastic;
 mod loss_curve;
 mod profiled;
+pub(super) use profiled::spend_in_epoch;
 mod throughput;
 
 use super::{BatchMode, DedicatedMemo, JobState, SimJob, Simulation, Work};

@@ -156,6 +156,39 @@ impl JobProgress for Profiled {
     }
 }
 
+/// Spends up to `dt` seconds from `t` at `goodput` (progress per second) within the
+/// job's current epoch: all of them, or up to the epoch's end in whole seconds (as
+/// Pollux's simulator counts them), finishing the job after its last epoch. Returns
+/// the seconds spent.
+pub(in crate::engine) fn spend_in_epoch(
+    app: &AppModel,
+    st: &mut JobState,
+    replicas: u32,
+    goodput: f64,
+    t: &mut f64,
+    dt: &mut f64,
+) -> f64 {
+    let next = app.epoch_end_progress(st.epoch);
+    if st.progress + goodput * *dt < next {
+        let spent = *dt;
+        st.progress += goodput * spent;
+        st.attained_gpu_s += spent * replicas as f64;
+        *dt = 0.0;
+        spent
+    } else {
+        let delta = ((next - st.progress) / goodput).round().min(*dt).max(0.0);
+        st.epoch += 1;
+        st.progress = next;
+        st.attained_gpu_s += delta * replicas as f64;
+        *t += delta;
+        *dt -= delta;
+        if st.epoch >= app.max_epochs {
+            st.completion_s = Some(*t);
+        }
+        delta
+    }
+}
+
 /// The batch choice, online fit and round arithmetic of profiled jobs.
 impl Simulation<'_> {
     fn goodput_fn(&self, app: &AppModel, st: &JobState) -> Option<GoodputFn> {
@@ -189,7 +222,11 @@ impl Simulation<'_> {
     /// Goodput model per cluster device type of a per-type application (`None`
     /// for the types it has no tables for); empty for other jobs. Gradient
     /// statistics before the job has run: the application's at its base batch.
-    fn goodput_by_type(&self, app: &AppModel, st: &JobState) -> Vec<Option<GoodputFn>> {
+    pub(in crate::engine) fn goodput_by_type(
+        &self,
+        app: &AppModel,
+        st: &JobState,
+    ) -> Vec<Option<GoodputFn>> {
         if app.typed().is_empty() {
             return Vec::new();
         }
@@ -218,6 +255,10 @@ impl Simulation<'_> {
     fn update_batch(&self, app: &AppModel, mode: BatchMode, st: &mut JobState) {
         let (nodes, replicas) = (st.alloc.slots().len() as u32, st.alloc.replicas());
         if replicas == 0 {
+            return;
+        }
+        // Across device types (`SimConfig::mixed_types`): the balanced step's batch.
+        if self.config.mixed_types && self.update_mixed_batch(app, mode, st) {
             return;
         }
         let ty = self
@@ -297,6 +338,9 @@ impl Simulation<'_> {
         let delay = super::spend_restart(st, replicas, dt);
         dt -= delay;
         let mut t = now + delay;
+        if st.mixed_batch > 0 {
+            return self.step_mixed(app, mode, st, t, dt);
+        }
         if mode.fixed.is_some() {
             return self.step_fixed(app, st, replicas, t, dt);
         }
@@ -319,24 +363,7 @@ impl Simulation<'_> {
                 Self::observe(st, GradParams { sqr, var }, (nodes, replicas), step, sync);
             }
             let total = step + compute * st.accum_steps as f64;
-            let goodput = gain / total;
-            let next = app.epoch_end_progress(st.epoch);
-            if st.progress + goodput * dt < next {
-                st.progress += goodput * dt;
-                st.attained_gpu_s += dt * replicas as f64;
-                dt = 0.0;
-            } else {
-                // Whole seconds, as Pollux's simulator counts them.
-                let delta = ((next - st.progress) / goodput).round().min(dt).max(0.0);
-                st.epoch += 1;
-                st.progress = next;
-                st.attained_gpu_s += delta * replicas as f64;
-                t += delta;
-                dt -= delta;
-                if st.epoch >= app.max_epochs {
-                    st.completion_s = Some(t);
-                }
-            }
+            spend_in_epoch(app, st, replicas, gain / total, &mut t, &mut dt);
             // The goodput-optimal batch only moves when the job's model does.
             if mode.fixed.is_none() && st.goodput_version != st.batch_version {
                 self.update_batch(app, mode, st);

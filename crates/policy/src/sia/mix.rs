@@ -1,0 +1,469 @@
+//! `sia-pacer-mix`: [`SiaPacer`] whose jobs may also run across device types (issue 26;
+//! docs/mixed-types.md, "The policy").
+//!
+//! Sia's knapsack has one capacity per device type and configurations of one type.
+//! A configuration across types consumes capacity of two types at once; rather than
+//! widen every job's option list (and the exact solver Sia is compared with), this
+//! policy keeps `sia-pacer`'s round and adds two steps around its fast solver:
+//!
+//! 1. **Keep a mix that still pays.** A job that holds devices of several types keeps
+//!    them when their balanced goodput is at least the best one-type configuration's
+//!    goodput times its re-allocation factor (the value Sia gives the configuration a
+//!    job holds against one it would restart on); its devices then leave the
+//!    knapsack's capacity.
+//! 2. **Grow or start across types.** After the knapsack, devices it left free are
+//!    offered as mixed configurations: a job extends its one-type configuration by
+//!    devices of another type, or a job the knapsack left waiting starts on devices of
+//!    two types. Each is valued as Sia values any configuration (`λ_n − S^p`, the
+//!    speedup over the job's cheapest one-type configuration, the re-allocation factor
+//!    unless it is what the job holds); the move with the largest value gained per
+//!    device added is applied, then the next, until none gains. Only free devices are
+//!    used, so capacity holds by construction.
+//!
+//! The goodput of a mixed configuration is the job's own balanced one
+//! ([`JobView::mixed`], which the driver computes with the worker level's controller
+//! from each type's model): never the fastest type's. Only jobs that carry that
+//! model (they accept mixing) and have run (they have a model) are mixed; the others
+//! are exactly `sia-pacer`'s.
+
+use super::{place_in, SiaPacer};
+use crate::place::TypedPools;
+use crate::{ClusterView, JobView, Policy};
+use pacer_model::{Allocation, DeviceTypeId, JobId};
+use std::collections::HashMap;
+
+/// Devices per type of a mixed configuration, types ascending.
+type Mix = Vec<(u16, u32)>;
+
+/// One job's mixed goodputs: the goodput version they hold for, and the goodput per
+/// (mix, nodes).
+type MixCache = (u64, HashMap<(Mix, u32), f64>);
+
+/// `sia-pacer` that may give a job devices of several types.
+#[derive(Debug, Clone)]
+pub struct SiaPacerMix {
+    pub base: SiaPacer,
+    /// A running job moves onto a mix only when that raises its goodput at least this
+    /// many times over the configuration the knapsack gave it (a move restarts it; a
+    /// waiting job gains from any mix). `sia-pacer-mix-gG`; [`DEFAULT_MIN_GAIN`] by default.
+    pub min_gain: f64,
+    /// Per job: the goodput version its mixed goodputs were computed at, and the
+    /// goodput per (mix, nodes).
+    cache: HashMap<JobId, MixCache>,
+    /// Mixed configurations given, and rounds in which at least one job held one.
+    mixes_given: u64,
+    mixed_rounds: u64,
+}
+
+/// The default [`SiaPacerMix::min_gain`], chosen on Sia's saturn workloads 1–3
+/// (docs/mixed-types.md, "On Sia's workloads": 1, 1.25, 1.5 and 2 measured; 2 and
+/// above never mixed there, 1.5 was within 0.3 % of that and still mixes where a mix
+/// pays 1.5 times).
+pub const DEFAULT_MIN_GAIN: f64 = 1.5;
+
+impl Default for SiaPacerMix {
+    fn default() -> Self {
+        SiaPacerMix::with_min_gain(DEFAULT_MIN_GAIN)
+    }
+}
+
+impl SiaPacerMix {
+    pub fn with_min_gain(min_gain: f64) -> Self {
+        SiaPacerMix {
+            base: SiaPacer::default(),
+            min_gain,
+            cache: HashMap::new(),
+            mixes_given: 0,
+            mixed_rounds: 0,
+        }
+    }
+
+    /// `sia-pacer-mix-gG` → `G` (finite, ≥ 1).
+    pub fn parse_knob(name: &str) -> Option<f64> {
+        let v: f64 = name.strip_prefix("sia-pacer-mix-g")?.parse().ok()?;
+        (v.is_finite() && v >= 1.0).then_some(v)
+    }
+}
+
+/// Device counts worth trying out of `free`: powers of two below it, and `free`.
+fn sizes(free: u64, most: u32) -> Vec<u32> {
+    let top = free.min(u64::from(most)) as u32;
+    let mut out = Vec::new();
+    let mut g = 1;
+    while g < top {
+        out.push(g);
+        g *= 2;
+    }
+    if top > 0 {
+        out.push(top);
+    }
+    out
+}
+
+impl SiaPacerMix {
+    /// The balanced goodput of `job` on `mix` over `nodes` nodes (0: not usable).
+    fn mixed_goodput(&mut self, job: &JobView, mix: &Mix, nodes: u32) -> f64 {
+        let Some(model) = job.mixed.as_ref() else {
+            return 0.0;
+        };
+        let entry = self
+            .cache
+            .entry(job.id)
+            .or_insert_with(|| (job.goodput_version, HashMap::new()));
+        if entry.0 != job.goodput_version {
+            *entry = (job.goodput_version, HashMap::new());
+        }
+        *entry.1.entry((mix.clone(), nodes)).or_insert_with(|| {
+            let groups: Vec<(DeviceTypeId, u32)> =
+                mix.iter().map(|&(t, n)| (DeviceTypeId(t), n)).collect();
+            model.goodput(&groups, nodes).max(0.0)
+        })
+    }
+}
+
+/// One round's choice: the knapsack's, the mixes added, and the objective (`Σ λ_n − S^p`
+/// over the jobs it serves).
+struct Plan {
+    problem: super::Problem,
+    choice: Vec<Option<usize>>,
+    extra: Vec<Option<(Mix, f64, f64)>>,
+    value: f64,
+}
+
+impl SiaPacerMix {
+    /// Sia-pacer's knapsack with the `reserved` devices out of it, then mixed
+    /// configurations on the devices it leaves free (see the module docs).
+    fn plan(
+        &mut self,
+        view: &ClusterView,
+        reserved: &[Option<Vec<u64>>],
+        capacity: &[u64],
+        pools0: &TypedPools,
+        types: usize,
+    ) -> Plan {
+        let n = view.jobs.len();
+        let (problem, choice) = self.base.choose(view, reserved);
+        // 2. Free devices after the knapsack, offered as mixed configurations.
+        let mut free: Vec<i64> = capacity.iter().map(|&c| c as i64).collect();
+        for r in reserved.iter().flatten() {
+            for (f, &c) in free.iter_mut().zip(r) {
+                *f -= c as i64;
+            }
+        }
+        for c in choice.iter().flatten() {
+            let cfg = problem.configs[*c];
+            free[cfg.ty as usize] -= i64::from(cfg.gpus);
+        }
+        let value_of = |j: usize, c: Option<usize>| -> f64 {
+            c.and_then(|c| problem.options[j].iter().find(|o| o.0 == c))
+                .map_or(0.0, |o| o.1)
+        };
+        // Per eligible job: its cheapest one-type goodput (Sia's normaliser), cap and
+        // re-allocation factor.
+        let mut eligible: Vec<(usize, f64, u32, f64, Vec<f64>)> = Vec::new();
+        for (j, job) in view.jobs.iter().enumerate() {
+            let restarting = choice[j].is_some() && problem.options[j].is_empty();
+            if job.mixed.is_none()
+                || reserved[j].is_some()
+                || restarting
+                || job.attained_gpu_s <= 0.0
+                || job.goodput_by_type.iter().flatten().count() < 2
+            {
+                continue;
+            }
+            let one_type = self.base.sia.goodputs(job);
+            let min = one_type
+                .iter()
+                .copied()
+                .filter(|&g| g > 0.0)
+                .fold(f64::INFINITY, f64::min);
+            if !min.is_finite() {
+                continue;
+            }
+            let cap = self.base.sia.replica_cap(job);
+            let rf = self.base.sia.reallocation_factor(job, view.now_s);
+            eligible.push((j, min, cap, rf, one_type));
+        }
+        let mut extra: Vec<Option<(Mix, f64, f64)>> = vec![None; n];
+        loop {
+            // (gain per added device, job, the mix, the devices it adds, its value and
+            // goodput).
+            let mut best: Option<(f64, usize, Mix, Mix, f64, f64)> = None;
+            for (j, min, cap, rf, one_type) in &eligible {
+                let (j, min, cap, rf) = (*j, *min, *cap, *rf);
+                let job = &view.jobs[j];
+                let base: Option<(u16, u32)> = choice[j].map(|c| {
+                    let cfg = problem.configs[c];
+                    (cfg.ty, cfg.gpus)
+                });
+                let (cur_v, cur_added, cur_g) = match &extra[j] {
+                    Some((m, v, g)) => (*v, m.clone(), *g),
+                    None => (
+                        value_of(j, choice[j]),
+                        Vec::new(),
+                        choice[j].map_or(0.0, |c| one_type[c]),
+                    ),
+                };
+                // Devices free to this job: the pool's plus what it added already.
+                let mut room = free.clone();
+                for &(t, c) in &cur_added {
+                    room[t as usize] += i64::from(c);
+                }
+                let usable = |t: usize| {
+                    job.goodput_by_type.get(t).is_some_and(|m| m.is_some())
+                        && job.can_use(DeviceTypeId(t as u16))
+                };
+                let mut candidates: Vec<Mix> = Vec::new();
+                match base {
+                    Some((t0, g0)) => {
+                        for u in (0..types).filter(|&u| u != t0 as usize && usable(u)) {
+                            for k in sizes(room[u].max(0) as u64, cap.saturating_sub(g0)) {
+                                let mut m = vec![(t0, g0), (u as u16, k)];
+                                m.sort_unstable();
+                                candidates.push(m);
+                            }
+                        }
+                    }
+                    None => {
+                        for t in (0..types).filter(|&t| usable(t)) {
+                            for u in (t + 1..types).filter(|&u| usable(u)) {
+                                for a in sizes(room[t].max(0) as u64, cap) {
+                                    for b in sizes(room[u].max(0) as u64, cap.saturating_sub(a)) {
+                                        candidates.push(vec![(t as u16, a), (u as u16, b)]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                let current = mix_of(view, &job.current);
+                for m in candidates {
+                    let nodes = nodes_of(pools0, &m);
+                    let g = self.mixed_goodput(job, &m, nodes);
+                    if g <= 0.0 {
+                        continue;
+                    }
+                    let mut s = g / min;
+                    if !job.current.is_empty() && m != current {
+                        s *= rf;
+                    }
+                    let v = self.base.sia.value(s) * self.base.weights.of(job.attained_gpu_s);
+                    let added: Mix = m
+                        .iter()
+                        .copied()
+                        .filter(|&(t, _)| base.is_none_or(|b| b.0 != t))
+                        .collect();
+                    let devices = added
+                        .iter()
+                        .map(|a| a.1)
+                        .sum::<u32>()
+                        .saturating_sub(cur_added.iter().map(|a| a.1).sum());
+                    let gain = v - cur_v;
+                    if v <= 0.0 || gain <= 1e-9 || g < self.min_gain * cur_g {
+                        continue;
+                    }
+                    let ratio = gain / f64::from(devices.max(1));
+                    if best.as_ref().is_none_or(|b| ratio > b.0 + 1e-15) {
+                        best = Some((ratio, j, m, added, v, g));
+                    }
+                }
+            }
+            let Some((_, j, _, added, v, g)) = best else {
+                break;
+            };
+            if let Some((old, _, _)) = extra[j].take() {
+                for (t, c) in old {
+                    free[t as usize] += i64::from(c);
+                }
+            }
+            for &(t, c) in &added {
+                free[t as usize] -= i64::from(c);
+            }
+            debug_assert!(free.iter().all(|&f| f >= 0));
+            extra[j] = Some((added, v, g));
+        }
+        let value = (0..n)
+            .map(|j| match &extra[j] {
+                Some((_, v, _)) => *v,
+                None => value_of(j, choice[j]),
+            })
+            .sum();
+        Plan {
+            problem,
+            choice,
+            extra,
+            value,
+        }
+    }
+}
+
+/// Devices per type of `alloc`, types ascending.
+fn mix_of(view: &ClusterView, alloc: &Allocation) -> Mix {
+    let mut out: Mix = Vec::new();
+    for &(node, c) in alloc.slots() {
+        let t = view.cluster.nodes[node.0 as usize].device_type.0;
+        match out.iter_mut().find(|g| g.0 == t) {
+            Some(g) => g.1 += c,
+            None => out.push((t, c)),
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Nodes a mix spans at the least: each type's devices over its largest node.
+fn nodes_of(pools: &TypedPools, mix: &Mix) -> u32 {
+    mix.iter()
+        .map(|&(t, n)| n.div_ceil(pools.per_node(DeviceTypeId(t)).max(1)))
+        .sum()
+}
+
+impl Policy for SiaPacerMix {
+    fn name(&self) -> &'static str {
+        "sia-pacer-mix"
+    }
+
+    fn adaptive_batch(&self) -> bool {
+        true
+    }
+
+    fn notes(&self) -> String {
+        format!(
+            "mixed configurations given: {}; rounds with a mixed job: {}",
+            self.mixes_given, self.mixed_rounds
+        )
+    }
+
+    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
+        self.cache.retain(|id, _| live.contains(id));
+        let n = view.jobs.len();
+        let types = view.cluster.device_types.len().max(1);
+        let pools0 = TypedPools::new(view.cluster);
+        let mut capacity = vec![0u64; types];
+        for node in &view.cluster.nodes {
+            capacity[node.device_type.0 as usize] += u64::from(node.gpus);
+        }
+        // 1. Jobs on a mixed allocation keep it while it pays.
+        let mut reserved: Vec<Option<Vec<u64>>> = vec![None; n];
+        let mut kept_value = 0.0;
+        // Configurations must be known before a job's one-type goodputs are.
+        self.base.sia.ensure_configs(view.cluster);
+        for (j, job) in view.jobs.iter().enumerate() {
+            if job.mixed.is_none() || pools0.type_of(&job.current).is_some() {
+                continue;
+            }
+            let mix = mix_of(view, &job.current);
+            if mix.len() < 2 {
+                continue;
+            }
+            let kept = self.mixed_goodput(job, &mix, job.current.slots().len() as u32);
+            // Against the job's best one-type configuration, whatever its size: held
+            // against those of no more devices than the mix, mixes were kept where the
+            // knapsack had better uses for their devices (saturn 1–3: +7 % avg JCT).
+            let one_type = self.base.sia.goodputs(job).into_iter().fold(0.0, f64::max);
+            let rf = self.base.sia.reallocation_factor(job, view.now_s);
+            if kept > 0.0 && kept >= rf * one_type {
+                let min = self
+                    .base
+                    .sia
+                    .goodputs(job)
+                    .into_iter()
+                    .filter(|&g| g > 0.0)
+                    .fold(f64::INFINITY, f64::min);
+                if min.is_finite() {
+                    kept_value +=
+                        self.base.sia.value(kept / min) * self.base.weights.of(job.attained_gpu_s);
+                }
+                let mut r = vec![0u64; types];
+                for &(t, c) in &mix {
+                    r[t as usize] += u64::from(c);
+                }
+                reserved[j] = Some(r);
+            }
+        }
+        let plan = self.plan(view, &reserved, &capacity, &pools0, types);
+        // Kept mixes compete too: the round without them (their jobs back in the
+        // knapsack) wins when its objective is higher.
+        let (
+            Plan {
+                problem,
+                choice,
+                extra,
+                ..
+            },
+            reserved,
+        ) = if reserved.iter().any(Option::is_some) {
+            let none = vec![None; n];
+            let without = self.plan(view, &none, &capacity, &pools0, types);
+            if without.value > plan.value + kept_value + 1e-9 {
+                (without, none)
+            } else {
+                (plan, reserved)
+            }
+        } else {
+            (plan, reserved)
+        };
+        // 3. Placement: kept mixes first, then the knapsack's configurations, then
+        // the devices the mixes add.
+        let mut pools = TypedPools::new(view.cluster);
+        let mut out = vec![Allocation::empty(); n];
+        for (j, job) in view.jobs.iter().enumerate() {
+            if reserved[j].is_some() {
+                for t in 0..types {
+                    let part = Allocation::from_pairs(job.current.slots().iter().copied().filter(
+                        |&(node, _)| {
+                            view.cluster.nodes[node.0 as usize].device_type.0 as usize == t
+                        },
+                    ));
+                    if !part.is_empty() {
+                        let taken = pools.take_exact(&part);
+                        debug_assert!(taken, "a kept mix's devices are free");
+                    }
+                }
+                out[j] = job.current.clone();
+            }
+        }
+        let placed = place_in(&mut pools, view.jobs, &problem.configs, &choice);
+        for (j, a) in placed.into_iter().enumerate() {
+            if reserved[j].is_none() {
+                out[j] = a;
+            }
+        }
+        let mut given = 0;
+        for (j, e) in extra.iter().enumerate() {
+            let Some((added, _, _)) = e else { continue };
+            let mut slots: Vec<_> = out[j].slots().to_vec();
+            let mut ok = true;
+            let mut taken = Vec::new();
+            for &(t, c) in added {
+                match pools.take(DeviceTypeId(t), c) {
+                    Some(a) => {
+                        slots.extend_from_slice(a.slots());
+                        taken.push(a);
+                    }
+                    None => ok = false,
+                }
+            }
+            if ok {
+                out[j] = Allocation::from_pairs(slots);
+                if out[j] != view.jobs[j].current {
+                    given += 1;
+                }
+            } else {
+                for a in &taken {
+                    pools.give_back(a);
+                }
+            }
+        }
+        self.mixes_given += given;
+        if out
+            .iter()
+            .any(|a| pools0.type_of(a).is_none() && !a.is_empty())
+        {
+            self.mixed_rounds += 1;
+        }
+        self.base.note_restarts(view, &out);
+        out
+    }
+}

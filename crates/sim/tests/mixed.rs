@@ -1,0 +1,163 @@
+//! Jobs across device types (`SimConfig::mixed_types`): a mixed allocation runs at
+//! its balanced step (faster than its fast part alone, slower than as many fast
+//! devices), the flag off changes nothing, and `sia-pacer-mix` without it is
+//! `sia-pacer`.
+
+use pacer_model::{Allocation, ClusterSpec, JobSpec, NodeId};
+use pacer_policy::{ClusterView, Policy};
+use pacer_sim::apps::load_sia_dir;
+use pacer_sim::{SimConfig, SimJob, Simulation, Work};
+
+const VAL: &str = "progress,iteration,metric,grad_sqr,grad_var\n\
+    20000,20000,0.5,1.0,40.0\n40000,40000,0.6,1.0,40.0\n";
+
+/// `bert` on a `fast` and a `slow` type (`slow` × the step time), with one- and
+/// two-device rows at three local batches, and a scalability table.
+fn apps(tag: &str, slow: f64) -> Vec<pacer_sim::AppModel> {
+    let root = std::env::temp_dir().join(format!("pacer-mixed-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let table = |k: f64| {
+        let mut s = String::from("placement,local_bsz,step_time,sync_time\n");
+        for b in [8.0, 16.0, 32.0, 64.0] {
+            let c = k * (0.01 + 0.004 * b);
+            s += &format!("1,{b},{c},0.001\n");
+            s += &format!("2,{b},{},0.01\n", c + 0.01);
+        }
+        s
+    };
+    let scal = |k: f64| {
+        let mut s = String::from("num_nodes,num_replicas,local_bsz,step_time,sync_time\n");
+        for (n, r) in [(2, 4), (2, 2)] {
+            for b in [8.0, 16.0, 32.0, 64.0] {
+                let c = k * (0.01 + 0.004 * b);
+                s += &format!("{n},{r},{b},{},0.03\n", c + 0.03);
+            }
+        }
+        s
+    };
+    for (f, text) in [
+        ("bert/placements-fast.csv", table(1.0)),
+        ("bert/scalability-fast.csv", scal(1.0)),
+        ("bert/placements-slow.csv", table(slow)),
+        ("bert/scalability-slow.csv", scal(slow)),
+        ("bert/validation-16.csv", VAL.to_string()),
+        ("bert/validation-1024.csv", VAL.to_string()),
+    ] {
+        let p = root.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let a = load_sia_dir(&root, false).unwrap();
+    let _ = std::fs::remove_dir_all(&root);
+    a
+}
+
+fn jobs(n: usize) -> Vec<SimJob> {
+    (0..n)
+        .map(|i| SimJob {
+            spec: JobSpec {
+                name: format!("j{i}"),
+                arrival_s: 3000.0 * i as f64,
+                application: "bert".into(),
+                requested_replicas: 1,
+                requested_batch: 256,
+                service_gpu_s: None,
+                device_type: None,
+            },
+            work: Work::Profiled { app: 0 },
+        })
+        .collect()
+}
+
+/// Gives job 0 the same devices every round.
+struct Pin {
+    alloc: Allocation,
+    adaptive: bool,
+}
+
+impl Policy for Pin {
+    fn name(&self) -> &'static str {
+        "pin"
+    }
+    fn adaptive_batch(&self) -> bool {
+        self.adaptive
+    }
+    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        view.jobs.iter().map(|_| self.alloc.clone()).collect()
+    }
+}
+
+/// `n` jobs under `policy` on one node of two devices per type; all must finish.
+fn simulate(
+    apps: &[pacer_sim::AppModel],
+    n: usize,
+    policy: &mut dyn Policy,
+    mixed: bool,
+) -> pacer_sim::SimResult {
+    let cluster = ClusterSpec::parse("1x2:fast,1x2:slow", "t").unwrap();
+    let jobs = jobs(n);
+    let sim = Simulation {
+        cluster: &cluster,
+        apps,
+        jobs: &jobs,
+        config: SimConfig {
+            mixed_types: mixed,
+            ..SimConfig::default()
+        },
+    };
+    let r = sim.run(policy, |_| {}).unwrap();
+    assert_eq!(r.summary.finished, n);
+    r
+}
+
+fn jct(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)], adaptive: bool, mixed: bool) -> f64 {
+    let mut p = Pin {
+        alloc: Allocation::from_pairs(slots.iter().map(|&(n, c)| (NodeId(n), c))),
+        adaptive,
+    };
+    simulate(apps, 1, &mut p, mixed).summary.avg_jct_s
+}
+
+#[test]
+fn a_mixed_allocation_runs_at_its_balanced_step() {
+    let (a, b) = (apps("step-a", 1.5), apps("step-b", 4.0));
+    for adaptive in [false, true] {
+        let fast2 = jct(&a, &[(0, 2)], adaptive, true);
+        let mix = jct(&a, &[(0, 2), (1, 2)], adaptive, true);
+        assert!(
+            mix < fast2,
+            "adaptive {adaptive}: slow devices added should help: {mix} vs {fast2}"
+        );
+        // The slow type's own model counts: slower, the mix is slower.
+        let slower = jct(&b, &[(0, 2), (1, 2)], adaptive, true);
+        assert!(
+            slower > mix,
+            "adaptive {adaptive}: a slower type drags: {slower} vs {mix}"
+        );
+        // One type: the slow type's tables and the flag change nothing.
+        assert_eq!(fast2, jct(&b, &[(0, 2)], adaptive, true));
+        assert_eq!(fast2, jct(&a, &[(0, 2)], adaptive, false));
+        // The flag off: the mix runs on its first node's tables, as before.
+        assert_ne!(mix, jct(&a, &[(0, 2), (1, 2)], adaptive, false));
+        // Same input, same result.
+        assert_eq!(mix, jct(&a, &[(0, 2), (1, 2)], adaptive, true));
+    }
+}
+
+fn run(apps: &[pacer_sim::AppModel], policy: &str, mixed: bool) -> String {
+    let mut p = pacer_policy::by_name(policy).unwrap();
+    format!("{:?}", simulate(apps, 5, p.as_mut(), mixed).jobs)
+}
+
+#[test]
+fn without_the_flag_sia_pacer_mix_is_sia_pacer_and_with_it_jobs_mix() {
+    let apps = apps("policy", 1.5);
+    let plain = run(&apps, "sia-pacer", false);
+    assert_eq!(run(&apps, "sia-pacer-mix", false), plain);
+    // sia-pacer never mixes, so the flag changes nothing for it.
+    assert_eq!(run(&apps, "sia-pacer", true), plain);
+    let mixed = run(&apps, "sia-pacer-mix", true);
+    assert_eq!(mixed, run(&apps, "sia-pacer-mix", true));
+    assert!(!mixed.contains("mixed_gpu_s: 0.0 }, JobResult"), "{mixed}");
+    assert_ne!(mixed, plain, "no job was ever given a mix");
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Mixed-type allocations on Sia's workloads (issue 26, docs/mixed-types.md).
+
+For every Sia saturn and philly workload on Sia's cluster, runs `sia-pacer` (jobs on one
+type) and `sia-pacer-mix --mixed-types` (jobs may span types), with `--profiles fitted`
+and `--profiles online` (the same on both sides), and writes the mean avg JCT, the
+breakdown (queueing before the first start, restart delay paid, time running, device
+utilisation, devices held on mixes) and Sia's published numbers beside them
+(experiments/sia/ANCHORS.md). Tuning subset: saturn 1-3 (nothing was tuned on it; it is
+kept apart so that a later knob is chosen there); held out: saturn 4-10, philly 1-8.
+
+    cargo build --release -p pacer-cli
+    python3 experiments/mixed/sia_mix.py [--data ../shared/data/sia] [--cluster SPEC] \
+        [--workloads saturn:1-10,philly:1-8] [--out experiments/mixed/sia-mix.json]
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PACER = os.path.join(ROOT, "target", "release", "pacer")
+# Sia's own simulator, avg JCT in hours (experiments/sia/ANCHORS.md; no Sia run for
+# philly 4, 6, 8).
+SIA = {
+    ("saturn", 1): 0.581, ("saturn", 2): 0.715, ("saturn", 3): 0.742, ("saturn", 4): 0.845,
+    ("saturn", 5): 0.664, ("saturn", 6): 0.669, ("saturn", 7): 0.584, ("saturn", 8): 0.794,
+    ("saturn", 9): 1.017, ("saturn", 10): 0.796, ("philly", 1): 0.542, ("philly", 2): 0.747,
+    ("philly", 3): 0.575, ("philly", 5): 0.667, ("philly", 7): 0.841,
+}
+TUNING = {("saturn", 1), ("saturn", 2), ("saturn", 3)}
+
+
+def parse_workloads(spec):
+    out = []
+    for part in spec.split(","):
+        trace, rng = part.split(":")
+        lo, _, hi = rng.partition("-")
+        out += [(trace, i) for i in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
+def run(data, cluster, trace, i, policy, profiles, mixed):
+    wl = os.path.join(data, "workloads", trace, f"workload-{i}.csv")
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [PACER, "simulate", "--apps", f"sia:{data}/traces", "--workload", wl,
+               "--cluster", cluster, "--policy", policy, "--profiles", profiles,
+               "--json", "--out", out]
+        if mixed:
+            cmd.append("--mixed-types")
+        t = time.time()
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.time() - t
+        if res.returncode != 0:
+            sys.exit(f"{' '.join(cmd)}: {res.stderr}")
+        row = json.loads(res.stdout)[0]
+        jobs_csv = [f for f in os.listdir(out) if f.endswith("-jobs.csv")][0]
+        with open(os.path.join(out, jobs_csv)) as f:
+            jobs = list(csv.DictReader(f))
+    fin = [j for j in jobs if j["jct_s"]]
+    n = len(fin)
+    mean = lambda k: sum(float(j[k] or 0) for j in fin) / max(n, 1)
+    gpu = sum(float(j["gpu_s"]) for j in jobs)
+    mixed_gpu = sum(float(j["mixed_gpu_s"]) for j in jobs)
+    return {
+        "trace": trace, "workload": i, "policy": policy, "profiles": profiles,
+        "mixed_types": mixed, "finished": row["finished"], "jobs": row["jobs"],
+        "avg_jct_h": row["avg_jct_s"] / 3600, "p99_jct_h": row["p99_jct_s"] / 3600,
+        "makespan_h": row["makespan_s"] / 3600,
+        "avg_queueing_h": mean("queueing_s") / 3600,
+        "avg_restart_paid_h": mean("restart_paid_s") / 3600,
+        "avg_restarts": mean("restarts"),
+        "utilization": row["utilization"],
+        "mixed_jobs": sum(1 for j in jobs if float(j["mixed_gpu_s"]) > 0),
+        "mixed_gpu_share": mixed_gpu / gpu if gpu > 0 else 0.0,
+        "wall_s": wall,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "sia"))
+    ap.add_argument("--cluster", default="6x4:aws,2x8:dgx-ext,3x8:rtx")
+    ap.add_argument("--workloads", default="saturn:1-10,philly:1-8")
+    ap.add_argument("--profiles", default="fitted,online")
+    ap.add_argument("--mix", default="sia-pacer-mix,sia-pacer-mix-g1",
+                    help="mixing policies, each run with --mixed-types")
+    ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "mixed", "sia-mix.json"))
+    a = ap.parse_args()
+    rows = []
+    for profiles in a.profiles.split(","):
+        for trace, i in parse_workloads(a.workloads):
+            runs = [("sia-pacer", False)] + [(m, True) for m in a.mix.split(",")]
+            for policy, mixed in runs:
+                r = run(a.data, a.cluster, trace, i, policy, profiles, mixed)
+                r["policy"] = policy
+                rows.append(r)
+                print(f"{profiles} {trace}-{i} {policy}: avg JCT {r['avg_jct_h']:.3f} h, "
+                      f"queueing {r['avg_queueing_h']:.3f} h, restarts paid "
+                      f"{r['avg_restart_paid_h']:.3f} h, util {r['utilization']:.3f}, "
+                      f"mixed jobs {r['mixed_jobs']} ({100 * r['mixed_gpu_share']:.1f} % of "
+                      f"device time), {r['wall_s']:.1f} s", flush=True)
+    with open(a.out, "w") as f:
+        json.dump({"cluster": a.cluster, "rows": rows}, f, indent=1)
+    print()
+    by = {(r["profiles"], r["trace"], r["workload"], r["policy"]): r for r in rows}
+    for mix in a.mix.split(","):
+        print()
+        print(f"{mix} against sia-pacer")
+        print("| profiles | trace | workload | set | Sia | sia-pacer | mix | Δ | "
+              "queueing Δ h | restart paid Δ h | util | mixed jobs |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for profiles in a.profiles.split(","):
+            sums = {}
+            for trace, i in parse_workloads(a.workloads):
+                p = by[(profiles, trace, i, "sia-pacer")]
+                m = by[(profiles, trace, i, mix)]
+                d = m["avg_jct_h"] / p["avg_jct_h"] - 1
+                s = "tuning" if (trace, i) in TUNING else "held out"
+                sia = SIA.get((trace, i))
+                print(f"| {profiles} | {trace} | {i} | {s} | {sia if sia else '—'} | "
+                      f"{p['avg_jct_h']:.3f} | {m['avg_jct_h']:.3f} | {100 * d:+.1f} % | "
+                      f"{m['avg_queueing_h'] - p['avg_queueing_h']:+.3f} | "
+                      f"{m['avg_restart_paid_h'] - p['avg_restart_paid_h']:+.3f} | "
+                      f"{p['utilization']:.3f} → {m['utilization']:.3f} | {m['mixed_jobs']} |")
+                for key in [(trace, s), (trace, "all")]:
+                    sums.setdefault(key, []).append((p["avg_jct_h"], m["avg_jct_h"]))
+            for (trace, s), v in sorted(sums.items()):
+                mp = sum(x[0] for x in v) / len(v)
+                mm = sum(x[1] for x in v) / len(v)
+                print(f"{mix} {profiles} {trace} {s}: mean avg JCT sia-pacer {mp:.3f} h, "
+                      f"{mix} {mm:.3f} h ({100 * (mm / mp - 1):+.1f} %, {len(v)} workloads)")
+
+
+if __name__ == "__main__":
+    main()
