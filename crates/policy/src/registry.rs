@@ -42,7 +42,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 16] = [
+pub const POLICIES: [PolicyEntry; 17] = [
     PolicyEntry {
         name: "fifo",
         summary:
