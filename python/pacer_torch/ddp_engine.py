@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import torch
 import torch.distributed as dist
 
-from .gradnorm import grad_norm_sqr, preconditioner
+from .gradnorm import grad_norm_sqr_t, preconditioner
 from .job import ROW, Decision, current
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,8 +35,10 @@ class StepState:
     """What the hooks of one backward pass gather."""
 
     def __init__(self) -> None:
-        self.local_sqr = 0.0
-        self.agg_sqr = 0.0
+        #: |g|^2 summed over the buckets: float64 tensors on the gradients' device, read
+        #: once per step (a read in a bucket's hook would make the backward pass wait).
+        self.local_sqr: Any = 0.0
+        self.agg_sqr: Any = 0.0
         self.measured: Optional[tuple] = None
         self.rows: Optional[List[List[float]]] = None
         self.decision: Optional[List[float]] = None
@@ -47,7 +49,7 @@ def _reduced(
     st: StepState, t: torch.Tensor, pinv: Optional[torch.Tensor], scaler: Any
 ) -> torch.Tensor:
     """A bucket's reduced gradient: its share of ``|g|^2``."""
-    st.agg_sqr += grad_norm_sqr(t, pinv, scaler)
+    st.agg_sqr = st.agg_sqr + grad_norm_sqr_t(t, pinv, scaler)
     return t
 
 
@@ -120,7 +122,7 @@ class DdpEngine:
         rank, world = job.rank, job.world
         b, total = ctx.sizes[rank], sum(ctx.sizes)
         if b > 0:
-            st.local_sqr += grad_norm_sqr(buf, pinv, self.grad_scaler)
+            st.local_sqr = st.local_sqr + grad_norm_sqr_t(buf, pinv, self.grad_scaler)
             buf.mul_(b / total)
         else:
             buf.zero_()
@@ -133,11 +135,13 @@ class DdpEngine:
         # The last bucket carries the rows and rank 0's decision.
         assert st.measured is not None
         n_rows, n_dec = ROW * world, Decision.slot_len(world)
-        tail = torch.zeros(n_rows + n_dec, dtype=buf.dtype, device=buf.device)
-        row = job.local_row(st.measured, st.local_sqr)
+        tail = torch.zeros(n_rows + n_dec, dtype=buf.dtype)
+        row = job.local_row(st.measured, float(st.local_sqr))
         tail[ROW * rank : ROW * (rank + 1)] = torch.tensor(row, dtype=buf.dtype)
         if rank == 0:
             tail[n_rows:] = torch.tensor(job.decision_slot(), dtype=buf.dtype)
+        if buf.is_cuda:  # from pinned memory: the copy does not wait for the device
+            tail = tail.pin_memory().to(buf.device, non_blocking=True)
         both = torch.cat([buf, tail])
         n = buf.numel()
         trace = job.trace
@@ -168,7 +172,7 @@ class DdpEngine:
         assert st.rows is not None and st.decision is not None
         job = current()
         assert job is not None
-        job.gathered(st.rows, st.agg_sqr, st.decision)
+        job.gathered(st.rows, float(st.agg_sqr), st.decision)
         if job.trace is not None:
             job.trace.mark("gathered")
 

@@ -83,8 +83,14 @@ def init_process_group(backend: Optional[str] = None, timeout_s: float = 300.0) 
         raise ValueError(f"backend: {backend!r} (expected 'gloo' or 'nccl')")
     device = torch.device("cpu")
     if backend == "nccl":
-        # Untested here: no GPU on the machines this was built on (python/README.md).
-        device = torch.device("cuda", int(info["local_rank"]))
+        local, n = int(info["local_rank"]), torch.cuda.device_count()
+        if local >= n:
+            raise RuntimeError(
+                f"pacer_torch.init_process_group: LOCAL_RANK {local} but this process "
+                f"sees {n} CUDA device(s); nccl needs one device per rank (start at most "
+                f"{n} processes per node, or pass backend='gloo')"
+            )
+        device = torch.device("cuda", local)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         # This module binds the world group as a default argument of its functions when

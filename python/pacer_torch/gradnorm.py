@@ -42,15 +42,23 @@ def preconditioner(
     return torch.cat(parts)
 
 
-def grad_norm_sqr(
+def grad_norm_sqr_t(
     flat: torch.Tensor, pinv: Optional[torch.Tensor], grad_scaler: Optional[Any]
-) -> float:
-    """``|g / pinv|^2`` of a flat gradient (in float64), divided by the square of an
+) -> torch.Tensor:
+    """``|g / pinv|^2`` of a flat gradient as a float64 tensor on its device (no wait
+    for the device, except for a ``GradScaler``'s scale), divided by the square of an
     AMP ``GradScaler``'s current scale (the gradients are the scaled ones until
     ``scaler.unscale_``/``step``). Not finite on an overflow step (the noise scale
     skips it, as the scaler skips the step)."""
     g = flat if pinv is None else flat / pinv.to(flat.dtype)
-    sqr = float(torch.linalg.vector_norm(g, dtype=torch.float64) ** 2)
+    sqr = torch.linalg.vector_norm(g, dtype=torch.float64) ** 2
     if grad_scaler is not None and grad_scaler.is_enabled():
-        sqr /= float(grad_scaler.get_scale()) ** 2
+        sqr = sqr / float(grad_scaler.get_scale()) ** 2
     return sqr
+
+
+def grad_norm_sqr(
+    flat: torch.Tensor, pinv: Optional[torch.Tensor], grad_scaler: Optional[Any]
+) -> float:
+    """``grad_norm_sqr_t`` as a Python float (waits for the device)."""
+    return float(grad_norm_sqr_t(flat, pinv, grad_scaler))

@@ -151,6 +151,12 @@ def current() -> Optional["Job"]:
     return _JOB
 
 
+def _cuda_in_use() -> bool:
+    """Whether this process computes on CUDA: torch has initialised CUDA here (a model
+    or tensor was moved to a GPU). A job on the CPU of a GPU machine does not."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 def _world() -> tuple:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -167,6 +173,10 @@ class StepContext:
     wall0: float
     cpu0: float
     synced: bool = False
+    #: On CUDA: events around this rank's compute on the current stream (the host's
+    #: clock sees only when kernels were queued, not when they ran).
+    ev_begin: Any = None
+    ev_end: Any = None
 
 
 @dataclass
@@ -445,6 +455,10 @@ class Job:
         self.step_ctx = StepContext(
             sizes=sizes, global_batch=nxt.global_batch, wall0=wall0, cpu0=cpu0
         )
+        if _cuda_in_use():
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.step_ctx.ev_begin = ev
         if self.trace is not None:
             r = self.rank
             self.trace.row.update(
@@ -458,6 +472,16 @@ class Job:
         synchronisation work is not counted (nor stretched) as device compute."""
         ctx = self.step_ctx
         assert ctx is not None
+        if ctx.ev_begin is not None:
+            if self.emulation.active:
+                # The padding stretches the host's wall time: first wait for the kernels.
+                torch.cuda.synchronize()
+                ctx.ev_begin = None
+            else:
+                # Read in ``local_row`` (the DDP engine calls this at its first bucket,
+                # where waiting for the device would stall the backward pass's launches).
+                ctx.ev_end = torch.cuda.Event(enable_timing=True)
+                ctx.ev_end.record()
         if self.emulation.active:
             self.emulation.pad(ctx.wall0, ctx.cpu0, ctx.sizes[self.rank])
         compute = time.perf_counter() - ctx.wall0
@@ -478,6 +502,11 @@ class Job:
         ctx = self.step_ctx
         assert ctx is not None
         compute, cpu, mem = measured
+        if ctx.ev_end is not None:
+            # The device's time from the step's start (once it has run what was queued
+            # before: the last step's update) to the end of this rank's backward pass.
+            ctx.ev_end.synchronize()
+            compute = ctx.ev_begin.elapsed_time(ctx.ev_end) / 1e3
         b = ctx.sizes[self.rank]
         due = (
             self.rank == 0

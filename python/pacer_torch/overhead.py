@@ -15,6 +15,14 @@ rounds; the median over rounds of each pacer run's median against the same round
 median (``*_paired``); the median CPU time per step over all ranks; and each rank's
 median speed (samples/s of compute) under DDP's equal split, which shows how unequal
 "equal" ranks are on the machine. Prints one JSON object.
+
+``--device cuda`` runs the same on GPUs (rank ``LOCAL_RANK`` on device ``LOCAL_RANK``
+modulo the devices it sees; ``--backend gloo`` lets several ranks share one GPU, which
+nccl refuses); ``--model resnet18`` (torchvision's, 32x32 inputs) gives a step with
+more device work than launches. On CUDA the host's marks only say when kernels were
+queued, so each run also reports ``span_ms``: the time per step over the run after
+``warmup``, between two ``torch.cuda.synchronize()`` (on the CPU the same measure, with
+no synchronisation); ``*_overhead_span_paired`` compares it per round.
 """
 
 from __future__ import annotations
@@ -33,6 +41,24 @@ import torch.nn.functional as F
 import pacer_torch as pacer
 
 
+MODEL = "cnn"
+DEVICE = torch.device("cpu")
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
+def make_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    if MODEL == "resnet18":
+        import torchvision  # only for --model resnet18
+
+        return torchvision.models.resnet18(num_classes=10).to(DEVICE)
+    return make_cnn().to(DEVICE)
+
+
 def make_cnn() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(
@@ -45,8 +71,9 @@ def make_cnn() -> torch.nn.Module:
 
 def data(n: int) -> torch.utils.data.TensorDataset:
     g = torch.Generator().manual_seed(1)
+    shape = (3, 32, 32) if MODEL == "resnet18" else (1, 28, 28)
     return torch.utils.data.TensorDataset(
-        torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+        torch.randn(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g)
     )
 
 
@@ -54,19 +81,26 @@ def _marks() -> Tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def run_ddp(ds, global_batch: int, steps: int) -> List[Tuple[float, float]]:
+Run = Tuple[List[Tuple[float, float]], float]
+
+
+def run_ddp(ds, global_batch: int, steps: int, warmup: int) -> Run:
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = make_cnn()
-    net = torch.nn.parallel.DistributedDataParallel(model)  # the model has no buffers
+    model = make_model()
+    ids = [DEVICE] if DEVICE.type == "cuda" else None
+    # Buffers (resnet18's BatchNorm statistics) are not broadcast: pacer does not either.
+    net = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=ids, broadcast_buffers=False
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x_all, y_all = ds.tensors
     b = global_batch // world
     g = torch.Generator().manual_seed(2)
     perm = torch.randperm(len(x_all), generator=g)
-    times, last = [], None
+    times, last, t_warm = [], None, 0.0
     for s in range(steps):
         idx = perm[(s * global_batch + rank * b) % len(perm):][:b]
-        x, y = x_all[idx], y_all[idx]
+        x, y = x_all[idx].to(DEVICE), y_all[idx].to(DEVICE)
         loss = F.cross_entropy(net(x), y)
         opt.zero_grad()
         loss.backward()
@@ -75,18 +109,26 @@ def run_ddp(ds, global_batch: int, steps: int) -> List[Tuple[float, float]]:
         if last is not None:
             times.append((now[0] - last[0], now[1] - last[1]))
         last = now
+        if s == warmup:
+            _sync()
+            t_warm = time.perf_counter()
+    _sync()
+    span = (time.perf_counter() - t_warm) / (steps - 1 - warmup)
     del net
-    return times
+    return times, span
 
 
 def run_pacer(
-    ds, global_batch: int, steps: int, engine: str, controller: str
-) -> List[Tuple[float, float]]:
-    model = make_cnn()
+    ds, global_batch: int, steps: int, warmup: int, engine: str, controller: str
+) -> Run:
+    model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     net = pacer.DataParallel(model, opt, engine=engine)
-    loader = pacer.DataLoader(ds, global_batch=global_batch, controller=controller, seed=3)
-    times, last = [], None
+    dev = DEVICE if DEVICE.type == "cuda" else None
+    loader = pacer.DataLoader(
+        ds, global_batch=global_batch, controller=controller, seed=3, device=dev
+    )
+    times, last, t_warm, s = [], None, 0.0, 0
     for x, y in loader:
         loss = F.cross_entropy(net(x), y)
         opt.zero_grad()
@@ -96,11 +138,17 @@ def run_pacer(
         if last is not None:
             times.append((now[0] - last[0], now[1] - last[1]))
         last = now
-        if len(times) + 1 >= steps:
+        if s == warmup:
+            _sync()
+            t_warm = time.perf_counter()
+        s += 1
+        if s >= steps:
             break
+    _sync()
+    span = (time.perf_counter() - t_warm) / (steps - 1 - warmup)
     del net, loader
     pacer.job.set_current(None)
-    return times
+    return times, span
 
 
 def _speeds_under_ddp(ds, global_batch: int, steps: int) -> List[float]:
@@ -108,17 +156,20 @@ def _speeds_under_ddp(ds, global_batch: int, steps: int) -> List[float]:
     the others: a barrier before the step, the clock stopped before the all-reduce by
     computing without DDP) at DDP's equal split, gathered to every rank."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = make_cnn()
+    model = make_model()
     x_all, y_all = ds.tensors
     b = global_batch // world
     out = []
     for s in range(steps):
         x, y = x_all[rank * b : (rank + 1) * b], y_all[rank * b : (rank + 1) * b]
+        x, y = x.to(DEVICE), y.to(DEVICE)
+        _sync()
         dist.barrier()
         t0 = time.perf_counter()
         F.cross_entropy(model(x), y).backward()
+        _sync()
         out.append(b / (time.perf_counter() - t0))
-    t = torch.zeros(world)
+    t = torch.zeros(world, device=DEVICE)
     t[rank] = statistics.median(out)
     dist.all_reduce(t)
     return t.tolist()
@@ -134,48 +185,77 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--global-batch", type=int, default=256)
     ap.add_argument("--controller", default="lbbsp", help="pacer's split (uniform: DDP's)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                    help="default: nccl on CUDA, gloo on the CPU")
+    ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
     args = ap.parse_args()
+    if args.steps < args.warmup + 3:
+        ap.error(f"--steps {args.steps}: at least --warmup + 3 ({args.warmup + 3})")
+    global MODEL, DEVICE
+    MODEL = args.model
     torch.set_num_threads(1)
-    pacer.init_process_group()
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch sees no CUDA device")
+        backend = args.backend or "nccl"
+    else:
+        if args.backend == "nccl":
+            ap.error("--backend nccl needs --device cuda")
+        backend = "gloo"
+    info = pacer.init_process_group(backend=backend)
+    if args.device == "cuda":
+        DEVICE = torch.device("cuda", int(info["local_rank"]) % torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE)
     ds = data(args.global_batch * (args.steps + 2))
     runs = list(RUNS)
     per: Dict[str, List[Tuple[float, float]]] = {r: [] for r in runs}
     rounds: Dict[str, List[float]] = {r: [] for r in runs}
+    spans: Dict[str, List[float]] = {r: [] for r in runs}
     for rnd in range(args.rounds):
         order = runs[rnd % len(runs):] + runs[: rnd % len(runs)]
         for r in order:
+            _sync()
             dist.barrier()
             if r == "ddp":
-                t = run_ddp(ds, args.global_batch, args.steps)
+                t, span = run_ddp(ds, args.global_batch, args.steps, args.warmup)
             else:
                 engine = "ddp" if r == "pacer-ddp" else "flat"
                 ctl = "uniform" if r == "pacer-uniform" else args.controller
-                t = run_pacer(ds, args.global_batch, args.steps, engine, ctl)
+                t, span = run_pacer(ds, args.global_batch, args.steps, args.warmup, engine, ctl)
             t = t[args.warmup:]
             per[r].extend(t)
             rounds[r].append(statistics.median(w for w, _ in t))
+            spans[r].append(span)
             gc.collect()
     speeds = _speeds_under_ddp(ds, args.global_batch, 20)
     # Every rank's median CPU time per step, per run.
-    cpu = torch.zeros(len(runs), dist.get_world_size())
+    cpu = torch.zeros(len(runs), dist.get_world_size(), device=DEVICE)
     for i, r in enumerate(runs):
         cpu[i, dist.get_rank()] = statistics.median(c for _, c in per[r])
     dist.all_reduce(cpu)
     if dist.get_rank() == 0:
         out = {"world": dist.get_world_size(), "global_batch": args.global_batch,
                "rounds": args.rounds, "steps_per_run": args.steps, "warmup": args.warmup,
-               "controller": args.controller,
+               "controller": args.controller, "device": str(DEVICE), "backend": backend,
+               "model": MODEL,
+               "device_name": torch.cuda.get_device_name(DEVICE)
+               if DEVICE.type == "cuda" else None,
                "rank_speeds_under_ddp": [round(v, 1) for v in speeds]}
         for i, r in enumerate(runs):
             walls = [w for w, _ in per[r]]
             out[r] = {"median_ms": 1e3 * statistics.median(walls),
                       "mean_ms": 1e3 * statistics.mean(walls), "n": len(walls),
-                      "cpu_ms_per_step": 1e3 * statistics.median(cpu[i].tolist())}
+                      "cpu_ms_per_step": 1e3 * statistics.median(cpu[i].tolist()),
+                      "span_ms": 1e3 * statistics.median(spans[r])}
         for r in runs[1:]:
             out[f"{r}_overhead_median"] = out[r]["median_ms"] / out["ddp"]["median_ms"] - 1
             out[f"{r}_overhead_mean"] = out[r]["mean_ms"] / out["ddp"]["mean_ms"] - 1
             out[f"{r}_overhead_paired"] = statistics.median(
                 a / b - 1 for a, b in zip(rounds[r], rounds["ddp"])
+            )
+            out[f"{r}_overhead_span_paired"] = statistics.median(
+                a / b - 1 for a, b in zip(spans[r], spans["ddp"])
             )
             out[f"{r}_cpu_overhead"] = (
                 out[r]["cpu_ms_per_step"] / out["ddp"]["cpu_ms_per_step"] - 1

@@ -18,7 +18,7 @@ from .checkpoint import checkpoint_file, load, save
 from .job import MAX_SLOT_BATCH, ROW, Decision, Job, _world, current, set_current
 from .sampler import ElasticSampler, split_remainder
 from .ddp_engine import DdpEngine
-from .gradnorm import grad_norm_sqr, preconditioner
+from .gradnorm import grad_norm_sqr, grad_norm_sqr_t, preconditioner
 from .signals import Emulation
 from .state import UserState
 
@@ -79,6 +79,8 @@ class DataParallel(torch.nn.Module):
         self._queued = False
         self._no_sync = False
         self._buf: Optional[torch.Tensor] = None
+        self._views: List[torch.Tensor] = []
+        self._host = torch.zeros(0)
         for p in self._params:
             p.register_post_accumulate_grad_hook(self._on_grad)
         self._optimizer = optimizer
@@ -128,6 +130,30 @@ class DataParallel(torch.nn.Module):
             self._queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._sync)
 
+    def _step_buffers(
+        self, dtype: torch.dtype, device: torch.device, n_tail: int
+    ) -> Tuple[torch.Tensor, List[torch.Tensor], torch.Tensor]:
+        """The flat engine's buffers, made once per model (allocating 4 bytes per
+        parameter each step costs page faults): the all-reduce's buffer (the gradients,
+        then ``n_tail`` values of rows and decision), each parameter's view of it, and
+        the tail's staging copy on the host (pinned on a GPU)."""
+        params = self._params
+        n_par = sum(p.numel() for p in params)
+        buf = self._buf
+        if (
+            buf is None
+            or buf.numel() != n_par + n_tail
+            or buf.dtype != dtype
+            or buf.device != device
+        ):
+            buf = self._buf = torch.zeros(n_par + n_tail, dtype=dtype, device=device)
+            self._views = [
+                v.view_as(p) for v, p in zip(buf[:n_par].split([p.numel() for p in params]), params)
+            ]
+            host = torch.zeros(n_tail, dtype=dtype)
+            self._host = host.pin_memory() if device.type == "cuda" else host
+        return buf, self._views, self._host
+
     def _sync(self) -> None:
         self._queued = False
         if self._no_sync:
@@ -156,26 +182,17 @@ class DataParallel(torch.nn.Module):
         rank, world = job.rank, job.world
         b = ctx.sizes[rank]
         total = sum(ctx.sizes)
-        sizes = [p.numel() for p in params]
-        n_par = sum(sizes)
         n_rows = ROW * world
         n_dec = Decision.slot_len(world)
-        # One buffer for the job's steps, not one per step (allocating 4 bytes per
-        # parameter each step costs page faults); its tail is zeroed each step.
-        n_all = n_par + n_rows + n_dec
-        buf = self._buf
-        if buf is None or buf.numel() != n_all or buf.dtype != dtype or buf.device != device:
-            buf = self._buf = torch.zeros(n_all, dtype=dtype, device=device)
-        else:
-            buf[n_par:].zero_()
+        buf, views, host = self._step_buffers(dtype, device, n_rows + n_dec)
+        n_par = buf.numel() - n_rows - n_dec
         flat = buf[:n_par]
+        grads = [p.grad for p in params]
         if b > 0:
-            torch.cat(
-                [
-                    (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).to(dtype)
-                    for p in params
-                ],
-                out=flat,
+            # One multi-tensor copy into the flat buffer's views (the per-parameter
+            # Python loop cost ~10 us a parameter: launch-bound steps on GPUs felt it).
+            _copy_all(
+                views, [g if g is not None else torch.zeros_like(p) for g, p in zip(grads, params)]
             )
             pinv = preconditioner(self._optimizer, params)
             sqr = grad_norm_sqr(flat, pinv, self.grad_scaler)
@@ -183,10 +200,13 @@ class DataParallel(torch.nn.Module):
         else:
             flat.zero_()
             pinv, sqr = None, 0.0
-        row = job.local_row(measured, sqr)
-        buf[n_par + ROW * rank : n_par + ROW * (rank + 1)] = torch.tensor(row, dtype=dtype)
+        # The tail (every rank's row, rank 0's decision) in one copy from the host;
+        # from pinned memory on a GPU, so the copy does not wait for the device.
+        host.zero_()
+        host[ROW * rank : ROW * (rank + 1)] = torch.tensor(job.local_row(measured, sqr))
         if rank == 0:
-            buf[n_par + n_rows :] = torch.tensor(job.decision_slot(), dtype=dtype)
+            host[n_rows:] = torch.tensor(job.decision_slot())
+        buf[n_par:].copy_(host, non_blocking=True)
         trace = job.trace
         if trace is not None:
             trace.mark("arrive")
@@ -196,22 +216,34 @@ class DataParallel(torch.nn.Module):
             trace.mark("reduced")
         if pinv is None:
             pinv = preconditioner(self._optimizer, params)
-        agg_sqr = grad_norm_sqr(flat, pinv, self.grad_scaler)
-        tail = buf[n_par:].cpu()
+        # The aggregate's |g|^2 and the tail reach the host in one copy (one wait).
+        agg = grad_norm_sqr_t(flat, pinv, self.grad_scaler)
+        back = torch.cat([buf[n_par:].to(torch.float64), agg.reshape(1)]).cpu()
+        tail, agg_sqr = back[:-1], float(back[-1])
         rows = tail[:n_rows].view(world, ROW).tolist()
         decision = tail[n_rows:].tolist()
-        at = 0
         with torch.no_grad():
-            for p, n in zip(params, sizes):
-                g = flat[at : at + n].view_as(p).to(p.dtype)
-                if p.grad is None:
-                    p.grad = g.clone()
-                else:
-                    p.grad.copy_(g)
-                at += n
+            if all(g is not None for g in grads):
+                _copy_all(grads, views)
+            else:
+                for p, g, v in zip(params, grads, views):
+                    if g is None:
+                        p.grad = v.to(p.dtype, copy=True)
+                    else:
+                        g.copy_(v)
         job.gathered(rows, agg_sqr, decision)
         if trace is not None:
             trace.mark("gathered")
+
+
+def _copy_all(dst: List[torch.Tensor], src: List[torch.Tensor]) -> None:
+    """``d.copy_(s)`` for each pair: one multi-tensor call where torch has it."""
+    foreach = getattr(torch, "_foreach_copy_", None)
+    if foreach is not None:
+        foreach(dst, src)
+    else:  # pragma: no cover - torch < 2.2
+        for d, s in zip(dst, src):
+            d.copy_(s)
 
 
 def _check_int(name: str, v: Any, least: int, optional: bool = True) -> None:
@@ -854,13 +886,20 @@ class _PlannedSteps:
             )
 
     def __iter__(self) -> Iterator[List[int]]:
+        # The position is read now, when the torch iterator is made (before the step
+        # begins), not at the first batch: without workers torch asks for that only
+        # when the step fetches, after the job's sampler has taken the step's indices.
         job = self.job
         self.planned.clear()
         shadow = ElasticSampler(job.sampler.num_samples, job.sampler.seed)
         shadow.minima, shadow.caps = job.sampler.minima, job.sampler.caps
         shadow.load_state_dict(job.sampler.state_dict())
+        return self._steps(shadow, job.steps)
+
+    def _steps(self, shadow: ElasticSampler, first: int) -> Iterator[List[int]]:
+        """``first``: the absolute number of the coming step."""
+        job = self.job
         epoch = shadow.epoch
-        first = job.steps  # the absolute number of the coming step
         k = 0
         while shadow.epoch == epoch and shadow.remaining() > 0:
             ahead = first + k - job.steps

@@ -14,7 +14,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(rank, fn, world, port, args, timeout_s):
+def _entry(rank, fn, world, port, args, timeout_s, backend="gloo"):
     os.environ.update(
         {
             "RANK": str(rank),
@@ -32,7 +32,7 @@ def _entry(rank, fn, world, port, args, timeout_s):
 
     import pacer_torch as pacer
 
-    pacer.init_process_group(timeout_s=timeout_s)
+    pacer.init_process_group(backend=backend, timeout_s=timeout_s)
     fn(rank, world, *args)
     # Not in a `finally`: after a failure the peers never reach this barrier. The check
     # that the group is gone is the fix of the gloo abort at exit (python/README.md,
@@ -41,8 +41,9 @@ def _entry(rank, fn, world, port, args, timeout_s):
         raise RuntimeError(f"rank {rank}: the process group outlived destroy_process_group")
 
 
-def run(fn, world: int, *args, timeout_s: float = 120) -> None:
+def run(fn, world: int, *args, timeout_s: float = 120, backend="gloo") -> None:
     """``fn(rank, world, *args)`` in ``world`` spawned processes; raises if any fails.
-    A collective that waits longer than ``timeout_s`` fails its rank (gloo's timeout)."""
-    mp.start_processes(_entry, args=(fn, world, free_port(), args, timeout_s), nprocs=world,
-                       start_method="spawn")
+    A collective that waits longer than ``timeout_s`` fails its rank (gloo's timeout).
+    ``backend``: gloo (the CPU), unless given ('nccl', or None: pacer's choice)."""
+    mp.start_processes(_entry, args=(fn, world, free_port(), args, timeout_s, backend),
+                       nprocs=world, start_method="spawn")

@@ -189,3 +189,18 @@ def test_rendezvous_reads_torchrun_then_slurm():
     with pytest.raises(ValueError, match="rank 4 of world size 4"):
         pacer.rendezvous({"RANK": "4", "WORLD_SIZE": "4"})
     assert pacer.rendezvous({})["source"] == "single"
+
+
+def test_nccl_with_more_ranks_than_gpus_is_one_clear_error(monkeypatch):
+    """nccl refuses two ranks on one GPU deep inside its first collective; pacer says so
+    before joining the group (here with torch's device count stubbed to 1)."""
+    import torch.distributed as dist
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for k, v in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(RuntimeError, match="LOCAL_RANK 1 but this process sees 1 CUDA"):
+        pacer.init_process_group()
+    assert not dist.is_initialized()

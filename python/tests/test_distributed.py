@@ -27,6 +27,19 @@ def make_data(n, dtype=torch.float32):
     return torch.utils.data.TensorDataset(x, y, idx)
 
 
+def backward_in_micro_batches(net, x, y, micro):
+    """``micro`` micro-batches: all but the last accumulate under no_sync, each mean
+    loss weighted by its share of the local batch."""
+    parts = list(zip(x.tensor_split(micro), y.tensor_split(micro)))
+    for i, (xm, ym) in enumerate(parts):
+        loss = torch.nn.functional.cross_entropy(net(xm), ym) * (len(xm) / len(x))
+        if i < len(parts) - 1:
+            with net.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+
+
 def _exactness(rank, world, out, engine, micro):
     import pacer_torch as pacer
 
@@ -39,16 +52,7 @@ def _exactness(rank, world, out, engine, micro):
     loader.set_batches(BATCHES)
     for x, y, idx in loader:
         assert len(x) == BATCHES[rank]
-        # ``micro`` micro-batches: all but the last accumulate under no_sync, each
-        # mean loss weighted by its share of the local batch.
-        parts = list(zip(x.tensor_split(micro), y.tensor_split(micro)))
-        for i, (xm, ym) in enumerate(parts):
-            loss = torch.nn.functional.cross_entropy(net(xm), ym) * (len(xm) / len(x))
-            if i < len(parts) - 1:
-                with net.no_sync():
-                    loss.backward()
-            else:
-                loss.backward()
+        backward_in_micro_batches(net, x, y, micro)
         grads = [p.grad.clone() for p in model.parameters()]
         job = pacer.current()
         torch.save({"grads": grads, "idx": idx, "gns_steps": job.gns.steps,

@@ -205,3 +205,34 @@ def test_a_rank_without_samples_in_a_step_gets_an_empty_batch(tmp_path, num_work
     for e in range(2):
         got = sorted(i for v in views for ep, idx in v[0] if ep == e for i in idx)
         assert got == list(range(48 * 3 + 2)), f"epoch {e}: not every sample exactly once"
+
+
+def test_pinned_memory_without_workers_runs_every_step_of_every_epoch():
+    """``pin_memory=True`` with ``num_workers=0`` (one process, no group): torch's
+    single-process iterator asks the batch sampler for a step's indices only when the
+    step fetches them, after the job's sampler took them; the planned steps must read
+    the position when the iterator is made (it used to end the epoch at once: "the torch
+    DataLoader ended before the epoch"). With ``set_batches`` before the first step."""
+    import warnings
+
+    import pacer_torch as pacer
+
+    ds = Indexed(130)
+    model = torch.nn.Linear(8, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    net = pacer.DataParallel(model, opt)
+    loader = pacer.DataLoader(ds, global_batch=32, seed=5, pin_memory=True)
+    loader.set_batches([32])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch: pin_memory without an accelerator
+            for _ in range(2):
+                seen = []
+                for x, y, idx, _w in loader:
+                    torch.nn.functional.cross_entropy(net(x), y).backward()
+                    opt.step()
+                    opt.zero_grad()
+                    seen.extend(idx.tolist())
+                assert sorted(seen) == list(range(130))
+    finally:
+        pacer.job.set_current(None)
