@@ -42,6 +42,30 @@ def preconditioner(
     return torch.cat(parts)
 
 
+#: Values per row of the CPU's sum of squares (``_sum_of_squares``).
+ROW_LEN = 1 << 14
+
+
+def _sum_of_squares(g: torch.Tensor) -> torch.Tensor:
+    """``sum(g**2)`` as a float64 0-d tensor. On a GPU in float64 throughout. On the
+    CPU, where converting every value to float64 first costs ~45x a float32 norm (51 ms
+    against 1.8 ms for 11 M values, one thread), the norms of rows of ``ROW_LEN``
+    values in ``g``'s precision, their squares summed in float64: a float32 row's
+    norm is within ~1e-6 of the exact one, while one float32 norm over all 11 M values
+    was off by 9e-4 (measured)."""
+    if g.is_cuda or g.dtype == torch.float64:
+        return torch.linalg.vector_norm(g, dtype=torch.float64) ** 2
+    n = g.numel()
+    m = n - n % ROW_LEN
+    out = torch.zeros((), dtype=torch.float64)
+    if m:
+        rows = torch.linalg.vector_norm(g[:m].view(-1, ROW_LEN), dim=1, dtype=torch.float32)
+        out = out + rows.double().square().sum()
+    if m < n:
+        out = out + torch.linalg.vector_norm(g[m:], dtype=torch.float64) ** 2
+    return out
+
+
 def grad_norm_sqr_t(
     flat: torch.Tensor, pinv: Optional[torch.Tensor], grad_scaler: Optional[Any]
 ) -> torch.Tensor:
@@ -51,7 +75,7 @@ def grad_norm_sqr_t(
     ``scaler.unscale_``/``step``). Not finite on an overflow step (the noise scale
     skips it, as the scaler skips the step)."""
     g = flat if pinv is None else flat / pinv.to(flat.dtype)
-    sqr = torch.linalg.vector_norm(g, dtype=torch.float64) ** 2
+    sqr = _sum_of_squares(g)
     if grad_scaler is not None and grad_scaler.is_enabled():
         sqr = sqr / float(grad_scaler.get_scale()) ** 2
     return sqr
