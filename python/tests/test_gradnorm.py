@@ -6,6 +6,7 @@ preconditioner or unscaling fails)."""
 
 import math
 
+import pytest
 import torch
 
 import _dist
@@ -88,3 +89,13 @@ def test_noise_scale_inputs_under_adam_and_a_grad_scaler():
     # One rank in a gloo group (the ddp engine needs one): the reduced gradient is the
     # local one, so |g_i|^2 and |g|^2 both equal the preconditioned, unscaled norm.
     _dist.run(_all, 1, timeout_s=60)
+
+
+@pytest.mark.parametrize("n", [1000, 3 * (1 << 14) + 7, 400_000])
+def test_the_cpu_sum_of_squares_matches_float64(n):
+    from pacer_torch.gradnorm import _sum_of_squares
+
+    g = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 1e-3
+    ref = float((g.double() ** 2).sum())
+    got = float(_sum_of_squares(g))
+    assert abs(got - ref) / ref <= 1e-6, (got, ref)
