@@ -20,6 +20,7 @@ use clap::{Args, Subcommand};
 use pacer_cli::json::{BenchRound, LpReport, RoundReport, ScaleReport, SimReport};
 use pacer_control::job::decide::fit_step_model;
 use pacer_model::{Allocation, ClusterSpec, JobId};
+use pacer_policy::job_view::{JobFacts, ReplicaBound};
 use pacer_policy::{ClusterView, JobView};
 use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfObservation};
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
@@ -336,27 +337,31 @@ fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
     (0..a.jobs)
         .map(|i| {
             let r = sizes[rng.random_range(0..sizes.len())];
-            JobView {
+            JobFacts {
                 id: JobId(i as u32),
                 arrival_s: rng.random_range(0.0..36_000.0),
                 attained_gpu_s: rng.random_range(0.0..100_000.0),
                 requested_replicas: r,
-                max_replicas: (2 * r).min(64),
+                replicas: ReplicaBound {
+                    limit: (2 * r).min(64),
+                    explore: None,
+                },
                 num_restarts: rng.random_range(0..4),
                 restart_s: None,
                 current: Allocation::empty(),
                 goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
                 goodput_by_type: Vec::new(),
                 goodput_version: 1,
+                mixed_types: false,
                 speed: Some(std::sync::Arc::new(bench_speed(&mut rng, a.types, r))),
                 iterations_per_work: None,
                 work_done: rng.random_range(0.0..10_000.0),
                 work_left: rng.random_range(100.0..100_000.0),
                 quality: Some(bench_quality(&mut rng)),
                 one_type: false,
-                mixed: None,
                 deadline_s: None,
             }
+            .view()
         })
         .collect()
 }

@@ -20,6 +20,10 @@
 //! - [`slaq`]: quality-driven, workers to the jobs whose predicted normalised
 //!   loss falls most.
 //!
+//! What a policy sees of a job is its [`JobView`], built by every driver through the one
+//! builder, [`job_view::JobFacts::view`] (the replica bound with Pollux's exploration
+//! cap, the goodput of a mix of device types).
+//!
 //! Heterogeneity: a job's [`JobView::speed`] says how fast it runs on each device
 //! type of the cluster ([`SpeedTable`]); a job holds devices of one type at a time
 //! (a mixed allocation runs at the slowest type's speed) — except under
@@ -34,6 +38,7 @@ pub mod edf;
 pub mod fair;
 pub mod fifo;
 pub mod gavel;
+pub mod job_view;
 pub mod place;
 pub mod pollux;
 pub mod registry;

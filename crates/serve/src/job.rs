@@ -4,8 +4,8 @@ use crate::deadline::DeadlineRecord;
 use crate::executor::RunHandle;
 use crate::live::{self, LiveModel};
 use crate::spec::{JobSpec, Report};
-use pacer_control::job::decide::exploration_cap;
 use pacer_model::{Allocation, ClusterSpec, JobId, NodeId};
+use pacer_policy::job_view::{Explore, JobFacts, ReplicaBound};
 use pacer_policy::{JobView, QualityView, SpeedCurve, SpeedTable};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -287,25 +287,16 @@ pub fn speed_curve(measured: &[Measured], ty: &str, max_replicas: u32) -> SpeedC
     }
 }
 
-/// What a policy sees of `job` at `now_ms` (times relative to `epoch_ms`).
+/// What a policy sees of `job` at `now_ms` (times relative to `epoch_ms`): the
+/// service's facts of it ([`job_facts`]) through the one `JobView` builder.
 pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobView {
+    job_facts(job, cluster, epoch_ms).view()
+}
+
+/// The service's translation of `job`'s record (its spec, reports and runs) into the
+/// driver-neutral facts of its view ([`JobFacts`]).
+pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFacts {
     let spec = &job.spec;
-    let mut max = if spec.adaptive {
-        spec.max()
-    } else {
-        spec.replicas
-    };
-    let mut v = JobView::basic(
-        JobId(job.seq.min(u32::MAX as u64) as u32),
-        job.submitted_ms.saturating_sub(epoch_ms) as f64 / 1000.0 - spec.priority as f64 * 1e-3,
-        spec.replicas,
-    );
-    v.attained_gpu_s = job.attained_device_s;
-    v.num_restarts = job.restarts;
-    v.one_type = !spec.mixed_types;
-    if let Some(r) = &job.run {
-        v.current = r.allocation();
-    }
     // The goodput model: the fit of the type the job runs on, else of a type it has
     // a fit for ([`crate::live`]); `None` until a type has enough shapes.
     let run_ty = job.run.as_ref().map(|r| r.device_type.as_str());
@@ -313,18 +304,22 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
         .filter(|t| job.model.fit(t).is_some())
         .or_else(|| job.model.fits.first().map(|f| f.device_type.as_str()));
     let noise = job.progress.noise_scale;
-    v.goodput = fitted_ty.and_then(|t| live::job_goodput(spec, &job.model, noise, t));
-    if v.goodput.is_some() && spec.adaptive {
-        // Pollux's exploration limit, as the simulator sets it (the one rule,
-        // `decide::exploration_cap`): at most twice the most replicas the job has
-        // been measured at.
-        let explore = exploration_cap(job.model.max_measured_replicas());
-        max = max.min(explore.max(spec.min()));
-    }
-    v.max_replicas = max;
-    v.goodput_version = job.reports;
-    if v.goodput.is_some() {
-        v.goodput_by_type = cluster
+    let goodput = fitted_ty.and_then(|t| live::job_goodput(spec, &job.model, noise, t));
+    let replicas = ReplicaBound {
+        limit: if spec.adaptive {
+            spec.max()
+        } else {
+            spec.replicas
+        },
+        // Pollux's exploration limit, as the simulator sets it, once the job has a
+        // model: at most twice the most replicas it has been measured at.
+        explore: (goodput.is_some() && spec.adaptive).then(|| Explore {
+            measured_replicas: job.model.max_measured_replicas(),
+            floor: spec.min(),
+        }),
+    };
+    let goodput_by_type = if goodput.is_some() {
+        cluster
             .device_types
             .iter()
             .map(|t| {
@@ -337,30 +332,60 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
                     .then(|| live::job_goodput(spec, &job.model, noise, ty))
                     .flatten()
             })
-            .collect();
-    }
-    v.speed = Some(Arc::new(speed_table(job, cluster, max, fitted_ty)));
-    if !job.measured.is_empty() {
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let max = replicas.max_replicas();
+    let (work_done, work_left) = if job.measured.is_empty() {
+        (0.0, 1.0)
+    } else {
         let done = job.progress.samples as f64;
-        v.work_done = done;
-        v.work_left = match spec.total_samples {
+        let left = match spec.total_samples {
             Some(t) => (t as f64 - done).max(1.0),
             None => done.max(1.0),
         };
-    }
-    if let Some(d) = &job.deadline {
-        deadline_model(&mut v, job, d, cluster, epoch_ms);
-    }
-    if let (Some(loss), Some(first)) = (job.progress.loss, job.progress.first_loss) {
-        v.quality = Some(QualityView {
+        (done, left)
+    };
+    let quality = match (job.progress.loss, job.progress.first_loss) {
+        (Some(loss), Some(first)) => Some(QualityView {
             iteration: job.progress.step as f64,
             loss,
             first_loss: first,
             max_delta_per_iter: job.progress.max_loss_drop.max(1e-9),
             curve: None,
-        });
+        }),
+        _ => None,
+    };
+    let mut f = JobFacts {
+        id: JobId(job.seq.min(u32::MAX as u64) as u32),
+        arrival_s: job.submitted_ms.saturating_sub(epoch_ms) as f64 / 1000.0
+            - spec.priority as f64 * 1e-3,
+        attained_gpu_s: job.attained_device_s,
+        requested_replicas: spec.replicas,
+        replicas,
+        num_restarts: job.restarts,
+        restart_s: None,
+        current: job
+            .run
+            .as_ref()
+            .map_or_else(Allocation::empty, Run::allocation),
+        goodput,
+        goodput_by_type,
+        goodput_version: job.reports,
+        mixed_types: spec.mixed_types,
+        speed: Some(Arc::new(speed_table(job, cluster, max, fitted_ty))),
+        iterations_per_work: None,
+        work_done,
+        work_left,
+        quality,
+        one_type: !spec.mixed_types,
+        deadline_s: None,
+    };
+    if let Some(d) = &job.deadline {
+        deadline_model(&mut f, job, d, cluster, epoch_ms);
     }
-    v
+    f
 }
 
 /// What a deadline job shows a deadline policy: its deadline on the round's clock, and
@@ -372,7 +397,7 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
 /// speed-up, at the sizes it may run at (`replicas`; adaptive: 1, 2, 4, … within
 /// `min_replicas..=max_replicas`).
 fn deadline_model(
-    v: &mut JobView,
+    v: &mut JobFacts,
     job: &JobRecord,
     d: &DeadlineRecord,
     cluster: &ClusterSpec,
@@ -414,7 +439,10 @@ fn deadline_model(
             })
             .collect(),
     }));
-    v.max_replicas = sizes.last().copied().unwrap_or(req);
+    v.replicas = ReplicaBound {
+        limit: sizes.last().copied().unwrap_or(req),
+        explore: None,
+    };
     v.work_done = job.attained_device_s / req as f64;
     v.work_left = (d.expected_runtime_s - v.work_done).max(1.0);
 }

@@ -62,18 +62,21 @@ pub const LAYERS: &[(&str, u8)] = &[
     ("pacer-model", 0),
     ("pacer-predict", 1),
     ("pacer-control", 2),
-    ("pacer-policy", 2),
-    ("pacer-sim", 3),
-    ("pacer-workersim", 3),
-    ("pacer-runtime", 3),
-    ("pacer-serve", 3),
+    // The cluster level reads the job level: a job's view is built once, in
+    // `pacer_policy::job_view`, from the job level's decisions (the exploration cap, the
+    // balanced step of a mix), so policy sits above control (issue 26).
+    ("pacer-policy", 3),
+    ("pacer-sim", 4),
+    ("pacer-workersim", 4),
+    ("pacer-runtime", 4),
+    ("pacer-serve", 4),
     // An I/O client of Slurm's command line, depending on no pacer crate; below the
     // drivers so that the service (serve) can run jobs through it.
     ("pacer-slurm", 2),
     // Files named by users (the one writer, bounded reads): below every driver that
     // reads or writes them; depends on no pacer crate.
     ("pacer-fsio", 2),
-    ("pacer-cli", 4),
+    ("pacer-cli", 5),
     // Dev-only crates: nothing may depend on them.
     ("pacer-fuzz", 9),
     ("pacer-lab", 9),
@@ -366,6 +369,68 @@ pub fn check_job_decisions(place: &str, src: &str) -> Vec<Violation> {
                 "the exploration cap (twice the most replicas run) written out again: call `pacer_control::job::decide::exploration_cap`"
                     .to_string(),
             );
+        }
+    }
+    out
+}
+
+/// The one builder of `pacer_policy::JobView` (issue 26): every driver translates what it
+/// knows of a job into `JobFacts` and calls `JobFacts::view` there.
+pub const JOB_VIEW_BUILDER: &str = "crates/policy/src/job_view.rs";
+
+/// The other place a `JobView` is assembled: `JobView::basic`, a job with no models (tests,
+/// benchmarks), in the file that defines the type.
+pub const JOB_VIEW_DEFINITION: &str = "crates/policy/src/lib.rs";
+
+/// Rule `job-view`: product code (everything before the first `#[cfg(test)]` of a file)
+/// writes no `JobView { … }` struct literal outside [`JOB_VIEW_BUILDER`] and
+/// `JobView::basic` ([`JOB_VIEW_DEFINITION`]): a driver that built its own view would
+/// drift from the others (the service once gave no job a mixed-types goodput). The
+/// type's definition, its `impl` and a function returning one (`-> JobView {`) are not
+/// literals.
+pub fn check_job_view_literals(place: &str, src: &str) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if place == JOB_VIEW_BUILDER {
+        return out;
+    }
+    let mut in_fn: Option<String> = None;
+    for (i, line) in src.lines().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let code = code_part(line);
+        if let Some(at) = code.find("fn ") {
+            let name: String = code[at + 3..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            in_fn = Some(name);
+        }
+        let mut start = 0;
+        while let Some(k) = code[start..].find("JobView {") {
+            let at = start + k;
+            start = at + "JobView {".len();
+            let before = code[..at].trim_end();
+            let ident_before = code[..at]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+            let not_literal = ident_before
+                || before.ends_with("struct")
+                || before.ends_with("impl")
+                || before.ends_with("for")
+                || before.ends_with("->");
+            let basic = place == JOB_VIEW_DEFINITION && in_fn.as_deref() == Some("basic");
+            if !not_literal && !basic {
+                out.push(violation(
+                    "job-view",
+                    format!("{place}:{}", i + 1),
+                    format!(
+                        "a `JobView` struct literal outside its one builder: fill \
+                         `pacer_policy::job_view::JobFacts` and call `.view()` ({JOB_VIEW_BUILDER})"
+                    ),
+                ));
+            }
         }
     }
     out
@@ -679,6 +744,29 @@ mod tests {
                 .map(|(d, k)| (d.to_string(), k.to_string()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn job_view_literals_live_in_the_builder_alone() {
+        let literal =
+            "fn job_view(x: u32) -> JobView {\n    JobView {\n        id: JobId(x),\n    }\n}\n";
+        let v = check_job_view_literals("crates/serve/src/job.rs", literal);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].place, "crates/serve/src/job.rs:2");
+        let update = "let v = JobView { max_replicas: 2, ..JobView::basic(JobId(1), 0.0, 1) };";
+        assert_eq!(
+            check_job_view_literals("crates/cli/src/bench.rs", update).len(),
+            1
+        );
+        assert!(check_job_view_literals(JOB_VIEW_BUILDER, literal).is_empty());
+        let defined = "pub struct JobView {\n}\nimpl JobView {\n    pub fn basic() -> Self {\n        JobView {\n            id,\n        }\n    }\n    fn other() -> Self {\n        JobView { id }\n    }\n}\n";
+        let v = check_job_view_literals(JOB_VIEW_DEFINITION, defined);
+        assert_eq!(v.len(), 1, "only `other`'s literal: {v:?}");
+        assert_eq!(v[0].place, format!("{JOB_VIEW_DEFINITION}:10"));
+        let tests = "fn f() {}\n#[cfg(test)]\nmod tests {\n    fn j() -> JobView {\n        JobView { id }\n    }\n}\n";
+        assert!(check_job_view_literals("crates/policy/src/pollux.rs", tests).is_empty());
+        let other_type = "let m = MyJobView { id };\n// a JobView { in a comment\n";
+        assert!(check_job_view_literals("crates/sim/src/x.rs", other_type).is_empty());
     }
 
     #[test]

@@ -127,6 +127,21 @@ fn job_decisions_have_one_home() {
 }
 
 #[test]
+fn job_views_have_one_builder() {
+    let (root, all) = all_files();
+    let mut v = Vec::new();
+    for f in all.iter().filter(|f| {
+        f.ends_with(".rs")
+            && (f.starts_with("python/src/") || (f.starts_with("crates/") && f.contains("/src/")))
+            && !f.starts_with("crates/tidy/")
+    }) {
+        let src = std::fs::read_to_string(root.join(f)).unwrap();
+        v.extend(check_job_view_literals(f, &src));
+    }
+    report(v);
+}
+
+#[test]
 fn cited_paths_exist() {
     let (root, all) = all_files();
     let exists = |p: &str| !p.is_empty() && root.join(p).exists();

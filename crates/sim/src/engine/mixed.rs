@@ -23,17 +23,15 @@
 use super::progress::spend_in_epoch;
 use super::{BatchMode, JobState, Simulation};
 use crate::apps::AppModel;
-use pacer_control::job::mixed::{balanced_step, equal_finish_step_s, MixedJob, TypeGroup};
+use pacer_control::job::mixed::{balanced_step, MixedJob, TypeGroup};
 use pacer_model::{Allocation, DeviceTypeId};
-use pacer_policy::MixedGoodput;
+pub use pacer_policy::job_view::{MixModel, ViewMix};
 use pacer_predict::goodput::{GoodputFn, GradParams};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// The worker-level controller that balances a mixed job (the runtime's default).
 pub const CONTROLLER: &str = "lbbsp";
-/// Global batches tried between the smallest and the largest a mixed job may use.
-pub const BATCH_GRID: usize = 16;
 /// Step times cached per thread before the cache is cleared.
 const MAX_CACHED: usize = 200_000;
 
@@ -79,136 +77,18 @@ pub fn step_s(groups: &[TypeGroup], nodes: u32, batch: u64, min_local: u64) -> O
     s
 }
 
-/// A mixed job's models: per group its type's step-time model and memory cap, and
-/// the batch limits common to the groups.
-#[derive(Debug, Clone)]
-pub struct MixModel {
-    pub groups: Vec<TypeGroup>,
-    pub nodes: u32,
-    /// Smallest local batch of a replica (the largest of the types' smallest).
-    pub min_local: u64,
-    pub base_batch: f64,
-    pub max_batch: f64,
+/// A mixed job's step time as the simulator advances it: [`step_s`], the worker
+/// level's controller run until it settles (cached), on a [`MixModel`] (the model
+/// and [`ViewMix`], the goodput a policy sees, live with the one `JobView` builder,
+/// `pacer_policy::job_view`).
+pub trait BalancedStep {
+    /// Seconds per step at global batch `batch`.
+    fn step_s(&self, batch: u64) -> Option<f64>;
 }
 
-impl MixModel {
-    /// The global batches a job may use here: [`BATCH_GRID`] geometric steps from
-    /// the base batch (at least the smallest local batch on every replica) to the
-    /// largest batch.
-    pub fn batches(&self) -> Vec<u64> {
-        let replicas: u32 = self.groups.iter().map(|g| g.replicas).sum();
-        let lo = self
-            .base_batch
-            .max((self.min_local * u64::from(replicas)) as f64)
-            .ceil();
-        let hi = self.max_batch.floor();
-        if !(lo.is_finite() && hi.is_finite()) || lo > hi || lo < 1.0 {
-            return Vec::new();
-        }
-        let q = (hi / lo).powf(1.0 / (BATCH_GRID - 1) as f64);
-        let mut out: Vec<u64> = (0..BATCH_GRID)
-            .map(|i| {
-                if i + 1 == BATCH_GRID {
-                    hi as u64
-                } else {
-                    (lo * q.powi(i as i32)).round() as u64
-                }
-            })
-            .collect();
-        out.dedup();
-        out
-    }
-
-    fn job(&self, batch: u64) -> MixedJob {
-        MixedJob {
-            groups: self.groups.clone(),
-            nodes: self.nodes,
-            global_batch: batch,
-            min_local: self.min_local,
-        }
-    }
-
-    /// Seconds per step at global batch `batch`: the worker level's controller run
-    /// until it settles ([`step_s`], cached).
-    pub fn step_s(&self, batch: u64) -> Option<f64> {
+impl BalancedStep for MixModel {
+    fn step_s(&self, batch: u64) -> Option<f64> {
         step_s(&self.groups, self.nodes, batch, self.min_local)
-    }
-
-    /// [`Self::step_s`] at the controller's fixed point in closed form
-    /// ([`equal_finish_step_s`]; within 1.5 % of it in its tests): what choices among
-    /// many configurations or batches use.
-    pub fn predicted_step_s(&self, batch: u64) -> Option<f64> {
-        equal_finish_step_s(&self.job(batch))
-            .ok()
-            .filter(|s| s.is_finite() && *s > 0.0)
-    }
-
-    /// The global batch of the best predicted goodput under `grad` and that goodput
-    /// (base samples per second); the first of the grid on ties.
-    pub fn best_batch(&self, grad: &GradParams) -> Option<(u64, f64)> {
-        let mut best: Option<(u64, f64)> = None;
-        for b in self.batches() {
-            let Some(s) = self.predicted_step_s(b) else {
-                continue;
-            };
-            let g = b as f64 / s * grad.efficiency(b as f64, self.base_batch);
-            if best.is_none_or(|x| g > x.1) {
-                best = Some((b, g));
-            }
-        }
-        best
-    }
-
-    /// From per-type goodput models (a job's view, indexed by cluster type).
-    pub fn from_view(
-        by_type: &[Option<GoodputFn>],
-        groups: &[(DeviceTypeId, u32)],
-        nodes: u32,
-    ) -> Option<(MixModel, GradParams)> {
-        let mut out = Vec::with_capacity(groups.len());
-        let (mut min_local, mut base, mut max_batch, mut grad) =
-            (1u64, 0.0f64, f64::INFINITY, None);
-        for &(ty, n) in groups {
-            let m = by_type.get(ty.0 as usize)?.as_ref()?;
-            out.push(TypeGroup {
-                perf: m.perf,
-                replicas: n,
-                max_atomic: m.limits.max_atomic.floor().max(1.0) as u64,
-            });
-            min_local = min_local.max(m.limits.min_atomic.ceil().max(1.0) as u64);
-            base = base.max(m.limits.base_batch);
-            max_batch = max_batch.min(m.limits.max_batch);
-            grad.get_or_insert(m.grad);
-        }
-        Some((
-            MixModel {
-                groups: out,
-                nodes,
-                min_local,
-                base_batch: base,
-                max_batch,
-            },
-            grad?,
-        ))
-    }
-}
-
-/// What a policy sees of a mixed job's goodput ([`pacer_policy::JobView::mixed`]):
-/// the balanced step under the per-type models the job's view carries.
-#[derive(Debug)]
-pub struct ViewMix {
-    pub by_type: Vec<Option<GoodputFn>>,
-}
-
-impl MixedGoodput for ViewMix {
-    fn goodput(&self, groups: &[(DeviceTypeId, u32)], nodes: u32) -> f64 {
-        let replicas: u32 = groups.iter().map(|g| g.1).sum();
-        if replicas == 0 || nodes == 0 || nodes > replicas {
-            return 0.0;
-        }
-        MixModel::from_view(&self.by_type, groups, nodes)
-            .and_then(|(m, grad)| m.best_batch(&grad))
-            .map_or(0.0, |b| b.1.max(0.0))
     }
 }
 
@@ -408,52 +288,5 @@ mod tests {
         .unwrap()
         .step_s;
         assert!(step_s(&groups, 2, 600, 1).unwrap() < uniform);
-    }
-
-    #[test]
-    fn the_view_s_goodput_is_the_best_batch_of_the_balanced_step() {
-        let grad = GradParams {
-            sqr: 1.0,
-            var: 200.0,
-        };
-        let m = |beta: f64| {
-            Some(GoodputFn {
-                perf: perf(beta),
-                grad,
-                limits: pacer_predict::goodput::BatchLimits {
-                    base_batch: 64.0,
-                    max_batch: 4096.0,
-                    min_atomic: 8.0,
-                    max_atomic: 256.0,
-                    accumulation: true,
-                },
-            })
-        };
-        let view = ViewMix {
-            by_type: vec![m(0.001), m(0.004)],
-        };
-        let groups = [(DeviceTypeId(0), 4), (DeviceTypeId(1), 4)];
-        let g = view.goodput(&groups, 2);
-        let (model, _) = MixModel::from_view(&view.by_type, &groups, 2).unwrap();
-        let best = model
-            .batches()
-            .into_iter()
-            .filter_map(|b| {
-                model
-                    .predicted_step_s(b)
-                    .map(|s| b as f64 / s * grad.efficiency(b as f64, 64.0))
-            })
-            .fold(0.0, f64::max);
-        assert_eq!(g, best);
-        assert!(g > 0.0);
-        // More devices of the fast type beat the same count with slow ones.
-        let fast = view.goodput(&[(DeviceTypeId(0), 8), (DeviceTypeId(1), 0)], 2);
-        assert!(fast > g, "{fast} vs {g}");
-        // A type without a model, or nodes beyond the replicas: not usable.
-        let none = ViewMix {
-            by_type: vec![m(0.001), None],
-        };
-        assert_eq!(none.goodput(&groups, 2), 0.0);
-        assert_eq!(view.goodput(&groups, 9), 0.0);
     }
 }

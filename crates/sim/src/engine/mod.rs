@@ -38,6 +38,8 @@ mod progress;
 pub use online::ProfileMode;
 mod run;
 mod view;
+pub use progress::AdaptiveView;
+pub use view::SimJobFacts;
 
 use progress::JobProgress;
 

@@ -1,7 +1,9 @@
 //! What a policy sees: speed tables, work done and left, the job views.
 
+use super::progress::AdaptiveView;
 use super::*;
-use pacer_policy::SpeedCurve;
+use pacer_policy::job_view::{Explore, JobFacts, ReplicaBound};
+use pacer_policy::{QualityView, SpeedCurve};
 
 impl Simulation<'_> {
     /// Speed table of every job (work units per second by device type and count).
@@ -35,7 +37,9 @@ impl Simulation<'_> {
     }
 
     /// The view a policy gets of active job `i` (refits a loss-curve job's
-    /// predictor when the policy reads quality).
+    /// predictor when the policy reads quality): what the engine knows of it
+    /// ([`SimJobFacts`]), translated ([`SimJobFacts::facts`]) for the one `JobView`
+    /// builder ([`JobFacts::view`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn job_view(
         &self,
@@ -58,46 +62,110 @@ impl Simulation<'_> {
             None => kind.adaptive_view(self, st, cap),
             Some(_) => None,
         };
-        let (max_replicas, goodput, goodput_by_type) = match adaptive {
-            Some(v) => (v.max_replicas, v.goodput, v.goodput_by_type),
+        SimJobFacts {
+            index: i,
+            arrival_s: job.spec.arrival_s,
+            requested_replicas: job.spec.requested_replicas,
+            attained_gpu_s: st.attained_gpu_s,
+            restarts: st.restarts,
+            restart_s: kind.restart_s(self),
+            alloc: st.alloc.clone(),
+            goodput_version: st.goodput_version,
+            max_replicas_cap: mode.max_replicas_cap,
+            adaptive,
+            speed: speed.clone(),
+            iterations_per_work,
+            work_done: kind.work_done(self, st),
+            total_work: kind.total_work(),
+            quality,
+            deadline_s: kind.deadline_s(),
+            mixed_types: self.config.mixed_types,
+        }
+        .facts()
+        .view()
+    }
+}
+
+/// What the simulator knows of one active job when a policy looks at it, in the
+/// engine's terms (its state read through the job's `JobProgress`).
+#[derive(Debug, Clone)]
+pub struct SimJobFacts {
+    /// Index of the job in the simulation's jobs (its `JobId`).
+    pub index: usize,
+    pub arrival_s: f64,
+    pub requested_replicas: u32,
+    pub attained_gpu_s: f64,
+    /// Restarts so far (`None`: never started).
+    pub restarts: Option<u32>,
+    /// The job's own restart delay, when its kind has one.
+    pub restart_s: Option<f64>,
+    pub alloc: Allocation,
+    pub goodput_version: u64,
+    /// `BatchMode::max_replicas_cap`: the replicas a fixed-batch Pollux job keeps.
+    pub max_replicas_cap: Option<u32>,
+    /// The replica bound and models of a job that chooses its batch; `None`: it
+    /// does not.
+    pub adaptive: Option<AdaptiveView>,
+    pub speed: Arc<SpeedTable>,
+    pub iterations_per_work: Option<f64>,
+    /// Work done and in all, in the speed table's units.
+    pub work_done: f64,
+    pub total_work: f64,
+    pub quality: Option<QualityView>,
+    pub deadline_s: Option<f64>,
+    /// `SimConfig::mixed_types`.
+    pub mixed_types: bool,
+}
+
+impl SimJobFacts {
+    /// The simulator's translation into the driver-neutral facts of a view: an
+    /// adaptive job's bound explores from the most replicas it has run at (Pollux's
+    /// cap), a fixed-batch job's is its kept replicas or its request; the work left
+    /// is never negative; any job may mix types where it runs equally fast on them
+    /// (`one_type` false), and with `--mixed-types` also across its per-type models.
+    pub fn facts(self) -> JobFacts {
+        let req = self.requested_replicas;
+        let (replicas, goodput, goodput_by_type) = match self.adaptive {
+            Some(v) => (
+                ReplicaBound {
+                    limit: self.max_replicas_cap.map_or(v.limit, |c| c.min(v.limit)),
+                    explore: Some(Explore {
+                        measured_replicas: v.measured_replicas,
+                        floor: 1,
+                    }),
+                },
+                v.goodput,
+                v.goodput_by_type,
+            ),
             None => (
-                mode.max_replicas_cap
-                    .unwrap_or(job.spec.requested_replicas)
-                    .max(1),
+                ReplicaBound {
+                    limit: self.max_replicas_cap.unwrap_or(req.max(1)),
+                    explore: None,
+                },
                 None,
                 Vec::new(),
             ),
         };
-        let work_done = kind.work_done(self, st);
-        // Across device types: the balanced goodput under the models the job has.
-        let mixed =
-            (self.config.mixed_types && goodput_by_type.iter().flatten().count() > 1).then(|| {
-                Arc::new(super::mixed::ViewMix {
-                    by_type: goodput_by_type.clone(),
-                }) as Arc<dyn pacer_policy::MixedGoodput>
-            });
-        JobView {
-            id: JobId(i as u32),
-            arrival_s: job.spec.arrival_s,
-            attained_gpu_s: st.attained_gpu_s,
-            requested_replicas: job.spec.requested_replicas.max(1),
-            max_replicas: mode
-                .max_replicas_cap
-                .map_or(max_replicas, |c| c.min(max_replicas)),
-            num_restarts: st.restarts.unwrap_or(0),
-            restart_s: kind.restart_s(self),
-            current: st.alloc.clone(),
+        JobFacts {
+            id: JobId(self.index as u32),
+            arrival_s: self.arrival_s,
+            attained_gpu_s: self.attained_gpu_s,
+            requested_replicas: req,
+            replicas,
+            num_restarts: self.restarts.unwrap_or(0),
+            restart_s: self.restart_s,
+            current: self.alloc,
             goodput,
             goodput_by_type,
-            goodput_version: st.goodput_version,
-            speed: Some(speed.clone()),
-            iterations_per_work,
-            work_done,
-            work_left: (kind.total_work() - work_done).max(0.0),
-            quality,
+            goodput_version: self.goodput_version,
+            mixed_types: self.mixed_types,
+            speed: Some(self.speed),
+            iterations_per_work: self.iterations_per_work,
+            work_done: self.work_done,
+            work_left: (self.total_work - self.work_done).max(0.0),
+            quality: self.quality,
             one_type: false,
-            mixed,
-            deadline_s: kind.deadline_s(),
+            deadline_s: self.deadline_s,
         }
     }
 }

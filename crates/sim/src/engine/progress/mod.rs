@@ -78,9 +78,14 @@ pub(crate) struct Round<'r> {
     pub uses_quality: bool,
 }
 
-/// Batch size, replica cap and goodput models an adaptive job shows a policy.
-pub(crate) struct AdaptiveView {
-    pub max_replicas: u32,
+/// Replica bound and goodput models an adaptive job shows a policy (its part of
+/// [`super::view::SimJobFacts`]).
+#[derive(Debug, Clone)]
+pub struct AdaptiveView {
+    /// Most replicas it may use at all (its batch range, the devices of its types).
+    pub limit: u32,
+    /// Most replicas it has run at (Pollux's exploration cap doubles it).
+    pub measured_replicas: u32,
     pub goodput: Option<GoodputFn>,
     pub goodput_by_type: Vec<Option<GoodputFn>>,
 }

@@ -114,9 +114,9 @@ impl JobProgress for Profiled {
     fn adaptive_view(&self, sim: &Simulation<'_>, st: &JobState, cap: u32) -> Option<AdaptiveView> {
         let app = &sim.apps[self.app];
         let by_batch = (app.max_batch / app.min_local_bsz) as u32;
-        let explore = decide::exploration_cap(st.max_profiled_replicas);
         Some(AdaptiveView {
-            max_replicas: explore.min(64).min(by_batch).min(cap).max(1),
+            limit: 64u32.min(by_batch).min(cap).max(1),
+            measured_replicas: st.max_profiled_replicas,
             goodput: sim.goodput_fn(app, st),
             goodput_by_type: sim.goodput_by_type(app, st),
         })
