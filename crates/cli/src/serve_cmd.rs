@@ -99,6 +99,11 @@ pub struct SubmitArgs {
     /// (the spec's `expected_runtime`).
     #[arg(long, value_name = "DURATION")]
     pub expected_runtime: Option<String>,
+    /// A cost budget in device-hours: the job is stopped once it has held that much
+    /// (the spec's `budget_device_hours`; with --expected-runtime, a job expected to
+    /// cost more is declined).
+    #[arg(long, value_name = "DEVICE_HOURS")]
+    pub budget_device_hours: Option<f64>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -215,6 +220,9 @@ fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> 
     if let Some(r) = &a.expected_runtime {
         spec.expected_runtime = Some(r.clone());
     }
+    if let Some(b) = a.budget_device_hours {
+        spec.budget_device_hours = Some(b);
+    }
     for kv in &a.env {
         let Some((k, v)) = kv.split_once('=') else {
             bail!("--env `{kv}`: expected KEY=VALUE");
@@ -237,7 +245,7 @@ fn submit_spec(spec: &mut pacer_serve::spec::JobSpec, client: &ClientArgs) -> an
     let answer =
         runtime()?.block_on(c.post("/v1/jobs", serde_json::to_vec(spec)?, "application/json"))?;
     if answer.status == 409 {
-        // A declined deadline job: the answer says why and what would fit.
+        // A declined deadline or budget job: the answer says why and what would fit.
         if let Ok(v) = answer.json() {
             if v["admission"]["decision"] == "declined" {
                 bail!("{}", v["error"].as_str().unwrap_or("declined"));

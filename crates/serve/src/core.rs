@@ -294,6 +294,7 @@ impl Core {
         let id = format!("job-{seq}");
         let now = now_ms();
         let mut job = JobRecord::queued(id.clone(), seq, spec, now, crate::auth::new_token());
+        check_budget(&job.spec)?;
         if job.spec.deadline.is_some() {
             job.deadline = Some(self.admit(&job, now)?);
         }
@@ -454,11 +455,12 @@ impl Core {
             RunStatus::Lost => "lost (node failure): relaunched from its checkpoint".to_string(),
         };
         let id = j.id.clone();
-        let next = match (j.state, j.stop.as_ref().map(|s| s.then)) {
+        let then = j.stop.as_ref().map(|s| s.then);
+        let next = match (j.state, then) {
             // It finished as the stop reached it: exit 0 after its own last report said
             // done. Requeued, it would run again from its last checkpoint (seen: a
             // `pacer train` of 3,000 steps finished during a resize and ran them again).
-            (JobState::Stopping, Some(AfterStop::Requeue))
+            (JobState::Stopping, Some(AfterStop::Requeue | AfterStop::Budget))
                 if status == RunStatus::Exited(0) && j.progress.done =>
             {
                 JobState::Succeeded
@@ -483,6 +485,10 @@ impl Core {
                 // The stop's reason says why it stopped (`preempted: …`, `resizing: …`).
                 let why = j.reason.as_deref().and_then(|r| r.split(':').next());
                 format!("{}: {}", why.unwrap_or("stopped"), crate::job::WAITING)
+            }
+            JobState::Cancelled if then == Some(AfterStop::Budget) => {
+                let budget = j.spec.budget_device_hours.unwrap_or_default();
+                format!("budget spent: {} ({how})", round::budget_note(j, budget))
             }
             JobState::Cancelled => format!("cancelled ({how})"),
             _ if status == RunStatus::Killed => {
@@ -654,4 +660,36 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_or(29500, |a| a.port())
+}
+
+/// Declines (409, naming `budget_device_hours`) a job whose expected cost —
+/// `expected_runtime` × `replicas` device-hours — is above its budget. Without
+/// `expected_runtime` the budget is only enforced while it runs.
+fn check_budget(spec: &JobSpec) -> Result<(), ApiError> {
+    let (Some(budget), Some(runtime_s)) = (spec.budget_device_hours, spec.expected_runtime_s())
+    else {
+        return Ok(());
+    };
+    let cost = runtime_s * spec.replicas.max(1) as f64 / 3600.0;
+    if cost <= budget {
+        return Ok(());
+    }
+    let mut e = ApiError::conflict(
+        "budget_device_hours",
+        format!(
+            "declined: its expected cost is {cost:.3} device-hours (expected_runtime {} on {} \
+             devices), above its budget of {budget} device-hours; raise the budget to at \
+             least {cost:.3}",
+            crate::deadline::human_s(runtime_s),
+            spec.replicas.max(1)
+        ),
+    );
+    e.detail = Some(serde_json::json!({
+        "admission": {
+            "decision": "declined",
+            "budget_device_hours": budget,
+            "expected_cost_device_hours": cost,
+        }
+    }));
+    Err(e)
 }

@@ -88,6 +88,8 @@ pub enum AfterStop {
     /// Back to the queue (preempted or resized; the next round re-decides).
     Requeue,
     Cancel,
+    /// Its cost budget (`budget_device_hours`) is spent: it ends cancelled.
+    Budget,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

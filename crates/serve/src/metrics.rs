@@ -22,6 +22,8 @@ pub struct Metrics {
     pub reports: Counter,
     pub submissions: Counter,
     pub restarts: Gauge,
+    /// Jobs stopped because their cost budget was spent.
+    pub budget_stops: Counter,
     deadline_jobs: Family<Labels, Gauge>,
     deadline_admitted: Gauge,
     deadline_admissions: Family<Labels, Counter>,
@@ -44,6 +46,7 @@ impl Metrics {
         let reports = Counter::default();
         let submissions = Counter::default();
         let restarts = Gauge::default();
+        let budget_stops = Counter::default();
         let deadline_jobs = Family::<Labels, Gauge>::default();
         let deadline_admitted = Gauge::default();
         let deadline_admissions = Family::<Labels, Counter>::default();
@@ -95,6 +98,11 @@ impl Metrics {
             "Times the service has started on this state directory, minus one",
             restarts.clone(),
         );
+        registry.register(
+            "budget_stops",
+            "Jobs stopped because they had held their budget_device_hours",
+            budget_stops.clone(),
+        );
         Metrics {
             registry,
             jobs,
@@ -104,6 +112,7 @@ impl Metrics {
             reports,
             submissions,
             restarts,
+            budget_stops,
             deadline_jobs,
             deadline_admitted,
             deadline_admissions,

@@ -76,9 +76,15 @@ pub struct JobSpec {
     pub deadline: Option<String>,
     /// How long the job runs on `replicas` devices (a duration: `45m`, `3600`), what
     /// admission plans a deadline job with until it has reported (required with
-    /// `deadline`, only with it).
+    /// `deadline`; with `budget_device_hours`, what its expected cost is checked by).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_runtime: Option<String>,
+    /// A cost budget in device-hours (devices held × hours, restarts included): the
+    /// job is stopped once it has held that much ([`crate::core`]). With
+    /// `expected_runtime`, a job whose expected cost (`expected_runtime` × `replicas`)
+    /// is above it is declined on submission. Absent: no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_device_hours: Option<f64>,
     /// How `command` is started: `"none"` (default) or `"torchrun"`
     /// ([`crate::launcher`]: nproc, nodes, node rank and master from the allocation).
     #[serde(default, skip_serializing_if = "Launcher::is_none")]
@@ -98,6 +104,9 @@ pub const CWD_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// Most entries of a spec's `env`.
 pub const MAX_ENV: usize = 256;
+
+/// The largest `budget_device_hours` (a million devices for a century is less).
+pub const MAX_BUDGET_DEVICE_HOURS: f64 = 1e12;
 /// Largest value of an `env` entry or `cwd`, bytes.
 pub const MAX_ENV_VALUE: usize = 32 * 1024;
 
@@ -311,11 +320,28 @@ impl JobSpec {
     /// against the submission by the service: [`crate::deadline::resolve_deadline`]).
     fn validate_deadline(&self) -> Result<(), ApiError> {
         use crate::deadline::{check_deadline_form, parse_duration};
+        if let Some(b) = self.budget_device_hours {
+            if !(b.is_finite() && b > 0.0 && b <= MAX_BUDGET_DEVICE_HOURS) {
+                return Err(ApiError::bad(
+                    "budget_device_hours",
+                    format!(
+                        "{b}: expected device-hours, a number above 0 and at most \
+                         {MAX_BUDGET_DEVICE_HOURS}"
+                    ),
+                ));
+            }
+        }
         match (&self.deadline, &self.expected_runtime) {
             (None, None) => Ok(()),
+            (None, Some(r)) if self.budget_device_hours.is_some() => {
+                parse_duration(r).map_err(|e| ApiError::bad("expected_runtime", e))?;
+                Ok(())
+            }
             (None, Some(_)) => Err(ApiError::bad(
                 "expected_runtime",
-                "only with `deadline` (it is what admission plans a deadline job with)".into(),
+                "only with `deadline` (it is what admission plans a deadline job with) or \
+                 `budget_device_hours` (its expected cost is checked against the budget)"
+                    .into(),
             )),
             (Some(d), r) => {
                 check_deadline_form(d).map_err(|e| ApiError::bad("deadline", e))?;

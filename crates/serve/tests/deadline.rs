@@ -64,6 +64,10 @@ fn deadline_jobs_are_admitted_kept_across_a_restart_and_met() {
     for (spec, field) in [
         ("name = \"x\"\ncommand = [\"true\"]\nexpected_runtime = \"1m\"\ndeadline = \"tomorrow\"\n", "deadline"),
         ("name = \"x\"\ncommand = [\"true\"]\ndeadline = \"1h\"\n", "expected_runtime"),
+        ("name = \"x\"\ncommand = [\"true\"]\nexpected_runtime = \"1h\"\n", "expected_runtime"),
+        ("name = \"x\"\ncommand = [\"true\"]\nbudget_device_hours = -1\n", "budget_device_hours"),
+        ("name = \"x\"\ncommand = [\"true\"]\nbudget_device_hours = nan\n", "budget_device_hours"),
+        ("name = \"x\"\ncommand = [\"true\"]\nbudget_device_hours = 2\nexpected_runtime = \"soon\"\n", "expected_runtime"),
     ] {
         let e = svc.submit_toml(&c, spec);
         assert_eq!(e.status, 400, "{}", String::from_utf8_lossy(&e.body));

@@ -188,6 +188,24 @@ impl Core {
         let mut c = Changes::default();
         let mut updated = Vec::new();
         let mut kills = Vec::new();
+        let mut terms = Vec::new();
+        // A queued job whose budget is spent (it ran out as it was preempted) ends.
+        let spent: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Queued && budget_spent(j).is_some())
+            .map(|j| j.id.clone())
+            .collect();
+        for id in spent {
+            let mut j = self.jobs[&id].clone();
+            let budget = budget_spent(&j).expect("filtered");
+            j.state = JobState::Cancelled;
+            j.finished_ms = Some(now);
+            j.reason = Some(format!("budget spent: {}", budget_note(&j, budget)));
+            self.event(&mut c, &id, "cancelled", budget_note(&j, budget));
+            c.job(&j);
+            updated.push(j);
+        }
         for id in live {
             let mut j = self.jobs[&id].clone();
             let run = j.run.clone().expect("running jobs have a run");
@@ -199,6 +217,31 @@ impl Core {
                 self.settle(&mut c, &mut j, status);
             } else {
                 j.attained_device_s += run.replicas() as f64 * dt_s;
+                if let Some(budget) = budget_spent(&j) {
+                    match j.stop.as_mut() {
+                        None => {
+                            j.state = JobState::Stopping;
+                            j.stop = Some(Stop {
+                                then: AfterStop::Budget,
+                                sent_ms: now,
+                                killed: false,
+                            });
+                            j.reason = Some(format!(
+                                "stopping: its budget of {budget} device-hours is spent"
+                            ));
+                            self.event(&mut c, &id, "budget-spent", budget_note(&j, budget));
+                            self.metrics.budget_stops.inc();
+                            terms.push(h.clone());
+                        }
+                        // Being preempted or resized: it ends instead of going back.
+                        Some(s) if s.then == AfterStop::Requeue => {
+                            s.then = AfterStop::Budget;
+                            self.event(&mut c, &id, "budget-spent", budget_note(&j, budget));
+                            self.metrics.budget_stops.inc();
+                        }
+                        Some(_) => {}
+                    }
+                }
                 match super::cap_log(&self.log_path(&id), self.settings.log_max_bytes) {
                     Ok(false) => {}
                     Ok(true) => self.event(
@@ -230,6 +273,9 @@ impl Core {
         self.stage_quiet(c, updated);
         for h in kills {
             exec.signal(&h, StopSignal::Kill).await?;
+        }
+        for h in terms {
+            exec.signal(&h, StopSignal::Term).await?;
         }
         Ok(())
     }
@@ -461,4 +507,18 @@ pub(crate) fn run_device_type(cluster: &ClusterSpec, alloc: &Allocation) -> Stri
         .map(|&t| cluster.device_types[t as usize].as_str())
         .collect::<Vec<_>>()
         .join("+")
+}
+
+/// The job's budget (`budget_device_hours`) when it has held at least that much.
+pub(super) fn budget_spent(j: &JobRecord) -> Option<f64> {
+    let b = j.spec.budget_device_hours?;
+    (j.attained_device_s >= b * 3600.0).then_some(b)
+}
+
+/// `1.002 of 1 device-hours held`.
+pub(super) fn budget_note(j: &JobRecord, budget: f64) -> String {
+    format!(
+        "{:.3} of {budget} device-hours held",
+        j.attained_device_s / 3600.0
+    )
 }

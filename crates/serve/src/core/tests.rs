@@ -475,3 +475,94 @@ fn an_admitted_guarantee_survives_a_restart_of_the_service() {
         assert!(text.contains(line), "{line} not in {text}");
     }
 }
+
+#[test]
+fn a_job_is_stopped_once_it_has_held_its_budget() {
+    let mut c = core("budget", "1x4:t4", "fifo");
+    let fake = Fake::default();
+    // 0.0002 device-hours = 0.72 device-seconds: 0.36 s on its 2 devices.
+    let a = submit(
+        &mut c,
+        "name = \"a\"\ncommand = [\"true\"]\nreplicas = 2\nbudget_device_hours = 0.0002\n",
+    );
+    let b = submit(&mut c, "name = \"b\"\ncommand = [\"true\"]\nreplicas = 2\n");
+    round(&mut c, &fake);
+    assert_eq!(c.jobs[&a].state, JobState::Running);
+    assert_eq!(c.jobs[&b].state, JobState::Running);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    round(&mut c, &fake);
+    // a held ≥ 1.2 device-seconds: SIGTERM, stopping; b has no budget and runs on.
+    assert_eq!(c.jobs[&a].state, JobState::Stopping);
+    assert!(c.jobs[&a].reason.as_deref().unwrap().contains("budget"));
+    assert_eq!(c.jobs[&b].state, JobState::Running);
+    let run_a = fake.launches()[0].run_id.clone();
+    assert_eq!(
+        fake.signals.lock().unwrap().clone(),
+        vec![(run_a.clone(), StopSignal::Term)]
+    );
+    assert_eq!(c.metrics.budget_stops.get(), 1);
+    fake.exit(&run_a, RunStatus::Exited(143));
+    round(&mut c, &fake);
+    let ja = &c.jobs[&a];
+    assert_eq!(ja.state, JobState::Cancelled);
+    let why = ja.reason.as_deref().unwrap();
+    assert!(
+        why.starts_with("budget spent: ") && why.contains("of 0.0002 device-hours held"),
+        "{why}"
+    );
+    // Not requeued: nothing launched again, and a spent budget is not counted twice.
+    round(&mut c, &fake);
+    assert_eq!(fake.launches().len(), 2);
+    assert_eq!(c.metrics.budget_stops.get(), 1);
+}
+
+#[test]
+fn a_queued_job_whose_budget_is_spent_ends_without_running() {
+    let mut c = core("budget-queued", "1x2:t4", "fifo");
+    let fake = Fake::default();
+    let a = submit(
+        &mut c,
+        "name = \"a\"\ncommand = [\"true\"]\nbudget_device_hours = 1\n",
+    );
+    // As if it had run for an hour on one device, then been preempted.
+    c.jobs.get_mut(&a).unwrap().attained_device_s = 3600.0;
+    round(&mut c, &fake);
+    assert_eq!(c.jobs[&a].state, JobState::Cancelled);
+    assert!(c.jobs[&a]
+        .reason
+        .as_deref()
+        .unwrap()
+        .starts_with("budget spent: 1.000 of 1"));
+    assert!(fake.launches().is_empty());
+}
+
+#[test]
+fn a_job_expected_to_cost_more_than_its_budget_is_declined_and_not_stored() {
+    let mut c = core("budget-admit", "1x4:t4", "fifo");
+    let spec = |budget: &str| {
+        JobSpec::from_toml(
+            &format!(
+                "name = \"a\"\ncommand = [\"true\"]\nreplicas = 2\nexpected_runtime = \"2h\"\n\
+                 budget_device_hours = {budget}\n"
+            ),
+            "test",
+        )
+        .unwrap()
+    };
+    // 2 h on 2 devices: 4 device-hours expected.
+    let e = c.submit(spec("3.5")).unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (409, "budget_device_hours"));
+    assert!(
+        e.message.contains("expected cost is 4.000 device-hours"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("raise the budget to at least 4.000"),
+        "{}",
+        e.message
+    );
+    assert!(c.jobs.is_empty(), "nothing stored");
+    c.submit(spec("4")).unwrap();
+    assert_eq!(c.jobs.len(), 1);
+}
