@@ -124,6 +124,8 @@ pub struct Timeline {
     pub now_s: f64,
     pub slot_s: f64,
     free: Vec<Vec<(usize, u32)>>,
+    /// The next breakpoints of a type while [`Timeline::take_spans`] builds them.
+    scratch: Vec<(usize, u32)>,
 }
 
 /// A run of slots `[from, to)` at `devices`.
@@ -140,6 +142,7 @@ impl Timeline {
             now_s,
             slot_s: slot_s.max(1e-3),
             free: cap.iter().map(|&c| vec![(0, c)]).collect(),
+            scratch: Vec::new(),
         }
     }
 
@@ -150,31 +153,48 @@ impl Timeline {
         f[i - 1].1
     }
 
-    /// Splits type `ty`'s breakpoints at slot `k` (so a change can start there).
-    fn split(&mut self, ty: usize, k: usize) {
-        let f = &mut self.free[ty];
-        let i = f.partition_point(|p| p.0 <= k);
-        if f[i - 1].0 != k {
-            let v = f[i - 1].1;
-            f.insert(i, (k, v));
-        }
-    }
-
-    fn take(&mut self, ty: usize, span: Span) {
-        let (from, to, n) = span;
-        if n == 0 || from >= to {
+    /// Takes `spans` (sorted, disjoint, as [`Timeline::run`] returns them) of type `ty`
+    /// in one pass: the breakpoints become the old ones and every span's ends, each
+    /// the old free count less the devices of the span covering it. The same list as
+    /// splitting at each span's ends and subtracting span by span, without a search
+    /// or an insertion per span.
+    fn take_spans(&mut self, ty: usize, spans: &[Span]) {
+        let mut cuts = spans
+            .iter()
+            .filter(|s| s.2 > 0 && s.0 < s.1)
+            .flat_map(|s| [s.0, s.1])
+            .peekable();
+        if cuts.peek().is_none() {
             return;
         }
-        self.split(ty, from);
-        self.split(ty, to);
-        let f = &mut self.free[ty];
-        let (lo, hi) = (
-            f.partition_point(|p| p.0 < from),
-            f.partition_point(|p| p.0 < to),
-        );
-        for p in &mut f[lo..hi] {
-            p.1 -= n;
+        let mut taken = spans.iter().filter(|s| s.2 > 0 && s.0 < s.1).peekable();
+        let old = &self.free[ty];
+        let out = &mut self.scratch;
+        out.clear();
+        let (mut i, mut value) = (0usize, 0u32);
+        loop {
+            let next_old = old.get(i).map(|p| p.0);
+            let next_cut = cuts.peek().copied();
+            let k = match (next_old, next_cut) {
+                (None, None) => break,
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (Some(a), Some(b)) => a.min(b),
+            };
+            if next_old == Some(k) {
+                value = old[i].1;
+                i += 1;
+            }
+            while cuts.peek() == Some(&k) {
+                cuts.next();
+            }
+            while taken.peek().is_some_and(|s| s.1 <= k) {
+                taken.next();
+            }
+            let n = taken.peek().filter(|s| s.0 <= k).map_or(0, |s| s.2);
+            out.push((k, value - n));
         }
+        std::mem::swap(&mut self.free[ty], &mut self.scratch);
     }
 
     /// Runs `job` wanting `low` devices before slot `switch` and `high` from it (the
@@ -184,15 +204,31 @@ impl Timeline {
     fn run(
         &self,
         job: &PlanJob,
-        (low, switch, high): (u32, usize, u32),
+        shape: (u32, usize, u32),
         deadline: Option<f64>,
     ) -> (Option<f64>, Vec<Span>) {
-        let mut spans: Vec<Span> = Vec::new();
+        let mut spans = Vec::new();
+        let finish = self.run_into(job, shape, deadline, Some(&mut spans));
+        (finish, spans)
+    }
+
+    /// [`Timeline::run`] writing the spans into `spans` (cleared first), or only the
+    /// finish time when `spans` is `None` (a bisection's probe).
+    fn run_into(
+        &self,
+        job: &PlanJob,
+        (low, switch, high): (u32, usize, u32),
+        deadline: Option<f64>,
+        mut spans: Option<&mut Vec<Span>>,
+    ) -> Option<f64> {
+        if let Some(s) = spans.as_deref_mut() {
+            s.clear();
+        }
         if job.work_left <= 0.0 {
-            return (Some(self.now_s), spans);
+            return Some(self.now_s);
         }
         if job.levels.is_empty() {
-            return (None, spans);
+            return None;
         }
         let mut left = job.work_left;
         let mut prev = job.current;
@@ -205,7 +241,7 @@ impl Timeline {
         let mut a = 0usize;
         loop {
             if last_slot.is_some_and(|l| a >= l) {
-                return (None, spans);
+                return None;
             }
             while idx + 1 < f.len() && f[idx + 1].0 <= a {
                 idx += 1;
@@ -231,27 +267,27 @@ impl Timeline {
                 if t < end && r * (end - t) >= left {
                     let finish = t + left / r;
                     let k = ((finish - self.now_s) / self.slot_s - 1e-9).ceil() as usize;
-                    spans.push((a, k.max(a + 1), n));
-                    return (Some(finish), spans);
+                    if let Some(s) = spans.as_deref_mut() {
+                        s.push((a, k.max(a + 1), n));
+                    }
+                    return Some(finish);
                 }
                 if t < end {
                     left -= r * (end - t);
                 }
-                if let Some(b) = b {
-                    spans.push((a, b, n));
+                if let (Some(b), Some(s)) = (b, spans.as_deref_mut()) {
+                    s.push((a, b, n));
                 }
             }
             match b {
                 Some(b) => a = b,
-                None => return (None, spans),
+                None => return None,
             }
         }
     }
 
     fn reserve(&mut self, job: &PlanJob, spans: &[Span]) {
-        for &s in spans {
-            self.take(job.ty, s);
-        }
+        self.take_spans(job.ty, spans);
     }
 
     /// Plans `job` (its minimum satisfactory share when it has a deadline it can
@@ -273,35 +309,48 @@ impl Timeline {
     /// The fewest devices that meet `job`'s deadline on this timeline, or `None`.
     pub fn min_share(&self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
         let d = job.deadline_s?;
+        // One buffer for every level tried (a failed run's spans are dropped).
+        let mut spans = Vec::new();
         for (i, &(level, rate)) in job.levels.iter().enumerate() {
             // Not even the whole time to the deadline at this size: skip the run.
             if rate * (d - self.now_s) < job.work_left {
                 continue;
             }
-            let (finish, spans) = self.run(job, (level, 0, level), Some(d));
-            let Some(finish) = finish else { continue };
             if !mix {
+                let Some(finish) = self.run_into(job, (level, 0, level), Some(d), Some(&mut spans))
+                else {
+                    continue;
+                };
                 return Some(JobPlan {
                     feasible: true,
                     finish_s: Some(finish),
                     spans,
                 });
             }
+            if self
+                .run_into(job, (level, 0, level), Some(d), None)
+                .is_none()
+            {
+                continue;
+            }
             // The latest slot from which `level` (after the level below) still meets
-            // the deadline: later switches do less work, so bisect.
+            // the deadline: later switches do less work, so bisect (the probes keep
+            // no spans).
             let lower = if i == 0 { 0 } else { job.levels[i - 1].0 };
-            let at = |s: usize| self.run(job, (lower, s, level), Some(d));
+            let at = |s: usize, spans: Option<&mut Vec<Span>>| {
+                self.run_into(job, (lower, s, level), Some(d), spans)
+            };
             let slots = ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize;
             let (mut lo, mut hi) = (0usize, slots);
             while lo < hi {
                 let mid = (lo + hi).div_ceil(2);
-                if at(mid).0.is_some() {
+                if at(mid, None).is_some() {
                     lo = mid;
                 } else {
                     hi = mid - 1;
                 }
             }
-            let (finish, spans) = at(lo);
+            let finish = at(lo, Some(&mut spans));
             return Some(JobPlan {
                 feasible: true,
                 finish_s: Some(finish.unwrap_or(d)),
@@ -333,12 +382,7 @@ impl JobPlan {
 /// Earliest deadline first, best-effort jobs last; ties by id.
 pub fn edf_order(jobs: &[PlanJob]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| {
-        let d = |j: &PlanJob| j.deadline_s.unwrap_or(f64::INFINITY);
-        d(&jobs[a])
-            .total_cmp(&d(&jobs[b]))
-            .then(jobs[a].id.cmp(&jobs[b].id))
-    });
+    order.sort_by(|&a, &b| edf_cmp(&jobs[a], &jobs[b]));
     order
 }
 
@@ -392,69 +436,168 @@ pub fn admit(
     candidate: &PlanJob,
     rules: AdmitRules,
 ) -> Admission {
-    let mix = rules.mix;
-    let base = plan_all(&mut Timeline::new(cluster, now_s, slot_s), admitted, mix);
-    let fits = |c: &PlanJob| -> Option<JobPlan> {
-        let mut all = admitted.to_vec();
-        all.push(c.clone());
-        let plans = plan_all(&mut Timeline::new(cluster, now_s, slot_s), &all, mix);
-        let keeps = base.iter().zip(&plans).all(|(b, p)| match (b, p) {
-            (Some(b), Some(p)) => p.feasible || (!b.feasible && !rules.decline_if_any_late),
-            _ => true,
-        });
-        let mine = plans.last().cloned().flatten()?;
-        (keeps && mine.feasible).then_some(mine)
-    };
-    if candidate.deadline_s.is_none() {
-        return Admission::Accepted {
-            share_now: 0,
-            planned_finish_s: f64::INFINITY,
-        };
-    }
-    if let Some(p) = fits(candidate) {
-        return Admission::Accepted {
-            share_now: p.now(),
-            planned_finish_s: p.finish_s.unwrap_or(f64::INFINITY),
-        };
-    }
-    // Last in EDF order it disturbs nobody: its greedy finish on what the others
-    // leave, or their latest deadline, is feasible.
-    let mut t = Timeline::new(cluster, now_s, slot_s);
-    plan_all(&mut t, admitted, mix);
-    let mut last = candidate.clone();
-    last.deadline_s = None;
-    let top = last.levels.last().map_or(0, |l| l.0);
-    let (greedy, _) = t.run(&last, (top, 0, top), None);
-    let Some(greedy) = greedy else {
-        return Admission::Declined {
-            earliest_deadline_s: None,
-        };
-    };
-    let latest = admitted
-        .iter()
-        .filter_map(|j| j.deadline_s)
-        .fold(greedy, f64::max)
-        + 1.0;
-    let (mut lo, mut hi) = (now_s, latest);
-    let with = |d: f64| {
-        let mut c = candidate.clone();
-        c.deadline_s = Some(d);
-        fits(&c).is_some()
-    };
-    if !with(hi) {
-        return Admission::Declined {
-            earliest_deadline_s: None,
-        };
-    }
-    while hi - lo > 1.0 {
-        let mid = 0.5 * (lo + hi);
-        if with(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
+    Admitter::new(cluster, now_s, slot_s, admitted.iter().collect(), rules).admit(candidate)
+}
+
+/// The admitted deadline jobs planned once (EDF on a fresh timeline), to answer
+/// [`admit`] for several candidates at one time without planning them again for each:
+/// the jobs before a candidate in EDF order are planned exactly as without it (the
+/// same jobs on the same timeline), so their plans are taken as they are and only the
+/// candidate and the jobs after it are planned.
+#[derive(Debug, Clone)]
+pub struct Admitter<'a> {
+    cluster: &'a ClusterSpec,
+    now_s: f64,
+    slot_s: f64,
+    rules: AdmitRules,
+    jobs: Vec<&'a PlanJob>,
+    /// `jobs` in EDF order, and each job's plan (`None`: best effort, not planned).
+    order: Vec<usize>,
+    plans: Vec<Option<JobPlan>>,
+    /// The timeline after every plan.
+    timeline: Timeline,
+}
+
+impl<'a> Admitter<'a> {
+    /// Plans `admitted` (the deadline jobs already guaranteed) EDF from `now_s`.
+    pub fn new(
+        cluster: &'a ClusterSpec,
+        now_s: f64,
+        slot_s: f64,
+        admitted: Vec<&'a PlanJob>,
+        rules: AdmitRules,
+    ) -> Self {
+        let mut order: Vec<usize> = (0..admitted.len()).collect();
+        order.sort_by(|&a, &b| edf_cmp(admitted[a], admitted[b]));
+        let mut timeline = Timeline::new(cluster, now_s, slot_s);
+        let mut plans = vec![None; admitted.len()];
+        for &k in &order {
+            if admitted[k].deadline_s.is_some() {
+                plans[k] = Some(timeline.plan(admitted[k], rules.mix));
+            }
+        }
+        Admitter {
+            cluster,
+            now_s,
+            slot_s,
+            rules,
+            jobs: admitted,
+            order,
+            plans,
+            timeline,
         }
     }
-    Admission::Declined {
-        earliest_deadline_s: Some(hi.ceil()),
+
+    /// Each admitted job's plan, indexed like the jobs given to [`Admitter::new`]
+    /// (what [`plan_all`] returns for them).
+    pub fn plans(&self) -> &[Option<JobPlan>] {
+        &self.plans
     }
+
+    /// The timeline the admitted jobs' plans leave.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    /// The candidate's plan when it can be admitted: it meets its deadline and every
+    /// admitted job keeps meeting its own ([`admit`]'s rule).
+    fn fits(&self, c: &PlanJob) -> Option<JobPlan> {
+        c.deadline_s?;
+        let (mix, strict) = (self.rules.mix, self.rules.decline_if_any_late);
+        let mut t = Timeline::new(self.cluster, self.now_s, self.slot_s);
+        let mut mine: Option<JobPlan> = None;
+        for &k in &self.order {
+            let j = self.jobs[k];
+            if mine.is_none() && edf_cmp(c, j).is_lt() {
+                let p = t.plan(c, mix);
+                if !p.feasible {
+                    return None;
+                }
+                mine = Some(p);
+            }
+            let Some(b) = &self.plans[k] else { continue };
+            if mine.is_none() {
+                // Before the candidate: planned as without it.
+                if !b.feasible && strict {
+                    return None;
+                }
+                t.reserve(j, &b.spans);
+            } else {
+                let p = t.plan(j, mix);
+                if !(p.feasible || (!b.feasible && !strict)) {
+                    return None;
+                }
+            }
+        }
+        match mine {
+            Some(p) => Some(p),
+            None => Some(t.plan(c, mix)).filter(|p| p.feasible),
+        }
+    }
+
+    /// `Accepted` when `candidate` can be admitted, else `None` (without looking for
+    /// the earliest deadline that would fit, which [`Admitter::admit`] does).
+    pub fn accept(&self, candidate: &PlanJob) -> Option<Admission> {
+        if candidate.deadline_s.is_none() {
+            return Some(Admission::Accepted {
+                share_now: 0,
+                planned_finish_s: f64::INFINITY,
+            });
+        }
+        self.fits(candidate).map(|p| Admission::Accepted {
+            share_now: p.now(),
+            planned_finish_s: p.finish_s.unwrap_or(f64::INFINITY),
+        })
+    }
+
+    /// [`admit`]'s answer for `candidate`.
+    pub fn admit(&self, candidate: &PlanJob) -> Admission {
+        if let Some(a) = self.accept(candidate) {
+            return a;
+        }
+        // Last in EDF order it disturbs nobody: its greedy finish on what the others
+        // leave, or their latest deadline, is feasible.
+        let mut last = candidate.clone();
+        last.deadline_s = None;
+        let top = last.levels.last().map_or(0, |l| l.0);
+        let Some(greedy) = self.timeline.run_into(&last, (top, 0, top), None, None) else {
+            return Admission::Declined {
+                earliest_deadline_s: None,
+            };
+        };
+        let latest = self
+            .jobs
+            .iter()
+            .filter_map(|j| j.deadline_s)
+            .fold(greedy, f64::max)
+            + 1.0;
+        let (mut lo, mut hi) = (self.now_s, latest);
+        let with = |d: f64| {
+            let mut c = candidate.clone();
+            c.deadline_s = Some(d);
+            self.fits(&c).is_some()
+        };
+        if !with(hi) {
+            return Admission::Declined {
+                earliest_deadline_s: None,
+            };
+        }
+        while hi - lo > 1.0 {
+            let mid = 0.5 * (lo + hi);
+            if with(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Admission::Declined {
+            earliest_deadline_s: Some(hi.ceil()),
+        }
+    }
+}
+
+/// [`edf_order`]'s order of two jobs.
+fn edf_cmp(a: &PlanJob, b: &PlanJob) -> std::cmp::Ordering {
+    let d = |j: &PlanJob| j.deadline_s.unwrap_or(f64::INFINITY);
+    d(a).total_cmp(&d(b)).then(a.id.cmp(&b.id))
 }
