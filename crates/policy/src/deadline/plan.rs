@@ -327,24 +327,27 @@ impl Timeline {
                     spans,
                 });
             }
-            if self
-                .run_into(job, (level, 0, level), Some(d), None)
-                .is_none()
-            {
+            let shape = (lower_level(job, i), level);
+            let sums = SwitchSums::new(self, job, shape, d);
+            let at = |s: usize, spans: Option<&mut Vec<Span>>| {
+                self.run_into(job, (shape.0, s, shape.1), Some(d), spans)
+            };
+            let meets = |s: usize| {
+                sums.as_ref()
+                    .and_then(|m| m.meets(job, s))
+                    .unwrap_or_else(|| at(s, None).is_some())
+            };
+            if !meets(0) {
                 continue;
             }
             // The latest slot from which `level` (after the level below) still meets
             // the deadline: later switches do less work, so bisect (the probes keep
-            // no spans).
-            let lower = if i == 0 { 0 } else { job.levels[i - 1].0 };
-            let at = |s: usize, spans: Option<&mut Vec<Span>>| {
-                self.run_into(job, (lower, s, level), Some(d), spans)
-            };
+            // no spans, and most are decided by `sums` without a walk).
             let slots = ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize;
             let (mut lo, mut hi) = (0usize, slots);
             while lo < hi {
                 let mid = (lo + hi).div_ceil(2);
-                if at(mid, None).is_some() {
+                if meets(mid) {
                     lo = mid;
                 } else {
                     hi = mid - 1;
@@ -358,6 +361,127 @@ impl Timeline {
             });
         }
         None
+    }
+}
+
+/// The level below `job`'s `i`-th (0 below the first).
+fn lower_level(job: &PlanJob, i: usize) -> u32 {
+    if i == 0 {
+        0
+    } else {
+        job.levels[i - 1].0
+    }
+}
+
+/// Decides most probes of [`Timeline::min_share`]'s bisection — does `job`, at `low`
+/// devices before slot `s` and `high` from it, finish by the deadline? — without
+/// walking the timeline, from the work each segment of the walk can do at either size,
+/// summed once. The walk finishes exactly when its segments' work (each computed the
+/// same way) adds up to the job's; it subtracts them one by one, rounding each time.
+/// Those roundings and the sums' stay below `segments × 2⁻⁵² × (work + Σ segment
+/// work)`, far under the margin of `1e-9 ×` the same (at most 10⁵ segments), so an
+/// answer outside the margin is the walk's answer; within it the probe walks. Used
+/// only without restart delays (a pause would shift the segments' starts).
+struct SwitchSums {
+    /// Segment starts (the timeline's breakpoints before the deadline's slot), the
+    /// slot the last segment ends at, and the free devices in each.
+    starts: Vec<usize>,
+    last_slot: usize,
+    free: Vec<u32>,
+    /// Prefix sums of the segments' work at `low` and at `high` (one entry more).
+    cum_low: Vec<f64>,
+    cum_high: Vec<f64>,
+    low: u32,
+    high: u32,
+    now_s: f64,
+    slot_s: f64,
+    deadline_s: f64,
+    margin: f64,
+}
+
+impl SwitchSums {
+    fn new(t: &Timeline, job: &PlanJob, (low, high): (u32, u32), d: f64) -> Option<Self> {
+        if job.restart_s != 0.0 || job.work_left <= 0.0 || job.levels.is_empty() {
+            return None;
+        }
+        let last_slot = ((d - t.now_s) / t.slot_s).ceil().max(0.0) as usize;
+        let (starts, free): (Vec<usize>, Vec<u32>) = t.free[job.ty]
+            .iter()
+            .take_while(|p| p.0 < last_slot)
+            .copied()
+            .unzip();
+        if starts.is_empty() || starts.len() > 100_000 {
+            return None;
+        }
+        let mut me = SwitchSums {
+            cum_low: Vec::with_capacity(starts.len() + 1),
+            cum_high: Vec::with_capacity(starts.len() + 1),
+            starts,
+            last_slot,
+            free,
+            low,
+            high,
+            now_s: t.now_s,
+            slot_s: t.slot_s,
+            deadline_s: d,
+            margin: 0.0,
+        };
+        let (mut l, mut h) = (0.0, 0.0);
+        me.cum_low.push(l);
+        me.cum_high.push(h);
+        for j in 0..me.starts.len() {
+            let (a, b, f) = (me.starts[j], me.end_of(j), me.free[j]);
+            l += me.work(job, low, f, a, b);
+            h += me.work(job, high, f, a, b);
+            me.cum_low.push(l);
+            me.cum_high.push(h);
+        }
+        me.margin = 1e-9 * (job.work_left + l + h);
+        me.margin.is_finite().then_some(me)
+    }
+
+    /// The slot segment `j` ends at.
+    fn end_of(&self, j: usize) -> usize {
+        self.starts.get(j + 1).copied().unwrap_or(self.last_slot)
+    }
+
+    /// The work of slots `[a, b)` at `want` devices (the largest level of at most
+    /// `want` and `free`), as [`Timeline::run_into`] computes a segment's.
+    fn work(&self, job: &PlanJob, want: u32, free: u32, a: usize, b: usize) -> f64 {
+        let n = job.level_at_most(want.min(free));
+        if n == 0 || a >= b {
+            return 0.0;
+        }
+        let start = self.now_s + a as f64 * self.slot_s;
+        let end = (self.now_s + b as f64 * self.slot_s).min(self.deadline_s);
+        if start < end {
+            job.rate(n) * (end - start)
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether switching at slot `s` meets the deadline, when the sums tell.
+    fn meets(&self, job: &PlanJob, s: usize) -> Option<bool> {
+        let n = self.starts.len();
+        // The segments starting before `s` run at `low`; the last of them is cut at `s`.
+        let k = self.starts.partition_point(|&a| a < s);
+        let mut sum = self.cum_high[n] - self.cum_high[k];
+        if k > 0 {
+            let (a, b, f) = (self.starts[k - 1], self.end_of(k - 1), self.free[k - 1]);
+            sum += self.cum_low[k - 1] + self.work(job, self.low, f, a, b.min(s));
+            if b > s {
+                sum += self.work(job, self.high, f, s, b);
+            }
+        }
+        let work = job.work_left;
+        if sum >= work + self.margin {
+            Some(true)
+        } else if sum + self.margin < work {
+            Some(false)
+        } else {
+            None
+        }
     }
 }
 
