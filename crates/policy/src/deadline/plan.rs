@@ -39,7 +39,10 @@ impl PlanJob {
     /// up to its request, linear). `restart_s` is budgeted only when `budget_restarts`.
     pub fn from_view(view: &JobView, cluster: &ClusterSpec, budget_restarts: bool) -> Self {
         let types = cluster.device_types.len().max(1);
-        let cap = |t: usize| cluster.gpus_of_type(DeviceTypeId(t as u16));
+        let caps: Vec<u32> = (0..types)
+            .map(|t| cluster.gpus_of_type(DeviceTypeId(t as u16)))
+            .collect();
+        let cap = |t: usize| caps[t];
         let levels_on = |t: usize| -> Vec<(u32, f64)> {
             let pts: Vec<(u32, f64)> = match &view.speed {
                 Some(s) => s
@@ -126,6 +129,9 @@ pub struct Timeline {
     free: Vec<Vec<(usize, u32)>>,
     /// The next breakpoints of a type while [`Timeline::take_spans`] builds them.
     scratch: Vec<(usize, u32)>,
+    /// Walks stop once they cannot finish ([`Timeline::run_into`]); off only in
+    /// the tests that check those stops against whole walks.
+    early_stop: bool,
 }
 
 /// A run of slots `[from, to)` at `devices`.
@@ -143,6 +149,7 @@ impl Timeline {
             slot_s: slot_s.max(1e-3),
             free: cap.iter().map(|&c| vec![(0, c)]).collect(),
             scratch: Vec::new(),
+            early_stop: true,
         }
     }
 
@@ -237,10 +244,27 @@ impl Timeline {
         // and the deadline's slot: no allocation, no sort (this is the planner's
         // inner loop).
         let f = &self.free[job.ty];
+        // Past the point where even the fastest level from the start of a segment to
+        // the deadline could not do the work left, the walk cannot finish: it stops
+        // there. The margin (1e-9 of the work and of that bound) is far above the
+        // roundings of the walk's segment sums (see `SwitchSums`).
+        let top_rate = job.levels.iter().map(|l| l.1).fold(0.0, f64::max);
+        let hopeless = |start: f64, left: f64| {
+            self.early_stop
+                && deadline.is_some_and(|d| {
+                    let bound = top_rate * (d - start);
+                    job.restart_s >= 0.0
+                        && bound.is_finite()
+                        && left > bound * (1.0 + 1e-9) + 1e-9 * job.work_left
+                })
+        };
         let mut idx = 0usize;
         let mut a = 0usize;
         loop {
             if last_slot.is_some_and(|l| a >= l) {
+                return None;
+            }
+            if hopeless(self.now_s + a as f64 * self.slot_s, left) {
                 return None;
             }
             while idx + 1 < f.len() && f[idx + 1].0 <= a {
@@ -724,4 +748,187 @@ impl<'a> Admitter<'a> {
 fn edf_cmp(a: &PlanJob, b: &PlanJob) -> std::cmp::Ordering {
     let d = |j: &PlanJob| j.deadline_s.unwrap_or(f64::INFINITY);
     d(a).total_cmp(&d(b)).then(a.id.cmp(&b.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// A job with levels 1, 2, 4, 8 at sub-linear rates, `work` left, due at
+    /// `deadline`.
+    fn job(rng: &mut Rng, id: u32, restart_s: f64) -> PlanJob {
+        let mut rate = 0.5 + rng.unit();
+        let mut levels = Vec::new();
+        for d in [1, 2, 4, 8] {
+            levels.push((d, rate));
+            rate *= 1.3 + 0.6 * rng.unit();
+        }
+        PlanJob {
+            id: JobId(id),
+            ty: 0,
+            levels,
+            work_left: 100.0 + 20_000.0 * rng.unit(),
+            deadline_s: Some(500.0 + 20_000.0 * rng.unit()),
+            restart_s,
+            current: [0, 1, 2, 4][rng.below(4) as usize],
+        }
+    }
+
+    /// The breakpoint list as taking each span in turn (the first implementation:
+    /// split at both ends, subtract between) leaves it.
+    fn take_one_by_one(free: &mut Vec<(usize, u32)>, spans: &[Span]) {
+        let split = |f: &mut Vec<(usize, u32)>, k: usize| {
+            let i = f.partition_point(|p| p.0 <= k);
+            if f[i - 1].0 != k {
+                let v = f[i - 1].1;
+                f.insert(i, (k, v));
+            }
+        };
+        for &(from, to, n) in spans {
+            if n == 0 || from >= to {
+                continue;
+            }
+            split(free, from);
+            split(free, to);
+            let lo = free.partition_point(|p| p.0 < from);
+            let hi = free.partition_point(|p| p.0 < to);
+            for p in &mut free[lo..hi] {
+                p.1 -= n;
+            }
+        }
+    }
+
+    /// Timelines after planning random jobs, with the same plans taken span by span.
+    #[test]
+    fn merged_takes_equal_taking_span_by_span() {
+        let cluster = ClusterSpec::parse("4x4:t4", "t").unwrap();
+        let mut rng = Rng(7);
+        for case in 0..200 {
+            let mut t = Timeline::new(&cluster, 0.0, 60.0);
+            let mut reference = t.free[0].clone();
+            for k in 0..12 {
+                let j = job(&mut rng, k, if case % 2 == 0 { 0.0 } else { 7.0 });
+                let p = t.plan(&j, case % 3 == 0);
+                take_one_by_one(&mut reference, &p.spans);
+                assert_eq!(t.free[0], reference, "case {case}, job {k}");
+            }
+        }
+    }
+
+    /// Every probe the sums decide is the walk's answer, and every plan is the plan
+    /// of whole walks (no early stop, every bisection probe walked).
+    #[test]
+    fn sums_and_early_stops_answer_as_whole_walks() {
+        let cluster = ClusterSpec::parse("4x4:t4", "t").unwrap();
+        let mut rng = Rng(11);
+        let (mut decided, mut walked) = (0usize, 0usize);
+        for case in 0..300 {
+            let restart_s = if case % 2 == 0 { 0.0 } else { 5.0 };
+            let mix = case % 4 < 2;
+            let mut fast = Timeline::new(&cluster, 120.0 * case as f64, 60.0);
+            let mut slow = fast.clone();
+            slow.early_stop = false;
+            for k in 0..10 {
+                let j = job(&mut rng, k, restart_s);
+                let d = j.deadline_s.unwrap();
+                // Probes at every switch slot of every level pair.
+                for i in 0..j.levels.len() {
+                    let shape = (lower_level(&j, i), j.levels[i].0);
+                    let Some(sums) = SwitchSums::new(&fast, &j, shape, d) else {
+                        continue;
+                    };
+                    for s in 0..=sums.last_slot {
+                        let walk = slow
+                            .run_into(&j, (shape.0, s, shape.1), Some(d), None)
+                            .is_some();
+                        match sums.meets(&j, s) {
+                            Some(m) => {
+                                decided += 1;
+                                assert_eq!(m, walk, "case {case} job {k} level {i} slot {s}");
+                            }
+                            None => walked += 1,
+                        }
+                        let stopped = fast.run_into(&j, (shape.0, s, shape.1), Some(d), None);
+                        let whole = slow.run_into(&j, (shape.0, s, shape.1), Some(d), None);
+                        assert_eq!(stopped, whole);
+                    }
+                }
+                let p = fast.plan(&j, mix);
+                let q = slow.plan_walking(&j, mix);
+                assert_eq!(p, q, "case {case} job {k}");
+            }
+        }
+        assert!(decided > 1000, "{decided} probes decided by the sums");
+        assert!(walked < decided / 10, "{walked} walked, {decided} decided");
+    }
+
+    impl Timeline {
+        /// [`Timeline::plan`] as first written: every probe of the bisection walks.
+        fn plan_walking(&mut self, job: &PlanJob, mix: bool) -> JobPlan {
+            let found = (|| {
+                let d = job.deadline_s?;
+                for (i, &(level, rate)) in job.levels.iter().enumerate() {
+                    if rate * (d - self.now_s) < job.work_left {
+                        continue;
+                    }
+                    let (finish, spans) = self.run(job, (level, 0, level), Some(d));
+                    let Some(finish) = finish else { continue };
+                    if !mix {
+                        return Some(JobPlan {
+                            feasible: true,
+                            finish_s: Some(finish),
+                            spans,
+                        });
+                    }
+                    let lower = lower_level(job, i);
+                    let at = |s: usize| self.run(job, (lower, s, level), Some(d));
+                    let slots = ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize;
+                    let (mut lo, mut hi) = (0usize, slots);
+                    while lo < hi {
+                        let mid = (lo + hi).div_ceil(2);
+                        if at(mid).0.is_some() {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1;
+                        }
+                    }
+                    let (finish, spans) = at(lo);
+                    return Some(JobPlan {
+                        feasible: true,
+                        finish_s: Some(finish.unwrap_or(d)),
+                        spans,
+                    });
+                }
+                None
+            })();
+            let plan = found.unwrap_or_else(|| {
+                let top = job.levels.last().map_or(0, |l| l.0);
+                let (finish, spans) = self.run(job, (top, 0, top), None);
+                JobPlan {
+                    feasible: job.deadline_s.is_none(),
+                    finish_s: finish,
+                    spans,
+                }
+            });
+            take_one_by_one(&mut self.free[job.ty], &plan.spans);
+            plan
+        }
+    }
 }
