@@ -140,7 +140,13 @@ impl Deadline {
     /// Admits or declines the jobs seen for the first time (and, when re-trying, the
     /// declined ones), in arrival order; `base` follows the admitted set.
     fn admit_new<'a>(&mut self, view: &'a ClusterView, jobs: &'a [PlanJob], base: &mut Base<'a>) {
-        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        // Only the jobs seen for the first time or re-tried are decided.
+        let mut order: Vec<usize> = (0..jobs.len())
+            .filter(|&i| {
+                let id = jobs[i].id;
+                !self.seen.contains(&id) || (self.cfg.retry_declined && self.declined.contains(&id))
+            })
+            .collect();
         order.sort_by(|&a, &b| {
             view.jobs[a]
                 .arrival_s

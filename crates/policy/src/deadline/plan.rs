@@ -39,25 +39,21 @@ impl PlanJob {
     /// up to its request, linear). `restart_s` is budgeted only when `budget_restarts`.
     pub fn from_view(view: &JobView, cluster: &ClusterSpec, budget_restarts: bool) -> Self {
         let types = cluster.device_types.len().max(1);
-        let caps: Vec<u32> = (0..types)
-            .map(|t| cluster.gpus_of_type(DeviceTypeId(t as u16)))
-            .collect();
-        let cap = |t: usize| caps[t];
         let levels_on = |t: usize| -> Vec<(u32, f64)> {
-            let pts: Vec<(u32, f64)> = match &view.speed {
+            let cap = cluster.gpus_of_type(DeviceTypeId(t as u16));
+            let fits = |&(d, r): &(u32, f64)| d >= 1 && d <= cap && r > 0.0;
+            match &view.speed {
                 Some(s) => s
                     .per_type
                     .get(t)
-                    .map(|c| c.points.clone())
+                    .map(|c| c.points.iter().copied().filter(fits).collect())
                     .unwrap_or_default(),
                 None => SpeedCurve::doubling_sizes(view.requested_replicas)
                     .into_iter()
                     .map(|d| (d, view.rate(DeviceTypeId(t as u16), d, true)))
+                    .filter(fits)
                     .collect(),
-            };
-            pts.into_iter()
-                .filter(|&(d, r)| d >= 1 && d <= cap(t) && r > 0.0)
-                .collect()
+            }
         };
         let (mut ty, mut levels, mut best) = (0, Vec::new(), 0.0);
         for t in 0..types {
@@ -406,12 +402,11 @@ fn lower_level(job: &PlanJob, i: usize) -> u32 {
 /// work)`, far under the margin of `1e-9 ×` the same (at most 10⁵ segments), so an
 /// answer outside the margin is the walk's answer; within it the probe walks. Used
 /// only without restart delays (a pause would shift the segments' starts).
-struct SwitchSums {
-    /// Segment starts (the timeline's breakpoints before the deadline's slot), the
-    /// slot the last segment ends at, and the free devices in each.
-    starts: Vec<usize>,
+struct SwitchSums<'t> {
+    /// Segments: the timeline's breakpoints (start, free devices) before the
+    /// deadline's slot, and the slot the last one ends at.
+    segs: &'t [(usize, u32)],
     last_slot: usize,
-    free: Vec<u32>,
     /// Prefix sums of the segments' work at `low` and at `high` (one entry more).
     cum_low: Vec<f64>,
     cum_high: Vec<f64>,
@@ -423,26 +418,22 @@ struct SwitchSums {
     margin: f64,
 }
 
-impl SwitchSums {
-    fn new(t: &Timeline, job: &PlanJob, (low, high): (u32, u32), d: f64) -> Option<Self> {
+impl<'t> SwitchSums<'t> {
+    fn new(t: &'t Timeline, job: &PlanJob, (low, high): (u32, u32), d: f64) -> Option<Self> {
         if job.restart_s != 0.0 || job.work_left <= 0.0 || job.levels.is_empty() {
             return None;
         }
         let last_slot = ((d - t.now_s) / t.slot_s).ceil().max(0.0) as usize;
-        let (starts, free): (Vec<usize>, Vec<u32>) = t.free[job.ty]
-            .iter()
-            .take_while(|p| p.0 < last_slot)
-            .copied()
-            .unzip();
-        if starts.is_empty() || starts.len() > 100_000 {
+        let f = &t.free[job.ty];
+        let segs = &f[..f.partition_point(|p| p.0 < last_slot)];
+        if segs.is_empty() || segs.len() > 100_000 {
             return None;
         }
         let mut me = SwitchSums {
-            cum_low: Vec::with_capacity(starts.len() + 1),
-            cum_high: Vec::with_capacity(starts.len() + 1),
-            starts,
+            cum_low: Vec::with_capacity(segs.len() + 1),
+            cum_high: Vec::with_capacity(segs.len() + 1),
+            segs,
             last_slot,
-            free,
             low,
             high,
             now_s: t.now_s,
@@ -453,8 +444,8 @@ impl SwitchSums {
         let (mut l, mut h) = (0.0, 0.0);
         me.cum_low.push(l);
         me.cum_high.push(h);
-        for j in 0..me.starts.len() {
-            let (a, b, f) = (me.starts[j], me.end_of(j), me.free[j]);
+        for j in 0..me.segs.len() {
+            let ((a, f), b) = (me.segs[j], me.end_of(j));
             l += me.work(job, low, f, a, b);
             h += me.work(job, high, f, a, b);
             me.cum_low.push(l);
@@ -466,7 +457,7 @@ impl SwitchSums {
 
     /// The slot segment `j` ends at.
     fn end_of(&self, j: usize) -> usize {
-        self.starts.get(j + 1).copied().unwrap_or(self.last_slot)
+        self.segs.get(j + 1).map_or(self.last_slot, |p| p.0)
     }
 
     /// The work of slots `[a, b)` at `want` devices (the largest level of at most
@@ -487,12 +478,12 @@ impl SwitchSums {
 
     /// Whether switching at slot `s` meets the deadline, when the sums tell.
     fn meets(&self, job: &PlanJob, s: usize) -> Option<bool> {
-        let n = self.starts.len();
+        let n = self.segs.len();
         // The segments starting before `s` run at `low`; the last of them is cut at `s`.
-        let k = self.starts.partition_point(|&a| a < s);
+        let k = self.segs.partition_point(|p| p.0 < s);
         let mut sum = self.cum_high[n] - self.cum_high[k];
         if k > 0 {
-            let (a, b, f) = (self.starts[k - 1], self.end_of(k - 1), self.free[k - 1]);
+            let ((a, f), b) = (self.segs[k - 1], self.end_of(k - 1));
             sum += self.cum_low[k - 1] + self.work(job, self.low, f, a, b.min(s));
             if b > s {
                 sum += self.work(job, self.high, f, s, b);
