@@ -326,6 +326,14 @@ impl Timeline {
         plan
     }
 
+    /// [`Timeline::plan`] when `job` gets its minimum share (the plan is feasible);
+    /// else `None`, the timeline untouched (no greedy plan is walked).
+    fn plan_share(&mut self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
+        let plan = self.min_share(job, mix)?;
+        self.reserve(job, &plan.spans);
+        Some(plan)
+    }
+
     /// The fewest devices that meet `job`'s deadline on this timeline, or `None`.
     pub fn min_share(&self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
         let d = job.deadline_s?;
@@ -648,11 +656,7 @@ impl<'a> Admitter<'a> {
         for &k in &self.order {
             let j = self.jobs[k];
             if mine.is_none() && edf_cmp(c, j).is_lt() {
-                let p = t.plan(c, mix);
-                if !p.feasible {
-                    return None;
-                }
-                mine = Some(p);
+                mine = Some(t.plan_share(c, mix)?);
             }
             let Some(b) = &self.plans[k] else { continue };
             if mine.is_none() {
@@ -670,7 +674,7 @@ impl<'a> Admitter<'a> {
         }
         match mine {
             Some(p) => Some(p),
-            None => Some(t.plan(c, mix)).filter(|p| p.feasible),
+            None => t.plan_share(c, mix),
         }
     }
 
