@@ -3,13 +3,16 @@
 # figure and one policy, and records its CPU seconds. See ANCHORS.md.
 #   run_ef.sh EF_DIR FIGURE POLICY OUT_DIR
 # EF_DIR: the ElasticFlow/ folder of an extracted ElasticFlow checkout (gRPC stubs made);
-# FIGURE: fig8a | fig10; POLICY: ef-accessctrl | edf | gandiva | dlas-gpu | themis.
+# FIGURE: fig8a | fig10 | fig11be10 | fig11be50 (Figure 11's setup at 10 % and 50 % best
+# effort, ANCHORS.md); POLICY: ef-accessctrl | edf | gandiva | dlas-gpu | themis.
 set -euo pipefail
 ef=$1; fig=$2; pol=$3; out=$(realpath -m "$4")
 case $fig in
   fig8a) spec=n16g4; trace=elasticVpollux_e.csv; slot=60; gpu=T4 ;;
   fig10) spec=n16g8; trace=100jobs_1500lam.csv; slot=240; gpu=A100 ;;
-  *) echo "run_ef.sh: unknown figure '$fig' (expected fig8a or fig10)" >&2; exit 2 ;;
+  fig11be10) spec=n8g8; trace=200jobs_900lam_0.1.csv; slot=240; gpu=A100 ;;
+  fig11be50) spec=n8g8; trace=200jobs_900lam_0.5.csv; slot=240; gpu=A100 ;;
+  *) echo "run_ef.sh: unknown figure '$fig' (expected fig8a, fig10, fig11be10 or fig11be50)" >&2; exit 2 ;;
 esac
 scheme=elastic; [ "$pol" = gandiva ] && scheme=gandiva
 mkdir -p "$out/$fig/$pol"

@@ -24,7 +24,7 @@ pub mod plan;
 use crate::place::FreePool;
 use crate::{ClusterView, JobView, Policy};
 use pacer_model::{Allocation, JobId};
-use plan::{admit, plan_all, Admission, AdmitRules, PlanJob, Timeline};
+use plan::{Admission, AdmitRules, Admitter, PlanJob};
 use std::collections::BTreeSet;
 
 /// How a [`Deadline`] policy plans (see the module docs).
@@ -77,6 +77,13 @@ impl DeadlineConfig {
     }
 }
 
+/// The admitted deadline jobs of a round planned together: `idx[k]` is the index in
+/// the round's jobs of the admitter's `k`-th job.
+struct Base<'a> {
+    idx: Vec<usize>,
+    admitter: Admitter<'a>,
+}
+
 /// A deadline policy ([`DeadlineConfig`]) and what it has decided about each job.
 #[derive(Debug)]
 pub struct Deadline {
@@ -111,14 +118,42 @@ impl Deadline {
         (s.is_finite() && s > 0.0).then_some(s)
     }
 
-    fn admit_new(&mut self, view: &ClusterView, jobs: &[PlanJob]) {
-        let mut order: Vec<usize> = (0..jobs.len()).collect();
+    /// The admitted deadline jobs (indices into `jobs`) planned EDF: what a new job
+    /// is admitted beside, and the minimum shares of this round.
+    fn base<'a>(&self, view: &'a ClusterView, jobs: &'a [PlanJob]) -> Base<'a> {
+        let idx: Vec<usize> = (0..jobs.len())
+            .filter(|&i| jobs[i].deadline_s.is_some() && self.admitted.contains(&jobs[i].id))
+            .collect();
+        let admitter = Admitter::new(
+            view.cluster,
+            view.now_s,
+            self.cfg.slot_s,
+            idx.iter().map(|&i| &jobs[i]).collect(),
+            AdmitRules {
+                mix: self.cfg.mix,
+                decline_if_any_late: self.cfg.decline_if_any_late,
+            },
+        );
+        Base { idx, admitter }
+    }
+
+    /// Admits or declines the jobs seen for the first time (and, when re-trying, the
+    /// declined ones), in arrival order; `base` follows the admitted set.
+    fn admit_new<'a>(&mut self, view: &'a ClusterView, jobs: &'a [PlanJob], base: &mut Base<'a>) {
+        // Only the jobs seen for the first time or re-tried are decided.
+        let mut order: Vec<usize> = (0..jobs.len())
+            .filter(|&i| {
+                let id = jobs[i].id;
+                !self.seen.contains(&id) || (self.cfg.retry_declined && self.declined.contains(&id))
+            })
+            .collect();
         order.sort_by(|&a, &b| {
             view.jobs[a]
                 .arrival_s
                 .total_cmp(&view.jobs[b].arrival_s)
                 .then(view.jobs[a].id.cmp(&view.jobs[b].id))
         });
+        let mut stale = false;
         for i in order {
             let id = jobs[i].id;
             let fresh = self.seen.insert(id);
@@ -129,51 +164,50 @@ impl Deadline {
             if jobs[i].deadline_s.is_none() || self.cfg.admitted_by_driver {
                 self.declined.remove(&id);
                 self.admitted.insert(id);
+                stale |= jobs[i].deadline_s.is_some();
                 continue;
             }
-            let admitted: Vec<PlanJob> = jobs
-                .iter()
-                .filter(|j| j.deadline_s.is_some() && self.admitted.contains(&j.id))
-                .cloned()
-                .collect();
-            let answer = admit(
-                view.cluster,
-                view.now_s,
-                self.cfg.slot_s,
-                &admitted,
-                &jobs[i],
-                AdmitRules {
-                    mix: self.cfg.mix,
-                    decline_if_any_late: self.cfg.decline_if_any_late,
-                },
-            );
-            let accepted = matches!(answer, Admission::Accepted { .. });
-            if fresh || accepted {
+            if stale {
+                *base = self.base(view, jobs);
+                stale = false;
+            }
+            // A re-tried job that is declined again hears nothing: the earliest
+            // deadline that would fit is looked for only on a first answer.
+            let answer = if fresh {
+                Some(base.admitter.admit(&jobs[i]))
+            } else {
+                base.admitter.accept(&jobs[i])
+            };
+            let accepted = matches!(answer, Some(Admission::Accepted { .. }));
+            if let Some(answer) = answer.filter(|_| fresh || accepted) {
                 self.answers.push((id, view.now_s, answer));
             }
             if accepted {
                 self.declined.remove(&id);
                 self.admitted.insert(id);
+                stale = true;
             } else {
                 self.declined.insert(id);
             }
         }
+        if stale {
+            *base = self.base(view, jobs);
+        }
     }
 
-    /// Devices per job now: minimum shares, then the spare by marginal return.
-    fn counts(&self, view: &ClusterView, jobs: &[PlanJob]) -> Vec<u32> {
+    /// Devices per job now: minimum shares (`base`'s plans), then the spare by
+    /// marginal return.
+    fn counts(&self, view: &ClusterView, jobs: &[PlanJob], base: &Base<'_>) -> Vec<u32> {
         let live: Vec<usize> = (0..jobs.len())
             .filter(|&i| self.admitted.contains(&jobs[i].id))
             .collect();
-        let planned: Vec<PlanJob> = live.iter().map(|&i| jobs[i].clone()).collect();
-        let mut timeline = Timeline::new(view.cluster, view.now_s, self.cfg.slot_s);
-        let plans = plan_all(&mut timeline, &planned, self.cfg.mix);
         let mut counts = vec![0u32; jobs.len()];
-        for (k, &i) in live.iter().enumerate() {
-            if let Some(p) = &plans[k] {
+        for (&i, p) in base.idx.iter().zip(base.admitter.plans()) {
+            if let Some(p) = p {
                 counts[i] = p.now();
             }
         }
+        let timeline = base.admitter.timeline();
         let types = view.cluster.device_types.len().max(1);
         let mut spare: Vec<u32> = (0..types).map(|t| timeline.free(t, 0)).collect();
         if self.cfg.sticky {
@@ -286,8 +320,9 @@ impl Policy for Deadline {
                 PlanJob::from_view(v, view.cluster, self.cfg.budget_restarts).up_to_fastest()
             })
             .collect();
-        self.admit_new(view, &jobs);
-        let counts = self.counts(view, &jobs);
+        let mut base = self.base(view, &jobs);
+        self.admit_new(view, &jobs, &mut base);
+        let counts = self.counts(view, &jobs, &base);
         let types: Vec<usize> = jobs.iter().map(|j| j.ty).collect();
         place_counts(view, &counts, &types)
     }
@@ -295,6 +330,7 @@ impl Policy for Deadline {
 
 #[cfg(test)]
 mod tests {
+    use super::plan::admit;
     use super::*;
     use crate::{SpeedCurve, SpeedTable};
     use pacer_model::ClusterSpec;

@@ -39,22 +39,21 @@ impl PlanJob {
     /// up to its request, linear). `restart_s` is budgeted only when `budget_restarts`.
     pub fn from_view(view: &JobView, cluster: &ClusterSpec, budget_restarts: bool) -> Self {
         let types = cluster.device_types.len().max(1);
-        let cap = |t: usize| cluster.gpus_of_type(DeviceTypeId(t as u16));
         let levels_on = |t: usize| -> Vec<(u32, f64)> {
-            let pts: Vec<(u32, f64)> = match &view.speed {
+            let cap = cluster.gpus_of_type(DeviceTypeId(t as u16));
+            let fits = |&(d, r): &(u32, f64)| d >= 1 && d <= cap && r > 0.0;
+            match &view.speed {
                 Some(s) => s
                     .per_type
                     .get(t)
-                    .map(|c| c.points.clone())
+                    .map(|c| c.points.iter().copied().filter(fits).collect())
                     .unwrap_or_default(),
                 None => SpeedCurve::doubling_sizes(view.requested_replicas)
                     .into_iter()
                     .map(|d| (d, view.rate(DeviceTypeId(t as u16), d, true)))
+                    .filter(fits)
                     .collect(),
-            };
-            pts.into_iter()
-                .filter(|&(d, r)| d >= 1 && d <= cap(t) && r > 0.0)
-                .collect()
+            }
         };
         let (mut ty, mut levels, mut best) = (0, Vec::new(), 0.0);
         for t in 0..types {
@@ -124,6 +123,11 @@ pub struct Timeline {
     pub now_s: f64,
     pub slot_s: f64,
     free: Vec<Vec<(usize, u32)>>,
+    /// The next breakpoints of a type while [`Timeline::take_spans`] builds them.
+    scratch: Vec<(usize, u32)>,
+    /// Walks stop once they cannot finish ([`Timeline::run_into`]); off only in
+    /// the tests that check those stops against whole walks.
+    early_stop: bool,
 }
 
 /// A run of slots `[from, to)` at `devices`.
@@ -140,6 +144,8 @@ impl Timeline {
             now_s,
             slot_s: slot_s.max(1e-3),
             free: cap.iter().map(|&c| vec![(0, c)]).collect(),
+            scratch: Vec::new(),
+            early_stop: true,
         }
     }
 
@@ -150,31 +156,48 @@ impl Timeline {
         f[i - 1].1
     }
 
-    /// Splits type `ty`'s breakpoints at slot `k` (so a change can start there).
-    fn split(&mut self, ty: usize, k: usize) {
-        let f = &mut self.free[ty];
-        let i = f.partition_point(|p| p.0 <= k);
-        if f[i - 1].0 != k {
-            let v = f[i - 1].1;
-            f.insert(i, (k, v));
-        }
-    }
-
-    fn take(&mut self, ty: usize, span: Span) {
-        let (from, to, n) = span;
-        if n == 0 || from >= to {
+    /// Takes `spans` (sorted, disjoint, as [`Timeline::run`] returns them) of type `ty`
+    /// in one pass: the breakpoints become the old ones and every span's ends, each
+    /// the old free count less the devices of the span covering it. The same list as
+    /// splitting at each span's ends and subtracting span by span, without a search
+    /// or an insertion per span.
+    fn take_spans(&mut self, ty: usize, spans: &[Span]) {
+        let mut cuts = spans
+            .iter()
+            .filter(|s| s.2 > 0 && s.0 < s.1)
+            .flat_map(|s| [s.0, s.1])
+            .peekable();
+        if cuts.peek().is_none() {
             return;
         }
-        self.split(ty, from);
-        self.split(ty, to);
-        let f = &mut self.free[ty];
-        let (lo, hi) = (
-            f.partition_point(|p| p.0 < from),
-            f.partition_point(|p| p.0 < to),
-        );
-        for p in &mut f[lo..hi] {
-            p.1 -= n;
+        let mut taken = spans.iter().filter(|s| s.2 > 0 && s.0 < s.1).peekable();
+        let old = &self.free[ty];
+        let out = &mut self.scratch;
+        out.clear();
+        let (mut i, mut value) = (0usize, 0u32);
+        loop {
+            let next_old = old.get(i).map(|p| p.0);
+            let next_cut = cuts.peek().copied();
+            let k = match (next_old, next_cut) {
+                (None, None) => break,
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (Some(a), Some(b)) => a.min(b),
+            };
+            if next_old == Some(k) {
+                value = old[i].1;
+                i += 1;
+            }
+            while cuts.peek() == Some(&k) {
+                cuts.next();
+            }
+            while taken.peek().is_some_and(|s| s.1 <= k) {
+                taken.next();
+            }
+            let n = taken.peek().filter(|s| s.0 <= k).map_or(0, |s| s.2);
+            out.push((k, value - n));
         }
+        std::mem::swap(&mut self.free[ty], &mut self.scratch);
     }
 
     /// Runs `job` wanting `low` devices before slot `switch` and `high` from it (the
@@ -184,15 +207,31 @@ impl Timeline {
     fn run(
         &self,
         job: &PlanJob,
-        (low, switch, high): (u32, usize, u32),
+        shape: (u32, usize, u32),
         deadline: Option<f64>,
     ) -> (Option<f64>, Vec<Span>) {
-        let mut spans: Vec<Span> = Vec::new();
+        let mut spans = Vec::new();
+        let finish = self.run_into(job, shape, deadline, Some(&mut spans));
+        (finish, spans)
+    }
+
+    /// [`Timeline::run`] writing the spans into `spans` (cleared first), or only the
+    /// finish time when `spans` is `None` (a bisection's probe).
+    fn run_into(
+        &self,
+        job: &PlanJob,
+        (low, switch, high): (u32, usize, u32),
+        deadline: Option<f64>,
+        mut spans: Option<&mut Vec<Span>>,
+    ) -> Option<f64> {
+        if let Some(s) = spans.as_deref_mut() {
+            s.clear();
+        }
         if job.work_left <= 0.0 {
-            return (Some(self.now_s), spans);
+            return Some(self.now_s);
         }
         if job.levels.is_empty() {
-            return (None, spans);
+            return None;
         }
         let mut left = job.work_left;
         let mut prev = job.current;
@@ -201,11 +240,28 @@ impl Timeline {
         // and the deadline's slot: no allocation, no sort (this is the planner's
         // inner loop).
         let f = &self.free[job.ty];
+        // Past the point where even the fastest level from the start of a segment to
+        // the deadline could not do the work left, the walk cannot finish: it stops
+        // there. The margin (1e-9 of the work and of that bound) is far above the
+        // roundings of the walk's segment sums (see `SwitchSums`).
+        let top_rate = job.levels.iter().map(|l| l.1).fold(0.0, f64::max);
+        let hopeless = |start: f64, left: f64| {
+            self.early_stop
+                && deadline.is_some_and(|d| {
+                    let bound = top_rate * (d - start);
+                    job.restart_s >= 0.0
+                        && bound.is_finite()
+                        && left > bound * (1.0 + 1e-9) + 1e-9 * job.work_left
+                })
+        };
         let mut idx = 0usize;
         let mut a = 0usize;
         loop {
             if last_slot.is_some_and(|l| a >= l) {
-                return (None, spans);
+                return None;
+            }
+            if hopeless(self.now_s + a as f64 * self.slot_s, left) {
+                return None;
             }
             while idx + 1 < f.len() && f[idx + 1].0 <= a {
                 idx += 1;
@@ -231,27 +287,27 @@ impl Timeline {
                 if t < end && r * (end - t) >= left {
                     let finish = t + left / r;
                     let k = ((finish - self.now_s) / self.slot_s - 1e-9).ceil() as usize;
-                    spans.push((a, k.max(a + 1), n));
-                    return (Some(finish), spans);
+                    if let Some(s) = spans.as_deref_mut() {
+                        s.push((a, k.max(a + 1), n));
+                    }
+                    return Some(finish);
                 }
                 if t < end {
                     left -= r * (end - t);
                 }
-                if let Some(b) = b {
-                    spans.push((a, b, n));
+                if let (Some(b), Some(s)) = (b, spans.as_deref_mut()) {
+                    s.push((a, b, n));
                 }
             }
             match b {
                 Some(b) => a = b,
-                None => return (None, spans),
+                None => return None,
             }
         }
     }
 
     fn reserve(&mut self, job: &PlanJob, spans: &[Span]) {
-        for &s in spans {
-            self.take(job.ty, s);
-        }
+        self.take_spans(job.ty, spans);
     }
 
     /// Plans `job` (its minimum satisfactory share when it has a deadline it can
@@ -270,38 +326,62 @@ impl Timeline {
         plan
     }
 
+    /// [`Timeline::plan`] when `job` gets its minimum share (the plan is feasible);
+    /// else `None`, the timeline untouched (no greedy plan is walked).
+    fn plan_share(&mut self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
+        let plan = self.min_share(job, mix)?;
+        self.reserve(job, &plan.spans);
+        Some(plan)
+    }
+
     /// The fewest devices that meet `job`'s deadline on this timeline, or `None`.
     pub fn min_share(&self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
         let d = job.deadline_s?;
+        // One buffer for every level tried (a failed run's spans are dropped).
+        let mut spans = Vec::new();
         for (i, &(level, rate)) in job.levels.iter().enumerate() {
             // Not even the whole time to the deadline at this size: skip the run.
             if rate * (d - self.now_s) < job.work_left {
                 continue;
             }
-            let (finish, spans) = self.run(job, (level, 0, level), Some(d));
-            let Some(finish) = finish else { continue };
             if !mix {
+                let Some(finish) = self.run_into(job, (level, 0, level), Some(d), Some(&mut spans))
+                else {
+                    continue;
+                };
                 return Some(JobPlan {
                     feasible: true,
                     finish_s: Some(finish),
                     spans,
                 });
             }
+            let shape = (lower_level(job, i), level);
+            let sums = SwitchSums::new(self, job, shape, d);
+            let at = |s: usize, spans: Option<&mut Vec<Span>>| {
+                self.run_into(job, (shape.0, s, shape.1), Some(d), spans)
+            };
+            let meets = |s: usize| {
+                sums.as_ref()
+                    .and_then(|m| m.meets(job, s))
+                    .unwrap_or_else(|| at(s, None).is_some())
+            };
+            if !meets(0) {
+                continue;
+            }
             // The latest slot from which `level` (after the level below) still meets
-            // the deadline: later switches do less work, so bisect.
-            let lower = if i == 0 { 0 } else { job.levels[i - 1].0 };
-            let at = |s: usize| self.run(job, (lower, s, level), Some(d));
+            // the deadline: later switches do less work, so bisect (the probes keep
+            // no spans, and most are decided by `sums` without a walk).
             let slots = ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize;
             let (mut lo, mut hi) = (0usize, slots);
             while lo < hi {
                 let mid = (lo + hi).div_ceil(2);
-                if at(mid).0.is_some() {
+                if meets(mid) {
                     lo = mid;
                 } else {
                     hi = mid - 1;
                 }
             }
-            let (finish, spans) = at(lo);
+            let finish = at(lo, Some(&mut spans));
             return Some(JobPlan {
                 feasible: true,
                 finish_s: Some(finish.unwrap_or(d)),
@@ -309,6 +389,122 @@ impl Timeline {
             });
         }
         None
+    }
+}
+
+/// The level below `job`'s `i`-th (0 below the first).
+fn lower_level(job: &PlanJob, i: usize) -> u32 {
+    if i == 0 {
+        0
+    } else {
+        job.levels[i - 1].0
+    }
+}
+
+/// Decides most probes of [`Timeline::min_share`]'s bisection — does `job`, at `low`
+/// devices before slot `s` and `high` from it, finish by the deadline? — without
+/// walking the timeline, from the work each segment of the walk can do at either size,
+/// summed once. The walk finishes exactly when its segments' work (each computed the
+/// same way) adds up to the job's; it subtracts them one by one, rounding each time.
+/// Those roundings and the sums' stay below `segments × 2⁻⁵² × (work + Σ segment
+/// work)`, far under the margin of `1e-9 ×` the same (at most 10⁵ segments), so an
+/// answer outside the margin is the walk's answer; within it the probe walks. Used
+/// only without restart delays (a pause would shift the segments' starts).
+struct SwitchSums<'t> {
+    /// Segments: the timeline's breakpoints (start, free devices) before the
+    /// deadline's slot, and the slot the last one ends at.
+    segs: &'t [(usize, u32)],
+    last_slot: usize,
+    /// Prefix sums of the segments' work at `low` and at `high` (one entry more).
+    cum_low: Vec<f64>,
+    cum_high: Vec<f64>,
+    low: u32,
+    high: u32,
+    now_s: f64,
+    slot_s: f64,
+    deadline_s: f64,
+    margin: f64,
+}
+
+impl<'t> SwitchSums<'t> {
+    fn new(t: &'t Timeline, job: &PlanJob, (low, high): (u32, u32), d: f64) -> Option<Self> {
+        if job.restart_s != 0.0 || job.work_left <= 0.0 || job.levels.is_empty() {
+            return None;
+        }
+        let last_slot = ((d - t.now_s) / t.slot_s).ceil().max(0.0) as usize;
+        let f = &t.free[job.ty];
+        let segs = &f[..f.partition_point(|p| p.0 < last_slot)];
+        if segs.is_empty() || segs.len() > 100_000 {
+            return None;
+        }
+        let mut me = SwitchSums {
+            cum_low: Vec::with_capacity(segs.len() + 1),
+            cum_high: Vec::with_capacity(segs.len() + 1),
+            segs,
+            last_slot,
+            low,
+            high,
+            now_s: t.now_s,
+            slot_s: t.slot_s,
+            deadline_s: d,
+            margin: 0.0,
+        };
+        let (mut l, mut h) = (0.0, 0.0);
+        me.cum_low.push(l);
+        me.cum_high.push(h);
+        for j in 0..me.segs.len() {
+            let ((a, f), b) = (me.segs[j], me.end_of(j));
+            l += me.work(job, low, f, a, b);
+            h += me.work(job, high, f, a, b);
+            me.cum_low.push(l);
+            me.cum_high.push(h);
+        }
+        me.margin = 1e-9 * (job.work_left + l + h);
+        me.margin.is_finite().then_some(me)
+    }
+
+    /// The slot segment `j` ends at.
+    fn end_of(&self, j: usize) -> usize {
+        self.segs.get(j + 1).map_or(self.last_slot, |p| p.0)
+    }
+
+    /// The work of slots `[a, b)` at `want` devices (the largest level of at most
+    /// `want` and `free`), as [`Timeline::run_into`] computes a segment's.
+    fn work(&self, job: &PlanJob, want: u32, free: u32, a: usize, b: usize) -> f64 {
+        let n = job.level_at_most(want.min(free));
+        if n == 0 || a >= b {
+            return 0.0;
+        }
+        let start = self.now_s + a as f64 * self.slot_s;
+        let end = (self.now_s + b as f64 * self.slot_s).min(self.deadline_s);
+        if start < end {
+            job.rate(n) * (end - start)
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether switching at slot `s` meets the deadline, when the sums tell.
+    fn meets(&self, job: &PlanJob, s: usize) -> Option<bool> {
+        let n = self.segs.len();
+        // The segments starting before `s` run at `low`; the last of them is cut at `s`.
+        let k = self.segs.partition_point(|p| p.0 < s);
+        let mut sum = self.cum_high[n] - self.cum_high[k];
+        if k > 0 {
+            let ((a, f), b) = (self.segs[k - 1], self.end_of(k - 1));
+            sum += self.cum_low[k - 1] + self.work(job, self.low, f, a, b.min(s));
+            if b > s {
+                sum += self.work(job, self.high, f, s, b);
+            }
+        }
+        let work = job.work_left;
+        if sum >= work + self.margin {
+            Some(true)
+        } else if sum + self.margin < work {
+            Some(false)
+        } else {
+            None
+        }
     }
 }
 
@@ -333,12 +529,7 @@ impl JobPlan {
 /// Earliest deadline first, best-effort jobs last; ties by id.
 pub fn edf_order(jobs: &[PlanJob]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| {
-        let d = |j: &PlanJob| j.deadline_s.unwrap_or(f64::INFINITY);
-        d(&jobs[a])
-            .total_cmp(&d(&jobs[b]))
-            .then(jobs[a].id.cmp(&jobs[b].id))
-    });
+    order.sort_by(|&a, &b| edf_cmp(&jobs[a], &jobs[b]));
     order
 }
 
@@ -392,69 +583,347 @@ pub fn admit(
     candidate: &PlanJob,
     rules: AdmitRules,
 ) -> Admission {
-    let mix = rules.mix;
-    let base = plan_all(&mut Timeline::new(cluster, now_s, slot_s), admitted, mix);
-    let fits = |c: &PlanJob| -> Option<JobPlan> {
-        let mut all = admitted.to_vec();
-        all.push(c.clone());
-        let plans = plan_all(&mut Timeline::new(cluster, now_s, slot_s), &all, mix);
-        let keeps = base.iter().zip(&plans).all(|(b, p)| match (b, p) {
-            (Some(b), Some(p)) => p.feasible || (!b.feasible && !rules.decline_if_any_late),
-            _ => true,
-        });
-        let mine = plans.last().cloned().flatten()?;
-        (keeps && mine.feasible).then_some(mine)
-    };
-    if candidate.deadline_s.is_none() {
-        return Admission::Accepted {
-            share_now: 0,
-            planned_finish_s: f64::INFINITY,
-        };
-    }
-    if let Some(p) = fits(candidate) {
-        return Admission::Accepted {
-            share_now: p.now(),
-            planned_finish_s: p.finish_s.unwrap_or(f64::INFINITY),
-        };
-    }
-    // Last in EDF order it disturbs nobody: its greedy finish on what the others
-    // leave, or their latest deadline, is feasible.
-    let mut t = Timeline::new(cluster, now_s, slot_s);
-    plan_all(&mut t, admitted, mix);
-    let mut last = candidate.clone();
-    last.deadline_s = None;
-    let top = last.levels.last().map_or(0, |l| l.0);
-    let (greedy, _) = t.run(&last, (top, 0, top), None);
-    let Some(greedy) = greedy else {
-        return Admission::Declined {
-            earliest_deadline_s: None,
-        };
-    };
-    let latest = admitted
-        .iter()
-        .filter_map(|j| j.deadline_s)
-        .fold(greedy, f64::max)
-        + 1.0;
-    let (mut lo, mut hi) = (now_s, latest);
-    let with = |d: f64| {
-        let mut c = candidate.clone();
-        c.deadline_s = Some(d);
-        fits(&c).is_some()
-    };
-    if !with(hi) {
-        return Admission::Declined {
-            earliest_deadline_s: None,
-        };
-    }
-    while hi - lo > 1.0 {
-        let mid = 0.5 * (lo + hi);
-        if with(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
+    Admitter::new(cluster, now_s, slot_s, admitted.iter().collect(), rules).admit(candidate)
+}
+
+/// The admitted deadline jobs planned once (EDF on a fresh timeline), to answer
+/// [`admit`] for several candidates at one time without planning them again for each:
+/// the jobs before a candidate in EDF order are planned exactly as without it (the
+/// same jobs on the same timeline), so their plans are taken as they are and only the
+/// candidate and the jobs after it are planned.
+#[derive(Debug, Clone)]
+pub struct Admitter<'a> {
+    cluster: &'a ClusterSpec,
+    now_s: f64,
+    slot_s: f64,
+    rules: AdmitRules,
+    jobs: Vec<&'a PlanJob>,
+    /// `jobs` in EDF order, and each job's plan (`None`: best effort, not planned).
+    order: Vec<usize>,
+    plans: Vec<Option<JobPlan>>,
+    /// The timeline after every plan.
+    timeline: Timeline,
+}
+
+impl<'a> Admitter<'a> {
+    /// Plans `admitted` (the deadline jobs already guaranteed) EDF from `now_s`.
+    pub fn new(
+        cluster: &'a ClusterSpec,
+        now_s: f64,
+        slot_s: f64,
+        admitted: Vec<&'a PlanJob>,
+        rules: AdmitRules,
+    ) -> Self {
+        let mut order: Vec<usize> = (0..admitted.len()).collect();
+        order.sort_by(|&a, &b| edf_cmp(admitted[a], admitted[b]));
+        let mut timeline = Timeline::new(cluster, now_s, slot_s);
+        let mut plans = vec![None; admitted.len()];
+        for &k in &order {
+            if admitted[k].deadline_s.is_some() {
+                plans[k] = Some(timeline.plan(admitted[k], rules.mix));
+            }
+        }
+        Admitter {
+            cluster,
+            now_s,
+            slot_s,
+            rules,
+            jobs: admitted,
+            order,
+            plans,
+            timeline,
         }
     }
-    Admission::Declined {
-        earliest_deadline_s: Some(hi.ceil()),
+
+    /// Each admitted job's plan, indexed like the jobs given to [`Admitter::new`]
+    /// (what [`plan_all`] returns for them).
+    pub fn plans(&self) -> &[Option<JobPlan>] {
+        &self.plans
+    }
+
+    /// The timeline the admitted jobs' plans leave.
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    /// The candidate's plan when it can be admitted: it meets its deadline and every
+    /// admitted job keeps meeting its own ([`admit`]'s rule).
+    fn fits(&self, c: &PlanJob) -> Option<JobPlan> {
+        c.deadline_s?;
+        let (mix, strict) = (self.rules.mix, self.rules.decline_if_any_late);
+        let mut t = Timeline::new(self.cluster, self.now_s, self.slot_s);
+        let mut mine: Option<JobPlan> = None;
+        for &k in &self.order {
+            let j = self.jobs[k];
+            if mine.is_none() && edf_cmp(c, j).is_lt() {
+                mine = Some(t.plan_share(c, mix)?);
+            }
+            let Some(b) = &self.plans[k] else { continue };
+            if mine.is_none() {
+                // Before the candidate: planned as without it.
+                if !b.feasible && strict {
+                    return None;
+                }
+                t.reserve(j, &b.spans);
+            } else {
+                let p = t.plan(j, mix);
+                if !(p.feasible || (!b.feasible && !strict)) {
+                    return None;
+                }
+            }
+        }
+        match mine {
+            Some(p) => Some(p),
+            None => t.plan_share(c, mix),
+        }
+    }
+
+    /// `Accepted` when `candidate` can be admitted, else `None` (without looking for
+    /// the earliest deadline that would fit, which [`Admitter::admit`] does).
+    pub fn accept(&self, candidate: &PlanJob) -> Option<Admission> {
+        if candidate.deadline_s.is_none() {
+            return Some(Admission::Accepted {
+                share_now: 0,
+                planned_finish_s: f64::INFINITY,
+            });
+        }
+        self.fits(candidate).map(|p| Admission::Accepted {
+            share_now: p.now(),
+            planned_finish_s: p.finish_s.unwrap_or(f64::INFINITY),
+        })
+    }
+
+    /// [`admit`]'s answer for `candidate`.
+    pub fn admit(&self, candidate: &PlanJob) -> Admission {
+        if let Some(a) = self.accept(candidate) {
+            return a;
+        }
+        // Last in EDF order it disturbs nobody: its greedy finish on what the others
+        // leave, or their latest deadline, is feasible.
+        let mut last = candidate.clone();
+        last.deadline_s = None;
+        let top = last.levels.last().map_or(0, |l| l.0);
+        let Some(greedy) = self.timeline.run_into(&last, (top, 0, top), None, None) else {
+            return Admission::Declined {
+                earliest_deadline_s: None,
+            };
+        };
+        let latest = self
+            .jobs
+            .iter()
+            .filter_map(|j| j.deadline_s)
+            .fold(greedy, f64::max)
+            + 1.0;
+        let (mut lo, mut hi) = (self.now_s, latest);
+        let with = |d: f64| {
+            let mut c = candidate.clone();
+            c.deadline_s = Some(d);
+            self.fits(&c).is_some()
+        };
+        if !with(hi) {
+            return Admission::Declined {
+                earliest_deadline_s: None,
+            };
+        }
+        while hi - lo > 1.0 {
+            let mid = 0.5 * (lo + hi);
+            if with(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Admission::Declined {
+            earliest_deadline_s: Some(hi.ceil()),
+        }
+    }
+}
+
+/// [`edf_order`]'s order of two jobs.
+fn edf_cmp(a: &PlanJob, b: &PlanJob) -> std::cmp::Ordering {
+    let d = |j: &PlanJob| j.deadline_s.unwrap_or(f64::INFINITY);
+    d(a).total_cmp(&d(b)).then(a.id.cmp(&b.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+        fn unit(&mut self) -> f64 {
+            (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// A job with levels 1, 2, 4, 8 at sub-linear rates, `work` left, due at
+    /// `deadline`.
+    fn job(rng: &mut Rng, id: u32, restart_s: f64) -> PlanJob {
+        let mut rate = 0.5 + rng.unit();
+        let mut levels = Vec::new();
+        for d in [1, 2, 4, 8] {
+            levels.push((d, rate));
+            rate *= 1.3 + 0.6 * rng.unit();
+        }
+        PlanJob {
+            id: JobId(id),
+            ty: 0,
+            levels,
+            work_left: 100.0 + 20_000.0 * rng.unit(),
+            deadline_s: Some(500.0 + 20_000.0 * rng.unit()),
+            restart_s,
+            current: [0, 1, 2, 4][rng.below(4) as usize],
+        }
+    }
+
+    /// The breakpoint list as taking each span in turn (the first implementation:
+    /// split at both ends, subtract between) leaves it.
+    fn take_one_by_one(free: &mut Vec<(usize, u32)>, spans: &[Span]) {
+        let split = |f: &mut Vec<(usize, u32)>, k: usize| {
+            let i = f.partition_point(|p| p.0 <= k);
+            if f[i - 1].0 != k {
+                let v = f[i - 1].1;
+                f.insert(i, (k, v));
+            }
+        };
+        for &(from, to, n) in spans {
+            if n == 0 || from >= to {
+                continue;
+            }
+            split(free, from);
+            split(free, to);
+            let lo = free.partition_point(|p| p.0 < from);
+            let hi = free.partition_point(|p| p.0 < to);
+            for p in &mut free[lo..hi] {
+                p.1 -= n;
+            }
+        }
+    }
+
+    /// Timelines after planning random jobs, with the same plans taken span by span.
+    #[test]
+    fn merged_takes_equal_taking_span_by_span() {
+        let cluster = ClusterSpec::parse("4x4:t4", "t").unwrap();
+        let mut rng = Rng(7);
+        for case in 0..200 {
+            let mut t = Timeline::new(&cluster, 0.0, 60.0);
+            let mut reference = t.free[0].clone();
+            for k in 0..12 {
+                let j = job(&mut rng, k, if case % 2 == 0 { 0.0 } else { 7.0 });
+                let p = t.plan(&j, case % 3 == 0);
+                take_one_by_one(&mut reference, &p.spans);
+                assert_eq!(t.free[0], reference, "case {case}, job {k}");
+            }
+        }
+    }
+
+    /// Every probe the sums decide is the walk's answer, and every plan is the plan
+    /// of whole walks (no early stop, every bisection probe walked).
+    #[test]
+    fn sums_and_early_stops_answer_as_whole_walks() {
+        let cluster = ClusterSpec::parse("4x4:t4", "t").unwrap();
+        let mut rng = Rng(11);
+        let (mut decided, mut walked) = (0usize, 0usize);
+        for case in 0..300 {
+            let restart_s = if case % 2 == 0 { 0.0 } else { 5.0 };
+            let mix = case % 4 < 2;
+            let mut fast = Timeline::new(&cluster, 120.0 * case as f64, 60.0);
+            let mut slow = fast.clone();
+            slow.early_stop = false;
+            for k in 0..10 {
+                let j = job(&mut rng, k, restart_s);
+                let d = j.deadline_s.unwrap();
+                // Probes at every switch slot of every level pair.
+                for i in 0..j.levels.len() {
+                    let shape = (lower_level(&j, i), j.levels[i].0);
+                    let Some(sums) = SwitchSums::new(&fast, &j, shape, d) else {
+                        continue;
+                    };
+                    for s in 0..=sums.last_slot {
+                        let walk = slow
+                            .run_into(&j, (shape.0, s, shape.1), Some(d), None)
+                            .is_some();
+                        match sums.meets(&j, s) {
+                            Some(m) => {
+                                decided += 1;
+                                assert_eq!(m, walk, "case {case} job {k} level {i} slot {s}");
+                            }
+                            None => walked += 1,
+                        }
+                        let stopped = fast.run_into(&j, (shape.0, s, shape.1), Some(d), None);
+                        let whole = slow.run_into(&j, (shape.0, s, shape.1), Some(d), None);
+                        assert_eq!(stopped, whole);
+                    }
+                }
+                let p = fast.plan(&j, mix);
+                let q = slow.plan_walking(&j, mix);
+                assert_eq!(p, q, "case {case} job {k}");
+            }
+        }
+        assert!(decided > 1000, "{decided} probes decided by the sums");
+        assert!(walked < decided / 10, "{walked} walked, {decided} decided");
+    }
+
+    impl Timeline {
+        /// [`Timeline::plan`] as first written: every probe of the bisection walks.
+        fn plan_walking(&mut self, job: &PlanJob, mix: bool) -> JobPlan {
+            let found = (|| {
+                let d = job.deadline_s?;
+                for (i, &(level, rate)) in job.levels.iter().enumerate() {
+                    if rate * (d - self.now_s) < job.work_left {
+                        continue;
+                    }
+                    let (finish, spans) = self.run(job, (level, 0, level), Some(d));
+                    let Some(finish) = finish else { continue };
+                    if !mix {
+                        return Some(JobPlan {
+                            feasible: true,
+                            finish_s: Some(finish),
+                            spans,
+                        });
+                    }
+                    let lower = lower_level(job, i);
+                    let at = |s: usize| self.run(job, (lower, s, level), Some(d));
+                    let slots = ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize;
+                    let (mut lo, mut hi) = (0usize, slots);
+                    while lo < hi {
+                        let mid = (lo + hi).div_ceil(2);
+                        if at(mid).0.is_some() {
+                            lo = mid;
+                        } else {
+                            hi = mid - 1;
+                        }
+                    }
+                    let (finish, spans) = at(lo);
+                    return Some(JobPlan {
+                        feasible: true,
+                        finish_s: Some(finish.unwrap_or(d)),
+                        spans,
+                    });
+                }
+                None
+            })();
+            let plan = found.unwrap_or_else(|| {
+                let top = job.levels.last().map_or(0, |l| l.0);
+                let (finish, spans) = self.run(job, (top, 0, top), None);
+                JobPlan {
+                    feasible: job.deadline_s.is_none(),
+                    finish_s: finish,
+                    spans,
+                }
+            });
+            take_one_by_one(&mut self.free[job.ty], &plan.spans);
+            plan
+        }
     }
 }
