@@ -7,16 +7,25 @@
 //! configuration. A job that moved would lose its restart time: every configuration
 //! other than the one it holds is scaled by the re-allocation factor
 //! `max(age − restarts·penalty, 0) / (age + penalty)` (1 while the job is younger
-//! than the penalty). The cost of a configuration is `S^p` (p = −0.5) and leaving a
-//! job without devices costs `λ_n` (1.1); the policy minimises the total cost with at
-//! most one configuration per job and no more devices of a type than the cluster has.
-//! With `v = λ_n − S^p` that is a multiple-choice knapsack with one capacity per
-//! device type: maximise `Σ v` over the chosen configurations.
+//! than the penalty). The cost of a configuration is `S^p` (p = −0.5), rounded to
+//! two decimals as Sia's simulator rounds it, and leaving a job without devices
+//! costs `λ_n` (1.1); the policy minimises the total cost with at most one
+//! configuration per job and no more devices of a type than the cluster has. With
+//! `v = λ_n − S^p` that is a multiple-choice knapsack with one capacity per device
+//! type: maximise `Σ v` over the chosen configurations.
 //!
 //! Configurations, as in Sia: 1, 2, 4, … devices up to a node of the type, then
-//! whole nodes, within the job's `max_replicas`. A job that has not run yet has no
-//! fitted model (Sia profiles it first): it is offered one device of any type it can
-//! use, at `S = 1`.
+//! whole nodes, within the job's `max_replicas`. A job that has not trained yet has
+//! no model (Sia's simulator fits one from the steps a job has run; a job still in
+//! its first restart has none): it is offered one device of any type it can use, at
+//! `S = 1`, so it ties with every job waiting to start. A job keeps its devices while
+//! a restart the policy caused is under way (Sia's `scaling_underway`). Ties between
+//! equal values are broken in a pseudo-random order drawn each round, not by
+//! arrival: Sia's program leaves them open and its solver (CBC) settles them in an
+//! order unrelated to arrival ([`Sia::shuffle_ties`]). Together these make Sia's
+//! loop on jobs whose restart outlasts a round (bert, 120 s): started, held through
+//! the restart, still without a model, and dropped for a waiting job
+//! (experiments/sia/MIXES.md).
 //!
 //! Two solvers: [`SiaSolver::Exact`] solves the integer program with the pure-Rust
 //! `microlp` branch and bound, warm-started with the fast solution and bounded in
@@ -114,6 +123,27 @@ pub struct Sia {
     /// the most replicas the job has run) from which the job may use its batch limit
     /// (2: once it has run at all; 4: once it has run on at least two devices).
     pub explore_from: u32,
+    /// A job counts as not run (one device of any usable type at `S = 1`) until it
+    /// has made progress (`JobView::work_done > 0`), as in Sia's simulator, whose
+    /// job has no throughput model until it has trained a step: a job still in its
+    /// first restart has none (`sia`). `false` (`sia-pacer`): until it has held a
+    /// device (`JobView::attained_gpu_s > 0`).
+    pub fresh_until_trained: bool,
+    /// Costs `S^p` rounded to two decimals, as Sia's simulator rounds its matrix
+    /// (`sia.py`, `np.round(pup_mat, 2)`): configurations whose costs round alike
+    /// tie (`sia`).
+    pub round_costs: bool,
+    /// Ties between equal-valued choices broken by a pseudo-random order drawn anew
+    /// each round (a value offset below 10⁻⁶, from the job and the round's time),
+    /// not by arrival: Sia's integer program does not order equal-valued jobs, and
+    /// its solver (CBC) starts waiting jobs in an order unrelated to arrival
+    /// (`sia`; experiments/sia/MIXES.md, "Why bert waits in Sia's simulator").
+    pub shuffle_ties: bool,
+    /// Keep a job's allocation while a restart this policy caused is under way
+    /// (Sia's `scaling_underway`, `preserve_ckpt_allocs`).
+    pub hold_restarts: bool,
+    /// Per job: until when (simulation seconds) the restart this policy caused lasts.
+    restarting: HashMap<JobId, f64>,
     /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
     /// solution so far (deterministic, unlike a wall-clock limit).
     pub node_limit: u64,
@@ -144,6 +174,11 @@ impl Sia {
             fresh_by_speed: false,
             explore_cap: true,
             explore_from: 2,
+            fresh_until_trained: true,
+            round_costs: true,
+            shuffle_ties: true,
+            hold_restarts: true,
+            restarting: HashMap::new(),
             node_limit: DEFAULT_NODE_LIMIT,
             exact_rounds: 0,
             exact_at_limit: 0,
@@ -322,12 +357,18 @@ impl Sia {
         }
     }
 
-    /// A configuration's value `λ_n − S^p` at speedup `sc` (cost capped at 3000).
+    /// A configuration's value `λ_n − S^p` at speedup `sc` (cost capped at 3000,
+    /// rounded to two decimals with [`Sia::round_costs`]).
     fn value(&self, sc: f64) -> f64 {
         let cost = if sc > 0.0 {
             sc.powf(self.p).min(3000.0)
         } else {
             3000.0
+        };
+        let cost = if self.round_costs {
+            (cost * 100.0).round() / 100.0
+        } else {
+            cost
         };
         self.lambda_n - cost
     }
@@ -336,6 +377,46 @@ impl Sia {
     pub fn forget_finished(&mut self, view: &ClusterView) {
         let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
         self.cache.retain(|id, _| live.contains(id));
+        self.restarting.retain(|id, _| live.contains(id));
+    }
+
+    /// With [`Sia::hold_restarts`]: takes the jobs in a restart this policy caused out
+    /// of `problem` (options cleared, their devices out of the capacity) and returns,
+    /// per job, the configuration it keeps.
+    pub fn pin_restarting(
+        &self,
+        view: &ClusterView,
+        problem: &mut Problem,
+        held: &[Option<usize>],
+    ) -> Vec<Option<usize>> {
+        let mut pinned = vec![None; view.jobs.len()];
+        if !self.hold_restarts {
+            return pinned;
+        }
+        for (j, job) in view.jobs.iter().enumerate() {
+            let busy = self
+                .restarting
+                .get(&job.id)
+                .is_some_and(|&until| view.now_s < until);
+            if let (true, false, Some(c)) = (busy, job.current.is_empty(), held[j]) {
+                pinned[j] = Some(c);
+                problem.options[j].clear();
+                let cfg = problem.configs[c];
+                let cap = &mut problem.capacity[cfg.ty as usize];
+                *cap = cap.saturating_sub(cfg.gpus as u64);
+            }
+        }
+        pinned
+    }
+
+    /// Remembers the jobs this round moves: they restart until their penalty ends.
+    pub fn note_restarts(&mut self, view: &ClusterView, out: &[Allocation]) {
+        for (job, a) in view.jobs.iter().zip(out) {
+            if !a.is_empty() && *a != job.current {
+                let pen = job.restart_s.unwrap_or(self.restart_s);
+                self.restarting.insert(job.id, view.now_s + pen);
+            }
+        }
     }
 
     /// The configuration each job holds now, if it is one of the cluster's.
@@ -362,7 +443,16 @@ impl Sia {
         let pools = TypedPools::new(view.cluster);
         let mut options = Vec::with_capacity(view.jobs.len());
         for job in view.jobs {
-            let fresh = job.attained_gpu_s <= 0.0;
+            let fresh = if self.fresh_until_trained {
+                job.work_done <= 0.0
+            } else {
+                job.attained_gpu_s <= 0.0
+            };
+            let tie = if self.shuffle_ties {
+                TIE_SPAN * unit_hash(job.id.0 as u64, view.now_s.to_bits())
+            } else {
+                0.0
+            };
             let by_speed = if fresh && self.fresh_by_speed {
                 let mut g = self.goodputs(job);
                 for (gi, c) in g.iter_mut().zip(&self.configs) {
@@ -422,7 +512,7 @@ impl Sia {
                 };
                 let v = self.value(sc);
                 if v > 0.0 {
-                    opts.push((c, v));
+                    opts.push((c, v + tie));
                 }
             }
             options.push(opts);
@@ -433,6 +523,22 @@ impl Sia {
             options,
         }
     }
+}
+
+/// Width of [`Sia::shuffle_ties`]'s offsets: far below the 0.01 steps of rounded
+/// costs and the differences between distinct goodputs that matter.
+const TIE_SPAN: f64 = 1e-6;
+
+/// A uniform number in [0, 1) from two keys (SplitMix64 finaliser).
+fn unit_hash(a: u64, b: u64) -> f64 {
+    let mut z = a
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(b)
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Node-level allocations for the chosen configurations: unchanged (type, devices)
@@ -502,9 +608,15 @@ impl Policy for Sia {
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         self.forget_finished(view);
-        let problem = self.problem(view);
-        let held = self.held(view);
-        let choice = match self.solver {
+        let mut problem = self.problem(view);
+        let mut held = self.held(view);
+        let pinned = self.pin_restarting(view, &mut problem, &held);
+        for (h, p) in held.iter_mut().zip(&pinned) {
+            if p.is_some() {
+                *h = None;
+            }
+        }
+        let mut choice = match self.solver {
             SiaSolver::Fast => solve_fast(&problem, &held),
             SiaSolver::Exact => {
                 // Bounded branch and bound, warm-started with the fast solution; at
@@ -520,7 +632,14 @@ impl Policy for Sia {
                 choice
             }
         };
-        place(view.cluster, view.jobs, &problem.configs, &choice)
+        for (c, p) in choice.iter_mut().zip(&pinned) {
+            if p.is_some() {
+                *c = *p;
+            }
+        }
+        let out = place(view.cluster, view.jobs, &problem.configs, &choice);
+        self.note_restarts(view, &out);
+        out
     }
 }
 
@@ -548,6 +667,162 @@ mod tests {
                 (1, 1, 8)
             ]
         );
+    }
+
+    fn model(speed: f64) -> GoodputFn {
+        use pacer_predict::goodput::{BatchLimits, GradParams, PerfParams};
+        GoodputFn {
+            perf: PerfParams {
+                alpha_c: 0.02 / speed,
+                beta_c: 0.002 / speed,
+                alpha_n: 0.2,
+                beta_n: 0.01,
+                alpha_r: 0.05,
+                beta_r: 0.005,
+                gamma: 2.0,
+            },
+            grad: GradParams {
+                sqr: 1.0,
+                var: 100.0,
+            },
+            limits: BatchLimits {
+                base_batch: 64.0,
+                max_batch: 8192.0,
+                min_atomic: 8.0,
+                max_atomic: 256.0,
+                accumulation: true,
+            },
+        }
+    }
+
+    /// Devices per option of job 0 in `sia`'s knapsack of `view`.
+    fn offered(sia: &mut Sia, view: &ClusterView) -> Vec<u32> {
+        let p = sia.problem(view);
+        p.options[0].iter().map(|o| p.configs[o.0].gpus).collect()
+    }
+
+    #[test]
+    fn a_job_counts_as_not_run_until_it_has_trained() {
+        let c = ClusterSpec::parse("1x4:a,1x4:b", "t").unwrap();
+        let mut j = JobView::basic(JobId(0), 0.0, 1);
+        j.max_replicas = 4;
+        j.goodput_by_type = vec![Some(model(1.0)), Some(model(2.0))];
+        // It held devices for its whole first restart but has not trained.
+        j.attained_gpu_s = 120.0;
+        let jobs = [j.clone()];
+        let view = ClusterView {
+            now_s: 600.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let mut sia = Sia::new(SiaSolver::Fast);
+        assert_eq!(offered(&mut sia, &view), [1, 1]);
+        let p = sia.problem(&view);
+        // One device of either type at S = 1: cost 1, value λ_n − 1 (and a tie offset).
+        for o in &p.options[0] {
+            assert!((o.1 - 0.1).abs() < 1e-5, "{o:?}");
+        }
+        // `sia-pacer`'s rule: a job that has held devices has its models.
+        sia.fresh_until_trained = false;
+        assert!(offered(&mut sia, &view).contains(&4));
+        // Once it has trained, Sia's too.
+        let mut trained = j;
+        trained.work_done = 0.01;
+        let jobs = [trained];
+        let view = ClusterView {
+            now_s: 600.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        assert!(offered(&mut Sia::new(SiaSolver::Fast), &view).contains(&4));
+    }
+
+    #[test]
+    fn costs_round_to_two_decimals() {
+        let mut sia = Sia::new(SiaSolver::Fast);
+        // 1.004^-0.5 = 0.998…: rounds to 1.00, a tie with S = 1.
+        assert_eq!(sia.value(1.004), sia.value(1.0));
+        assert!((sia.value(4.0) - 0.6).abs() < 1e-12);
+        sia.round_costs = false;
+        assert!(sia.value(1.004) > sia.value(1.0));
+    }
+
+    /// Ten jobs that have not run wait for one device; round `r` at `60·r` s.
+    fn one_device_ten_waiting(sia: &Sia, rounds: u32) -> Vec<usize> {
+        let c = ClusterSpec::parse("1x1:a", "t").unwrap();
+        let jobs: Vec<JobView> = (0..10)
+            .map(|i| JobView::basic(JobId(i), i as f64, 1))
+            .collect();
+        (0..rounds)
+            .map(|r| {
+                let view = ClusterView {
+                    now_s: 60.0 * r as f64 + 600.0,
+                    cluster: &c,
+                    jobs: &jobs,
+                };
+                let out = sia.clone().allocate(&view);
+                out.iter().position(|a| !a.is_empty()).expect("one runs")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ties_are_not_broken_by_arrival() {
+        let sia = Sia::new(SiaSolver::Fast);
+        let picks = one_device_ten_waiting(&sia, 20);
+        let distinct: std::collections::BTreeSet<usize> = picks.iter().copied().collect();
+        assert!(distinct.len() >= 4, "{picks:?}");
+        // The same round gives the same pick.
+        assert_eq!(picks, one_device_ten_waiting(&sia, 20));
+        let mut by_arrival = sia;
+        by_arrival.shuffle_ties = false;
+        assert!(one_device_ten_waiting(&by_arrival, 20)
+            .iter()
+            .all(|&j| j == 0));
+    }
+
+    #[test]
+    fn a_restarting_job_keeps_its_devices_then_ties_again() {
+        let c = ClusterSpec::parse("1x1:a", "t").unwrap();
+        let mut jobs: Vec<JobView> = (0..6)
+            .map(|i| {
+                let mut j = JobView::basic(JobId(i), i as f64, 1);
+                j.restart_s = Some(120.0);
+                j
+            })
+            .collect();
+        let mut sia = Sia::new(SiaSolver::Fast);
+        let view = ClusterView {
+            now_s: 600.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let out = sia.allocate(&view);
+        let x = out.iter().position(|a| !a.is_empty()).expect("one starts");
+        jobs[x].current = out[x].clone();
+        jobs[x].attained_gpu_s = 60.0;
+        // During its 120 s restart it keeps the device, whatever the ties say.
+        for now_s in [660.0, 700.0, 719.0] {
+            let view = ClusterView {
+                now_s,
+                cluster: &c,
+                jobs: &jobs,
+            };
+            assert_eq!(sia.clone().allocate(&view)[x], jobs[x].current, "{now_s}");
+        }
+        // After it, still without progress, it ties with the waiting jobs: over
+        // rounds, sometimes one of them takes the device.
+        let kept: Vec<bool> = (0..20)
+            .map(|r| {
+                let view = ClusterView {
+                    now_s: 720.0 + 60.0 * r as f64,
+                    cluster: &c,
+                    jobs: &jobs,
+                };
+                sia.clone().allocate(&view)[x] == jobs[x].current
+            })
+            .collect();
+        assert!(kept.iter().any(|&k| !k), "{kept:?}");
     }
 
     #[test]

@@ -56,6 +56,8 @@ fn jobs(n: usize, types: usize, seed: u64, cluster: &ClusterSpec) -> Vec<JobView
             let mut j = JobView::basic(JobId(i as u32), -next() * 3600.0, 1);
             j.max_replicas = [1u32, 2, 4, 8, 16, 64][(next() * 6.0) as usize % 6];
             j.attained_gpu_s = if next() < 0.2 { 0.0 } else { next() * 1e4 };
+            // Jobs that have held devices have trained (Sia's model needs progress).
+            j.work_done = if j.attained_gpu_s > 0.0 { 0.1 } else { 0.0 };
             j.num_restarts = (next() * 4.0) as u32;
             j.goodput_version = 1;
             let var = 1.0 + next() * 500.0;

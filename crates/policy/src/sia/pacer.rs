@@ -18,18 +18,21 @@
 //!    those devices by the job's one-device goodput per type, known from the
 //!    tables' one-device rows ([`Sia::fresh_by_speed`]).
 //!
-//! 3. **No move while restarting** (Sia's `scaling_underway`, which `sia` leaves
-//!    out): a job this policy re-allocated less than its restart time ago keeps its
-//!    devices this round ([`SiaPacer::hold_restarts`]); on saturn 1–5 it changed
+//! 3. **No move while restarting** (Sia's `scaling_underway`, which `sia` has
+//!    too): a job this policy re-allocated less than its restart time ago keeps its
+//!    devices this round ([`Sia::hold_restarts`]); on saturn 1–5 it changed
 //!    the mean avg JCT by −0.3 %, within noise, and is kept as Sia's behaviour.
+//!
+//! `sia`'s other Sia behaviours are off here, as when this policy was chosen:
+//! a job has its models once it has held devices ([`Sia::fresh_until_trained`]
+//! off), costs are not rounded, and ties go by arrival ([`Sia::shuffle_ties`] off).
 //!
 //! Measured and left off (the same search): least-attained-service and
 //! remaining-time job weights ([`Weights`]) and `p = −1` were worse.
 
 use super::{place, solve_fast, Sia, SiaSolver};
 use crate::{ClusterView, Policy};
-use pacer_model::{Allocation, JobId};
-use std::collections::HashMap;
+use pacer_model::Allocation;
 
 /// How a job's attained service weighs its term of the objective.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -62,10 +65,6 @@ pub struct SiaPacer {
     /// The Sia formulation it weights (fast solver).
     pub sia: Sia,
     pub weights: Weights,
-    /// Keep a job's allocation while the restart it started is under way.
-    pub hold_restarts: bool,
-    /// Per job: until when (simulation seconds) the restart this policy caused lasts.
-    restarting: HashMap<JobId, f64>,
 }
 
 impl Default for SiaPacer {
@@ -80,12 +79,11 @@ impl SiaPacer {
         sia.p = p;
         sia.fresh_by_speed = true;
         sia.explore_cap = false;
-        SiaPacer {
-            sia,
-            weights,
-            hold_restarts,
-            restarting: HashMap::new(),
-        }
+        sia.fresh_until_trained = false;
+        sia.round_costs = false;
+        sia.shuffle_ties = false;
+        sia.hold_restarts = hold_restarts;
+        SiaPacer { sia, weights }
     }
 }
 
@@ -115,8 +113,6 @@ impl SiaPacer {
         view: &ClusterView,
         reserved: &[Option<Vec<u64>>],
     ) -> (super::Problem, Vec<Option<usize>>) {
-        let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
-        self.restarting.retain(|id, _| live.contains(id));
         self.sia.forget_finished(view);
         let mut problem = self.sia.problem(view);
         let mut held = self.sia.held(view);
@@ -130,21 +126,10 @@ impl SiaPacer {
         }
         // Jobs in a restart this policy caused keep their configuration: out of the
         // knapsack, their devices out of its capacity.
-        let mut pinned = vec![None; view.jobs.len()];
+        let pinned = self.sia.pin_restarting(view, &mut problem, &held);
         for (j, job) in view.jobs.iter().enumerate() {
-            let busy = self
-                .restarting
-                .get(&job.id)
-                .is_some_and(|&until| view.now_s < until);
-            if self.hold_restarts && busy && !job.current.is_empty() {
-                if let Some(c) = held[j] {
-                    pinned[j] = Some(c);
-                    problem.options[j].clear();
-                    let cfg = problem.configs[c];
-                    let cap = &mut problem.capacity[cfg.ty as usize];
-                    *cap = cap.saturating_sub(cfg.gpus as u64);
-                    continue;
-                }
+            if pinned[j].is_some() {
+                continue;
             }
             let w = self.weights.of(job.attained_gpu_s);
             for o in &mut problem.options[j] {
@@ -167,11 +152,6 @@ impl SiaPacer {
 
     /// Remembers the jobs this round moves: they restart until their penalty ends.
     pub(super) fn note_restarts(&mut self, view: &ClusterView, out: &[Allocation]) {
-        for (job, a) in view.jobs.iter().zip(out) {
-            if !a.is_empty() && *a != job.current {
-                let pen = job.restart_s.unwrap_or(self.sia.restart_s);
-                self.restarting.insert(job.id, view.now_s + pen);
-            }
-        }
+        self.sia.note_restarts(view, out);
     }
 }
