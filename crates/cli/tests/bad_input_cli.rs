@@ -3,7 +3,9 @@
 //! or written before the error. Each case here once panicked, hung, aborted on a
 //! failed allocation, ran on nonsense or named the wrong place.
 
-use std::path::PathBuf;
+mod common;
+
+use common::Scratch;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,22 +32,18 @@ fn pacer(args: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("pacer-bad-input-{}", std::process::id()))
-        .join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder, removed when the returned guard drops.
+fn tmp_dir(name: &str) -> Scratch {
+    Scratch::dir(&format!("bad-input-{name}"))
 }
 
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let p = tmp_dir("files").join(name);
-    std::fs::write(&p, text).unwrap();
-    p
+/// A file `name` holding `text` in a fresh scratch folder, removed when the guard drops.
+fn tmp(name: &str, text: &str) -> Scratch {
+    Scratch::file("bad-input", name, text)
 }
 
 /// An interference file describing a single worker (slowdown 2 on iterations 1–4).
-fn one_worker_plan(name: &str) -> PathBuf {
+fn one_worker_plan(name: &str) -> Scratch {
     tmp(
         name,
         r#"{"workers": [{"interference": [{"start": 1, "end": 5, "slowdown": 2}]}]}"#,
@@ -470,7 +468,8 @@ fn worker_flags_are_checked_before_connecting() {
 fn app_folder_errors_say_the_os_error_once() {
     // Was "…/placements.csv: No such file or directory (os error 2): No such file
     // or directory (os error 2)".
-    let missing = tmp_dir("apps").join("missing");
+    let apps = tmp_dir("apps");
+    let missing = apps.join("missing");
     let m = missing.to_str().unwrap();
     for args in [
         vec!["simulate", "--policy", "fifo", "--app-dir", m],

@@ -127,8 +127,7 @@ fn sizes_a_user_asks_for_are_refused_before_allocating() {
         &out,
         "cluster too large: 1000000 nodes, 1000000000 devices; at most 1048576 devices",
     );
-    let dir = std::env::temp_dir().join(format!("pacer-defects-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = Scratch::dir("defects-test");
     let toml = dir.join("huge.toml");
     std::fs::write(
         &toml,
@@ -137,5 +136,4 @@ fn sizes_a_user_asks_for_are_refused_before_allocating() {
     .unwrap();
     let out = pacer_within(&["simulate", "--cluster", toml.to_str().unwrap()], 60);
     fails_with(&out, "cluster too large: 1000000 nodes, 1000000000 devices");
-    std::fs::remove_dir_all(&dir).ok();
 }

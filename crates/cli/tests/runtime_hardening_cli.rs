@@ -8,8 +8,10 @@
 //! `PACER_TEST_BIN=/path/to/pacer` runs these against another build (to see them
 //! fail on one without the fixes).
 
+mod common;
+
+use common::Scratch;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,12 +53,9 @@ fn pacer(args: &[&str]) -> Output {
     )
 }
 
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("pacer-rt-hardening-{}", std::process::id()))
-        .join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder, removed when the guard drops.
+fn tmp_dir(name: &str) -> Scratch {
+    Scratch::dir(&format!("rt-hardening-{name}"))
 }
 
 #[test]
@@ -286,7 +285,6 @@ fn an_mnist_label_out_of_range_names_the_file_and_record() {
             && err.contains("0 to 9"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -316,7 +314,6 @@ fn a_libsvm_test_label_unknown_to_training_names_the_file_and_line() {
         err.contains("te.svm") && err.contains("line 2") && err.contains("`5`"),
         "{err}"
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -420,5 +417,4 @@ fn sigterm_under_a_huge_time_scale_exits_promptly_with_the_checkpoint() {
     assert!(err.contains("checkpoint of step 0"), "{err}");
     assert!(dir.join("pacer-checkpoint.bin").is_file());
     assert!(stdout.starts_with("INTERRUPTED (SIGTERM)"), "{stdout}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,6 +2,9 @@
 //! with a fresh state directory, and `pacer submit` (a spec file, `--wrap`), `pacer jobs`,
 //! `pacer job` as child processes. Every wait is bounded.
 
+mod common;
+
+use common::Scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -10,7 +13,8 @@ struct Serve {
     child: Child,
     url: String,
     state: PathBuf,
-    dir: PathBuf,
+    /// Dropped after the service is stopped (fields drop after `Drop::drop`).
+    dir: Scratch,
 }
 
 impl Drop for Serve {
@@ -20,11 +24,9 @@ impl Drop for Serve {
     }
 }
 
-fn test_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pacer-serve-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh folder for one service, removed when the guard drops.
+fn test_dir(name: &str) -> Scratch {
+    Scratch::dir(&format!("serve-cli-{name}"))
 }
 
 /// `pacer serve` on `127.0.0.1:0` (the port it prints), cluster `2x2:cpu`, short rounds.
@@ -228,13 +230,12 @@ fn submit_wrap_and_a_spec_file_run_in_the_submitters_directory() {
     let listed: serde_json::Value =
         serde_json::from_str(&s.ok(&work, &["jobs", "--json"])).unwrap();
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 3);
-    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 #[test]
 fn jobs_and_job_print_state_reason_exit_code_and_times() {
     let s = serve("show");
-    let dir = s.dir.clone();
+    let dir = s.dir.to_path_buf();
     // job-1 fails with exit 3; job-2 holds all 4 slots; job-3 waits behind it and is
     // cancelled while queued.
     let failed = s.ok(
@@ -340,7 +341,6 @@ fn jobs_and_job_print_state_reason_exit_code_and_times() {
     assert_eq!(j["reason"], "cancelled (exit 143)", "{j}");
     let text = s.ok(&dir, &["job", hold]);
     assert!(text.contains("allocation:  -"), "{text}");
-    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 #[test]
@@ -389,7 +389,6 @@ fn token_errors_say_where_the_token_comes_from_and_where_the_services_is() {
         assert!(err.contains("pacer serve --state DIR"), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "one line: {err}");
     }
-    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 /// The repository root (the examples are submitted from there, as their README says).
@@ -454,7 +453,6 @@ fn the_shipped_example_jobs_run_as_written() {
         argv.iter().any(|a| a == "python/examples/train_ddp.py"),
         "{argv:?}"
     );
-    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 #[test]
@@ -529,13 +527,12 @@ fn a_trainer_job_logs_progress_while_it_runs() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("--progress-every-s"));
-    let _ = std::fs::remove_dir_all(&s.dir);
 }
 
 #[test]
 fn submit_with_a_deadline_says_accepted_or_declined() {
     let s = serve_with("deadline", "deadline");
-    let dir = s.dir.clone();
+    let dir = s.dir.to_path_buf();
     // 2 of the 4 devices for 60 s, due in an hour: accepted, with its plan.
     let out = s.ok(
         &dir,
@@ -601,5 +598,4 @@ fn submit_with_a_deadline_says_accepted_or_declined() {
     }
     let listed: serde_json::Value = serde_json::from_str(&s.ok(&dir, &["jobs", "--json"])).unwrap();
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);
-    let _ = std::fs::remove_dir_all(&s.dir);
 }

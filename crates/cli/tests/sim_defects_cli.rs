@@ -1,7 +1,9 @@
 //! Hardening issue #19: simulator inputs that hung, ran for minutes, or ran
 //! silently on numbers measured for another device type.
 
-use std::path::PathBuf;
+mod common;
+
+use common::Scratch;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,12 +27,9 @@ fn pacer_within(limit_s: u64, args: &[&str]) -> Output {
     child.wait_with_output().expect("output")
 }
 
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pacer-sim-defects-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
+/// A file `name` holding `text` in a fresh scratch folder, removed when the guard drops.
+fn tmp(name: &str, text: &str) -> Scratch {
+    Scratch::file("sim-defects", name, text)
 }
 
 fn assert_clean_error(out: &Output, needle: &str) {

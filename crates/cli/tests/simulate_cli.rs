@@ -2,7 +2,9 @@
 //! users script against, and one clear error (exit code ≠ 0, no panic) for every
 //! kind of bad input.
 
-use std::path::PathBuf;
+mod common;
+
+use common::Scratch;
 use std::process::{Command, Output};
 
 fn pacer(args: &[&str]) -> Output {
@@ -12,12 +14,9 @@ fn pacer(args: &[&str]) -> Output {
         .expect("pacer runs")
 }
 
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pacer-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
+/// A file `name` holding `text` in a fresh scratch folder, removed when the guard drops.
+fn tmp(name: &str, text: &str) -> Scratch {
+    Scratch::file("cli-test", name, text)
 }
 
 const SMALL: &str = "name,time,application,num_replicas,batch_size\n\
@@ -84,7 +83,8 @@ fn json_has_the_documented_keys_for_every_policy() {
 #[test]
 fn out_dir_gets_csvs_and_a_plot() {
     let w = tmp("small2.csv", SMALL);
-    let dir = std::env::temp_dir().join(format!("pacer-cli-out-{}", std::process::id()));
+    let scratch = Scratch::dir("cli-out");
+    let dir = scratch.join("out");
     let out = pacer(&[
         "simulate",
         "--workload",

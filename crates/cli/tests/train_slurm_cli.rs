@@ -4,6 +4,9 @@
 //! leaves one checkpoint (rank 0 exits 143) and a new pair resumes from it. The same
 //! command under a live Slurm is in scripts/slurm-e2e.sh (phase `train`).
 
+mod common;
+
+use common::Scratch;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -64,11 +67,9 @@ fn finish(c: Child) -> (Option<i32>, String, String) {
     )
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("pacer-train-slurm-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh checkpoint folder, removed when the guard drops.
+fn scratch(name: &str) -> Scratch {
+    Scratch::dir(&format!("train-slurm-{name}"))
 }
 
 #[test]
@@ -96,7 +97,6 @@ fn two_ranks_train_one_job_and_both_workers_take_part() {
         "{names}"
     );
     assert!(err1.contains("rank 1 on n2: 1 worker(s) trained"), "{err1}");
-    let _ = std::fs::remove_dir_all(&ckpt);
 }
 
 #[test]
@@ -137,7 +137,6 @@ fn sigterm_to_every_rank_leaves_one_checkpoint_and_the_next_pair_resumes() {
         Some(total),
         "resumed at {done}: {out0}\n{err0}"
     );
-    let _ = std::fs::remove_dir_all(&ckpt);
 }
 
 #[test]
@@ -157,5 +156,4 @@ fn a_worker_rank_stopped_before_its_controller_answers_exits_at_once() {
     assert_eq!(c1, Some(143), "{err1}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert!(err1.contains("SIGTERM before the controller"), "{err1}");
-    let _ = std::fs::remove_dir_all(&ckpt);
 }

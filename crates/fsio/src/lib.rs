@@ -31,16 +31,14 @@
 //!   `/dev/zero`) is read up to the limit and refused beyond it, so memory stays bounded.
 //!
 //! ```
-//! let dir = std::env::temp_dir().join(format!("pacer-fsio-doc-{}", std::process::id()));
-//! std::fs::create_dir_all(&dir).unwrap();
-//! let path = dir.join("out.txt");
+//! let dir = tempfile::tempdir().unwrap(); // removed when dropped
+//! let path = dir.path().join("out.txt");
 //! pacer_fsio::write_bytes(&path, "hello\n").unwrap();
 //! let limit = pacer_fsio::Limit { what: "a greeting", bytes: 16 };
 //! assert_eq!(pacer_fsio::read_to_string_limited(&path, limit).unwrap(), "hello\n");
 //! let small = pacer_fsio::Limit { what: "a greeting", bytes: 3 };
 //! let e = pacer_fsio::read_to_string_limited(&path, small).unwrap_err();
 //! assert!(e.to_string().ends_with("is 6 bytes; the limit for a greeting is 3 bytes"));
-//! std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
 mod read;

@@ -113,11 +113,12 @@ pub fn read_to_string_limited(path: &Path, limit: Limit) -> Result<String, ReadE
 mod tests {
     use super::*;
 
-    fn dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pacer-fsio-read-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh folder, removed when the returned guard drops.
+    fn dir(tag: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("pacer-fsio-read-{tag}-"))
+            .tempdir()
+            .unwrap()
     }
 
     const L: Limit = Limit {
@@ -127,7 +128,8 @@ mod tests {
 
     #[test]
     fn at_the_limit_is_read_and_above_it_is_refused_with_size_and_limit() {
-        let d = dir("limit");
+        let tmp = dir("limit");
+        let d = tmp.path();
         let p = d.join("f");
         std::fs::write(&p, "0123456789").unwrap();
         assert_eq!(read_limited(&p, L).unwrap().len(), 10);
@@ -140,12 +142,12 @@ mod tests {
                 p.display()
             )
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn a_huge_sparse_file_is_refused_without_reading_it() {
-        let d = dir("sparse");
+        let tmp = dir("sparse");
+        let d = tmp.path();
         let p = d.join("f");
         std::fs::File::create(&p)
             .unwrap()
@@ -153,7 +155,6 @@ mod tests {
             .unwrap();
         let e = read_limited(&p, L).unwrap_err().to_string();
         assert!(e.contains(&format!("is {} bytes", 100u64 << 30)), "{e}");
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[cfg(unix)]
@@ -170,13 +171,14 @@ mod tests {
 
     #[test]
     fn missing_folder_and_binary_files_name_the_path() {
-        let d = dir("errors");
+        let tmp = dir("errors");
+        let d = tmp.path();
         let e = read_limited(&d.join("nope"), L).unwrap_err().to_string();
         assert!(
             e.starts_with(&format!("cannot read {}", d.join("nope").display())),
             "{e}"
         );
-        let e = read_limited(&d, L).unwrap_err().to_string();
+        let e = read_limited(d, L).unwrap_err().to_string();
         assert!(e.contains("it is a folder"), "{e}");
         let p = d.join("bin");
         std::fs::write(&p, b"ab\xffcd").unwrap();
@@ -188,6 +190,5 @@ mod tests {
                 p.display()
             )
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

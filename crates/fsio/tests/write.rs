@@ -11,13 +11,12 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("pacer-fsio-test-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh folder, removed when the returned guard drops.
+fn tmp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("pacer-fsio-test-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn names_in(dir: &Path) -> Vec<String> {
@@ -36,7 +35,8 @@ fn is_root() -> bool {
 
 #[test]
 fn a_regular_file_is_replaced_whole_keeping_its_permissions() {
-    let dir = tmp_dir("regular");
+    let tmp = tmp_dir("regular");
+    let dir = tmp.path().to_path_buf();
     let p = dir.join("out.txt");
     write_bytes(&p, "one\n").unwrap();
     assert_eq!(std::fs::read_to_string(&p).unwrap(), "one\n");
@@ -49,7 +49,8 @@ fn a_regular_file_is_replaced_whole_keeping_its_permissions() {
 
 #[test]
 fn a_failed_write_leaves_the_target_and_no_temporary() {
-    let dir = tmp_dir("failed");
+    let tmp = tmp_dir("failed");
+    let dir = tmp.path().to_path_buf();
     let p = dir.join("out.txt");
     std::fs::write(&p, "old\n").unwrap();
     let e = write_file(&p, |w| {
@@ -73,7 +74,8 @@ fn symlinks_planted_at_the_old_predictable_temporary_names_are_never_followed() 
     // symlink: a local user planting links for the next pids in a shared folder got
     // the victim file truncated and overwritten. Plant them for a range of pids
     // around ours (ours included) and write.
-    let dir = tmp_dir("planted");
+    let tmp = tmp_dir("planted");
+    let dir = tmp.path().to_path_buf();
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     let me = std::process::id();
@@ -110,7 +112,8 @@ fn dev_full_stays_a_device_and_the_error_names_it() {
     // node became a regular file. The test writes to its own copy of the node when it
     // can make one (root), so a broken writer cannot break the machine's /dev/full;
     // else to /dev/full itself, which a non-root writer could not have replaced.
-    let dir = tmp_dir("dev-full");
+    let tmp = tmp_dir("dev-full");
+    let dir = tmp.path().to_path_buf();
     let p = private_dev(&dir, "full", 7).unwrap_or_else(|| {
         eprintln!("note: cannot create a device node here; writing /dev/full itself");
         PathBuf::from("/dev/full")
@@ -139,7 +142,8 @@ fn dev_full_stays_a_device_and_the_error_names_it() {
 
 #[test]
 fn dev_null_takes_the_bytes_and_stays_a_device() {
-    let dir = tmp_dir("dev-null");
+    let tmp = tmp_dir("dev-null");
+    let dir = tmp.path().to_path_buf();
     let p = private_dev(&dir, "null", 3).unwrap_or_else(|| PathBuf::from("/dev/null"));
     write_bytes(&p, "discarded\n").unwrap();
     assert!(std::fs::symlink_metadata(&p)
@@ -156,7 +160,8 @@ fn mkfifo(p: &Path) {
 
 #[test]
 fn a_fifo_delivers_the_bytes_and_remains_a_fifo() {
-    let dir = tmp_dir("fifo");
+    let tmp = tmp_dir("fifo");
+    let dir = tmp.path().to_path_buf();
     let p = dir.join("pipe");
     mkfifo(&p);
     let (tx, rx) = mpsc::channel();
@@ -186,7 +191,8 @@ fn a_fifo_owned_by_another_user_is_refused_without_blocking() {
     // A FIFO planted at an output's name would get the output (or, unread, block
     // the command forever). Nobody reads this one: a writer that opened it would
     // block, so the write runs on a thread and the test fails at the timeout.
-    let dir = tmp_dir("foreign-fifo");
+    let tmp = tmp_dir("foreign-fifo");
+    let dir = tmp.path().to_path_buf();
     let p = dir.join("out.txt");
     mkfifo(&p);
     std::os::unix::fs::lchown(&p, Some(12345), Some(12345)).unwrap();
@@ -211,7 +217,8 @@ fn a_fifo_owned_by_another_user_is_refused_without_blocking() {
 
 #[test]
 fn our_own_symlink_is_followed_and_its_file_replaced_atomically() {
-    let dir = tmp_dir("own-link");
+    let tmp = tmp_dir("own-link");
+    let dir = tmp.path().to_path_buf();
     std::fs::create_dir(dir.join("real")).unwrap();
     let target = dir.join("real").join("data.txt");
     std::fs::write(&target, "old\n").unwrap();
@@ -241,7 +248,8 @@ fn a_symlink_owned_by_another_user_is_refused_and_its_target_untouched() {
         eprintln!("skipped: needs root to give a symlink another owner");
         return;
     }
-    let dir = tmp_dir("foreign-link");
+    let tmp = tmp_dir("foreign-link");
+    let dir = tmp.path().to_path_buf();
     let victim = dir.join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     let link = dir.join("out.txt");
@@ -274,10 +282,16 @@ fn a_symlink_owned_by_another_user_is_refused_and_its_target_untouched() {
 
 #[test]
 fn folders_sockets_and_non_names_are_refused() {
-    let dir = tmp_dir("refused");
+    // Under /tmp whatever TMPDIR says: a Unix socket's path is at most 107 bytes.
+    let tmp = tempfile::Builder::new()
+        .prefix("pacer-fsio-test-refused-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
     let e = write_bytes(&dir, "x").unwrap_err().to_string();
     assert!(e.ends_with("it is a folder"), "{e}");
     let sock = dir.join("sock");
+    assert!(sock.as_os_str().len() <= 107, "{}", sock.display());
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let e = write_bytes(&sock, "x").unwrap_err().to_string();
     assert!(e.contains("it is a socket"), "{e}");

@@ -39,19 +39,20 @@ fn lab_out(args: &[&str]) -> Output {
     lab_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), args)
 }
 
-fn tmp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("pacer-lab-experiments-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch folder, removed when the returned guard drops.
+fn tmp_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("pacer-lab-experiments-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let p = tmp_dir("files").join(name);
+/// A file `name` holding `text` in a fresh scratch folder (removed when the guard drops).
+fn tmp(name: &str, text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tmp_dir("files");
+    let p = dir.path().join(name);
     std::fs::write(&p, text).unwrap();
-    p
+    (dir, p)
 }
 
 fn assert_ok(out: &Output) {
@@ -94,7 +95,7 @@ fn files_in(dir: &Path) -> Vec<String> {
 #[test]
 fn output_folder_that_is_a_file_fails_before_the_runs() {
     // Reported only after every simulation ("File exists").
-    let f = tmp("not-a-folder", "x");
+    let (_tmp, f) = tmp("not-a-folder", "x");
     let f = f.to_str().unwrap();
     let err = fails_with(
         &[
@@ -118,8 +119,10 @@ fn output_folder_that_is_a_file_fails_before_the_runs() {
 #[test]
 fn slaq_empty_profiles_folder() {
     // Panicked: "cannot sample empty range".
-    let dir = tmp_dir("no-profiles");
-    let out = tmp_dir("slaq-out").join("out");
+    let dir_tmp = tmp_dir("no-profiles");
+    let dir = dir_tmp.path();
+    let out_tmp = tmp_dir("slaq-out");
+    let out = out_tmp.path().join("out");
     fails_with(
         &[
             "slaq",
@@ -138,7 +141,8 @@ fn slaq_empty_profiles_folder() {
 #[test]
 fn slaq_infinite_times() {
     // Simulated, wrote results.md, then hung drawing a plot with infinite axes.
-    let out = tmp_dir("slaq-inf").join("out");
+    let out_tmp = tmp_dir("slaq-inf");
+    let out = out_tmp.path().join("out");
     for (flag, v) in [("--interarrival-s", "inf"), ("--round-s", "inf")] {
         fails_with(
             &[
@@ -156,9 +160,11 @@ fn slaq_infinite_times() {
     assert!(!out.exists(), "nothing written");
 }
 
-/// A Gavel data folder with one job type measured on the three device types.
-fn tiny_gavel() -> PathBuf {
-    let dir = tmp_dir("gavel");
+/// A Gavel data folder with one job type measured on the three device types (removed when
+/// the returned guard drops).
+fn tiny_gavel() -> tempfile::TempDir {
+    let dir_tmp = tmp_dir("gavel");
+    let dir = dir_tmp.path();
     let entry = r#"{"('ResNet-18 (batch size 16)', 1)": {"null": 10.0}}"#;
     std::fs::write(
         dir.join("simulation_throughputs.json"),
@@ -171,13 +177,15 @@ fn tiny_gavel() -> PathBuf {
         "ResNet-18 (batch size 16)\tcmd\t1\t1\t3600\t0\t1\n",
     )
     .unwrap();
-    dir
+    dir_tmp
 }
 
 #[test]
 fn themis_checks_every_flag_before_simulating() {
-    let gavel = tiny_gavel();
-    let out = tmp_dir("themis").join("out");
+    let gavel_tmp = tiny_gavel();
+    let gavel = gavel_tmp.path();
+    let out_tmp = tmp_dir("themis");
+    let out = out_tmp.path().join("out");
     let base = [
         "themis",
         "--out",
@@ -221,7 +229,8 @@ fn themis_checks_every_flag_before_simulating() {
 
 #[test]
 fn themis_policy_list() {
-    let out = tmp_dir("themis-p").join("out");
+    let out_tmp = tmp_dir("themis-p");
+    let out = out_tmp.path().join("out");
     let o = out.to_str().unwrap();
     // Was "nothing ran: no Gavel data and --pollux none".
     fails_with(
@@ -239,7 +248,8 @@ fn experiment_outputs_fail_first_and_leave_old_results_alone() {
     // Was: 20 s of simulation, then results.md written over, then
     // "error: Is a directory (os error 21)" with no path.
     for (what, file) in [("slaq", "quality.svg"), ("themis", "themis.svg")] {
-        let dir = tmp_dir(&format!("exp-{what}"));
+        let dir_tmp = tmp_dir(&format!("exp-{what}"));
+        let dir = dir_tmp.path();
         std::fs::write(dir.join("results.md"), "old results\n").unwrap();
         std::fs::create_dir(dir.join(file)).unwrap();
         let out = lab_out(&[what, "--out", dir.to_str().unwrap()]);
@@ -254,7 +264,7 @@ fn experiment_outputs_fail_first_and_leave_old_results_alone() {
         );
         let mut want = vec![file.to_string(), "results.md".into()];
         want.sort();
-        assert_eq!(files_in(&dir), want);
+        assert_eq!(files_in(dir), want);
     }
 }
 
@@ -263,7 +273,8 @@ fn experiment_defaults_write_outside_the_committed_results() {
     // Was: `pacer experiment slaq` (as the README showed it; now `pacer-lab slaq`) overwrote the
     // committed experiments/slaq/. Run from a scratch folder holding a copy of
     // the committed layout: the default must not touch experiments/.
-    let dir = tmp_dir("exp-default");
+    let dir_tmp = tmp_dir("exp-default");
+    let dir = dir_tmp.path();
     std::fs::create_dir_all(dir.join("experiments/slaq")).unwrap();
     std::fs::write(dir.join("experiments/slaq/results.md"), "committed\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_pacer-lab"))
@@ -284,7 +295,7 @@ fn experiment_defaults_write_outside_the_committed_results() {
         help.contains("[default: pacer-out/experiment-themis]"),
         "{help}"
     );
-    let out = lab_in(&dir, &["slaq", "--jobs", "20"]);
+    let out = lab_in(dir, &["slaq", "--jobs", "20"]);
     assert_ok(&out);
     assert_eq!(
         std::fs::read_to_string(dir.join("experiments/slaq/results.md")).unwrap(),

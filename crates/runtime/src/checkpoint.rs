@@ -470,10 +470,11 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, RuntimeError
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("pacer-ckpt-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        d
+    /// `<fresh folder>/pacer-ckpt-<name>`, not created; the folder goes with the guard.
+    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().expect("a scratch folder");
+        let d = tmp.path().join(format!("pacer-ckpt-{name}"));
+        (tmp, d)
     }
 
     /// A checkpoint of a few optimiser steps of `spec` on the `tiny` data.
@@ -515,7 +516,7 @@ mod tests {
         };
         for spec in [adam(), sgd] {
             let (_, model, c) = sample(spec);
-            let dir = scratch(&format!("{spec:?}").replace(' ', "")[..8]);
+            let (_tmp, dir) = scratch(&format!("{spec:?}").replace(' ', "")[..8]);
             let path = c.save(&dir).unwrap();
             let back = Checkpoint::load(&dir, &model).unwrap().unwrap();
             // Bit for bit: parameters, optimiser step count and moments, position.
@@ -530,7 +531,7 @@ mod tests {
             std::fs::remove_dir_all(&dir).unwrap();
         }
         let (_, model, _) = sample(adam());
-        assert!(Checkpoint::load(&scratch("none"), &model)
+        assert!(Checkpoint::load(&scratch("none").1, &model)
             .unwrap()
             .is_none());
     }
@@ -547,7 +548,7 @@ mod tests {
         // A real checkpoint of the model fits.
         assert!(c.encode().len() as u64 <= limit);
         assert!(limit < 2 << 20, "{limit}: the MLP's limit is about 1 MiB");
-        let dir = scratch("bounded");
+        let (_tmp, dir) = scratch("bounded");
         std::fs::create_dir_all(&dir).unwrap();
         let path = Checkpoint::path(&dir);
         let err = |dir: &Path| Checkpoint::load(dir, &model).unwrap_err().to_string();

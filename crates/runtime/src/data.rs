@@ -713,8 +713,11 @@ mod tests {
             e.contains("/nonexistent/dir") && e.contains("not a directory"),
             "{e}"
         );
-        let dir = std::env::temp_dir().join(format!("pacer-rt-data-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("pacer-rt-data-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         // a labels file where images are expected
         for name in [
             "train-labels-idx1-ubyte",
@@ -738,13 +741,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2") && e.contains("`x`"), "{e}");
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
     fn libsvm_huge_index_is_an_error_not_an_allocation_failure() {
-        let dir = std::env::temp_dir().join(format!("pacer-libsvm-huge-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("pacer-libsvm-huge-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         // One index far beyond any real dataset: once it aborted the process on a
         // failed allocation of the dense matrix.
         let f = dir.join("huge.svm");
@@ -766,13 +771,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("wide.svm") && e.contains("100 samples"), "{e}");
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     /// A four-file MNIST directory of `n` 2×2 images with these train labels.
-    fn mnist_dir(tag: &str, train_labels: &[u8]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("pacer-mnist-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    /// The folder is removed when the returned guard drops.
+    fn mnist_dir(tag: &str, train_labels: &[u8]) -> tempfile::TempDir {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("pacer-mnist-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let n = train_labels.len();
         std::fs::write(
             dir.join("train-images-idx3-ubyte"),
@@ -790,12 +798,13 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("t10k-labels-idx1-ubyte"), idx_bytes(&[2], &[0, 9])).unwrap();
-        dir
+        tmp
     }
 
     #[test]
     fn mnist_label_out_of_range_is_named_not_a_bigger_model() {
-        let dir = mnist_dir("bad", &[0, 3, 9, 200, 1]);
+        let tmp = mnist_dir("bad", &[0, 3, 9, 200, 1]);
+        let dir = tmp.path();
         let e = load(&format!("mnist:{}", dir.display()))
             .unwrap_err()
             .to_string();
@@ -806,18 +815,20 @@ mod tests {
                 && e.contains("0 to 9"),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).ok();
         // Valid labels that happen not to reach 9 still make MNIST's ten classes.
-        let dir = mnist_dir("ok", &[0, 1, 2]);
+        let tmp = mnist_dir("ok", &[0, 1, 2]);
+        let dir = tmp.path();
         let d = load(&format!("mnist:{}", dir.display())).unwrap();
         assert_eq!((d.train.classes, d.test.classes), (10, 10));
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
     fn libsvm_labels_are_checked() {
-        let dir = std::env::temp_dir().join(format!("pacer-libsvm-labels-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::Builder::new()
+            .prefix("pacer-libsvm-labels-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path();
         let f = dir.join("nan.svm");
         std::fs::write(&f, "1 1:0.5\nnan 1:0.1\n").unwrap();
         let e = load(&format!("libsvm:{}", f.display()))
@@ -851,7 +862,6 @@ mod tests {
             e.contains("reg.svm") && e.contains(&format!("line {}", MAX_LIBSVM_CLASSES + 1)),
             "{e}"
         );
-        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

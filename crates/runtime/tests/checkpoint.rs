@@ -10,10 +10,15 @@ use pacer_runtime::{train_local, LocalLaunch};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pacer-resume-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+/// A path `<fresh folder>/<name>` that does not exist yet; the folder is removed when
+/// the returned guard drops.
+fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::Builder::new()
+        .prefix("pacer-resume-")
+        .tempdir()
+        .unwrap();
+    let d = tmp.path().join(name);
+    (tmp, d)
 }
 
 /// A flag of its own for each run (the controller watches a `'static` one).
@@ -33,7 +38,7 @@ fn stop_at(flag: &'static AtomicBool, at: u64) -> pacer_runtime::ProgressFn {
 #[test]
 fn a_stopped_run_resumes_with_fewer_workers_at_the_same_step_and_sample() {
     let d = tiny();
-    let dir = scratch("4to2");
+    let (_tmp, dir) = scratch("4to2");
     let b = 96;
     let mut cfg = config(&d, "mlp", 16, b, 40);
     cfg.checkpoint_dir = Some(dir.clone());
@@ -99,7 +104,7 @@ fn with_one_worker_a_resumed_run_ends_where_the_uninterrupted_one_does() {
     // One worker: the aggregate is its gradient, no summation order differs, so the
     // resumed run must reproduce the uninterrupted one bit for bit.
     let d = tiny();
-    let dir = scratch("1to1");
+    let (_tmp, dir) = scratch("1to1");
     let mut cfg = config(&d, "mlp", 16, 64, 30);
     cfg.controller = "uniform".into();
     cfg.record_ledger = true;
@@ -132,7 +137,7 @@ fn with_one_worker_a_resumed_run_ends_where_the_uninterrupted_one_does() {
 #[test]
 fn a_checkpoint_of_another_model_is_an_error_before_training() {
     let d = tiny();
-    let dir = scratch("mismatch");
+    let (_tmp, dir) = scratch("mismatch");
     let mut cfg = config(&d, "mlp", 16, 64, 20);
     cfg.checkpoint_dir = Some(dir.clone());
     let flag = stop_flag();
@@ -189,7 +194,7 @@ fn write_tampered(c: &Checkpoint, dir: &std::path::Path, index: usize, value: f3
 #[test]
 fn a_checkpoint_with_non_finite_parameters_is_refused_naming_the_file() {
     let d = tiny();
-    let dir = scratch("poisoned");
+    let (_tmp, dir) = scratch("poisoned");
     let mut cfg = config(&d, "mlp", 16, 64, 20);
     cfg.checkpoint_dir = Some(dir.clone());
     let model = cfg.model.build();

@@ -580,8 +580,8 @@ mod tests {
 
     #[tokio::test]
     async fn runs_signals_and_readopts_a_process() {
-        let dir = std::env::temp_dir().join(format!("pacer-serve-exec-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = crate::scratch_dir("pacer-serve-exec-");
+        let dir = tmp.path().join("d");
         let ex = LocalExecutor::new();
         let req = LaunchRequest {
             job_id: "j".into(),
@@ -614,7 +614,6 @@ mod tests {
         }
         // sleep dies of SIGTERM; the wrapper survives it and records 143.
         assert_eq!(st, RunStatus::Exited(143));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn alive(pid: u32) -> bool {
@@ -637,9 +636,8 @@ mod tests {
     /// sees to once the job itself has exited, and a stop signal reaches it too.
     #[tokio::test]
     async fn a_setsid_grandchild_is_part_of_its_run() {
-        let dir = std::env::temp_dir().join(format!("pacer-serve-tree-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = crate::scratch_dir("pacer-serve-tree-");
+        let dir = tmp.path().to_path_buf();
         let ex = LocalExecutor::new();
         let req = |n: u32, tail: &str| {
             LaunchRequest {
@@ -715,6 +713,5 @@ mod tests {
             !alive(gc2),
             "the grandchild {gc2} outlived the stop of its run"
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

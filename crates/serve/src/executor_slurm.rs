@@ -657,13 +657,11 @@ mod tests {
 
     /// A fake Slurm in a scratch directory: `squeue` prints `squeue.json` (or hangs while
     /// `hang` exists) and counts its calls in `squeue.calls`; `scancel` appends its
-    /// arguments to `scancel.log`.
-    fn fake_slurm(name: &str) -> std::path::PathBuf {
+    /// arguments to `scancel.log`. The directory is removed when the returned guard drops.
+    fn fake_slurm(name: &str) -> tempfile::TempDir {
         use std::os::unix::fs::PermissionsExt;
-        let dir =
-            std::env::temp_dir().join(format!("pacer-fake-slurm-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = crate::scratch_dir(&format!("pacer-fake-slurm-{name}-"));
+        let dir = tmp.path();
         let d = dir.display();
         let scripts = [
             (
@@ -719,7 +717,7 @@ mod tests {
             "11 RUNNING 1\n12 RUNNING 2\n13 PENDING 2\n",
         )
         .unwrap();
-        dir
+        tmp
     }
 
     fn fake_executor(dir: &Path) -> SlurmExecutor {
@@ -756,7 +754,8 @@ mod tests {
 
     #[tokio::test]
     async fn sigterm_reaches_each_kind_of_run_and_a_pending_run_is_cancelled() {
-        let dir = fake_slurm("signal");
+        let tmp = fake_slurm("signal");
+        let dir = tmp.path().to_path_buf();
         let ex = fake_executor(&dir);
         for (id, sig) in [
             (11, StopSignal::Term),
@@ -772,7 +771,6 @@ mod tests {
             scancel_calls(&dir, 4),
             ["--signal=TERM --full 11", "--signal=TERM 12", "12", "13"]
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -780,7 +778,8 @@ mod tests {
         // Job 12 is RUNNING on two nodes but srun has not started its ranks: only the
         // batch step. A SIGTERM to its steps would reach nobody (measured on the dev
         // cluster: the ranks started afterwards and trained on), so it is cancelled.
-        let dir = fake_slurm("early");
+        let tmp = fake_slurm("early");
+        let dir = tmp.path().to_path_buf();
         std::fs::write(dir.join("steps.txt"), "12.batch\n").unwrap();
         let ex = fake_executor(&dir);
         ex.signal(&handle(12), StopSignal::Term).await.unwrap();
@@ -792,7 +791,6 @@ mod tests {
         std::fs::remove_file(dir.join("scancel.log")).unwrap();
         ex.signal(&handle(12), StopSignal::Term).await.unwrap();
         assert_eq!(scancel_calls(&dir, 1), ["--signal=TERM 12"]);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
@@ -800,7 +798,8 @@ mod tests {
         // Slurm hangs: signal() returns at once (the round goes on), and nothing is sent
         // on a guess (`--full` to a multi-node run made srun kill its ranks). Once Slurm
         // answers again, a later try sends it where it belongs.
-        let dir = fake_slurm("hang");
+        let tmp = fake_slurm("hang");
+        let dir = tmp.path().to_path_buf();
         std::fs::write(dir.join("hang"), "").unwrap();
         let ex = fake_executor(&dir);
         let t = Instant::now();
@@ -814,12 +813,12 @@ mod tests {
         assert!(!dir.join("scancel.log").exists(), "sent while Slurm hung");
         std::fs::remove_file(dir.join("hang")).unwrap();
         assert_eq!(scancel_calls(&dir, 1), ["--signal=TERM 12"]);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
     async fn a_round_reads_squeue_once_and_settles_from_exit_files_when_it_hangs() {
-        let dir = fake_slurm("poll");
+        let tmp = fake_slurm("poll");
+        let dir = tmp.path().to_path_buf();
         let ex = fake_executor(&dir);
         let run_dir = dir.join("run");
         std::fs::create_dir_all(&run_dir).unwrap();
@@ -850,7 +849,6 @@ mod tests {
             RunStatus::Exited(0)
         );
         assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

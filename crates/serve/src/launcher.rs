@@ -93,18 +93,16 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     /// A directory with a fake `torchrun` and a fake python that print their arguments,
-    /// one per line.
-    fn fakes(name: &str) -> std::path::PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("pacer-launcher-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    /// one per line. The directory is removed when the returned guard drops.
+    fn fakes(name: &str) -> tempfile::TempDir {
+        let tmp = crate::scratch_dir(&format!("pacer-launcher-{name}-"));
+        let dir = tmp.path();
         for prog in ["torchrun", "py"] {
             let p = dir.join(prog);
             std::fs::write(&p, "#!/bin/sh\necho \"$0\"\nfor a do echo \"$a\"; done\n").unwrap();
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        dir
+        tmp
     }
 
     fn run(argv: &[String], env: &[(&str, &str)], dir: &std::path::Path) -> (i32, String, String) {
@@ -132,7 +130,8 @@ mod tests {
 
     #[test]
     fn one_node_gets_every_allocated_device() {
-        let dir = fakes("local");
+        let tmp = fakes("local");
+        let dir = tmp.path().to_path_buf();
         let (code, out, err) = run(
             &torchrun_argv(None, &cmd()),
             &[("PACER_REPLICAS", "3")],
@@ -158,12 +157,12 @@ mod tests {
         );
         assert!(lines[0].ends_with("/torchrun"), "{out}");
         assert!(err.contains("1 node(s), 3 process(es)"), "{err}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn each_slurm_node_finds_its_rank_and_devices_by_name() {
-        let dir = fakes("slurm");
+        let tmp = fakes("slurm");
+        let dir = tmp.path().to_path_buf();
         let py = dir.join("py").display().to_string();
         let argv = torchrun_argv(Some(&py), &cmd());
         let env = |me| {
@@ -204,6 +203,5 @@ mod tests {
         assert_eq!(code, 2);
         assert!(out.is_empty(), "{out}");
         assert!(err.contains("'n9'") && err.contains("n2,n1"), "{err}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -28,6 +28,16 @@ pub mod spec;
 pub mod store;
 pub mod trust;
 
+/// A fresh folder `<prefix><random>` under the system's temporary folder for a unit
+/// test, removed when the returned guard drops (also when the test panics).
+#[cfg(test)]
+pub(crate) fn scratch_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("a scratch folder")
+}
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

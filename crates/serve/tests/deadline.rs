@@ -115,7 +115,6 @@ fn deadline_jobs_are_admitted_kept_across_a_restart_and_met() {
         assert!(text.contains(line), "{line} not in:\n{text}");
     }
     drop(svc);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Several local deadline jobs and a best-effort one: each deadline job is admitted or
@@ -178,5 +177,4 @@ fn every_admitted_local_job_meets_its_deadline() {
     );
     assert!(text.contains(&met), "{met} not in:\n{text}");
     drop(svc);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -60,7 +60,6 @@ fn a_mixed_job_spans_types_and_the_others_stay_on_one() {
         "{seen}"
     );
     drop(svc);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -84,5 +83,4 @@ fn mixed_types_on_a_one_type_cluster_is_answered() {
         "{body}"
     );
     drop(svc);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -339,7 +339,6 @@ fn tokens_limits_and_malformed_input() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `/` and `/login`: no credential or a wrong one is a 401 with the login form; the
@@ -747,7 +746,6 @@ fn csrf_origin_and_content_types() {
     assert_eq!(a.status, 201, "{}", a.body);
     let a = svc.raw("POST", "/v1/jobs/job-3/cancel", &[&bearer], b"");
     assert_eq!(a.status, 202, "{}", a.body);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Runs `pacer-serve run` on `state` (with extra `args`), expecting it to refuse to
@@ -940,7 +938,6 @@ fn untrusted_state_directories_are_refused() {
         0o600
     );
     drop(svc);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A cluster that describes ~1e9 devices (a few lines of TOML, or a short flag) is
@@ -990,5 +987,4 @@ fn huge_clusters_are_refused_before_allocating() {
         }
         eprintln!("{cluster}: refused in {:.2} s", t0.elapsed().as_secs_f64());
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,14 +4,14 @@
 
 mod common;
 
-use common::{test_dir, Service};
+use common::{test_dir, Service, TestDir};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The tests of this file run one at a time: `common`'s port choice is per process.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn start(name: &str) -> (std::path::PathBuf, Service) {
+fn start(name: &str) -> (TestDir, Service) {
     let dir = test_dir(name);
     let svc = Service::start(
         &dir,
@@ -169,7 +169,6 @@ fn a_job_runs_in_its_cwd_with_its_env_and_bad_ones_are_refused() {
     assert_eq!(j["state"], "failed", "{j}");
     let why = j["last_exit"].as_str().unwrap();
     assert!(why.contains("cwd") && why.contains("gone"), "{why}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -251,5 +250,4 @@ fn torchrun_jobs_get_nproc_and_the_rendezvous_from_their_allocation() {
             .contains("1 node(s), 3 process(es) on this one, node rank 0"),
         "{log}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,8 +14,11 @@ const VAL: &str = "progress,iteration,metric,grad_sqr,grad_var\n\
 /// `bert` on a `fast` and a `slow` type (`slow` × the step time), with one- and
 /// two-device rows at three local batches, and a scalability table.
 fn apps(tag: &str, slow: f64) -> Vec<pacer_sim::AppModel> {
-    let root = std::env::temp_dir().join(format!("pacer-mixed-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("pacer-mixed-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let root = tmp.path().to_path_buf();
     let table = |k: f64| {
         let mut s = String::from("placement,local_bsz,step_time,sync_time\n");
         for b in [8.0, 16.0, 32.0, 64.0] {
@@ -47,9 +50,7 @@ fn apps(tag: &str, slow: f64) -> Vec<pacer_sim::AppModel> {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-    let a = load_sia_dir(&root, false).unwrap();
-    let _ = std::fs::remove_dir_all(&root);
-    a
+    load_sia_dir(&root, false).unwrap()
 }
 
 fn jobs(n: usize) -> Vec<SimJob> {

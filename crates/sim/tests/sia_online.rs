@@ -15,8 +15,11 @@ const VAL: &str =
 /// one device have sync times × `sync` (the one-device rows are the same for every
 /// `sync`).
 fn apps(tag: &str, sync: f64) -> Vec<pacer_sim::AppModel> {
-    let root = std::env::temp_dir().join(format!("pacer-sia-online-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("pacer-sia-online-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let root = tmp.path().to_path_buf();
     let multi = |scale: f64| {
         format!(
             "{ONE}2,8,{},{}\n2,16,{},{}\n",
@@ -48,9 +51,7 @@ fn apps(tag: &str, sync: f64) -> Vec<pacer_sim::AppModel> {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-    let a = load_sia_dir(&root, false).unwrap();
-    let _ = std::fs::remove_dir_all(&root);
-    a
+    load_sia_dir(&root, false).unwrap()
 }
 
 fn jobs() -> Vec<SimJob> {

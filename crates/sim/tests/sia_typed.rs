@@ -15,8 +15,11 @@ const VAL: &str = "progress,iteration,metric,grad_sqr,grad_var\n10000,10000,0.5,
 
 /// An application `bert` with a `fast` type and a `slow` one (3× the step time).
 fn apps(tag: &str) -> Vec<pacer_sim::AppModel> {
-    let root = std::env::temp_dir().join(format!("pacer-sia-typed-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("pacer-sia-typed-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let root = tmp.path().to_path_buf();
     let slow = PL.replace("0.1,", "0.3,").replace("0.2,", "0.6,");
     let slow = slow.replace("0.12,", "0.36,").replace("0.22,", "0.66,");
     for (f, text) in [
@@ -30,9 +33,7 @@ fn apps(tag: &str) -> Vec<pacer_sim::AppModel> {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
-    let a = load_sia_dir(&root, false).unwrap();
-    let _ = std::fs::remove_dir_all(&root);
-    a
+    load_sia_dir(&root, false).unwrap()
 }
 
 fn job() -> SimJob {

@@ -29,28 +29,34 @@ fn cluster_dir() -> PathBuf {
     )
 }
 
-/// A scratch directory for one test's job output, removed when the test passes (kept for a
-/// look when it fails).
-struct Scratch(PathBuf);
+/// A scratch directory for one test's job output, under cargo's `CARGO_TARGET_TMPDIR`:
+/// removed when the test passes, kept for a look when it fails (its path is printed).
+struct Scratch(tempfile::TempDir);
 
 impl std::ops::Deref for Scratch {
     type Target = Path;
     fn deref(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if !thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
+        if thread::panicking() {
+            self.0.disable_cleanup(true);
+            eprintln!("kept {} for a look", self.0.path().display());
         }
     }
 }
 
 fn scratch(test: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("pacer-slurm-live-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("pacer-slurm-live-{test}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    // As readable as a folder `mkdir` makes (a temporary folder is the owner's alone).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     Scratch(dir)
 }
 

@@ -32,14 +32,62 @@ pub fn pacer_in(dir: &Path, args: &[&str]) -> Output {
         .expect("pacer runs")
 }
 
-/// A fresh folder `pacer-<suite>-test-<pid>/<name>` under the system's temporary folder.
-pub fn tmp_dir(suite: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir()
-        .join(format!("pacer-{suite}-test-{}", std::process::id()))
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A scratch path under the system's temporary folder: a fresh folder, or a file alone in
+/// one. The folder and all in it are removed when this drops (also when the test panics),
+/// so keep it alive while the test, and any `pacer` it started, uses the path.
+pub struct Scratch {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    /// A fresh folder `pacer-<prefix>-<random>`.
+    pub fn dir(prefix: &str) -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("pacer-{prefix}-"))
+            .tempdir()
+            .expect("a scratch folder");
+        Scratch {
+            path: dir.path().to_path_buf(),
+            _dir: dir,
+        }
+    }
+
+    /// A file `name` holding `text`, alone in a fresh folder `pacer-<prefix>-<random>`.
+    pub fn file(prefix: &str, name: &str, text: &str) -> Scratch {
+        let dir = Scratch::dir(prefix);
+        let path = dir.path.join(name);
+        std::fs::write(&path, text).unwrap();
+        Scratch { path, ..dir }
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.path.fmt(f)
+    }
+}
+
+/// A fresh folder `pacer-<suite>-test-<random>/<name>` under the system's temporary folder,
+/// removed when the returned guard drops.
+pub fn tmp_dir(suite: &str, name: &str) -> Scratch {
+    let root = Scratch::dir(&format!("{suite}-test"));
+    let path = root.path.join(name);
+    std::fs::create_dir_all(&path).unwrap();
+    Scratch { path, ..root }
 }
 
 /// The names in `dir`, sorted.

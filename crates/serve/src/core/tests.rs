@@ -74,11 +74,12 @@ impl Executor for Fake {
     }
 }
 
-fn core(name: &str, cluster: &str, policy: &str) -> Core {
-    let dir = std::env::temp_dir().join(format!("pacer-core-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    reopen(name, cluster, policy)
+/// A service core on a fresh state directory, which is removed when the returned guard
+/// drops: keep it alive (bound before the core, so that the core drops first).
+fn core(name: &str, cluster: &str, policy: &str) -> (tempfile::TempDir, Core) {
+    let dir = crate::scratch_dir(&format!("pacer-core-test-{name}-"));
+    let core = reopen(dir.path(), cluster, policy);
+    (dir, core)
 }
 
 fn submit(core: &mut Core, toml: &str) -> String {
@@ -106,7 +107,7 @@ fn env<'a>(req: &'a LaunchRequest, key: &str) -> &'a str {
 
 #[test]
 fn a_round_launches_what_fits_and_settles_what_ended() {
-    let mut c = core("fifo", "1x4:t4", "fifo");
+    let (_state, mut c) = core("fifo", "1x4:t4", "fifo");
     let fake = Fake::default();
     let a = submit(&mut c, "name = \"a\"\ncommand = [\"true\"]\nreplicas = 3\n");
     let b = submit(&mut c, "name = \"b\"\ncommand = [\"true\"]\nreplicas = 2\n");
@@ -143,7 +144,7 @@ fn a_round_launches_what_fits_and_settles_what_ended() {
 
 #[test]
 fn devices_others_hold_are_left_out_of_the_plan() {
-    let mut c = core("taken", "2x2:t4", "fifo");
+    let (_state, mut c) = core("taken", "2x2:t4", "fifo");
     let fake = Fake::default();
     *fake.taken.lock().unwrap() = vec![2, 1];
     let a = submit(&mut c, "name = \"a\"\ncommand = [\"true\"]\n");
@@ -159,7 +160,7 @@ fn devices_others_hold_are_left_out_of_the_plan() {
 
 #[test]
 fn a_job_across_types_is_launched_as_one_run_with_each_node_s_type() {
-    let mut c = core("mixed", "1x2:t4,1x2:a100", "fifo");
+    let (_state, mut c) = core("mixed", "1x2:t4,1x2:a100", "fifo");
     let fake = Fake::default();
     let a = submit(
         &mut c,
@@ -189,7 +190,7 @@ impl Policy for Greedy {
 
 #[test]
 fn a_policy_answer_that_breaks_capacity_changes_nothing() {
-    let mut c = core("greedy", "1x4:t4", "fifo");
+    let (_state, mut c) = core("greedy", "1x4:t4", "fifo");
     c.policy = Some(Box::new(Greedy));
     let fake = Fake::default();
     submit(&mut c, "name = \"a\"\ncommand = [\"true\"]\n");
@@ -204,7 +205,7 @@ fn a_policy_answer_that_breaks_capacity_changes_nothing() {
 
 #[test]
 fn a_resize_stops_the_run_with_sigterm_and_relaunches_it_smaller() {
-    let mut c = core("fair", "1x4:t4", "fair");
+    let (_state, mut c) = core("fair", "1x4:t4", "fair");
     let fake = Fake::default();
     let a = submit(
         &mut c,
@@ -238,7 +239,7 @@ fn a_resize_stops_the_run_with_sigterm_and_relaunches_it_smaller() {
 #[test]
 fn a_run_that_finishes_as_its_resize_arrives_is_done_not_requeued() {
     for reported_done in [true, false] {
-        let mut c = core(&format!("finish-{reported_done}"), "1x4:t4", "fair");
+        let (_state, mut c) = core(&format!("finish-{reported_done}"), "1x4:t4", "fair");
         let fake = Fake::default();
         let a = submit(
             &mut c,
@@ -277,11 +278,10 @@ fn a_run_that_finishes_as_its_resize_arrives_is_done_not_requeued() {
     }
 }
 
-/// Opens the service state of `core(name, …)` again, as a restarted service does.
-fn reopen(name: &str, cluster: &str, policy: &str) -> Core {
-    let dir = std::env::temp_dir().join(format!("pacer-core-test-{}-{name}", std::process::id()));
+/// Opens the service state in `dir` (from [`core`]) again, as a restarted service does.
+fn reopen(dir: &Path, cluster: &str, policy: &str) -> Core {
     Core::open(Settings {
-        state_dir: dir,
+        state_dir: dir.to_path_buf(),
         cluster: ClusterSpec::parse(cluster, "test").unwrap(),
         policy: policy.into(),
         round_s: 1.0,
@@ -307,7 +307,7 @@ fn deadline_spec(name: &str, replicas: u32, runtime: &str, deadline: &str) -> Jo
 
 #[test]
 fn a_deadline_job_is_admitted_or_declined_with_the_earliest_deadline() {
-    let mut c = core("ddl-admit", "1x4:t4", "deadline");
+    let (_state, mut c) = core("ddl-admit", "1x4:t4", "deadline");
     let t0 = super::now_ms();
     // a: 100 s on 2 devices, due in 150 s: fits, 2 devices now.
     let (a, _) = c.submit(deadline_spec("a", 2, "100s", "150")).unwrap();
@@ -361,7 +361,7 @@ fn a_deadline_job_is_admitted_or_declined_with_the_earliest_deadline() {
 
 #[test]
 fn bad_deadlines_are_refused_naming_the_field_and_nothing_is_kept() {
-    let mut c = core("ddl-bad", "1x4:t4", "deadline");
+    let (_state, mut c) = core("ddl-bad", "1x4:t4", "deadline");
     let cases = [
         ("name = \"a\"\ncommand = [\"true\"]\ndeadline = \"soon\"\nexpected_runtime = \"1m\"\n", "deadline", "RFC 3339"),
         ("name = \"a\"\ncommand = [\"true\"]\ndeadline = \"2020-01-01T00:00:00Z\"\nexpected_runtime = \"1m\"\n", "deadline", "in the past"),
@@ -381,7 +381,7 @@ fn bad_deadlines_are_refused_naming_the_field_and_nothing_is_kept() {
         .unwrap_err();
     assert_eq!(e.field, "deadline", "{e}");
     // A policy that plans no deadline refuses them rather than ignoring them.
-    let mut fifo = core("ddl-fifo", "1x4:t4", "fifo");
+    let (_fifo_state, mut fifo) = core("ddl-fifo", "1x4:t4", "fifo");
     let e = fifo.submit(deadline_spec("a", 1, "1m", "1h")).unwrap_err();
     assert_eq!((e.status, e.field.as_str()), (400, "deadline"));
     assert!(e.message.contains("--policy"), "{}", e.message);
@@ -391,7 +391,7 @@ fn bad_deadlines_are_refused_naming_the_field_and_nothing_is_kept() {
 #[test]
 fn an_admitted_guarantee_survives_a_restart_of_the_service() {
     let (name, cluster) = ("ddl-restart", "1x4:t4");
-    let mut c = core(name, cluster, "deadline");
+    let (state, mut c) = core(name, cluster, "deadline");
     let fake = Fake::default();
     let (a, d) = c.submit(deadline_spec("a", 2, "100s", "150")).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -409,7 +409,7 @@ fn an_admitted_guarantee_survives_a_restart_of_the_service() {
     assert_eq!(before["status"], "on track");
     drop(c);
 
-    let mut c = reopen(name, cluster, "deadline");
+    let mut c = reopen(state.path(), cluster, "deadline");
     let j = &c.jobs[&a.id];
     assert_eq!(
         j.deadline, a.deadline,
@@ -440,7 +440,7 @@ fn an_admitted_guarantee_survives_a_restart_of_the_service() {
     ch.job(&slow);
     c.store.commit(ch).unwrap();
     drop(c);
-    let mut c = reopen(name, cluster, "deadline");
+    let mut c = reopen(state.path(), cluster, "deadline");
     round(&mut c, &fake);
     assert!(
         fake.signals.lock().unwrap().is_empty(),

@@ -18,7 +18,6 @@ pub struct Service {
     pub rt: tokio::runtime::Runtime,
 }
 
-/// A fresh directory for one test (removed first if a previous run left it).
 /// Polls `f` every 50 ms until it holds; fails the test after `secs` seconds.
 pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     let t0 = Instant::now();
@@ -31,11 +30,26 @@ pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     }
 }
 
-pub fn test_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("pacer-serve-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for one test, `pacer-serve-test-<name>-<random>` under the system's
+/// temporary folder; it and all in it are removed when the guard drops (also when the
+/// test panics), so bind it before the [`Service`] that uses it (which then stops first).
+pub fn test_dir(name: &str) -> TestDir {
+    TestDir(
+        tempfile::Builder::new()
+            .prefix(&format!("pacer-serve-test-{name}-"))
+            .tempdir()
+            .unwrap(),
+    )
+}
+
+/// What [`test_dir`] returns: the directory's path, by `Deref`.
+pub struct TestDir(tempfile::TempDir);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
 }
 
 /// A free port below the kernel's ephemeral range (32768–60999 on Linux), so that

@@ -607,15 +607,19 @@ mod tests {
     }
 
     /// A Sia-layout folder in a fresh temp dir: `files` are (app/file, text).
-    fn sia_dir(tag: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
-        let root = std::env::temp_dir().join(format!("pacer-sia-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+    /// The folder is removed when the returned guard drops.
+    fn sia_dir(tag: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("pacer-sia-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let root = tmp.path().to_path_buf();
         for (f, text) in files {
             let p = root.join(f);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, text).unwrap();
         }
-        root
+        (tmp, root)
     }
 
     const PL: &str =
@@ -627,7 +631,7 @@ mod tests {
 
     #[test]
     fn sia_layout_loads_per_type_and_calibrates() {
-        let root = sia_dir(
+        let (_tmp, root) = sia_dir(
             "ok",
             &[
                 ("cifar10/placements-fast.csv", PL),
@@ -640,7 +644,6 @@ mod tests {
         );
         let raw = load_sia_dir(&root, false).unwrap();
         let cal = load_sia_dir(&root, true).unwrap();
-        let _ = std::fs::remove_dir_all(&root);
         assert_eq!(raw.len(), 1);
         let (r, c) = (&raw[0], &cal[0]);
         assert_eq!(r.name(), "cifar10");
@@ -664,7 +667,7 @@ mod tests {
                    2,8,0.12,0.03\n2,24,0.2,0.03\n";
         let big_sc = "num_nodes,num_replicas,local_bsz,step_time,sync_time\n\
                       2,8,8,0.3,0.1\n2,8,32,0.5,0.1\n";
-        let root = sia_dir(
+        let (_tmp, root) = sia_dir(
             "limits",
             &[
                 ("bert/placements-small.csv", PL),
@@ -675,7 +678,6 @@ mod tests {
             ],
         );
         let apps = load_sia_dir(&root, true).unwrap();
-        let _ = std::fs::remove_dir_all(&root);
         let m = &apps[0];
         // The common range (used by fixed-batch jobs' defaults) is the narrowest.
         assert_eq!((m.min_local_bsz, m.max_local_bsz), (8.0, 16.0));
@@ -696,7 +698,7 @@ mod tests {
 
     #[test]
     fn sia_layout_errors_name_the_file() {
-        let root = sia_dir(
+        let (_tmp, root) = sia_dir(
             "one-row",
             &[
                 (
@@ -712,8 +714,7 @@ mod tests {
             e.contains("placements-aws.csv") && e.contains("at least 2"),
             "{e}"
         );
-        let _ = std::fs::remove_dir_all(&root);
-        let root = sia_dir(
+        let (_tmp, root) = sia_dir(
             "no-scal",
             &[
                 ("bert/placements-aws.csv", PL),
@@ -725,13 +726,11 @@ mod tests {
             e.contains("scalability-aws.csv") && e.contains("missing"),
             "{e}"
         );
-        let _ = std::fs::remove_dir_all(&root);
-        let root = sia_dir("no-types", &[("bert/validation-16.csv", VAL)]);
+        let (_tmp, root) = sia_dir("no-types", &[("bert/validation-16.csv", VAL)]);
         let e = load_sia_dir(&root, true).unwrap_err().to_string();
         assert!(e.contains("placements-<type>.csv"), "{e}");
-        let _ = std::fs::remove_dir_all(&root);
         // An application without a table for a type another one has.
-        let root = sia_dir(
+        let (_tmp, root) = sia_dir(
             "type-gap",
             &[
                 ("bert/placements-aws.csv", PL),
@@ -749,7 +748,6 @@ mod tests {
             e.contains("ncf/placements-rtx.csv") && e.contains("no table for device type `rtx`"),
             "{e}"
         );
-        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

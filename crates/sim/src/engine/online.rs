@@ -205,8 +205,11 @@ mod tests {
         const SC: &str =
             "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,8,8,0.3,0.1\n2,8,16,0.4,0.1\n";
         const VAL: &str = "progress,iteration,metric,grad_sqr,grad_var\n100,100,0.5,1.0,2.0\n";
-        let root = std::env::temp_dir().join(format!("pacer-online-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let tmp = tempfile::Builder::new()
+            .prefix("pacer-online-")
+            .tempdir()
+            .unwrap();
+        let root = tmp.path().to_path_buf();
         let slow = PL.replace("0.1,", "0.3,").replace("0.2,", "0.6,");
         for (f, text) in [
             ("bert/placements-fast.csv", PL),
@@ -220,7 +223,6 @@ mod tests {
             std::fs::write(p, text).expect("write");
         }
         let apps = crate::apps::load_sia_dir(&root, false).expect("test tables");
-        let _ = std::fs::remove_dir_all(&root);
         apps.into_iter().next().expect("one app")
     }
 
