@@ -7,29 +7,22 @@ mod common;
 
 use common::Scratch;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs pacer; kills it after 60 s (a hang is a failure, not a stuck test run).
 fn pacer(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pacer"))
+    let child = Command::new(env!("CARGO_BIN_EXE_pacer"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("pacer runs");
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            child.kill().ok();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "pacer {args:?} hung; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    common::wait_bounded(child, Duration::from_secs(60)).unwrap_or_else(|out| {
+        panic!(
+            "pacer {args:?} hung; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
 /// A fresh scratch folder, removed when the returned guard drops.

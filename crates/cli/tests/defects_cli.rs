@@ -95,25 +95,18 @@ fn help_and_version_that_cannot_be_written_are_errors() {
 
 /// `pacer ARGS`, killed after `secs` seconds (then the output says so on stderr).
 fn pacer_within(args: &[&str], secs: u64) -> Output {
-    let mut child = Command::new(bin())
+    let child = Command::new(bin())
         .args(args)
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("pacer runs");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while std::time::Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    child.kill().ok();
-    let mut out = child.wait_with_output().unwrap();
-    out.stderr
-        .extend_from_slice(format!("\n[test: killed after {secs} s]\n").as_bytes());
-    out
+    common::wait_bounded(child, std::time::Duration::from_secs(secs)).unwrap_or_else(|mut out| {
+        out.stderr
+            .extend_from_slice(format!("\n[test: killed after {secs} s]\n").as_bytes());
+        out
+    })
 }
 
 #[test]

@@ -29,20 +29,13 @@ fn spawn(args: &[&str]) -> Child {
 }
 
 /// Waits for `child` at most `limit`; a hang is a failure (the child is killed).
-fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > limit {
-            child.kill().ok();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{what} did not end within {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+fn wait_bounded(child: Child, limit: Duration, what: &str) -> Output {
+    common::wait_bounded(child, limit).unwrap_or_else(|out| {
+        panic!(
+            "{what} did not end within {limit:?}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
 fn pacer(args: &[&str]) -> Output {

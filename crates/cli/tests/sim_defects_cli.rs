@@ -5,26 +5,18 @@ mod common;
 
 use common::Scratch;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs `pacer` with a time limit: a hang fails the test instead of the suite.
 fn pacer_within(limit_s: u64, args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pacer"))
+    let child = Command::new(env!("CARGO_BIN_EXE_pacer"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("pacer runs");
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > Duration::from_secs(limit_s) {
-            child.kill().ok();
-            child.wait().ok();
-            panic!("pacer {args:?} still running after {limit_s} s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    common::wait_bounded(child, Duration::from_secs(limit_s))
+        .unwrap_or_else(|_| panic!("pacer {args:?} still running after {limit_s} s"))
 }
 
 /// A file `name` holding `text` in a fresh scratch folder, removed when the guard drops.

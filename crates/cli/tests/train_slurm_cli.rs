@@ -48,18 +48,8 @@ fn rank(r: usize, port: u16, ckpt: &Path, iters: u64) -> Child {
 /// read while it runs (a thread): a `--json` report is larger than a pipe's buffer
 /// (80 KB after 2,934 steps), and a rank blocked writing it would never exit.
 fn finish(c: Child) -> (Option<i32>, String, String) {
-    let pid = c.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(c.wait_with_output());
-    });
-    let Ok(out) = rx.recv_timeout(Duration::from_secs(120)) else {
-        let _ = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status();
-        panic!("a rank ran past 120 s");
-    };
-    let out = out.unwrap();
+    let out = common::wait_bounded(c, Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("a rank ran past 120 s"));
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into(),

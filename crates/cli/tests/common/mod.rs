@@ -123,3 +123,35 @@ pub fn fails_with(out: &Output, needle: &str) -> String {
     );
     err
 }
+
+/// Waits for `child` (its stdout and stderr piped) at most `limit`, reading both pipes
+/// meanwhile: a child that writes more than a pipe holds (64 KiB here: a `--json`
+/// report) would otherwise block and never exit. `Err(output so far)` when it ran
+/// past `limit` (it is then killed).
+pub fn wait_bounded(
+    child: std::process::Child,
+    limit: std::time::Duration,
+) -> Result<Output, Output> {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => Ok(out.expect("the child's output")),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            Err(rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_else(|| Output {
+                    status: std::os::unix::process::ExitStatusExt::from_raw(9),
+                    stdout: Vec::new(),
+                    stderr: Vec::new(),
+                }))
+        }
+    }
+}
