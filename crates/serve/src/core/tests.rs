@@ -478,7 +478,7 @@ fn an_admitted_guarantee_survives_a_restart_of_the_service() {
 
 #[test]
 fn a_job_is_stopped_once_it_has_held_its_budget() {
-    let mut c = core("budget", "1x4:t4", "fifo");
+    let (_state, mut c) = core("budget", "1x4:t4", "fifo");
     let fake = Fake::default();
     // 0.0002 device-hours = 0.72 device-seconds: 0.36 s on its 2 devices.
     let a = submit(
@@ -518,7 +518,7 @@ fn a_job_is_stopped_once_it_has_held_its_budget() {
 
 #[test]
 fn a_queued_job_whose_budget_is_spent_ends_without_running() {
-    let mut c = core("budget-queued", "1x2:t4", "fifo");
+    let (_state, mut c) = core("budget-queued", "1x2:t4", "fifo");
     let fake = Fake::default();
     let a = submit(
         &mut c,
@@ -538,7 +538,7 @@ fn a_queued_job_whose_budget_is_spent_ends_without_running() {
 
 #[test]
 fn a_job_expected_to_cost_more_than_its_budget_is_declined_and_not_stored() {
-    let mut c = core("budget-admit", "1x4:t4", "fifo");
+    let (_state, mut c) = core("budget-admit", "1x4:t4", "fifo");
     let spec = |budget: &str| {
         JobSpec::from_toml(
             &format!(
