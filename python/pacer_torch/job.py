@@ -154,7 +154,7 @@ def current() -> Optional["Job"]:
 def _cuda_in_use() -> bool:
     """Whether this process computes on CUDA: torch has initialised CUDA here (a model
     or tensor was moved to a GPU). A job on the CPU of a GPU machine does not."""
-    return torch.cuda.is_available() and torch.cuda.is_initialized()
+    return torch.cuda.is_initialized()  # (only ever true where CUDA is available)
 
 
 def _world() -> tuple:
