@@ -310,18 +310,23 @@ impl Timeline {
         self.take_spans(job.ty, spans);
     }
 
+    /// `job` at its fastest size from now on, as fast as the free devices allow: the
+    /// plan of a job without a meetable minimum share (feasible only without a
+    /// deadline).
+    fn greedy(&self, job: &PlanJob) -> JobPlan {
+        let top = job.levels.last().map_or(0, |l| l.0);
+        let (finish, spans) = self.run(job, (top, 0, top), None);
+        JobPlan {
+            feasible: job.deadline_s.is_none(),
+            finish_s: finish,
+            spans,
+        }
+    }
+
     /// Plans `job` (its minimum satisfactory share when it has a deadline it can
     /// meet, else greedily) and takes its devices from the timeline.
     pub fn plan(&mut self, job: &PlanJob, mix: bool) -> JobPlan {
-        let plan = self.min_share(job, mix).unwrap_or_else(|| {
-            let top = job.levels.last().map_or(0, |l| l.0);
-            let (finish, spans) = self.run(job, (top, 0, top), None);
-            JobPlan {
-                feasible: job.deadline_s.is_none(),
-                finish_s: finish,
-                spans,
-            }
-        });
+        let plan = self.min_share(job, mix).unwrap_or_else(|| self.greedy(job));
         self.reserve(job, &plan.spans);
         plan
     }
@@ -913,15 +918,7 @@ mod tests {
                 }
                 None
             })();
-            let plan = found.unwrap_or_else(|| {
-                let top = job.levels.last().map_or(0, |l| l.0);
-                let (finish, spans) = self.run(job, (top, 0, top), None);
-                JobPlan {
-                    feasible: job.deadline_s.is_none(),
-                    finish_s: finish,
-                    spans,
-                }
-            });
+            let plan = found.unwrap_or_else(|| self.greedy(job));
             take_one_by_one(&mut self.free[job.ty], &plan.spans);
             plan
         }
