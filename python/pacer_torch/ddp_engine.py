@@ -172,7 +172,18 @@ class DdpEngine:
         assert st.rows is not None and st.decision is not None
         job = current()
         assert job is not None
-        job.gathered(st.rows, float(st.agg_sqr), st.decision)
+        one_rank = None
+        if job.one_rank is not None and self.ddp is not None and job.step_ctx is not None:
+            # One rank: the step's gradient (DDP's buckets hold it) for the noise scale.
+            params = [p for p in self.ddp.module.parameters() if p.requires_grad]
+            flat = torch.cat(
+                [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
+            )
+            pinv = preconditioner(self.optimizer, params)
+            one_rank = job.one_rank.observe(
+                flat, job.step_ctx.sizes[job.rank], pinv, self.grad_scaler
+            )
+        job.gathered(st.rows, float(st.agg_sqr), st.decision, one_rank)
         if job.trace is not None:
             job.trace.mark("gathered")
 

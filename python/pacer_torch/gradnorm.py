@@ -5,7 +5,7 @@ for Adam/AdamW and unscaled for AMP's ``GradScaler`` (as AdaptDL's
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -86,3 +86,66 @@ def grad_norm_sqr(
 ) -> float:
     """``grad_norm_sqr_t`` as a Python float (waits for the device)."""
     return float(grad_norm_sqr_t(flat, pinv, grad_scaler))
+
+
+class ConsecutiveSteps:
+    """The noise scale's inputs where one rank computes every step (no second gradient
+    of the same step to compare with). AdaptDL, at one replica, takes the last two
+    steps' gradients as two draws at one point; but the parameters moved between them,
+    so the change of the true gradient counts as noise. Here the drift is cancelled to
+    first order: with the last three steps' mean gradients ``g_a, g_b, g_c`` (batches
+    ``b_a, b_b, b_c``, preconditioned by the current ``pinv``, each unscaled by its own
+    step's loss scale), ``d = g_b - (g_a + g_c) / 2`` holds no linear drift, and
+    ``E|d|^2 = tr(S) (1/b_b + 1/(4 b_a) + 1/(4 b_c))``; then
+    ``|G|^2 = mean_i(|g_i|^2 - tr(S)/b_i)``. python/README.md ("One rank") compares
+    both with the unbiased estimate from two halves of each step.
+
+    Costs two float32 copies of the gradient (kept) and four sums of squares per
+    step."""
+
+    def __init__(self) -> None:
+        #: The last two steps' gradients and batches, oldest first.
+        self.kept: List[Tuple[torch.Tensor, float]] = []
+
+    def reset(self) -> None:
+        """Forget the last steps (after a step whose gradient is not the job's)."""
+        self.kept = []
+
+    def observe(
+        self,
+        flat: torch.Tensor,
+        b: int,
+        pinv: Optional[torch.Tensor],
+        grad_scaler: Optional[Any],
+    ) -> Optional[Tuple[float, float, float]]:
+        """Keeps ``flat`` (this step's mean gradient over ``b`` samples); returns this
+        step's ``(|G|^2, tr(S), b)`` estimate from it and the last two, or None before
+        there are three steps, after a step without samples, or when a value is not
+        finite (an AMP overflow step: the steps around it are dropped, as the scaler
+        drops the step)."""
+        if b <= 0:
+            self.kept = []
+            return None
+        cur = flat.detach().to(torch.float32, copy=True)
+        if grad_scaler is not None and grad_scaler.is_enabled():
+            cur.div_(float(grad_scaler.get_scale()))
+        kept = [k for k in self.kept if k[0].shape == cur.shape] + [(cur, float(b))]
+        self.kept = kept[-2:]
+        if len(kept) < 3:
+            return None
+        (ga, ba), (gb, bb), (gc, bc) = kept
+        p = None if pinv is None else pinv.to(device=cur.device, dtype=cur.dtype)
+
+        def pre(t: torch.Tensor) -> torch.Tensor:
+            return t if p is None else t / p
+
+        d = gb - (ga + gc).mul_(0.5)
+        sums = torch.stack(
+            [_sum_of_squares(pre(t)) for t in (d, ga, gb, gc)]
+        ).tolist()
+        if not all(math.isfinite(v) for v in sums):
+            self.kept = []
+            return None
+        trace_cov = sums[0] / (1.0 / bb + 0.25 / ba + 0.25 / bc)
+        grad_sqr = sum(s - trace_cov / bi for s, bi in zip(sums[1:], (ba, bb, bc))) / 3.0
+        return grad_sqr, trace_cov, float(b)

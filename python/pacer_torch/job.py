@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from . import _native
+from .gradnorm import ConsecutiveSteps
 from .report import Reporter
 from .sampler import ElasticSampler, StreamPosition
 from .signals import Emulation, LoadMonitor
@@ -256,6 +257,9 @@ class Job:
         self.decisions_version = 0
         self._lr_gain = 1.0
         self.gns = _native.Gns(float(global_batch))
+        #: One rank: the noise scale from consecutive steps (``ConsecutiveSteps``);
+        #: more ranks: from the ranks' gradients of each step (``gathered``).
+        self.one_rank: Optional[ConsecutiveSteps] = ConsecutiveSteps() if self.world == 1 else None
         #: Map-style data: the permutation's position; iterable data (``num_samples``
         #: None): the stream's.
         self.sampler: Union[ElasticSampler, StreamPosition] = (
@@ -531,10 +535,15 @@ class Job:
         return [0.0] * Decision.slot_len(self.world)
 
     def gathered(
-        self, rows: List[List[float]], aggregate_sqr: float, decision: List[float]
+        self,
+        rows: List[List[float]],
+        aggregate_sqr: float,
+        decision: List[float],
+        one_rank: Optional[Tuple[float, float, float]] = None,
     ) -> None:
         """Every rank's row, ``|g|^2`` of the aggregate and rank 0's decision for the
-        next step: the same on all ranks."""
+        next step: the same on all ranks. ``one_rank``: with one rank, the step's
+        noise-scale estimate from the last steps (``ConsecutiveSteps``)."""
         ctx = self.step_ctx
         assert ctx is not None
         sizes = ctx.sizes
@@ -547,12 +556,14 @@ class Job:
             self.next = received
         # Noise scale: ranks that computed something, as the runtime does.
         live = [(float(sizes[r]), rows[r][SQR]) for r in range(self.world) if sizes[r] > 0]
-        if len(live) >= 2 and math.isfinite(aggregate_sqr):
-            try:
+        try:
+            if len(live) >= 2 and math.isfinite(aggregate_sqr):
                 self.gns.observe([b for b, _ in live], [s for _, s in live], aggregate_sqr)
-            except ValueError:
+            elif one_rank is not None:
+                self.gns.observe_estimate(*one_rank)
+            else:
                 self.stats.gns_skipped += 1
-        else:
+        except ValueError:
             self.stats.gns_skipped += 1
         session = self.session
         if session is not None and full:

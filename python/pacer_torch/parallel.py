@@ -231,7 +231,10 @@ class DataParallel(torch.nn.Module):
                         p.grad = v.to(p.dtype, copy=True)
                     else:
                         g.copy_(v)
-        job.gathered(rows, agg_sqr, decision)
+        one_rank = None
+        if job.one_rank is not None:
+            one_rank = job.one_rank.observe(flat, b, pinv, self.grad_scaler)
+        job.gathered(rows, agg_sqr, decision, one_rank)
         if trace is not None:
             trace.mark("gathered")
 

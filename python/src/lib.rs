@@ -131,6 +131,27 @@ impl Gns {
         Ok((s.grad_sqr, s.trace_cov))
     }
 
+    /// One step's estimates made by the caller (one rank: from consecutive steps,
+    /// `ConsecutiveSteps` in gradnorm.py): `|G|²`, `tr Σ` (either may be negative, both
+    /// finite) and the step's samples (> 0), smoothed as `observe`'s. A rejected step
+    /// leaves the estimate as it was and raises ValueError.
+    fn observe_estimate(
+        &mut self,
+        grad_sqr: f64,
+        trace_cov: f64,
+        global_batch: f64,
+    ) -> PyResult<(f64, f64)> {
+        let s = self
+            .est
+            .observe_sample(pacer_predict::gns::GnsSample {
+                grad_sqr,
+                trace_cov,
+                global_batch,
+            })
+            .map_err(value_error)?;
+        Ok((s.grad_sqr, s.trace_cov))
+    }
+
     #[getter]
     fn steps(&self) -> u64 {
         self.est.steps()

@@ -34,18 +34,29 @@ def make_model():
     )
 
 
-def _adaptive(rank, world, out, engine):
-    import torch.distributed as dist
-
+def adaptive_job(engine, **loader_kw):
+    """The model, optimizer, wrapped model, adaptive loader (global batch 32 → at most
+    1,024, deciding every 4 steps) and test set of the adaptive tests."""
     import pacer_torch as pacer
 
-    train, (xt, yt) = make_data()
+    train, test = make_data()
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     net = pacer.DataParallel(model, opt, engine=engine)
     loader = pacer.DataLoader(
         train, global_batch=32, controller="lbbsp", seed=7, adaptive_batch=True,
-        max_global_batch=1024, adapt_every=4, speed=[1, 1, 0.5, 0.25], time_scale=1.0,
+        max_global_batch=1024, adapt_every=4, **loader_kw,
+    )
+    return model, opt, net, loader, test
+
+
+def _adaptive(rank, world, out, engine):
+    import torch.distributed as dist
+
+    import pacer_torch as pacer
+
+    model, opt, net, loader, (xt, yt) = adaptive_job(
+        engine, speed=[1, 1, 0.5, 0.25], time_scale=1.0
     )
     job = pacer.current()
     lrs = []

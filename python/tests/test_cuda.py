@@ -125,8 +125,8 @@ def test_adaptive_ranks_on_cuda_apply_one_decision_every_step(tmp_path, backend,
     print(f"{backend} world {world} {engine}: steps {len(globals_)}, "
           f"global batches {sorted(set(globals_))}, accuracy {got['acc']:.3f}")
     assert sum(globals_) == ta.EPOCHS * ta.N_TRAIN
-    if world > 1:  # the noise scale needs two ranks' gradients (job.gathered)
-        assert max(globals_) > 32 * 1.05, "the global batch adapted"
+    # At one rank (nccl) the noise scale comes from consecutive steps (ConsecutiveSteps).
+    assert max(globals_) > 32 * 1.05, "the global batch adapted"
     assert all(torch.equal(c, got["copies"][0]) for c in got["copies"])
     assert got["acc"] >= ta.TARGET, got["acc"]
 

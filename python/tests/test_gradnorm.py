@@ -46,9 +46,9 @@ def _check(rank, world, engine, mode):
     job = pacer.current()
     got = []
     gathered = job.gathered
-    def spy(rows, agg, dec):
+    def spy(rows, agg, dec, pair=None):
         got.append((rows[0][SQR], agg))
-        gathered(rows, agg, dec)
+        gathered(rows, agg, dec, pair)
 
     job.gathered = spy
     checked = 0

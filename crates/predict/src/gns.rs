@@ -146,6 +146,22 @@ impl GnsEstimator {
         aggregation: Aggregation,
     ) -> Result<GnsSample, GnsError> {
         let s = two_batch_estimate(local_bsz, local_sqr, aggregate_sqr, aggregation)?;
+        self.observe_sample(s)
+    }
+
+    /// One iteration's estimates made elsewhere (e.g. from consecutive steps of one
+    /// worker): `|G|²` and `tr Σ` may be negative (noisy differences), but must be
+    /// finite, and the step's samples finite and > 0.
+    pub fn observe_sample(&mut self, s: GnsSample) -> Result<GnsSample, GnsError> {
+        if !(s.grad_sqr.is_finite() && s.trace_cov.is_finite()) {
+            return Err(GnsError::BadNorm);
+        }
+        if !(s.global_batch.is_finite() && s.global_batch > 0.0) {
+            return Err(GnsError::BadBatch {
+                worker: 0,
+                bsz: s.global_batch,
+            });
+        }
         let decay = self.smoothing.powf(s.global_batch / self.base_batch);
         self.sqr.update(s.grad_sqr, decay);
         self.var.update(s.trace_cov, decay);
@@ -458,5 +474,41 @@ mod tests {
         let p = est.grad_params().unwrap();
         let b = p.noise_scale(16.0);
         assert!((b / est.noise_scale().unwrap() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_sample_made_elsewhere_is_smoothed_as_a_measured_one() {
+        let mut a = GnsEstimator::new(0.9, 32.0);
+        let mut b = a.clone();
+        let s = a
+            .observe_norms(&[16.0, 16.0], &[2.0, 2.2], 1.5, Aggregation::BatchWeighted)
+            .unwrap();
+        b.observe_sample(s).unwrap();
+        assert_eq!(a, b);
+        // Negative estimates are noise and allowed; non-finite ones and empty steps not.
+        let neg = GnsSample {
+            grad_sqr: -0.1,
+            trace_cov: 3.0,
+            global_batch: 8.0,
+        };
+        assert!(b.observe_sample(neg).is_ok());
+        let before = b.clone();
+        for bad in [
+            GnsSample {
+                grad_sqr: f64::NAN,
+                ..neg
+            },
+            GnsSample {
+                trace_cov: f64::INFINITY,
+                ..neg
+            },
+            GnsSample {
+                global_batch: 0.0,
+                ..neg
+            },
+        ] {
+            assert!(b.observe_sample(bad).is_err());
+        }
+        assert_eq!(b, before, "a rejected sample changed the estimate");
     }
 }

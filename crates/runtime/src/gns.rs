@@ -280,14 +280,17 @@ impl GnsTracker {
             (self.noise_scale(), self.grad_sqr(), self.trace_cov())
         {
             let best = rate.and_then(|r| self.best_batch(r, max_batch));
-            self.curve.push(NoiseScalePoint {
-                iteration,
-                noise_scale,
-                grad_sqr,
-                trace_cov,
-                goodput_optimal_batch: best.map(|c| c.batch),
-                goodput_gain: best.map(|c| c.gain),
-            });
+            crate::controller::report::push_capped(
+                &mut self.curve,
+                NoiseScalePoint {
+                    iteration,
+                    noise_scale,
+                    grad_sqr,
+                    trace_cov,
+                    goodput_optimal_batch: best.map(|c| c.batch),
+                    goodput_gain: best.map(|c| c.gain),
+                },
+            );
         }
     }
 }

@@ -43,7 +43,7 @@ mod config;
 mod connections;
 mod iteration;
 mod membership;
-mod report;
+pub(crate) mod report;
 mod retry;
 mod run;
 mod screen;

@@ -42,6 +42,27 @@ pub struct LedgerEntry {
     pub retry: bool,
 }
 
+/// Most points a report's curves (`accuracy_curve`, `noise_scale_curve`) keep: a long
+/// run's `--json` stays bounded (one point every 10–16 iterations made an 80 KB
+/// report after 3,000 iterations).
+pub const CURVE_CAP: usize = 512;
+
+/// Appends `point`; once the curve holds more than [`CURVE_CAP`] points, every other
+/// point is dropped, the first and the last kept, so the curve spans the whole run at
+/// a resolution that halves as it grows.
+pub fn push_capped<T>(curve: &mut Vec<T>, point: T) {
+    curve.push(point);
+    if curve.len() > CURVE_CAP {
+        let last = curve.len() - 1;
+        let mut i = 0;
+        curve.retain(|_| {
+            let keep = i % 2 == 0 || i == last;
+            i += 1;
+            keep
+        });
+    }
+}
+
 /// A test-set evaluation.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct EvalPoint {
@@ -220,6 +241,7 @@ pub struct TrainReport {
     pub final_batches: Vec<u64>,
     /// (worker name, local batch) of the last iteration: which worker got what.
     pub final_batches_named: Vec<(String, u64)>,
+    /// Every evaluation, at most [`CURVE_CAP`] points ([`push_capped`]).
     pub accuracy_curve: Vec<EvalPoint>,
     /// Gradient noise scale `B_noise = tr Σ / |G|²` (samples) at the end of training,
     /// from the workers' gradients (`crate::gns`); `None` without an observed iteration
@@ -233,7 +255,7 @@ pub struct TrainReport {
     /// two non-empty tasks, a non-finite norm).
     pub gns_iterations: u64,
     pub gns_skipped: u64,
-    /// The estimate at every evaluation (and at the end).
+    /// The estimate at every evaluation (and at the end), at most [`CURVE_CAP`] points.
     pub noise_scale_curve: Vec<NoiseScalePoint>,
     /// The global batch with the highest goodput at the end of training, between
     /// the run's `global_batch` and `max_global_batch` (Pollux's efficiency from the
@@ -550,4 +572,25 @@ pub(super) fn worker_means(wstats: BTreeMap<u32, WorkerStats>) -> Vec<WorkerStat
             w
         })
         .collect()
+}
+
+#[cfg(test)]
+mod curve_tests {
+    use super::{push_capped, CURVE_CAP};
+
+    #[test]
+    fn a_capped_curve_spans_the_run_and_stays_bounded() {
+        let mut c = Vec::new();
+        for i in 0..100_000u32 {
+            push_capped(&mut c, i);
+            assert!(c.len() <= CURVE_CAP);
+            assert_eq!((c[0], *c.last().unwrap()), (0, i), "first and last kept");
+        }
+        assert!(c.len() >= CURVE_CAP / 2, "{} points", c.len());
+        assert!(c.windows(2).all(|w| w[0] < w[1]), "order kept");
+        // A short run keeps every point.
+        let mut s = Vec::new();
+        (0..CURVE_CAP as u32).for_each(|i| push_capped(&mut s, i));
+        assert_eq!(s, (0..CURVE_CAP as u32).collect::<Vec<_>>());
+    }
 }

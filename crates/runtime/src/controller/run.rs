@@ -526,12 +526,15 @@ impl Run<'_> {
             crate::sysinfo::set_thread_realtime(crate::sysinfo::RT_CONTROLLER);
         }
         let report = &mut self.report;
-        report.accuracy_curve.push(EvalPoint {
-            iteration: k,
-            train_time_s: now,
-            accuracy: q.accuracy,
-            loss: q.loss,
-        });
+        super::report::push_capped(
+            &mut report.accuracy_curve,
+            EvalPoint {
+                iteration: k,
+                train_time_s: now,
+                accuracy: q.accuracy,
+                loss: q.loss,
+            },
+        );
         report.best_accuracy = report.best_accuracy.max(q.accuracy);
         if self.gns.waiting() {
             self.gns.aggregate(sqr_norm(&self.acc));
@@ -566,12 +569,15 @@ impl Run<'_> {
                     .model
                     .evaluate(&self.params, &self.data.train, &self.data.test);
                 self.clock.excluded += t.elapsed();
-                report.accuracy_curve.push(EvalPoint {
-                    iteration: k,
-                    train_time_s: self.clock.now(),
-                    accuracy: q.accuracy,
-                    loss: q.loss,
-                });
+                super::report::push_capped(
+                    &mut report.accuracy_curve,
+                    EvalPoint {
+                        iteration: k,
+                        train_time_s: self.clock.now(),
+                        accuracy: q.accuracy,
+                        loss: q.loss,
+                    },
+                );
                 q
             }
         };
