@@ -348,6 +348,7 @@ fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
                 },
                 num_restarts: rng.random_range(0..4),
                 restart_s: None,
+                restart_s_per_doubling: 0.0,
                 current: Allocation::empty(),
                 goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
                 goodput_by_type: Vec::new(),

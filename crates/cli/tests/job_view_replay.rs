@@ -306,6 +306,7 @@ fn sim_facts(job: &Replayed, cluster: &ClusterSpec, measures: Measures) -> SimJo
         attained_gpu_s: job.attained_device_s(),
         restarts: Some(job.restarts()),
         restart_s: None,
+        restart_s_per_doubling: 0.0,
         alloc: job.current(),
         goodput_version: 1,
         max_replicas_cap: None,

@@ -67,6 +67,7 @@ pub struct JobFacts {
     pub replicas: ReplicaBound,
     pub num_restarts: u32,
     pub restart_s: Option<f64>,
+    pub restart_s_per_doubling: f64,
     pub current: Allocation,
     pub goodput: Option<GoodputFn>,
     /// Indexed like the cluster's device types; empty: no per-type models.
@@ -104,6 +105,7 @@ impl JobFacts {
             max_replicas: self.replicas.max_replicas(),
             num_restarts: self.num_restarts,
             restart_s: self.restart_s,
+            restart_s_per_doubling: self.restart_s_per_doubling,
             current: self.current,
             goodput: self.goodput,
             goodput_by_type: self.goodput_by_type,
@@ -294,6 +296,7 @@ mod tests {
             },
             num_restarts: 0,
             restart_s: None,
+            restart_s_per_doubling: 0.0,
             current: Allocation::empty(),
             goodput: model(0.001),
             goodput_by_type: vec![model(0.001), model(0.004)],

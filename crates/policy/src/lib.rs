@@ -223,8 +223,11 @@ pub struct JobView {
     /// Times the job has been restarted on a new allocation.
     pub num_restarts: u32,
     /// Seconds a restart costs this job, when the driver knows (`None`: the
-    /// policy's own assumption).
+    /// policy's own assumption): the delay of a restart onto one device.
     pub restart_s: Option<f64>,
+    /// Seconds a restart costs more per doubling of the devices it restarts onto
+    /// (0: the same delay at every size); [`JobView::restart_delay_s`].
+    pub restart_s_per_doubling: f64,
     /// Devices held now.
     pub current: Allocation,
     /// The job's current goodput model, when it has one (adaptive jobs).
@@ -288,6 +291,7 @@ impl JobView {
             max_replicas: requested_replicas,
             num_restarts: 0,
             restart_s: None,
+            restart_s_per_doubling: 0.0,
             current: Allocation::empty(),
             goodput: None,
             goodput_by_type: Vec::new(),
@@ -301,6 +305,14 @@ impl JobView {
             deadline_s: None,
             mixed: None,
         }
+    }
+
+    /// Seconds a restart onto `devices` devices costs this job, when the driver
+    /// knows: [`JobView::restart_s`] plus [`JobView::restart_s_per_doubling`] per
+    /// doubling above one device.
+    pub fn restart_delay_s(&self, devices: u32) -> Option<f64> {
+        self.restart_s
+            .map(|r| r + self.restart_s_per_doubling * f64::from(devices.max(1)).log2())
     }
 
     /// Work units per second on `devices` devices of type `ty`.

@@ -368,6 +368,7 @@ pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFa
         replicas,
         num_restarts: job.restarts,
         restart_s: None,
+        restart_s_per_doubling: 0.0,
         current: job
             .run
             .as_ref()

@@ -162,3 +162,22 @@ fn the_same_workload_gives_the_same_results() {
         assert_eq!(key(&a), key(&b), "{policy}");
     }
 }
+
+#[test]
+fn the_restart_overhead_grows_by_its_per_doubling_term() {
+    // Policies are told `ef_restart_s(1, ..)` and the per-doubling term; together they
+    // must give the engine's delay at every size (ElasticFlow's `estimate_overhead`).
+    use pacer_sim::trace::elasticflow::{ef_restart_s, EF_RESTART_S_PER_DOUBLING};
+    for cluster in [64, 256] {
+        for gpus in [1, 2, 3, 4, 8, 16, 64] {
+            let told =
+                ef_restart_s(1, cluster) + EF_RESTART_S_PER_DOUBLING * f64::from(gpus).log2();
+            assert!(
+                (told - ef_restart_s(gpus, cluster)).abs() < 1e-12,
+                "{gpus} on {cluster}"
+            );
+        }
+    }
+    assert_eq!(ef_restart_s(4, 64), 8.0);
+    assert_eq!(ef_restart_s(64, 256), 21.0);
+}

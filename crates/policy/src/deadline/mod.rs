@@ -239,7 +239,8 @@ impl Deadline {
                         continue;
                     }
                     let saved = j.work_left / r0 - j.work_left / r1;
-                    if self.cfg.sticky && saved <= view.jobs[i].restart_s.unwrap_or(0.0) * 2.0 {
+                    let restart = view.jobs[i].restart_delay_s(next).unwrap_or(0.0);
+                    if self.cfg.sticky && saved <= restart * 2.0 {
                         continue;
                     }
                     saved / f64::from(next - n)
@@ -453,6 +454,44 @@ mod tests {
         assert!(p.answers.is_empty(), "no admission was planned");
         assert_eq!(a[0].replicas(), 2, "job 0 keeps its minimum share");
         assert_eq!(a[1].replicas(), 2, "job 1 gets what is left");
+    }
+
+    #[test]
+    fn restarts_are_budgeted_at_the_size_restarted_onto() {
+        // 760 iterations by t = 200 need all 4 devices (190 s) and a start: 4 s onto
+        // one device; 4 s more per doubling makes it 12 s onto 4, ending at 202.
+        let c = cluster();
+        let flat = JobView {
+            restart_s: Some(4.0),
+            ..job(0, 760.0, Some(200.0))
+        };
+        let grows = JobView {
+            restart_s_per_doubling: 4.0,
+            ..flat.clone()
+        };
+        assert_eq!(flat.restart_delay_s(4), Some(4.0));
+        assert_eq!(grows.restart_delay_s(4), Some(12.0));
+        assert_eq!(grows.restart_delay_s(1), Some(4.0));
+        let plan = |v: &JobView| PlanJob::from_view(v, &c, true);
+        assert!(matches!(
+            admit(&c, 0.0, 10.0, &[], &plan(&flat), AdmitRules::default()),
+            Admission::Accepted { share_now: 4, .. }
+        ));
+        assert!(matches!(
+            admit(&c, 0.0, 10.0, &[], &plan(&grows), AdmitRules::default()),
+            Admission::Declined { .. }
+        ));
+        // Held at 4 already: no restart, it fits.
+        let running = JobView {
+            current: pacer_model::Allocation::from_pairs([(pacer_model::NodeId(0), 4)]),
+            ..grows.clone()
+        };
+        assert!(matches!(
+            admit(&c, 0.0, 10.0, &[], &plan(&running), AdmitRules::default()),
+            Admission::Accepted { share_now: 4, .. }
+        ));
+        // Not budgeted (ElasticFlow's own policy): no delay at any size.
+        assert_eq!(PlanJob::from_view(&grows, &c, false).restart_to(4), 0.0);
     }
 
     #[test]

@@ -26,8 +26,11 @@ pub struct PlanJob {
     pub work_left: f64,
     /// Finish by this time (s); `None`: best effort.
     pub deadline_s: Option<f64>,
-    /// Seconds a (re)start costs, budgeted before its work when planning (0: none).
+    /// Seconds a (re)start onto one device costs, budgeted before its work when
+    /// planning (0: none).
     pub restart_s: f64,
+    /// Seconds a (re)start costs more per doubling of its size ([`PlanJob::restart_to`]).
+    pub restart_s_per_doubling: f64,
     /// Devices it holds now (no restart is budgeted while its size stays).
     pub current: u32,
 }
@@ -74,8 +77,21 @@ impl PlanJob {
             } else {
                 0.0
             },
+            restart_s_per_doubling: if budget_restarts && view.restart_s.is_some() {
+                view.restart_s_per_doubling
+            } else {
+                0.0
+            },
             current: view.current.replicas(),
         }
+    }
+
+    /// Seconds a (re)start onto `devices` costs, as budgeted.
+    pub fn restart_to(&self, devices: u32) -> f64 {
+        if self.restart_s_per_doubling == 0.0 {
+            return self.restart_s;
+        }
+        self.restart_s + self.restart_s_per_doubling * f64::from(devices.max(1)).log2()
     }
 
     /// Drops the levels above the fastest one: more devices that run slower are never
@@ -280,7 +296,7 @@ impl Timeline {
                 end = end.min(d);
             }
             if n > 0 {
-                let pause = if n != prev { job.restart_s } else { 0.0 };
+                let pause = if n != prev { job.restart_to(n) } else { 0.0 };
                 prev = n;
                 let t = start + pause;
                 let r = job.rate(n);
@@ -433,7 +449,11 @@ struct SwitchSums<'t> {
 
 impl<'t> SwitchSums<'t> {
     fn new(t: &'t Timeline, job: &PlanJob, (low, high): (u32, u32), d: f64) -> Option<Self> {
-        if job.restart_s != 0.0 || job.work_left <= 0.0 || job.levels.is_empty() {
+        if job.restart_s != 0.0
+            || job.restart_s_per_doubling != 0.0
+            || job.work_left <= 0.0
+            || job.levels.is_empty()
+        {
             return None;
         }
         let last_slot = ((d - t.now_s) / t.slot_s).ceil().max(0.0) as usize;
@@ -787,6 +807,7 @@ mod tests {
             work_left: 100.0 + 20_000.0 * rng.unit(),
             deadline_s: Some(500.0 + 20_000.0 * rng.unit()),
             restart_s,
+            restart_s_per_doubling: 0.0,
             current: [0, 1, 2, 4][rng.below(4) as usize],
         }
     }

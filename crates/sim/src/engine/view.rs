@@ -69,6 +69,7 @@ impl Simulation<'_> {
             attained_gpu_s: st.attained_gpu_s,
             restarts: st.restarts,
             restart_s: kind.restart_s(self),
+            restart_s_per_doubling: kind.restart_s_per_doubling(),
             alloc: st.alloc.clone(),
             goodput_version: st.goodput_version,
             max_replicas_cap: mode.max_replicas_cap,
@@ -97,8 +98,10 @@ pub struct SimJobFacts {
     pub attained_gpu_s: f64,
     /// Restarts so far (`None`: never started).
     pub restarts: Option<u32>,
-    /// The job's own restart delay, when its kind has one.
+    /// The job's own restart delay (onto one device), when its kind has one.
     pub restart_s: Option<f64>,
+    /// What a restart costs more per doubling of its new size.
+    pub restart_s_per_doubling: f64,
     pub alloc: Allocation,
     pub goodput_version: u64,
     /// `BatchMode::max_replicas_cap`: the replicas a fixed-batch Pollux job keeps.
@@ -154,6 +157,7 @@ impl SimJobFacts {
             replicas,
             num_restarts: self.restarts.unwrap_or(0),
             restart_s: self.restart_s,
+            restart_s_per_doubling: self.restart_s_per_doubling,
             current: self.alloc,
             goodput,
             goodput_by_type,

@@ -146,8 +146,11 @@ impl TableCache {
 /// 2 s (7 s from 256 GPUs) plus 2 s per doubling, counting the first GPU.
 pub fn ef_restart_s(gpus: u32, cluster_gpus: u32) -> f64 {
     let base = if cluster_gpus >= 256 { 7.0 } else { 2.0 };
-    base + (f64::from(gpus.max(1)).log2() + 1.0) * 2.0
+    base + (f64::from(gpus.max(1)).log2() + 1.0) * EF_RESTART_S_PER_DOUBLING
 }
+
+/// Seconds [`ef_restart_s`] adds per doubling of the new size.
+pub const EF_RESTART_S_PER_DOUBLING: f64 = 2.0;
 
 /// Parses an ElasticFlow trace; `table(type, model)` gives the throughput table of a
 /// model on a device type (`None`: not measured there).

@@ -5,7 +5,7 @@
 
 use super::{DedicatedMemo, JobProgress, SimJob, Simulation};
 use crate::engine::ElasticCurve;
-use crate::trace::elasticflow::ef_restart_s;
+use crate::trace::elasticflow::{ef_restart_s, EF_RESTART_S_PER_DOUBLING};
 use pacer_model::Allocation;
 use pacer_policy::{SpeedCurve, SpeedTable};
 
@@ -91,6 +91,10 @@ impl JobProgress for Elastic<'_> {
 
     fn restart_s(&self, sim: &Simulation<'_>) -> Option<f64> {
         Some(ef_restart_s(1, sim.cluster.total_gpus()))
+    }
+
+    fn restart_s_per_doubling(&self) -> f64 {
+        EF_RESTART_S_PER_DOUBLING
     }
 
     fn restart_delay_s(&self, sim: &Simulation<'_>, to: &Allocation) -> f64 {

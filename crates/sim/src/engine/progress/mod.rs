@@ -197,6 +197,12 @@ pub(crate) trait JobProgress {
         None
     }
 
+    /// Seconds [`Self::restart_delay_s`] adds per doubling of the new size, as the
+    /// policies are told (0: the same delay at every size).
+    fn restart_s_per_doubling(&self) -> f64 {
+        0.0
+    }
+
     /// The delay (s) of a restart onto `to` (by default [`Self::restart_s`], else the
     /// simulation's).
     fn restart_delay_s(&self, sim: &Simulation<'_>, _to: &Allocation) -> f64 {
