@@ -66,6 +66,13 @@ pub struct Run {
     /// first) and the launch itself, so a crash there is detected on restart.
     pub handle: Option<RunHandle>,
     pub launched_ms: u64,
+    /// The job's step when it was launched (its last reported step; the checkpoint it
+    /// resumes from may be older). Absent in records written before it existed.
+    #[serde(default)]
+    pub start_step: u64,
+    /// Whether a report of this run has arrived (the first one measures the restart).
+    #[serde(default)]
+    pub reported: bool,
 }
 
 impl Run {
@@ -165,6 +172,12 @@ pub struct JobRecord {
     /// `None`: best effort (and every record written before deadlines existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DeadlineRecord>,
+    /// What a launch costs before the job trains at speed, the largest seen (s): from
+    /// the launch to a run's first report, less the steps that report counts since the
+    /// launch times their mean step time; work redone since the last checkpoint counts
+    /// too. `None` before a run has reported. The deadline plan budgets it per restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_s: Option<f64>,
 }
 
 /// The reason of a job queued for the first time.
@@ -204,6 +217,7 @@ impl JobRecord {
             measured: Vec::new(),
             model: LiveModel::default(),
             deadline: None,
+            restart_s: None,
         }
     }
 
@@ -225,6 +239,13 @@ impl JobRecord {
         p.loss = r.loss.or(p.loss);
         p.done |= r.done;
         p.last_report_ms = now_ms;
+        if let Some(run) = self.run.as_mut().filter(|run| !run.reported) {
+            run.reported = true;
+            let elapsed = now_ms.saturating_sub(run.launched_ms) as f64 / 1e3;
+            let trained = r.step.saturating_sub(run.start_step) as f64 * r.step_time_s;
+            let s = (elapsed - trained).clamp(0.0, elapsed);
+            self.restart_s = Some(self.restart_s.map_or(s, |m| m.max(s)));
+        }
         // Nodes of the run the report is from (a report whose replicas differ from
         // the run's is not attributed to a shape).
         let nodes = match &self.run {
@@ -367,7 +388,7 @@ pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFa
         requested_replicas: spec.replicas,
         replicas,
         num_restarts: job.restarts,
-        restart_s: None,
+        restart_s: job.restart_s,
         restart_s_per_doubling: 0.0,
         current: job
             .run

@@ -45,6 +45,8 @@ fn run_and_report(
         device_type: "cpu".into(),
         handle: None,
         launched_ms: 0,
+        start_step: job.progress.step,
+        reported: false,
     });
     let b = batch as f64 / replicas as f64;
     let step = truth.step_time(1, replicas, b, 0);

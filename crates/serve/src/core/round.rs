@@ -437,6 +437,8 @@ impl Core {
                 device_type: ty,
                 handle: None,
                 launched_ms: now,
+                start_step: j.progress.step,
+                reported: false,
             };
             j.state = JobState::Running;
             j.reason = None;

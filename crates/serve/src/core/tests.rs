@@ -566,3 +566,55 @@ fn a_job_expected_to_cost_more_than_its_budget_is_declined_and_not_stored() {
     c.submit(spec("4")).unwrap();
     assert_eq!(c.jobs.len(), 1);
 }
+
+#[test]
+fn a_run_s_first_report_measures_what_its_launch_cost_and_the_plan_sees_it() {
+    let (_state, mut c) = core("restart-cost", "1x4:t4", "deadline");
+    let fake = Fake::default();
+    let (a, _) = c.submit(deadline_spec("a", 2, "100s", "400")).unwrap();
+    round(&mut c, &fake);
+    assert_eq!(c.jobs[&a.id].state, JobState::Running);
+    assert_eq!(c.jobs[&a.id].restart_s, None, "nothing reported yet");
+    // Launched 30 s ago; its first report counts 50 steps of 0.2 s: 20 s went to the
+    // launch (process start, restore, work redone).
+    c.jobs
+        .get_mut(&a.id)
+        .unwrap()
+        .run
+        .as_mut()
+        .unwrap()
+        .launched_ms -= 30_000;
+    let report = |step: u64| crate::spec::Report {
+        step,
+        samples: step * 64,
+        time_s: 25.0,
+        replicas: 2,
+        device_type: "t4".into(),
+        global_batch: 64,
+        local_batches: vec![32; 2],
+        throughput: 320.0,
+        step_time_s: 0.2,
+        noise_scale: None,
+        loss: None,
+        done: false,
+    };
+    c.report(&a.id, report(50)).unwrap();
+    let got = c.jobs[&a.id].restart_s.expect("measured");
+    assert!((19.9..20.5).contains(&got), "{got}");
+    // Later reports of the same run do not measure it again.
+    c.report(&a.id, report(400)).unwrap();
+    assert_eq!(c.jobs[&a.id].restart_s, Some(got));
+    // The policy's view carries it, so the deadline plan budgets it per restart.
+    let view = crate::job::job_view(&c.jobs[&a.id], &c.settings.cluster, c.epoch_ms);
+    assert_eq!(view.restart_s, Some(got));
+    // A report claiming more training than the time since the launch measures 0, not
+    // a negative cost.
+    let mut j = c.jobs[&a.id].clone();
+    j.restart_s = None;
+    let run = j.run.as_mut().unwrap();
+    run.reported = false;
+    run.start_step = 400;
+    let now = run.launched_ms + 1_000;
+    j.absorb(&report(1_000), now);
+    assert_eq!(j.restart_s, Some(0.0));
+}
