@@ -389,8 +389,9 @@ impl Residuals for PerfModel<'_> {
         let gamma = p[6];
         for (i, o) in self.obs.iter().enumerate() {
             let tc = p[0] + p[1] * o.atomic_bsz;
+            let ln_tc = tc.ln();
             if self.compute_known.is_none_or(|k| k[i]) {
-                r[2 * i] = w * (tc.ln() - o.compute_time_s.ln());
+                r[2 * i] = w * (ln_tc - o.compute_time_s.ln());
                 jp[(2 * i, 0)] = w / tc;
                 jp[(2 * i, 1)] = w * o.atomic_bsz / tc;
             }
@@ -406,10 +407,12 @@ impl Residuals for PerfModel<'_> {
                 (Some(a), Some(b)) => p[a] + p[b] * extra,
                 _ => NO_NETWORK_S,
             };
+            let ln_tn = tn.ln();
             // log((tc^γ + tn^γ)^(1/γ)) = log(hi) + log1p((lo/hi)^γ)/γ: one pow per row.
             let (hi, lo) = if tc >= tn { (tc, tn) } else { (tn, tc) };
             let q = (lo / hi).powf(gamma);
-            let log_t = hi.ln() + q.ln_1p() / gamma;
+            let ln_hi = if tc >= tn { ln_tc } else { ln_tn };
+            let log_t = ln_hi + q.ln_1p() / gamma;
             r[2 * i + 1] = w * (log_t - o.step_time_s.ln());
             // Weights of the two terms in the γ-norm: w_c = tc^γ / (tc^γ + tn^γ).
             let wc = if tc >= tn {
@@ -426,7 +429,7 @@ impl Residuals for PerfModel<'_> {
                 jp[(2 * i + 1, a)] = w * d_tn;
                 jp[(2 * i + 1, b)] = w * d_tn * extra;
             }
-            jp[(2 * i + 1, 6)] = w * (wc * tc.ln() + wn * tn.ln() - log_t) / gamma;
+            jp[(2 * i + 1, 6)] = w * (wc * ln_tc + wn * ln_tn - log_t) / gamma;
         }
         let k = 2 * self.obs.len();
         let sg = REG_GAMMA.sqrt();

@@ -9,6 +9,7 @@
 
 use levenberg_marquardt::{LeastSquaresProblem, LevenbergMarquardt, MinimizationReport};
 use nalgebra::{DMatrix, DVector, Dyn, Owned};
+use std::cell::RefCell;
 
 /// How one parameter stays in its range while the solver moves freely.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,6 +58,10 @@ pub(crate) struct Bounded<'a, R> {
     pub(crate) values: Vec<f64>,
     free: Vec<usize>,
     x: DVector<f64>,
+    /// The coordinates of the last residual evaluation and the parameter-space
+    /// Jacobian it computed: the solver asks for the Jacobian at the point it just
+    /// evaluated and accepted, which then costs no second evaluation.
+    last: RefCell<Option<(DVector<f64>, DMatrix<f64>)>>,
 }
 
 impl<'a, R: Residuals> Bounded<'a, R> {
@@ -75,6 +80,7 @@ impl<'a, R: Residuals> Bounded<'a, R> {
             values,
             free,
             x,
+            last: RefCell::new(None),
         };
         b.decode();
         b
@@ -91,14 +97,29 @@ impl<'a, R: Residuals> Bounded<'a, R> {
         let mut jp = DMatrix::zeros(nr, self.values.len());
         let r = self.model.eval(&self.values, &mut jp);
         if let Some(j) = jac {
-            for (c, &i) in self.free.iter().enumerate() {
-                let dv = self.bounds[i].slope(self.values[i]);
-                for row in 0..nr {
-                    j[(row, c)] = jp[(row, i)] * dv;
-                }
+            self.chain(&jp, j);
+        }
+        *self.last.borrow_mut() = Some((self.x.clone(), jp));
+        r
+    }
+
+    /// `j` (free columns) from the parameter-space Jacobian `jp`.
+    fn chain(&self, jp: &DMatrix<f64>, j: &mut DMatrix<f64>) {
+        for (c, &i) in self.free.iter().enumerate() {
+            let dv = self.bounds[i].slope(self.values[i]);
+            for row in 0..jp.nrows() {
+                j[(row, c)] = jp[(row, i)] * dv;
             }
         }
-        r
+    }
+
+    /// Whether the last evaluation was at the current coordinates (bit for bit).
+    fn evaluated_here(&self, at: &DVector<f64>) -> bool {
+        at.len() == self.x.len()
+            && at
+                .iter()
+                .zip(self.x.iter())
+                .all(|(a, b)| a.to_bits() == b.to_bits())
     }
 
     /// Half the sum of squared residuals at the current values.
@@ -133,7 +154,16 @@ impl<R: Residuals> LeastSquaresProblem<f64, Dyn, Dyn> for Bounded<'_, R> {
 
     fn jacobian(&self) -> Option<DMatrix<f64>> {
         let mut j = DMatrix::zeros(self.model.n_residuals(), self.free.len());
-        self.eval(Some(&mut j));
+        let cached = match &*self.last.borrow() {
+            Some((at, jp)) if self.evaluated_here(at) => {
+                self.chain(jp, &mut j);
+                true
+            }
+            _ => false,
+        };
+        if !cached {
+            self.eval(Some(&mut j));
+        }
         j.iter().all(|v| v.is_finite()).then_some(j)
     }
 }

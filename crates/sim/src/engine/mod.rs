@@ -32,6 +32,7 @@
 //! names its restart delay and its time alone.
 
 mod dedicated;
+mod fit_memo;
 pub mod mixed;
 mod online;
 mod progress;

@@ -14,8 +14,8 @@
 //! With [`ProfileMode::Fitted`] (the default) policies get each type's model fitted
 //! to the type's whole table from the start: more than Sia knows.
 
+use super::fit_memo::memoised_fit;
 use super::*;
-use pacer_control::job::decide::fit_step_model;
 use pacer_predict::goodput::{GoodputFn, PerfObservation};
 use std::collections::BTreeMap;
 
@@ -79,7 +79,7 @@ impl OnlineProfiles {
                 step_time_s: s,
             })
             .collect();
-        let fit = fit_step_model(&obs, None).ok();
+        let fit = memoised_fit(&obs, None).ok();
         let changed = fit != self.fits[t];
         self.fits[t] = fit;
         changed

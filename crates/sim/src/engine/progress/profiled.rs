@@ -490,7 +490,7 @@ impl Simulation<'_> {
             }
         }
         let warm = st.perf.as_ref();
-        if let Ok(p) = decide::fit_step_model(&obs, warm) {
+        if let Ok(p) = crate::engine::fit_memo::memoised_fit(&obs, warm) {
             st.perf = Some(p);
             st.goodput_version += 1;
         }
