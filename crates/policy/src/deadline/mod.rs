@@ -22,10 +22,11 @@
 pub mod plan;
 
 use crate::place::FreePool;
-use crate::{ClusterView, JobView, Policy};
-use pacer_model::{Allocation, JobId};
+use crate::{ClusterView, JobView, Policy, SpeedTable};
+use pacer_model::{Allocation, DeviceTypeId, JobId};
 use plan::{Admission, AdmitRules, Admitter, PlanJob};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// How a [`Deadline`] policy plans (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -94,6 +95,19 @@ pub struct Deadline {
     declined: BTreeSet<JobId>,
     /// Every admission answer, in order (for reports and tests).
     pub answers: Vec<(JobId, f64, Admission)>,
+    /// Each job's plan levels and type, kept while its speed table (the same `Arc`)
+    /// and the devices per type are those they were read from.
+    levels: HashMap<JobId, Levels>,
+}
+
+/// A job's [`PlanJob`] levels and device type, and what they were read from.
+#[derive(Debug)]
+struct Levels {
+    speed: Arc<SpeedTable>,
+    requested: u32,
+    caps: Vec<u32>,
+    ty: usize,
+    levels: Vec<(u32, f64)>,
 }
 
 impl Deadline {
@@ -105,6 +119,7 @@ impl Deadline {
             admitted: BTreeSet::new(),
             declined: BTreeSet::new(),
             answers: Vec::new(),
+            levels: HashMap::new(),
         }
     }
 
@@ -220,46 +235,99 @@ impl Deadline {
                 }
             }
         }
+        // Each job's next step up and its gain depend on its own count only: computed
+        // once, and again only for the job that took a step (`None`: it takes none).
+        let step = |i: usize, n: u32| -> Option<(f64, u32)> {
+            let j = &jobs[i];
+            let next = j.next_level(n)?;
+            if n == 0 {
+                return Some((f64::INFINITY, next));
+            }
+            let (r0, r1) = (j.rate(n), j.rate(next));
+            if r1 <= r0 {
+                return None;
+            }
+            let saved = j.work_left / r0 - j.work_left / r1;
+            let restart = view.jobs[i].restart_delay_s(next).unwrap_or(0.0);
+            if self.cfg.sticky && saved <= restart * 2.0 {
+                return None;
+            }
+            Some((saved / f64::from(next - n), next))
+        };
+        let mut steps: Vec<Option<(f64, u32)>> = live.iter().map(|&i| step(i, counts[i])).collect();
         loop {
-            let mut best: Option<(f64, usize, u32)> = None;
-            for &i in &live {
-                let j = &jobs[i];
-                let n = counts[i];
-                let Some(next) = j.next_level(n) else {
+            let mut best: Option<(f64, usize, usize, u32)> = None;
+            for (k, &i) in live.iter().enumerate() {
+                let Some((gain, next)) = steps[k] else {
                     continue;
                 };
-                if next - n > spare[j.ty] {
+                let j = &jobs[i];
+                if next - counts[i] > spare[j.ty] {
                     continue;
                 }
-                let gain = if n == 0 {
-                    f64::INFINITY
-                } else {
-                    let (r0, r1) = (j.rate(n), j.rate(next));
-                    if r1 <= r0 {
-                        continue;
-                    }
-                    let saved = j.work_left / r0 - j.work_left / r1;
-                    let restart = view.jobs[i].restart_delay_s(next).unwrap_or(0.0);
-                    if self.cfg.sticky && saved <= restart * 2.0 {
-                        continue;
-                    }
-                    saved / f64::from(next - n)
-                };
                 let better = match best {
                     None => true,
-                    Some((g, b, _)) => {
+                    Some((g, _, b, _)) => {
                         gain > g || (gain == g && edf_key(&jobs[i]) < edf_key(&jobs[b]))
                     }
                 };
                 if better {
-                    best = Some((gain, i, next));
+                    best = Some((gain, k, i, next));
                 }
             }
-            let Some((_, i, next)) = best else { break };
+            let Some((_, k, i, next)) = best else { break };
             spare[jobs[i].ty] -= next - counts[i];
             counts[i] = next;
+            steps[k] = step(i, next);
         }
         counts
+    }
+}
+
+impl Deadline {
+    /// The round's jobs as the planner sees them: `PlanJob::from_view(..).up_to_fastest()`,
+    /// with the levels of a job whose speed table and cluster are unchanged taken from
+    /// the last round instead of read again (the same values).
+    fn plan_jobs(&mut self, view: &ClusterView) -> Vec<PlanJob> {
+        let types = view.cluster.device_types.len().max(1);
+        let caps: Vec<u32> = (0..types)
+            .map(|t| view.cluster.gpus_of_type(DeviceTypeId(t as u16)))
+            .collect();
+        let budget = self.cfg.budget_restarts;
+        let jobs: Vec<PlanJob> = view
+            .jobs
+            .iter()
+            .map(|v: &JobView| {
+                let Some(speed) = &v.speed else {
+                    return PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
+                };
+                if let Some(l) = self.levels.get(&v.id).filter(|l| {
+                    Arc::ptr_eq(&l.speed, speed)
+                        && l.requested == v.requested_replicas
+                        && l.caps == caps
+                }) {
+                    return PlanJob::with_levels(v, l.ty, l.levels.clone(), budget);
+                }
+                let p = PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
+                self.levels.insert(
+                    v.id,
+                    Levels {
+                        speed: speed.clone(),
+                        requested: v.requested_replicas,
+                        caps: caps.clone(),
+                        ty: p.ty,
+                        levels: p.levels.clone(),
+                    },
+                );
+                p
+            })
+            .collect();
+        // Forget the jobs that left.
+        if self.levels.len() > 2 * jobs.len() + 64 {
+            let live: BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
+            self.levels.retain(|id, _| live.contains(id));
+        }
+        jobs
     }
 }
 
@@ -270,6 +338,9 @@ fn edf_key(j: &PlanJob) -> (u64, JobId) {
 /// Allocations of `counts[i]` devices of type `types[i]`: jobs keeping their size keep
 /// their devices, the others are placed largest first on the most free nodes.
 pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) -> Vec<Allocation> {
+    if let Some(kept) = keep_all(view, counts) {
+        return kept;
+    }
     let mut pool = FreePool::new(view.cluster);
     let mut out = vec![Allocation::empty(); view.jobs.len()];
     let mut rest = Vec::new();
@@ -304,6 +375,42 @@ pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) 
     out
 }
 
+/// [`place_counts`]'s answer when every job keeps its size: each keeps its devices
+/// (they are free: the current allocations fit the nodes together), the others get
+/// none. `None` when a size changes or the current allocations overlap.
+fn keep_all(view: &ClusterView, counts: &[u32]) -> Option<Vec<Allocation>> {
+    if view
+        .jobs
+        .iter()
+        .zip(counts)
+        .any(|(j, &c)| j.current.replicas() != c)
+    {
+        return None;
+    }
+    let mut used = vec![0u32; view.cluster.nodes.len()];
+    for j in view.jobs {
+        for &(node, c) in j.current.slots() {
+            let u = used.get_mut(node.0 as usize)?;
+            *u += c;
+            if *u > view.cluster.nodes[node.0 as usize].gpus {
+                return None;
+            }
+        }
+    }
+    Some(
+        view.jobs
+            .iter()
+            .map(|j| {
+                if j.current.replicas() == 0 {
+                    Allocation::empty()
+                } else {
+                    j.current.clone()
+                }
+            })
+            .collect(),
+    )
+}
+
 impl Policy for Deadline {
     fn name(&self) -> &'static str {
         self.name
@@ -314,13 +421,7 @@ impl Policy for Deadline {
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
-        let jobs: Vec<PlanJob> = view
-            .jobs
-            .iter()
-            .map(|v: &JobView| {
-                PlanJob::from_view(v, view.cluster, self.cfg.budget_restarts).up_to_fastest()
-            })
-            .collect();
+        let jobs = self.plan_jobs(view);
         let mut base = self.base(view, &jobs);
         self.admit_new(view, &jobs, &mut base);
         let counts = self.counts(view, &jobs, &base);

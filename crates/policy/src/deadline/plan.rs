@@ -66,6 +66,17 @@ impl PlanJob {
                 (ty, levels, best) = (t, l, top);
             }
         }
+        Self::with_levels(view, ty, levels, budget_restarts)
+    }
+
+    /// The job as `view` shows it, planned on type `ty` at `levels` (what
+    /// [`PlanJob::from_view`] reads from its speed table).
+    pub fn with_levels(
+        view: &JobView,
+        ty: usize,
+        levels: Vec<(u32, f64)>,
+        budget_restarts: bool,
+    ) -> Self {
         PlanJob {
             id: view.id,
             ty,
@@ -144,6 +155,9 @@ pub struct Timeline {
     /// Walks stop once they cannot finish ([`Timeline::run_into`]); off only in
     /// the tests that check those stops against whole walks.
     early_stop: bool,
+    /// Runs of the same devices joined at breakpoints ([`Timeline::push_span`]); off
+    /// only in the test that checks the timelines they leave against unjoined ones.
+    coalesce: bool,
 }
 
 /// A run of slots `[from, to)` at `devices`.
@@ -162,6 +176,7 @@ impl Timeline {
             free: cap.iter().map(|&c| vec![(0, c)]).collect(),
             scratch: Vec::new(),
             early_stop: true,
+            coalesce: true,
         }
     }
 
@@ -178,6 +193,12 @@ impl Timeline {
     /// splitting at each span's ends and subtracting span by span, without a search
     /// or an insertion per span.
     fn take_spans(&mut self, ty: usize, spans: &[Span]) {
+        if spans.len() <= 2 {
+            // A plan of one or two runs (most are): split and subtract in place, the
+            // same list (see above) without rebuilding it.
+            take_in_place(&mut self.free[ty], spans);
+            return;
+        }
         let mut cuts = spans
             .iter()
             .filter(|s| s.2 > 0 && s.0 < s.1)
@@ -270,27 +291,32 @@ impl Timeline {
                         && left > bound * (1.0 + 1e-9) + 1e-9 * job.work_left
                 })
         };
+        let asc = ascending(job);
+        let pick = |cap: u32| pick_level(job, asc, cap);
         let mut idx = 0usize;
         let mut a = 0usize;
         loop {
             if last_slot.is_some_and(|l| a >= l) {
                 return None;
             }
-            if hopeless(self.now_s + a as f64 * self.slot_s, left) {
+            let start = self.now_s + a as f64 * self.slot_s;
+            if hopeless(start, left) {
                 return None;
             }
             while idx + 1 < f.len() && f[idx + 1].0 <= a {
                 idx += 1;
             }
+            // The segment ends at the next breakpoint, the switch or the deadline's
+            // slot, whichever comes first after `a`.
             let mut b = f.get(idx + 1).map(|p| p.0);
-            for c in [Some(switch), last_slot].into_iter().flatten() {
-                if c > a {
-                    b = Some(b.map_or(c, |b| b.min(c)));
-                }
+            if switch > a {
+                b = Some(b.map_or(switch, |b| b.min(switch)));
+            }
+            if let Some(l) = last_slot.filter(|&l| l > a) {
+                b = Some(b.map_or(l, |b| b.min(l)));
             }
             let want = if a < switch { low } else { high };
-            let n = job.level_at_most(want.min(f[idx].1));
-            let start = self.now_s + a as f64 * self.slot_s;
+            let (n, r) = pick(want.min(f[idx].1));
             let mut end = b.map_or(f64::INFINITY, |b| self.now_s + b as f64 * self.slot_s);
             if let Some(d) = deadline {
                 end = end.min(d);
@@ -299,12 +325,11 @@ impl Timeline {
                 let pause = if n != prev { job.restart_to(n) } else { 0.0 };
                 prev = n;
                 let t = start + pause;
-                let r = job.rate(n);
                 if t < end && r * (end - t) >= left {
                     let finish = t + left / r;
                     let k = ((finish - self.now_s) / self.slot_s - 1e-9).ceil() as usize;
                     if let Some(s) = spans.as_deref_mut() {
-                        s.push((a, k.max(a + 1), n));
+                        self.push_span(s, f[idx].0 == a, (a, k.max(a + 1), n));
                     }
                     return Some(finish);
                 }
@@ -312,7 +337,7 @@ impl Timeline {
                     left -= r * (end - t);
                 }
                 if let (Some(b), Some(s)) = (b, spans.as_deref_mut()) {
-                    s.push((a, b, n));
+                    self.push_span(s, f[idx].0 == a, (a, b, n));
                 }
             }
             match b {
@@ -320,6 +345,20 @@ impl Timeline {
                 None => return None,
             }
         }
+    }
+
+    /// Appends `span` to a walk's `spans`, or extends the last one when it ends where
+    /// `span` starts at the same devices and a breakpoint of the timeline is there
+    /// (`at_breakpoint`): taking either leaves the same breakpoints (a span's ends are
+    /// cut, and that one is cut already), with fewer spans to take.
+    fn push_span(&self, spans: &mut Vec<Span>, at_breakpoint: bool, span: Span) {
+        if self.coalesce && at_breakpoint {
+            if let Some(last) = spans.last_mut().filter(|l| l.1 == span.0 && l.2 == span.2) {
+                last.1 = span.1;
+                return;
+            }
+        }
+        spans.push(span);
     }
 
     fn reserve(&mut self, job: &PlanJob, spans: &[Span]) {
@@ -359,7 +398,7 @@ impl Timeline {
     pub fn min_share(&self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
         let d = job.deadline_s?;
         // One buffer for every level tried (a failed run's spans are dropped).
-        let mut spans = Vec::new();
+        let mut spans = Vec::with_capacity(4);
         for (i, &(level, rate)) in job.levels.iter().enumerate() {
             // Not even the whole time to the deadline at this size: skip the run.
             if rate * (d - self.now_s) < job.work_left {
@@ -413,6 +452,52 @@ impl Timeline {
     }
 }
 
+/// Takes `spans` from the breakpoints `free` span by span: splits at both ends of
+/// each, then subtracts its devices between them ([`Timeline::take_spans`]'s list).
+fn take_in_place(free: &mut Vec<(usize, u32)>, spans: &[Span]) {
+    let split = |f: &mut Vec<(usize, u32)>, k: usize| -> usize {
+        let i = f.partition_point(|p| p.0 <= k);
+        if f[i - 1].0 == k {
+            i - 1
+        } else {
+            let v = f[i - 1].1;
+            f.insert(i, (k, v));
+            i
+        }
+    };
+    for &(from, to, n) in spans {
+        if n == 0 || from >= to {
+            continue;
+        }
+        let lo = split(free, from);
+        let hi = split(free, to);
+        for p in &mut free[lo..hi] {
+            p.1 -= n;
+        }
+    }
+}
+
+/// Whether `job`'s levels are strictly ascending in devices (as `from_view` reads them).
+fn ascending(job: &PlanJob) -> bool {
+    job.levels.windows(2).all(|w| w[0].0 < w[1].0)
+}
+
+/// The largest level of at most `cap` devices and its rate: `(level_at_most(cap),
+/// rate(..))`, in one backward scan when the levels are `ascending` (then the level
+/// found is the only one of its size).
+fn pick_level(job: &PlanJob, ascending: bool, cap: u32) -> (u32, f64) {
+    if ascending {
+        job.levels
+            .iter()
+            .rev()
+            .find(|l| l.0 <= cap)
+            .map_or((0, 0.0), |&(d, r)| (d, r))
+    } else {
+        let n = job.level_at_most(cap);
+        (n, job.rate(n))
+    }
+}
+
 /// The level below `job`'s `i`-th (0 below the first).
 fn lower_level(job: &PlanJob, i: usize) -> u32 {
     if i == 0 {
@@ -445,6 +530,8 @@ struct SwitchSums<'t> {
     slot_s: f64,
     deadline_s: f64,
     margin: f64,
+    /// The job's levels are strictly ascending ([`pick_level`]).
+    ascending: bool,
 }
 
 impl<'t> SwitchSums<'t> {
@@ -473,6 +560,7 @@ impl<'t> SwitchSums<'t> {
             slot_s: t.slot_s,
             deadline_s: d,
             margin: 0.0,
+            ascending: ascending(job),
         };
         let (mut l, mut h) = (0.0, 0.0);
         me.cum_low.push(l);
@@ -496,14 +584,17 @@ impl<'t> SwitchSums<'t> {
     /// The work of slots `[a, b)` at `want` devices (the largest level of at most
     /// `want` and `free`), as [`Timeline::run_into`] computes a segment's.
     fn work(&self, job: &PlanJob, want: u32, free: u32, a: usize, b: usize) -> f64 {
-        let n = job.level_at_most(want.min(free));
-        if n == 0 || a >= b {
+        if a >= b {
+            return 0.0;
+        }
+        let (n, rate) = pick_level(job, self.ascending, want.min(free));
+        if n == 0 {
             return 0.0;
         }
         let start = self.now_s + a as f64 * self.slot_s;
         let end = (self.now_s + b as f64 * self.slot_s).min(self.deadline_s);
         if start < end {
-            job.rate(n) * (end - start)
+            rate * (end - start)
         } else {
             0.0
         }
@@ -674,7 +765,16 @@ impl<'a> Admitter<'a> {
     /// The candidate's plan when it can be admitted: it meets its deadline and every
     /// admitted job keeps meeting its own ([`admit`]'s rule).
     fn fits(&self, c: &PlanJob) -> Option<JobPlan> {
-        c.deadline_s?;
+        let d = c.deadline_s?;
+        // No level can do the work by the deadline even with every device from now:
+        // `min_share` skips them all on any timeline, so no plan of the others is
+        // needed to know the answer.
+        if c.levels
+            .iter()
+            .all(|&(_, rate)| rate * (d - self.now_s) < c.work_left)
+        {
+            return None;
+        }
         let (mix, strict) = (self.rules.mix, self.rules.decline_if_any_late);
         let mut t = Timeline::new(self.cluster, self.now_s, self.slot_s);
         let mut mine: Option<JobPlan> = None;
@@ -853,6 +953,60 @@ mod tests {
         }
     }
 
+    /// Case `case` of a randomised test: its restart delay (none on even cases), whether
+    /// shares mix, and a timeline of 60-s slots from `case × step_s`.
+    fn case_of(cluster: &ClusterSpec, case: usize, step_s: f64) -> (f64, bool, Timeline) {
+        let restart_s = if case.is_multiple_of(2) { 0.0 } else { 5.0 };
+        let t = Timeline::new(cluster, step_s * case as f64, 60.0);
+        (restart_s, case % 4 < 2, t)
+    }
+
+    /// Plans whose runs of the same devices are joined leave the same timelines, finish
+    /// at the same times and hold the same devices now as plans whose runs are not.
+    #[test]
+    fn joined_runs_leave_the_same_timelines() {
+        let cluster = ClusterSpec::parse("4x4:t4", "t").unwrap();
+        let mut rng = Rng(5);
+        let (mut joined, mut spans) = (0usize, 0usize);
+        for case in 0..300 {
+            let (restart_s, mix, mut t) = case_of(&cluster, case, 60.0);
+            let mut u = t.clone();
+            u.coalesce = false;
+            for k in 0..12 {
+                let mut j = job(&mut rng, k, restart_s);
+                if k % 5 == 4 {
+                    j.deadline_s = None;
+                }
+                // Any shape and switch (runs of the same devices meet at switches that
+                // are no breakpoint): the spans either walk takes leave the same list.
+                let i = rng.below(j.levels.len() as u64) as usize;
+                let shape = (lower_level(&j, i), rng.below(60) as usize, j.levels[i].0);
+                let (mut t2, mut u2) = (t.clone(), u.clone());
+                let (_, ps) = t2.run(&j, shape, None);
+                let (_, qs) = u2.run(&j, shape, None);
+                t2.reserve(&j, &ps);
+                u2.reserve(&j, &qs);
+                assert_eq!(t2.free, u2.free, "case {case}, job {k}, shape {shape:?}");
+                let (p, q) = if j.deadline_s.is_some() {
+                    (t.plan(&j, mix), u.plan(&j, mix))
+                } else {
+                    let (p, q) = (t.greedy(&j), u.greedy(&j));
+                    t.reserve(&j, &p.spans);
+                    u.reserve(&j, &q.spans);
+                    (p, q)
+                };
+                assert_eq!(t.free, u.free, "case {case}, job {k}");
+                assert_eq!(
+                    (p.feasible, p.finish_s, p.now()),
+                    (q.feasible, q.finish_s, q.now())
+                );
+                joined += q.spans.len() - p.spans.len();
+                spans += q.spans.len();
+            }
+        }
+        assert!(joined > spans / 4, "{joined} of {spans} runs joined");
+    }
+
     /// Every probe the sums decide is the walk's answer, and every plan is the plan
     /// of whole walks (no early stop, every bisection probe walked).
     #[test]
@@ -861,9 +1015,7 @@ mod tests {
         let mut rng = Rng(11);
         let (mut decided, mut walked) = (0usize, 0usize);
         for case in 0..300 {
-            let restart_s = if case % 2 == 0 { 0.0 } else { 5.0 };
-            let mix = case % 4 < 2;
-            let mut fast = Timeline::new(&cluster, 120.0 * case as f64, 60.0);
+            let (restart_s, mix, mut fast) = case_of(&cluster, case, 120.0);
             let mut slow = fast.clone();
             slow.early_stop = false;
             for k in 0..10 {
