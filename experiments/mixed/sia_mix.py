@@ -33,7 +33,7 @@ SIA = {
     ("saturn", 9): 1.017, ("saturn", 10): 0.796, ("philly", 1): 0.542, ("philly", 2): 0.747,
     ("philly", 3): 0.575, ("philly", 5): 0.667, ("philly", 7): 0.841,
 }
-TUNING = {("saturn", 1), ("saturn", 2), ("saturn", 3)}
+TUNING = {("saturn", 1), ("saturn", 2), ("saturn", 3), ("frag", 1), ("frag", 2), ("frag", 3)}
 
 
 def parse_workloads(spec):
@@ -45,8 +45,8 @@ def parse_workloads(spec):
     return out
 
 
-def run(data, cluster, trace, i, policy, profiles, mixed):
-    wl = os.path.join(data, "workloads", trace, f"workload-{i}.csv")
+def run(data, root, cluster, trace, i, policy, profiles, mixed):
+    wl = os.path.join(root, trace, f"workload-{i}.csv")
     with tempfile.TemporaryDirectory() as out:
         cmd = [PACER, "simulate", "--apps", f"sia:{data}/traces", "--workload", wl,
                "--cluster", cluster, "--policy", policy, "--profiles", profiles,
@@ -75,6 +75,7 @@ def run(data, cluster, trace, i, policy, profiles, mixed):
         "avg_queueing_h": mean("queueing_s") / 3600,
         "avg_restart_paid_h": mean("restart_paid_s") / 3600,
         "avg_restarts": mean("restarts"),
+        "avg_mixed_gpu_h": mean("mixed_gpu_s") / 3600,
         "utilization": row["utilization"],
         "mixed_jobs": sum(1 for j in jobs if float(j["mixed_gpu_s"]) > 0),
         "mixed_gpu_share": mixed_gpu / gpu if gpu > 0 else 0.0,
@@ -85,6 +86,9 @@ def run(data, cluster, trace, i, policy, profiles, mixed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "sia"))
+    ap.add_argument("--workload-root", default=None,
+                    help="folder of TRACE/workload-I.csv (default: DATA/workloads; "
+                         "experiments/mixed for the generated frag workloads)")
     ap.add_argument("--cluster", default="6x4:aws,2x8:dgx-ext,3x8:rtx")
     ap.add_argument("--workloads", default="saturn:1-10,philly:1-8")
     ap.add_argument("--profiles", default="fitted,online")
@@ -92,17 +96,19 @@ def main():
                     help="mixing policies, each run with --mixed-types")
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "mixed", "sia-mix.json"))
     a = ap.parse_args()
+    root = a.workload_root or os.path.join(a.data, "workloads")
     rows = []
     for profiles in a.profiles.split(","):
         for trace, i in parse_workloads(a.workloads):
             runs = [("sia-pacer", False)] + [(m, True) for m in a.mix.split(",")]
             for policy, mixed in runs:
-                r = run(a.data, a.cluster, trace, i, policy, profiles, mixed)
+                r = run(a.data, root, a.cluster, trace, i, policy, profiles, mixed)
                 r["policy"] = policy
                 rows.append(r)
                 print(f"{profiles} {trace}-{i} {policy}: avg JCT {r['avg_jct_h']:.3f} h, "
                       f"queueing {r['avg_queueing_h']:.3f} h, restarts paid "
-                      f"{r['avg_restart_paid_h']:.3f} h, util {r['utilization']:.3f}, "
+                      f"{r['avg_restart_paid_h']:.3f} h, mixed {r['avg_mixed_gpu_h']:.3f} "
+                      f"GPU-h/job, util {r['utilization']:.3f}, "
                       f"mixed jobs {r['mixed_jobs']} ({100 * r['mixed_gpu_share']:.1f} % of "
                       f"device time), {r['wall_s']:.1f} s", flush=True)
     with open(a.out, "w") as f:
@@ -129,12 +135,17 @@ def main():
                       f"{m['avg_restart_paid_h'] - p['avg_restart_paid_h']:+.3f} | "
                       f"{p['utilization']:.3f} → {m['utilization']:.3f} | {m['mixed_jobs']} |")
                 for key in [(trace, s), (trace, "all")]:
-                    sums.setdefault(key, []).append((p["avg_jct_h"], m["avg_jct_h"]))
+                    sums.setdefault(key, []).append((p, m))
             for (trace, s), v in sorted(sums.items()):
-                mp = sum(x[0] for x in v) / len(v)
-                mm = sum(x[1] for x in v) / len(v)
+                avg = lambda k, side: sum(x[side][k] for x in v) / len(v)
+                mp, mm = avg("avg_jct_h", 0), avg("avg_jct_h", 1)
                 print(f"{mix} {profiles} {trace} {s}: mean avg JCT sia-pacer {mp:.3f} h, "
-                      f"{mix} {mm:.3f} h ({100 * (mm / mp - 1):+.1f} %, {len(v)} workloads)")
+                      f"{mix} {mm:.3f} h ({100 * (mm / mp - 1):+.1f} %, {len(v)} workloads); "
+                      f"queueing {avg('avg_queueing_h', 0):.3f} → "
+                      f"{avg('avg_queueing_h', 1):.3f} h, restart paid "
+                      f"{avg('avg_restart_paid_h', 0):.3f} → {avg('avg_restart_paid_h', 1):.3f}"
+                      f" h, restarts {avg('avg_restarts', 0):.2f} → {avg('avg_restarts', 1):.2f},"
+                      f" mixed GPU-h per job {avg('avg_mixed_gpu_h', 1):.3f}")
 
 
 if __name__ == "__main__":

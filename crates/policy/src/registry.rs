@@ -42,7 +42,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 17] = [
+pub const POLICIES: [PolicyEntry; 18] = [
     PolicyEntry {
         name: "fifo",
         summary:
@@ -156,6 +156,15 @@ pub const POLICIES: [PolicyEntry; 17] = [
         ),
         inert_when: never_inert,
         build: || Box::new(sia::SiaPacerMix::default()),
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "sia-pacer-mix-post",
+        summary: "sia-pacer-mix offering mixed configurations only on the devices the \
+                  one-type knapsack leaves free (not inside the optimisation)",
+        knob: None,
+        inert_when: never_inert,
+        build: || Box::new(sia::SiaPacerMix::post()),
         in_all: false,
     },
     PolicyEntry {

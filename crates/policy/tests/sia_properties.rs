@@ -360,7 +360,7 @@ proptest! {
     #[test]
     fn sia_pacer_mix_capacity_determinism_and_mixing_only_when_accepted(
         shape in shapes(), n in 0usize..40, seed in 0u64..1000, every in 1usize..4,
-        rounds in 1usize..4
+        rounds in 1usize..4, post in any::<bool>()
     ) {
         let c = cluster(&shape);
         let mut js = jobs(n, shape.len(), seed, &c);
@@ -372,8 +372,17 @@ proptest! {
             SiaPacerMix::default().allocate(&view),
             SiaPacer::default().allocate(&view)
         );
-        // Several rounds, each starting from the last one's allocations (kept mixes).
-        let (mut p, mut q) = (SiaPacerMix::default(), SiaPacerMix::default());
+        prop_assert_eq!(
+            SiaPacerMix::post().allocate(&view),
+            SiaPacer::default().allocate(&view)
+        );
+        // Several rounds, each starting from the last one's allocations (kept mixes);
+        // mixes inside the optimisation (the default) and only after it (`-post`).
+        let (mut p, mut q) = if post {
+            (SiaPacerMix::post(), SiaPacerMix::post())
+        } else {
+            (SiaPacerMix::default(), SiaPacerMix::default())
+        };
         for r in 0..rounds {
             let view = ClusterView { now_s: 600.0 + 60.0 * r as f64, cluster: &c, jobs: &js };
             let a = p.allocate(&view);
@@ -400,17 +409,23 @@ proptest! {
     }
 }
 
+/// A job of at most 8 replicas that has run, with these models, on 2 devices of `node`.
+fn running(id: u32, node: u32, models: Vec<Option<GoodputFn>>) -> JobView {
+    let mut j = JobView::basic(JobId(id), 0.0, 1);
+    j.max_replicas = 8;
+    j.attained_gpu_s = 600.0;
+    j.goodput_version = 1;
+    j.goodput_by_type = models;
+    j.current = Allocation::from_pairs([(NodeId(node), 2)]);
+    j
+}
+
 #[test]
 fn sia_pacer_mix_grows_a_job_across_types_and_only_one_that_accepts() {
     // Two nodes of two devices, one per type: one type holds at most 2 devices.
     let c = ClusterSpec::parse("1x2:aws,1x2:dgx", "t").unwrap();
-    let mut j = JobView::basic(JobId(0), 0.0, 1);
-    j.max_replicas = 8;
-    j.attained_gpu_s = 600.0;
-    j.goodput_version = 1;
     // Little gradient noise relative to its batch: it scales well.
-    j.goodput_by_type = vec![Some(gfn(1.0, 5000.0)), Some(gfn(1.0, 5000.0))];
-    j.current = Allocation::from_pairs([(NodeId(0), 2)]);
+    let mut j = running(0, 0, vec![Some(gfn(1.0, 5000.0)), Some(gfn(1.0, 5000.0))]);
     let one = vec![j.clone()];
     let view = ClusterView {
         now_s: 3600.0,
@@ -441,4 +456,44 @@ fn sia_pacer_mix_grows_a_job_across_types_and_only_one_that_accepts() {
         jobs: &held,
     };
     assert_eq!(p.allocate(&view)[0], a[0]);
+}
+
+#[test]
+fn sia_pacer_mix_takes_devices_from_a_job_inside_the_knapsack() {
+    // Two types of 2 devices. Job 0 accepts mixing and scales well (little gradient
+    // noise); job 1 does not accept it and scales poorly: the knapsack gives each one
+    // type's two devices, so nothing is left free for a mix after it. Inside the
+    // optimisation, job 1 gives up a device when job 0's mix is worth more.
+    let c = ClusterSpec::parse("1x2:aws,1x2:dgx", "t").unwrap();
+    let mut a = running(0, 0, vec![Some(gfn(1.0, 5000.0)), Some(gfn(1.0, 5000.0))]);
+    a.mixed = Some(std::sync::Arc::new(FakeMix(a.goodput_by_type.clone())));
+    // A fixed cost per step and a fixed batch: its second device adds little.
+    let mut slow = gfn(1.0, 1.0);
+    slow.perf.alpha_c = 1.0;
+    slow.limits.max_batch = 64.0;
+    let b = running(1, 1, vec![None, Some(slow)]);
+    let js = vec![a, b];
+    let view = ClusterView {
+        now_s: 3600.0,
+        cluster: &c,
+        jobs: &js,
+    };
+    let plain = SiaPacer::default().allocate(&view);
+    assert_eq!(plain[0].replicas() + plain[1].replicas(), 4, "{plain:?}");
+    assert_eq!(types_of(&c, &plain[0]).len(), 1, "{plain:?}");
+    // After the knapsack nothing is free: `-post` is sia-pacer.
+    let mut post = SiaPacerMix::post();
+    post.min_gain = 1.0;
+    assert_eq!(post.allocate(&view), plain);
+    let mut inside = SiaPacerMix::with_min_gain(1.0);
+    let out = inside.allocate(&view);
+    assert!(check_capacity(&c, &out).is_ok());
+    assert_eq!(types_of(&c, &out[0]).len(), 2, "{out:?}");
+    assert!(out[1].replicas() < plain[1].replicas(), "{out:?}");
+    assert_eq!(types_of(&c, &out[1]).len(), 1, "{out:?}");
+    assert!(
+        inside.notes().contains("inside the knapsack: 1"),
+        "{}",
+        inside.notes()
+    );
 }

@@ -208,14 +208,21 @@ fn improve_from(p: &Problem, start: &[Option<usize>]) -> Vec<Option<usize>> {
     choice.into_iter().map(|c| c.map(|x| x.0)).collect()
 }
 
-/// The best single exchange (see [`improve_from`]); applies it and returns whether
-/// there was one that gains. Per type, `cheapest[d]` holds the two least losses
-/// (of different jobs) of freeing at least `d` devices by shrinking one job.
-fn exchange(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) -> bool {
+/// One type's two least losses (of different jobs) at one freed count: (loss, job,
+/// option index or `usize::MAX` for stopping the job).
+pub(super) type ShrinkSlot = [(f64, usize, usize); 2];
+
+/// Per type and device count `d ≤ maxg`: the two least losses (of different jobs) of
+/// freeing at least `d` devices of that type by shrinking or stopping one job of
+/// `choice` (its configuration and value; `None`: not a candidate).
+pub(super) fn shrink_table(
+    p: &Problem,
+    choice: &[Option<(usize, f64)>],
+    maxg: usize,
+) -> Vec<Vec<ShrinkSlot>> {
     let types = p.capacity.len();
-    let maxg = p.configs.iter().map(|c| c.gpus).max().unwrap_or(0) as usize;
     // (loss, job, option index or usize::MAX for none), two best per freed count.
-    type Slot = [(f64, usize, usize); 2];
+    type Slot = ShrinkSlot;
     let empty: Slot = [(f64::INFINITY, usize::MAX, 0); 2];
     let mut cheapest: Vec<Vec<Slot>> = vec![vec![empty; maxg + 1]; types];
     let put = |slot: &mut Slot, e: (f64, usize, usize)| {
@@ -256,6 +263,15 @@ fn exchange(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) 
             }
         }
     }
+    cheapest
+}
+
+/// The best single exchange (see [`improve_from`]); applies it and returns whether
+/// there was one that gains. Per type, `cheapest[d]` holds the two least losses
+/// (of different jobs) of freeing at least `d` devices by shrinking one job.
+fn exchange(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) -> bool {
+    let maxg = p.configs.iter().map(|c| c.gpus).max().unwrap_or(0) as usize;
+    let cheapest = shrink_table(p, choice, maxg);
     // (net gain, job, its option, the shrink that makes room).
     type Move = (f64, usize, usize, (f64, usize, usize));
     let mut best: Option<Move> = None;

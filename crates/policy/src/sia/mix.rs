@@ -4,7 +4,7 @@
 //! Sia's knapsack has one capacity per device type and configurations of one type.
 //! A configuration across types consumes capacity of two types at once; rather than
 //! widen every job's option list (and the exact solver Sia is compared with), this
-//! policy keeps `sia-pacer`'s round and adds two steps around its fast solver:
+//! policy keeps `sia-pacer`'s round and adds steps around its fast solver:
 //!
 //! 1. **Keep a mix that still pays.** A job that holds devices of several types keeps
 //!    them when their balanced goodput is at least the best one-type configuration's
@@ -19,6 +19,10 @@
 //!    unless it is what the job holds); the move with the largest value gained per
 //!    device added is applied, then the next, until none gains. Only free devices are
 //!    used, so capacity holds by construction.
+//! 3. **Inside the optimisation** (the default; off in `sia-pacer-mix-post`): before
+//!    step 2, a job may take a two-type configuration whose devices come from the free
+//!    pool and from other jobs' one-type configurations, when that raises the objective
+//!    net of what the shrunk or stopped jobs lose ([`SiaPacerMix::displace`]).
 //!
 //! The goodput of a mixed configuration is the job's own balanced one
 //! ([`JobView::mixed`], which the driver computes with the worker level's controller
@@ -35,9 +39,21 @@ use std::collections::HashMap;
 /// Devices per type of a mixed configuration, types ascending.
 type Mix = Vec<(u16, u32)>;
 
-/// One job's mixed goodputs: the goodput version they hold for, and the goodput per
-/// (mix, nodes).
-type MixCache = (u64, HashMap<(Mix, u32), f64>);
+/// One job's mixed goodputs: the goodput version they hold for, when they were computed
+/// (s), and the goodput per (mix, nodes).
+type MixCache = (u64, f64, HashMap<(Mix, u32), f64>);
+
+/// A job's mixed goodputs are recomputed when its goodput version changed *and* they
+/// are at least this old (simulated seconds). The version changes whenever the job's
+/// gradient statistics move (nearly every round) and each mixed goodput is a search over
+/// global batches; without this, `sia-pacer-mix` took 55 ms per round (p95) at 64 GPUs.
+pub const MIX_REFRESH_S: f64 = 600.0;
+
+/// Mixed goodputs [`SiaPacerMix::displace`] computes at most per round (those cached
+/// cost nothing): the bound on its round time. Jobs are visited in the view's order;
+/// a job left without them this round is offered no mix inside the knapsack until a
+/// later round computes them.
+pub const MIX_EVALS_PER_ROUND: usize = 48;
 
 /// `sia-pacer` that may give a job devices of several types.
 #[derive(Debug, Clone)]
@@ -50,9 +66,18 @@ pub struct SiaPacerMix {
     /// Per job: the goodput version its mixed goodputs were computed at, and the
     /// goodput per (mix, nodes).
     cache: HashMap<JobId, MixCache>,
+    /// The round's time (for [`MIX_REFRESH_S`]).
+    now_s: f64,
+    /// Mixed goodputs [`SiaPacerMix::displace`] may still compute this round.
+    evals_left: usize,
     /// Mixed configurations given, and rounds in which at least one job held one.
     mixes_given: u64,
     mixed_rounds: u64,
+    /// Mixed configurations inside the optimisation ([`SiaPacerMix::displace`]); off:
+    /// only on the devices the knapsack leaves free (`sia-pacer-mix-post`).
+    pub inside: bool,
+    /// Mixes chosen by [`SiaPacerMix::displace`].
+    displaced: u64,
 }
 
 /// The default [`SiaPacerMix::min_gain`], chosen on Sia's saturn workloads 1–3
@@ -73,8 +98,21 @@ impl SiaPacerMix {
             base: SiaPacer::default(),
             min_gain,
             cache: HashMap::new(),
+            now_s: 0.0,
+            evals_left: 0,
             mixes_given: 0,
             mixed_rounds: 0,
+            inside: true,
+            displaced: 0,
+        }
+    }
+
+    /// Mixes only on the devices the one-type knapsack leaves free (the policy
+    /// before mixed configurations entered the optimisation): `sia-pacer-mix-post`.
+    pub fn post() -> Self {
+        SiaPacerMix {
+            inside: false,
+            ..SiaPacerMix::default()
         }
     }
 
@@ -103,21 +141,46 @@ fn sizes(free: u64, most: u32) -> Vec<u32> {
 impl SiaPacerMix {
     /// The balanced goodput of `job` on `mix` over `nodes` nodes (0: not usable).
     fn mixed_goodput(&mut self, job: &JobView, mix: &Mix, nodes: u32) -> f64 {
+        self.mixed_goodput_within(job, mix, nodes, false)
+            .unwrap_or(0.0)
+    }
+
+    /// [`SiaPacerMix::mixed_goodput`]; with `budgeted`, a goodput not cached is
+    /// computed only while the round's [`MIX_EVALS_PER_ROUND`] last (`None` after), and
+    /// stale ones are kept while the budget is spent.
+    fn mixed_goodput_within(
+        &mut self,
+        job: &JobView,
+        mix: &Mix,
+        nodes: u32,
+        budgeted: bool,
+    ) -> Option<f64> {
         let Some(model) = job.mixed.as_ref() else {
-            return 0.0;
+            return Some(0.0);
         };
+        let now = self.now_s;
+        let spent = budgeted && self.evals_left == 0;
         let entry = self
             .cache
             .entry(job.id)
-            .or_insert_with(|| (job.goodput_version, HashMap::new()));
-        if entry.0 != job.goodput_version {
-            *entry = (job.goodput_version, HashMap::new());
+            .or_insert_with(|| (job.goodput_version, now, HashMap::new()));
+        if !spent && entry.0 != job.goodput_version && now - entry.1 >= MIX_REFRESH_S {
+            *entry = (job.goodput_version, now, HashMap::new());
         }
-        *entry.1.entry((mix.clone(), nodes)).or_insert_with(|| {
-            let groups: Vec<(DeviceTypeId, u32)> =
-                mix.iter().map(|&(t, n)| (DeviceTypeId(t), n)).collect();
-            model.goodput(&groups, nodes).max(0.0)
-        })
+        if let Some(&g) = entry.2.get(&(mix.clone(), nodes)) {
+            return Some(g);
+        }
+        if spent {
+            return None;
+        }
+        let groups: Vec<(DeviceTypeId, u32)> =
+            mix.iter().map(|&(t, n)| (DeviceTypeId(t), n)).collect();
+        let g = model.goodput(&groups, nodes).max(0.0);
+        entry.2.insert((mix.clone(), nodes), g);
+        if budgeted {
+            self.evals_left -= 1;
+        }
+        Some(g)
     }
 }
 
@@ -142,7 +205,7 @@ impl SiaPacerMix {
         types: usize,
     ) -> Plan {
         let n = view.jobs.len();
-        let (problem, choice) = self.base.choose(view, reserved);
+        let (problem, mut choice) = self.base.choose(view, reserved);
         // 2. Free devices after the knapsack, offered as mixed configurations.
         let mut free: Vec<i64> = capacity.iter().map(|&c| c as i64).collect();
         for r in reserved.iter().flatten() {
@@ -185,6 +248,18 @@ impl SiaPacerMix {
             eligible.push((j, min, cap, rf, one_type));
         }
         let mut extra: Vec<Option<(Mix, f64, f64)>> = vec![None; n];
+        if self.inside {
+            self.displace(
+                view,
+                &problem,
+                &mut choice,
+                &mut extra,
+                &mut free,
+                &eligible,
+                capacity,
+                pools0,
+            );
+        }
         loop {
             // (gain per added device, job, the mix, the devices it adds, its value and
             // goodput).
@@ -239,7 +314,10 @@ impl SiaPacerMix {
                 let current = mix_of(view, &job.current);
                 for m in candidates {
                     let nodes = nodes_of(pools0, &m);
-                    let g = self.mixed_goodput(job, &m, nodes);
+                    let budgeted = self.inside;
+                    let Some(g) = self.mixed_goodput_within(job, &m, nodes, budgeted) else {
+                        continue;
+                    };
                     if g <= 0.0 {
                         continue;
                     }
@@ -297,6 +375,204 @@ impl SiaPacerMix {
     }
 }
 
+/// One job's mixed options for [`SiaPacerMix::displace`]: (mix, value, goodput).
+type MixOptions = Vec<(Mix, f64, f64)>;
+
+/// Most displacement moves per round ([`SiaPacerMix::displace`]).
+const MOVES: usize = 32;
+
+impl SiaPacerMix {
+    /// Mixed configurations inside the optimisation: after the one-type knapsack,
+    /// a job that accepts mixing may take a two-type configuration whose devices come
+    /// from the free pool *and* from other jobs' one-type configurations (each type's
+    /// shortfall from the one job whose shrinking or stopping loses least objective),
+    /// when the objective `Σ λ_n − S^p` rises. The mix is valued as every option
+    /// (speedup over the job's cheapest one-type configuration, the re-allocation
+    /// factor unless it is what the job holds); a mix no better than one of its
+    /// one-type parts is not offered; a running job moves onto a mix only for
+    /// [`SiaPacerMix::min_gain`] times the goodput the knapsack gave it. The best move
+    /// (largest net gain) is applied, then the next, at most [`MOVES`] per round.
+    #[allow(clippy::too_many_arguments)]
+    fn displace(
+        &mut self,
+        view: &ClusterView,
+        problem: &super::Problem,
+        choice: &mut [Option<usize>],
+        extra: &mut [Option<(Mix, f64, f64)>],
+        free: &mut [i64],
+        eligible: &[(usize, f64, u32, f64, Vec<f64>)],
+        capacity: &[u64],
+        pools0: &TypedPools,
+    ) {
+        let types = capacity.len();
+        let value_of = |j: usize, c: Option<usize>| -> f64 {
+            c.and_then(|c| problem.options[j].iter().find(|o| o.0 == c))
+                .map_or(0.0, |o| o.1)
+        };
+        // Per eligible job below its cap: its mixed options.
+        let mut offers: Vec<(usize, MixOptions)> = Vec::new();
+        for (j, min, cap, rf, one_type) in eligible {
+            let (j, min, cap, rf) = (*j, *min, *cap, *rf);
+            let job = &view.jobs[j];
+            let held = choice[j].map_or(0, |c| problem.configs[c].gpus);
+            if held >= cap {
+                continue;
+            }
+            let cur_g = choice[j].map_or(0.0, |c| one_type[c]);
+            // Best one-type value on type t with at most k devices.
+            let dom = |t: u16, k: u32| -> f64 {
+                problem.options[j]
+                    .iter()
+                    .filter(|o| {
+                        let c = problem.configs[o.0];
+                        c.ty == t && c.gpus <= k
+                    })
+                    .map(|o| o.1)
+                    .fold(f64::NEG_INFINITY, f64::max)
+            };
+            let usable = |t: usize| {
+                job.goodput_by_type.get(t).is_some_and(|m| m.is_some())
+                    && job.can_use(DeviceTypeId(t as u16))
+            };
+            let current = mix_of(view, &job.current);
+            let w = self.base.weights.of(job.attained_gpu_s);
+            let mut opts: MixOptions = Vec::new();
+            for t in (0..types).filter(|&t| usable(t)) {
+                for u in (t + 1..types).filter(|&u| usable(u)) {
+                    for a in sizes(capacity[t], cap) {
+                        for b in sizes(capacity[u], cap.saturating_sub(a)) {
+                            let m: Mix = vec![(t as u16, a), (u as u16, b)];
+                            let nodes = nodes_of(pools0, &m);
+                            let Some(g) = self.mixed_goodput_within(job, &m, nodes, true) else {
+                                continue;
+                            };
+                            if g <= 0.0 {
+                                continue;
+                            }
+                            let moved = !job.current.is_empty() && m != current;
+                            if moved && g < self.min_gain * cur_g {
+                                continue;
+                            }
+                            let s = if moved { g / min * rf } else { g / min };
+                            let v = self.base.sia.value(s) * w;
+                            if v > dom(t as u16, a) && v > dom(u as u16, b) {
+                                opts.push((m, v, g));
+                            }
+                        }
+                    }
+                }
+            }
+            if !opts.is_empty() {
+                offers.push((j, opts));
+            }
+        }
+        if offers.is_empty() {
+            return;
+        }
+        let maxd = problem.configs.iter().map(|c| c.gpus).max().unwrap_or(0) as usize;
+        for _ in 0..MOVES {
+            // Per type: the least loss of freeing at least d devices by shrinking or
+            // stopping one job on a one-type configuration (jobs pinned in a restart
+            // have no options and are never shrunk; a need above the largest
+            // configuration is more than one job can free).
+            let held: Vec<Option<(usize, f64)>> = (0..choice.len())
+                .map(|i| {
+                    let c = choice[i]?;
+                    (extra[i].is_none() && !problem.options[i].is_empty())
+                        .then(|| (c, value_of(i, Some(c))))
+                })
+                .collect();
+            let cheapest = super::fast::shrink_table(problem, &held, maxd);
+            // (net gain, job, option, victims (job, option index or usize::MAX)).
+            type Move = (f64, usize, usize, Vec<(usize, usize)>);
+            let mut best: Option<Move> = None;
+            for (j, opts) in &offers {
+                let j = *j;
+                let mut held = vec![0i64; types];
+                let cur_v = match &extra[j] {
+                    Some((m, v, _)) => {
+                        for &(t, c) in m {
+                            held[t as usize] += i64::from(c);
+                        }
+                        *v
+                    }
+                    None => {
+                        if let Some(c) = choice[j] {
+                            let cfg = problem.configs[c];
+                            held[cfg.ty as usize] += i64::from(cfg.gpus);
+                        }
+                        value_of(j, choice[j])
+                    }
+                };
+                'opt: for (k, (m, v, _)) in opts.iter().enumerate() {
+                    if *v <= cur_v + 1e-9 || extra[j].as_ref().is_some_and(|e| &e.0 == m) {
+                        continue;
+                    }
+                    let mut loss = 0.0;
+                    let mut victims = Vec::new();
+                    for &(t, c) in m {
+                        let need = i64::from(c) - held[t as usize] - free[t as usize];
+                        if need <= 0 {
+                            continue;
+                        }
+                        if need as usize > maxd {
+                            continue 'opt;
+                        }
+                        let slot = cheapest[t as usize][need as usize];
+                        let Some(&e) = slot.iter().find(|e| e.1 != j && e.1 != usize::MAX) else {
+                            continue 'opt;
+                        };
+                        loss += e.0;
+                        victims.push((e.1, e.2));
+                    }
+                    let net = v - cur_v - loss;
+                    if net > 1e-9 && best.as_ref().is_none_or(|b| net > b.0 + 1e-12) {
+                        best = Some((net, j, k, victims));
+                    }
+                }
+            }
+            let Some((_, j, k, victims)) = best else {
+                break;
+            };
+            for (i, ki) in victims {
+                if let Some(c0) = choice[i].take() {
+                    let o = problem.configs[c0];
+                    free[o.ty as usize] += i64::from(o.gpus);
+                }
+                if ki != usize::MAX {
+                    let c = problem.options[i][ki].0;
+                    free[problem.configs[c].ty as usize] -= i64::from(problem.configs[c].gpus);
+                    choice[i] = Some(c);
+                }
+            }
+            match extra[j].take() {
+                Some((m, _, _)) => {
+                    for (t, c) in m {
+                        free[t as usize] += i64::from(c);
+                    }
+                }
+                None => {
+                    if let Some(c) = choice[j].take() {
+                        let o = problem.configs[c];
+                        free[o.ty as usize] += i64::from(o.gpus);
+                    }
+                }
+            }
+            let (m, v, g) = offers
+                .iter()
+                .find(|o| o.0 == j)
+                .map(|o| o.1[k].clone())
+                .expect("the move's job has offers");
+            for &(t, c) in &m {
+                free[t as usize] -= i64::from(c);
+            }
+            debug_assert!(free.iter().all(|&f| f >= 0), "{free:?}");
+            extra[j] = Some((m, v, g));
+            self.displaced += 1;
+        }
+    }
+}
+
 /// Devices per type of `alloc`, types ascending.
 fn mix_of(view: &ClusterView, alloc: &Allocation) -> Mix {
     let mut out: Mix = Vec::new();
@@ -320,7 +596,11 @@ fn nodes_of(pools: &TypedPools, mix: &Mix) -> u32 {
 
 impl Policy for SiaPacerMix {
     fn name(&self) -> &'static str {
-        "sia-pacer-mix"
+        if self.inside {
+            "sia-pacer-mix"
+        } else {
+            "sia-pacer-mix-post"
+        }
     }
 
     fn adaptive_batch(&self) -> bool {
@@ -329,14 +609,17 @@ impl Policy for SiaPacerMix {
 
     fn notes(&self) -> String {
         format!(
-            "mixed configurations given: {}; rounds with a mixed job: {}",
-            self.mixes_given, self.mixed_rounds
+            "mixed configurations given: {}; rounds with a mixed job: {}; mixes chosen \
+             inside the knapsack: {}",
+            self.mixes_given, self.mixed_rounds, self.displaced
         )
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         let live: std::collections::HashSet<JobId> = view.jobs.iter().map(|j| j.id).collect();
         self.cache.retain(|id, _| live.contains(id));
+        self.now_s = view.now_s;
+        self.evals_left = MIX_EVALS_PER_ROUND;
         let n = view.jobs.len();
         let types = view.cluster.device_types.len().max(1);
         let pools0 = TypedPools::new(view.cluster);
