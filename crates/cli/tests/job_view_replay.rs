@@ -171,6 +171,8 @@ fn service_record(job: &Replayed) -> JobRecord {
             device_type: TYPES[run.ty].into(),
             handle: None,
             launched_ms: 0,
+            start_step: rec.progress.step,
+            reported: false,
         });
         let b = run.batch as f64 / run.replicas as f64;
         let step = job.truth(run.ty).step_time(run.nodes, run.replicas, b, 0);
