@@ -19,6 +19,7 @@
 //!   would have fitted), and an allocation changed only when a share needs it or the time a
 //!   larger one saves exceeds the restart it costs.
 
+mod admit;
 pub mod plan;
 
 use crate::place::FreePool;
