@@ -544,3 +544,29 @@ pub fn check_capacity(cluster: &ClusterSpec, allocs: &[Allocation]) -> Result<()
     }
     Ok(())
 }
+
+/// The unit tests' goodput model: fixed network and reduction terms, compute
+/// `1/speed` times the base one, gradient statistics `|G|^2 = 1`, `tr S = var`.
+#[cfg(test)]
+pub(crate) fn test_goodput(speed: f64, var: f64) -> pacer_predict::goodput::GoodputFn {
+    use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfParams};
+    GoodputFn {
+        perf: PerfParams {
+            alpha_c: 0.02 / speed,
+            beta_c: 0.002 / speed,
+            alpha_n: 0.2,
+            beta_n: 0.01,
+            alpha_r: 0.05,
+            beta_r: 0.005,
+            gamma: 2.0,
+        },
+        grad: GradParams { sqr: 1.0, var },
+        limits: BatchLimits {
+            base_batch: 64.0,
+            max_batch: 8192.0,
+            min_atomic: 8.0,
+            max_atomic: 256.0,
+            accumulation: true,
+        },
+    }
+}

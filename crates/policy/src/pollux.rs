@@ -289,7 +289,7 @@ impl Policy for Pollux {
 mod tests {
     use super::*;
     use pacer_model::ClusterSpec;
-    use pacer_predict::goodput::{BatchLimits, GoodputFn, GradParams, PerfParams};
+    use pacer_predict::goodput::GoodputFn;
 
     fn job(id: u32, goodput: Option<GoodputFn>, max_replicas: u32) -> JobView {
         JobView {
@@ -308,25 +308,7 @@ mod tests {
     }
 
     fn gfn(var: f64) -> GoodputFn {
-        GoodputFn {
-            perf: PerfParams {
-                alpha_c: 0.02,
-                beta_c: 0.002,
-                alpha_n: 0.2,
-                beta_n: 0.01,
-                alpha_r: 0.05,
-                beta_r: 0.005,
-                gamma: 2.0,
-            },
-            grad: GradParams { sqr: 1.0, var },
-            limits: BatchLimits {
-                base_batch: 64.0,
-                max_batch: 8192.0,
-                min_atomic: 8.0,
-                max_atomic: 256.0,
-                accumulation: true,
-            },
-        }
+        crate::test_goodput(1.0, var)
     }
 
     #[test]

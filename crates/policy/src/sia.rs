@@ -670,29 +670,7 @@ mod tests {
     }
 
     fn model(speed: f64) -> GoodputFn {
-        use pacer_predict::goodput::{BatchLimits, GradParams, PerfParams};
-        GoodputFn {
-            perf: PerfParams {
-                alpha_c: 0.02 / speed,
-                beta_c: 0.002 / speed,
-                alpha_n: 0.2,
-                beta_n: 0.01,
-                alpha_r: 0.05,
-                beta_r: 0.005,
-                gamma: 2.0,
-            },
-            grad: GradParams {
-                sqr: 1.0,
-                var: 100.0,
-            },
-            limits: BatchLimits {
-                base_batch: 64.0,
-                max_batch: 8192.0,
-                min_atomic: 8.0,
-                max_atomic: 256.0,
-                accumulation: true,
-            },
-        }
+        crate::test_goodput(speed, 100.0)
     }
 
     /// Devices per option of job 0 in `sia`'s knapsack of `view`.
