@@ -316,6 +316,36 @@ pub fn job_view(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobVie
     job_facts(job, cluster, epoch_ms).view()
 }
 
+/// [`job_view`] with `prior` as the launch cost of a job that has measured none of its
+/// own ([`launch_prior_s`]), so that its first launch is budgeted too.
+pub fn job_view_with_prior(
+    job: &JobRecord,
+    cluster: &ClusterSpec,
+    epoch_ms: u64,
+    prior: Option<f64>,
+) -> JobView {
+    let mut v = job_view(job, cluster, epoch_ms);
+    v.restart_s = v.restart_s.or(prior);
+    v
+}
+
+/// The launch cost assumed for a job that has measured none: the median of the costs
+/// the service's jobs measured ([`JobRecord::restart_s`]; the upper middle of an even
+/// count). `None` while no job has measured one.
+pub fn launch_prior_s<'a>(jobs: impl IntoIterator<Item = &'a JobRecord>) -> Option<f64> {
+    let mut seen: Vec<f64> = jobs
+        .into_iter()
+        .filter_map(|j| j.restart_s)
+        .filter(|s| s.is_finite())
+        .collect();
+    if seen.is_empty() {
+        return None;
+    }
+    let mid = seen.len() / 2;
+    let (_, m, _) = seen.select_nth_unstable_by(mid, f64::total_cmp);
+    Some(*m)
+}
+
 /// The service's translation of `job`'s record (its spec, reports and runs) into the
 /// driver-neutral facts of its view ([`JobFacts`]).
 pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFacts {

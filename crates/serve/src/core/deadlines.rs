@@ -4,7 +4,7 @@
 use super::Core;
 use crate::deadline::{self, rfc3339, DeadlineRecord, Status};
 use crate::error::ApiError;
-use crate::job::{job_view, JobRecord, JobState};
+use crate::job::{job_view_with_prior, launch_prior_s, JobRecord, JobState};
 use pacer_model::ClusterSpec;
 use pacer_policy::deadline::plan::{admit, plan_all, Admission, AdmitRules, PlanJob, Timeline};
 use pacer_policy::JobView;
@@ -46,9 +46,10 @@ impl Core {
         let cluster = &self.settings.cluster;
         let mut cand = job.clone();
         cand.deadline = Some(rec.clone());
+        let prior = launch_prior_s(self.jobs.values());
         let plan = |j: &JobRecord| {
             PlanJob::from_view(
-                &job_view(j, cluster, self.epoch_ms),
+                &job_view_with_prior(j, cluster, self.epoch_ms, prior),
                 cluster,
                 cfg.budget_restarts,
             )

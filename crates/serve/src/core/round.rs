@@ -8,7 +8,7 @@
 use super::{now_ms, slot_offsets, take_slots, Core, RoundInfo};
 use crate::error::ServeError;
 use crate::executor::{Executor, RunStatus, StopSignal};
-use crate::job::{job_view, AfterStop, JobRecord, JobState, Run, Stop};
+use crate::job::{job_view_with_prior, launch_prior_s, AfterStop, JobRecord, JobState, Run, Stop};
 use crate::store::{self, Changes};
 use pacer_model::{Allocation, ClusterSpec};
 use pacer_policy::{check_capacity, ClusterView, JobView, Policy};
@@ -18,8 +18,8 @@ use std::time::Instant;
 /// What the policy decides from: a snapshot of the active jobs' views, taken under
 /// the lock, and the policy itself (lent out of the [`Core`] for the round).
 pub struct PolicyInput {
-    views: Vec<JobView>,
-    ids: Vec<String>,
+    pub(super) views: Vec<JobView>,
+    pub(super) ids: Vec<String>,
     now_s: f64,
     cluster: ClusterSpec,
     policy: Box<dyn Policy>,
@@ -83,9 +83,13 @@ impl Core {
             .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
             .collect();
         active.sort_by_key(|j| j.seq);
+        let prior = launch_prior_s(self.jobs.values());
         let mut views: Vec<(JobView, String)> = active
             .iter()
-            .map(|j| (job_view(j, cluster, self.epoch_ms), j.id.clone()))
+            .map(|j| {
+                let v = job_view_with_prior(j, cluster, self.epoch_ms, prior);
+                (v, j.id.clone())
+            })
             .collect();
         // Stable: equal arrivals keep submission order.
         views.sort_by(|a, b| a.0.arrival_s.total_cmp(&b.0.arrival_s));

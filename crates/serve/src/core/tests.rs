@@ -618,3 +618,60 @@ fn a_run_s_first_report_measures_what_its_launch_cost_and_the_plan_sees_it() {
     j.absorb(&report(1_000), now);
     assert_eq!(j.restart_s, Some(0.0));
 }
+
+#[test]
+fn a_job_that_has_measured_no_launch_is_planned_with_the_median_of_those_measured() {
+    let (_state, mut c) = core("launch-prior", "1x4:t4", "deadline");
+    let t0 = super::now_ms();
+    // Nothing measured: a 100 s job on all 4 devices due in 110 s fits.
+    let probe = |c: &mut Core| c.submit(deadline_spec("p", 4, "100s", "110"));
+    let (p, _) = probe(&mut c).unwrap();
+    assert_eq!(
+        crate::job::launch_prior_s(c.jobs.values()),
+        None,
+        "none measured yet"
+    );
+    // Three finished jobs measured launches of 5, 30 and 20 s; a fourth none.
+    c.jobs.remove(&p.id);
+    for (i, s) in [Some(5.0), Some(30.0), Some(20.0), None]
+        .into_iter()
+        .enumerate()
+    {
+        let id = submit(
+            &mut c,
+            &format!("name = \"done{i}\"\ncommand = [\"true\"]\nreplicas = 1\n"),
+        );
+        let j = c.jobs.get_mut(&id).unwrap();
+        j.state = JobState::Succeeded;
+        j.finished_ms = Some(t0);
+        j.restart_s = s;
+    }
+    assert_eq!(crate::job::launch_prior_s(c.jobs.values()), Some(20.0));
+    // Now its launch is budgeted at the median, 20 s: 120 s do not fit in 110 s, and
+    // the earliest deadline says so.
+    let e = probe(&mut c).unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (409, "deadline"), "{e}");
+    let earliest = e.detail.as_ref().unwrap()["admission"]["earliest_deadline_ms"]
+        .as_u64()
+        .unwrap() as i64
+        - t0 as i64;
+    assert!((119_000..124_000).contains(&earliest), "{earliest}");
+    // The round's views carry it for a job with no measurement of its own, and a job's
+    // own measurement wins over it.
+    let (q, _) = c.submit(deadline_spec("q", 2, "100s", "400")).unwrap();
+    let fake = Fake::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let input = rt.block_on(c.begin_round(&fake)).unwrap();
+    let at = input.ids.iter().position(|id| *id == q.id).unwrap();
+    assert_eq!(input.views[at].restart_s, Some(20.0));
+    c.jobs.get_mut(&q.id).unwrap().restart_s = Some(3.0);
+    let own = crate::job::job_view_with_prior(
+        &c.jobs[&q.id],
+        &c.settings.cluster,
+        c.epoch_ms,
+        Some(20.0),
+    );
+    assert_eq!(own.restart_s, Some(3.0));
+}
