@@ -104,6 +104,12 @@ pub struct SubmitArgs {
     /// cost more is declined).
     #[arg(long, value_name = "DEVICE_HOURS")]
     pub budget_device_hours: Option<f64>,
+    /// A cost budget in US dollars at the service's prices (`pacer serve --price`): the
+    /// job is stopped once it has spent that much (the spec's `budget_usd`; with
+    /// --expected-runtime, a job expected to cost more even on the cheapest type is
+    /// declined).
+    #[arg(long, value_name = "USD")]
+    pub budget_usd: Option<f64>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -222,6 +228,9 @@ fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> 
     }
     if let Some(b) = a.budget_device_hours {
         spec.budget_device_hours = Some(b);
+    }
+    if let Some(b) = a.budget_usd {
+        spec.budget_usd = Some(b);
     }
     for kv in &a.env {
         let Some((k, v)) = kv.split_once('=') else {

@@ -40,6 +40,11 @@ pub struct ServeArgs {
     /// Bearer token file (default <state>/token, generated with mode 0600 if absent).
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// A device type's price, `TYPE=USD_PER_DEVICE_H` (e.g. `a100=2.93`), repeatable: one
+    /// for every device type of the cluster, or none. Jobs may then carry a budget in
+    /// dollars (`budget_usd`), spent at these prices while they hold devices.
+    #[arg(long = "price", value_name = "TYPE=USD_PER_DEVICE_H")]
+    pub prices: Vec<String>,
     /// The pacer binary that runs `[trainer]` jobs (default: this executable when it is
     /// `pacer`, else `pacer` on PATH).
     #[arg(long)]
@@ -70,6 +75,7 @@ impl ServeArgs {
             }
             None => (None, crate::spec::load_cluster(&self.cluster)?),
         };
+        let prices = crate::budget::parse_prices(&self.prices, &cluster)?;
         let pacer_bin = match &self.pacer_bin {
             Some(b) => b.clone(),
             None => std::env::current_exe()
@@ -90,6 +96,7 @@ impl ServeArgs {
             min_run_s: self.min_run_s.unwrap_or(3.0 * self.round_s),
             token_file: self.token_file.clone(),
             log_max_mib: self.log_max_mib,
+            prices,
             pacer_bin,
             slurm,
         })

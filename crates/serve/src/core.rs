@@ -37,6 +37,9 @@ pub struct Settings {
     pub server_url: String,
     /// A job's log is rotated when it grows past this (see [`cap_log`]).
     pub log_max_bytes: u64,
+    /// USD per device-hour of each device type of `cluster`, by type id (`--price`);
+    /// `None`: no prices, so no dollar budgets (`budget_usd`).
+    pub prices: Option<Vec<f64>>,
 }
 
 /// Caps a job's log at about `max` bytes: when `path` is larger, its last `max` bytes
@@ -294,7 +297,7 @@ impl Core {
         let id = format!("job-{seq}");
         let now = now_ms();
         let mut job = JobRecord::queued(id.clone(), seq, spec, now, crate::auth::new_token());
-        check_budget(&job.spec)?;
+        crate::budget::check_on_submit(&job.spec, self.settings.prices.as_deref())?;
         if job.spec.deadline.is_some() {
             job.deadline = Some(self.admit(&job, now)?);
         }
@@ -487,8 +490,7 @@ impl Core {
                 format!("{}: {}", why.unwrap_or("stopped"), crate::job::WAITING)
             }
             JobState::Cancelled if then == Some(AfterStop::Budget) => {
-                let budget = j.spec.budget_device_hours.unwrap_or_default();
-                format!("budget spent: {} ({how})", round::budget_note(j, budget))
+                format!("budget spent: {} ({how})", crate::budget::note(j))
             }
             JobState::Cancelled => format!("cancelled ({how})"),
             _ if status == RunStatus::Killed => {
@@ -660,36 +662,4 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_or(29500, |a| a.port())
-}
-
-/// Declines (409, naming `budget_device_hours`) a job whose expected cost —
-/// `expected_runtime` × `replicas` device-hours — is above its budget. Without
-/// `expected_runtime` the budget is only enforced while it runs.
-fn check_budget(spec: &JobSpec) -> Result<(), ApiError> {
-    let (Some(budget), Some(runtime_s)) = (spec.budget_device_hours, spec.expected_runtime_s())
-    else {
-        return Ok(());
-    };
-    let cost = runtime_s * spec.replicas.max(1) as f64 / 3600.0;
-    if cost <= budget {
-        return Ok(());
-    }
-    let mut e = ApiError::conflict(
-        "budget_device_hours",
-        format!(
-            "declined: its expected cost is {cost:.3} device-hours (expected_runtime {} on {} \
-             devices), above its budget of {budget} device-hours; raise the budget to at \
-             least {cost:.3}",
-            crate::deadline::human_s(runtime_s),
-            spec.replicas.max(1)
-        ),
-    );
-    e.detail = Some(serde_json::json!({
-        "admission": {
-            "decision": "declined",
-            "budget_device_hours": budget,
-            "expected_cost_device_hours": cost,
-        }
-    }));
-    Err(e)
 }

@@ -95,7 +95,8 @@ pub enum AfterStop {
     /// Back to the queue (preempted or resized; the next round re-decides).
     Requeue,
     Cancel,
-    /// Its cost budget (`budget_device_hours`) is spent: it ends cancelled.
+    /// Its cost budget (`budget_device_hours` or `budget_usd`) is spent: it ends
+    /// cancelled.
     Budget,
 }
 
@@ -178,6 +179,10 @@ pub struct JobRecord {
     /// too. `None` before a run has reported. The deadline plan budgets it per restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_s: Option<f64>,
+    /// Dollars spent at the service's prices while holding devices (`--price`; 0
+    /// without prices), restarts included: what `budget_usd` is counted against.
+    #[serde(default)]
+    pub spent_usd: f64,
 }
 
 /// The reason of a job queued for the first time.
@@ -218,6 +223,7 @@ impl JobRecord {
             model: LiveModel::default(),
             deadline: None,
             restart_s: None,
+            spent_usd: 0.0,
         }
     }
 

@@ -12,6 +12,7 @@ pub mod api;
 pub mod args;
 pub mod auth;
 pub mod bench;
+pub mod budget;
 pub mod client;
 pub mod core;
 pub mod deadline;
@@ -57,6 +58,9 @@ pub struct ServeConfig {
     pub pacer_bin: String,
     /// A job's log is rotated past this many MiB (`--log-max-mib`).
     pub log_max_mib: u64,
+    /// USD per device-hour of each device type of `cluster` (`--price`); `None`: no
+    /// prices, so no dollar budgets.
+    pub prices: Option<Vec<f64>>,
     /// `--executor slurm`: the executor that read `cluster` from Slurm; `None` runs jobs
     /// as local processes.
     pub slurm: Option<Arc<executor_slurm::SlurmExecutor>>,
@@ -116,6 +120,7 @@ pub async fn serve(
         pacer_bin: cfg.pacer_bin.clone(),
         server_url: format!("http://{addr}"),
         log_max_bytes: cfg.log_max_mib << 20,
+        prices: cfg.prices.clone(),
     };
     let exec: Arc<dyn executor::Executor> = match &cfg.slurm {
         Some(s) => s.clone(),

@@ -85,6 +85,13 @@ pub struct JobSpec {
     /// is above it is declined on submission. Absent: no budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_device_hours: Option<f64>,
+    /// A cost budget in US dollars, spent at the service's per-type prices (`pacer
+    /// serve --price TYPE=USD_PER_DEVICE_H`) while the job holds devices, restarts
+    /// included: the job is stopped once it has spent that much. With
+    /// `expected_runtime`, a job whose expected cost on the cheapest type is above it is
+    /// declined on submission. Needs a service with prices. Absent: no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
     /// How `command` is started: `"none"` (default) or `"torchrun"`
     /// ([`crate::launcher`]: nproc, nodes, node rank and master from the allocation).
     #[serde(default, skip_serializing_if = "Launcher::is_none")]
@@ -107,6 +114,8 @@ pub const MAX_ENV: usize = 256;
 
 /// The largest `budget_device_hours` (a million devices for a century is less).
 pub const MAX_BUDGET_DEVICE_HOURS: f64 = 1e12;
+/// The largest `budget_usd`.
+pub const MAX_BUDGET_USD: f64 = 1e12;
 /// Largest value of an `env` entry or `cwd`, bytes.
 pub const MAX_ENV_VALUE: usize = 32 * 1024;
 
@@ -331,16 +340,28 @@ impl JobSpec {
                 ));
             }
         }
+        if let Some(b) = self.budget_usd {
+            if !(b.is_finite() && b > 0.0 && b <= MAX_BUDGET_USD) {
+                return Err(ApiError::bad(
+                    "budget_usd",
+                    format!(
+                        "{b}: expected US dollars, a number above 0 and at most {MAX_BUDGET_USD}"
+                    ),
+                ));
+            }
+        }
+        let budgeted = self.budget_device_hours.is_some() || self.budget_usd.is_some();
         match (&self.deadline, &self.expected_runtime) {
             (None, None) => Ok(()),
-            (None, Some(r)) if self.budget_device_hours.is_some() => {
+            (None, Some(r)) if budgeted => {
                 parse_duration(r).map_err(|e| ApiError::bad("expected_runtime", e))?;
                 Ok(())
             }
             (None, Some(_)) => Err(ApiError::bad(
                 "expected_runtime",
-                "only with `deadline` (it is what admission plans a deadline job with) or \
-                 `budget_device_hours` (its expected cost is checked against the budget)"
+                "only with `deadline` (it is what admission plans a deadline job with), \
+                 `budget_device_hours` or `budget_usd` (its expected cost is checked \
+                 against the budget)"
                     .into(),
             )),
             (Some(d), r) => {

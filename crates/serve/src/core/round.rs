@@ -6,6 +6,7 @@
 //! launch handles; record the round).
 
 use super::{now_ms, slot_offsets, take_slots, Core, RoundInfo};
+use crate::budget;
 use crate::error::ServeError;
 use crate::executor::{Executor, RunStatus, StopSignal};
 use crate::job::{job_view_with_prior, launch_prior_s, AfterStop, JobRecord, JobState, Run, Stop};
@@ -197,16 +198,15 @@ impl Core {
         let spent: Vec<String> = self
             .jobs
             .values()
-            .filter(|j| j.state == JobState::Queued && budget_spent(j).is_some())
+            .filter(|j| j.state == JobState::Queued && budget::spent(j).is_some())
             .map(|j| j.id.clone())
             .collect();
         for id in spent {
             let mut j = self.jobs[&id].clone();
-            let budget = budget_spent(&j).expect("filtered");
             j.state = JobState::Cancelled;
             j.finished_ms = Some(now);
-            j.reason = Some(format!("budget spent: {}", budget_note(&j, budget)));
-            self.event(&mut c, &id, "cancelled", budget_note(&j, budget));
+            j.reason = Some(format!("budget spent: {}", budget::note(&j)));
+            self.event(&mut c, &id, "cancelled", budget::note(&j));
             c.job(&j);
             updated.push(j);
         }
@@ -221,7 +221,11 @@ impl Core {
                 self.settle(&mut c, &mut j, status);
             } else {
                 j.attained_device_s += run.replicas() as f64 * dt_s;
-                if let Some(budget) = budget_spent(&j) {
+                if let Some(prices) = &self.settings.prices {
+                    j.spent_usd +=
+                        budget::run_spend_usd(&run, &self.settings.cluster, prices, dt_s);
+                }
+                if let Some((unit, _, budget)) = budget::spent(&j) {
                     match j.stop.as_mut() {
                         None => {
                             j.state = JobState::Stopping;
@@ -230,17 +234,16 @@ impl Core {
                                 sent_ms: now,
                                 killed: false,
                             });
-                            j.reason = Some(format!(
-                                "stopping: its budget of {budget} device-hours is spent"
-                            ));
-                            self.event(&mut c, &id, "budget-spent", budget_note(&j, budget));
+                            j.reason =
+                                Some(format!("stopping: its budget of {budget} {unit} is spent"));
+                            self.event(&mut c, &id, "budget-spent", budget::note(&j));
                             self.metrics.budget_stops.inc();
                             terms.push(h.clone());
                         }
                         // Being preempted or resized: it ends instead of going back.
                         Some(s) if s.then == AfterStop::Requeue => {
                             s.then = AfterStop::Budget;
-                            self.event(&mut c, &id, "budget-spent", budget_note(&j, budget));
+                            self.event(&mut c, &id, "budget-spent", budget::note(&j));
                             self.metrics.budget_stops.inc();
                         }
                         Some(_) => {}
@@ -513,18 +516,4 @@ pub(crate) fn run_device_type(cluster: &ClusterSpec, alloc: &Allocation) -> Stri
         .map(|&t| cluster.device_types[t as usize].as_str())
         .collect::<Vec<_>>()
         .join("+")
-}
-
-/// The job's budget (`budget_device_hours`) when it has held at least that much.
-pub(super) fn budget_spent(j: &JobRecord) -> Option<f64> {
-    let b = j.spec.budget_device_hours?;
-    (j.attained_device_s >= b * 3600.0).then_some(b)
-}
-
-/// `1.002 of 1 device-hours held`.
-pub(super) fn budget_note(j: &JobRecord, budget: f64) -> String {
-    format!(
-        "{:.3} of {budget} device-hours held",
-        j.attained_device_s / 3600.0
-    )
 }

@@ -290,6 +290,7 @@ fn reopen(dir: &Path, cluster: &str, policy: &str) -> Core {
         pacer_bin: "pacer".into(),
         server_url: "http://127.0.0.1:1".into(),
         log_max_bytes: 1 << 20,
+        prices: None,
     })
     .unwrap()
 }
@@ -674,4 +675,92 @@ fn a_job_that_has_measured_no_launch_is_planned_with_the_median_of_those_measure
         Some(20.0),
     );
     assert_eq!(own.restart_s, Some(3.0));
+}
+
+#[test]
+fn a_dollar_budget_is_spent_at_the_type_s_price_and_checked_on_submission() {
+    let (_state, mut c) = core("budget-usd", "1x2:t4,1x2:a100", "fifo");
+    let spec = |extra: &str| {
+        JobSpec::from_toml(
+            &format!("name = \"a\"\ncommand = [\"true\"]\nreplicas = 2\n{extra}"),
+            "test",
+        )
+        .unwrap()
+    };
+    // No prices: a dollar budget cannot be counted, and nothing is stored.
+    let e = c.submit(spec("budget_usd = 5\n")).unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (400, "budget_usd"), "{e}");
+    assert!(e.message.contains("--price"), "{}", e.message);
+    assert!(c.jobs.is_empty());
+    let cluster = c.settings.cluster.clone();
+    let prices = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        crate::budget::parse_prices(&args, &cluster)
+    };
+    c.settings.prices = prices(&["a100=3", "t4=1"]).unwrap();
+    // 2 h on 2 devices is 4 device-hours: 4 USD on t4, the cheapest.
+    let e = c
+        .submit(spec("expected_runtime = \"2h\"\nbudget_usd = 3.5\n"))
+        .unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (409, "budget_usd"), "{e}");
+    assert!(
+        e.message.contains("raise the budget to at least 4.00"),
+        "{}",
+        e.message
+    );
+    assert!(c.jobs.is_empty());
+    c.submit(spec("expected_runtime = \"2h\"\nbudget_usd = 4\n"))
+        .unwrap();
+    c.jobs.clear();
+    // Spent while it runs, at the price of the type it holds.
+    let fake = Fake::default();
+    let (a, _) = c.submit(spec("budget_usd = 0.0001\n")).unwrap();
+    round(&mut c, &fake);
+    assert_eq!(c.jobs[&a.id].state, JobState::Running);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    round(&mut c, &fake);
+    let j = &c.jobs[&a.id];
+    let price = match j.run.as_ref().unwrap().device_type.as_str() {
+        "t4" => 1.0,
+        "a100" => 3.0,
+        t => panic!("{t}"),
+    };
+    assert!(j.attained_device_s >= 0.7, "{}", j.attained_device_s);
+    let want = j.attained_device_s / 3600.0 * price;
+    assert!((j.spent_usd - want).abs() < 1e-12, "{} {want}", j.spent_usd);
+    assert_eq!(j.state, JobState::Stopping);
+    assert!(
+        j.reason
+            .as_deref()
+            .unwrap()
+            .contains("budget of 0.0001 USD"),
+        "{:?}",
+        j.reason
+    );
+    let run = fake.launches()[0].run_id.clone();
+    fake.exit(&run, RunStatus::Exited(143));
+    round(&mut c, &fake);
+    let why = c.jobs[&a.id].reason.clone().unwrap();
+    assert!(
+        why.starts_with("budget spent: ") && why.contains("of 0.0001 USD spent"),
+        "{why}"
+    );
+    assert_eq!(c.metrics.budget_stops.get(), 1);
+    // Bad prices: one error each, naming the flag and what was expected.
+    for (args, says) in [
+        (&["t4=1"][..], "no price for device type(s) a100"),
+        (&["t4=1", "a100=2", "v100=3"][..], "no device type `v100`"),
+        (&["t4=1", "t4=2", "a100=1"][..], "priced twice"),
+        (&["t4", "a100=1"][..], "expected TYPE=USD_PER_DEVICE_H"),
+        (&["t4=cheap", "a100=1"][..], "is not a number"),
+        (&["t4=-1", "a100=1"][..], "from 0 to"),
+        (&["t4=inf", "a100=1"][..], "from 0 to"),
+    ] {
+        let e = prices(args).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--price") && e.contains(says),
+            "{args:?}: {e}"
+        );
+    }
+    assert_eq!(prices(&[]).unwrap(), None);
 }

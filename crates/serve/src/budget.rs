@@ -1,0 +1,165 @@
+//! Cost budgets: in device-hours (`budget_device_hours`) and in dollars (`budget_usd`,
+//! at the service's per-type prices, `--price TYPE=USD_PER_DEVICE_H`). A job is declined
+//! on submission when its expected cost is above its budget, and stopped once it has
+//! spent it ([`crate::core`]).
+
+use crate::error::ApiError;
+use crate::job::{JobRecord, Run};
+use crate::spec::JobSpec;
+use pacer_model::ClusterSpec;
+
+/// Highest price per device-hour `--price` takes (USD).
+pub const MAX_PRICE: f64 = 1e6;
+
+/// The prices of `--price TYPE=USD_PER_DEVICE_H …`, by device type id of `cluster`:
+/// `None` when none is given; else one for every type, each a finite number in
+/// `0..=MAX_PRICE`, no type twice, no type the cluster lacks.
+pub fn parse_prices(args: &[String], cluster: &ClusterSpec) -> anyhow::Result<Option<Vec<f64>>> {
+    if args.is_empty() {
+        return Ok(None);
+    }
+    let types = cluster.device_types.join(", ");
+    let mut prices: Vec<Option<f64>> = vec![None; cluster.device_types.len()];
+    for a in args {
+        let (ty, usd) = a.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!("--price {a}: expected TYPE=USD_PER_DEVICE_H, e.g. a100=2.93")
+        })?;
+        let t = cluster
+            .device_types
+            .iter()
+            .position(|name| name == ty.trim())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--price {a}: the cluster has no device type `{ty}` (its types: {types})"
+                )
+            })?;
+        let p: f64 = usd.trim().parse().map_err(|_| {
+            anyhow::anyhow!("--price {a}: `{usd}` is not a number of US dollars per device-hour")
+        })?;
+        anyhow::ensure!(
+            p.is_finite() && (0.0..=MAX_PRICE).contains(&p),
+            "--price {a}: expected a price from 0 to {MAX_PRICE} US dollars per device-hour"
+        );
+        anyhow::ensure!(
+            prices[t].replace(p).is_none(),
+            "--price {a}: device type `{ty}` is priced twice"
+        );
+    }
+    let missing: Vec<&str> = prices
+        .iter()
+        .zip(&cluster.device_types)
+        .filter(|(p, _)| p.is_none())
+        .map(|(_, n)| n.as_str())
+        .collect();
+    anyhow::ensure!(
+        missing.is_empty(),
+        "--price: no price for device type(s) {}; give one for every type of the cluster ({types})",
+        missing.join(", ")
+    );
+    Ok(Some(prices.into_iter().flatten().collect()))
+}
+
+/// Dollars `run` spends in `dt_s` seconds at `prices` (its devices on each node at
+/// that node's type's price).
+pub fn run_spend_usd(run: &Run, cluster: &ClusterSpec, prices: &[f64], dt_s: f64) -> f64 {
+    run.alloc
+        .iter()
+        .map(|&(n, k)| {
+            let price = cluster
+                .nodes
+                .get(n as usize)
+                .and_then(|node| prices.get(node.device_type.0 as usize));
+            f64::from(k) * price.copied().unwrap_or(0.0)
+        })
+        .sum::<f64>()
+        * dt_s
+        / 3600.0
+}
+
+/// Declines `spec` on submission when its budgets cannot be kept: `budget_usd` on a
+/// service without prices (400), or an expected cost — `expected_runtime` ×
+/// `replicas` device-hours, in dollars on the cheapest type it may run on — above
+/// its budget (409 with the admission answer). Without `expected_runtime` a budget
+/// is only enforced while the job runs.
+pub fn check_on_submit(spec: &JobSpec, prices: Option<&[f64]>) -> Result<(), ApiError> {
+    if spec.budget_usd.is_some() && prices.is_none() {
+        return Err(ApiError::bad(
+            "budget_usd",
+            "this service has no device prices, so it cannot count dollars; submit the job \
+             with `budget_device_hours` instead, or start the service with `--price \
+             TYPE=USD_PER_DEVICE_H` for each device type"
+                .into(),
+        ));
+    }
+    let Some(runtime_s) = spec.expected_runtime_s() else {
+        return Ok(());
+    };
+    let device_h = runtime_s * spec.replicas.max(1) as f64 / 3600.0;
+    let declined = |field: &str, what: String, answer: serde_json::Value| {
+        let mut e = ApiError::conflict(field, what);
+        e.detail = Some(serde_json::json!({ "admission": answer }));
+        Err(e)
+    };
+    let on = format!(
+        "expected_runtime {} on {} devices",
+        crate::deadline::human_s(runtime_s),
+        spec.replicas.max(1)
+    );
+    if let Some(budget) = spec.budget_device_hours.filter(|b| device_h > *b) {
+        return declined(
+            "budget_device_hours",
+            format!(
+                "declined: its expected cost is {device_h:.3} device-hours ({on}), above its \
+                 budget of {budget} device-hours; raise the budget to at least {device_h:.3}"
+            ),
+            serde_json::json!({
+                "decision": "declined",
+                "budget_device_hours": budget,
+                "expected_cost_device_hours": device_h,
+            }),
+        );
+    }
+    if let (Some(budget), Some(prices)) = (spec.budget_usd, prices) {
+        let cheapest = prices.iter().copied().fold(f64::INFINITY, f64::min);
+        let usd = device_h * cheapest;
+        if usd > budget {
+            return declined(
+                "budget_usd",
+                format!(
+                    "declined: its expected cost is {usd:.2} USD even on the cheapest device \
+                     type ({on} at {cheapest} USD per device-hour), above its budget of \
+                     {budget} USD; raise the budget to at least {usd:.2}"
+                ),
+                serde_json::json!({
+                    "decision": "declined",
+                    "budget_usd": budget,
+                    "expected_cost_usd": usd,
+                }),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The budget `j` has spent, if any: `(what, spent, budget)` with `what` the unit
+/// (`device-hours`, `USD`).
+pub fn spent(j: &JobRecord) -> Option<(&'static str, f64, f64)> {
+    let device_h = j.attained_device_s / 3600.0;
+    if let Some(b) = j.spec.budget_device_hours.filter(|b| device_h >= *b) {
+        return Some(("device-hours", device_h, b));
+    }
+    j.spec
+        .budget_usd
+        .filter(|b| j.spent_usd >= *b)
+        .map(|b| ("USD", j.spent_usd, b))
+}
+
+/// `1.002 of 1 device-hours held`, `12.01 of 12 USD spent`: what `j` has spent of the
+/// budget [`spent`] names.
+pub fn note(j: &JobRecord) -> String {
+    match spent(j) {
+        Some(("USD", s, b)) => format!("{s:.2} of {b} USD spent"),
+        Some((unit, s, b)) => format!("{s:.3} of {b} {unit} held"),
+        None => "within its budget".into(),
+    }
+}
