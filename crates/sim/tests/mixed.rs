@@ -163,8 +163,12 @@ fn without_the_flag_sia_pacer_mix_is_sia_pacer_and_with_it_jobs_mix() {
     assert_ne!(mixed, plain, "no job was ever given a mix");
 }
 
-/// One job pinned on `slots` with the opportunity measured.
-fn measured(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)]) -> pacer_sim::SimResult {
+/// One job pinned on `slots`, with the opportunity measured when `measure`.
+fn measured(
+    apps: &[pacer_sim::AppModel],
+    slots: &[(u32, u32)],
+    measure: bool,
+) -> pacer_sim::SimResult {
     let cluster = ClusterSpec::parse("1x2:fast,1x2:slow", "t").unwrap();
     let jobs = jobs(1);
     let mut p = Pin {
@@ -177,7 +181,7 @@ fn measured(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)]) -> pacer_sim::Si
         jobs: &jobs,
         config: SimConfig {
             mixed_types: true,
-            mixing_opportunity: true,
+            mixing_opportunity: measure,
             ..SimConfig::default()
         },
     };
@@ -187,7 +191,7 @@ fn measured(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)]) -> pacer_sim::Si
 #[test]
 fn the_opportunity_bounds_what_a_mix_gained() {
     let apps = apps("opportunity", 1.5);
-    let fast2 = measured(&apps, &[(0, 2)]);
+    let fast2 = measured(&apps, &[(0, 2)], true);
     let o = fast2.summary.mixing.clone().expect("measured");
     // The fast node is full, the slow one idle the whole run: every idle device is
     // stranded, and the job could have used them.
@@ -196,7 +200,7 @@ fn the_opportunity_bounds_what_a_mix_gained() {
     // The mix's measured gain is within the bound, and the bound is not loose by
     // more than the linear speed-up it assumes (2 slow devices at 1/1.5 on 2 fast:
     // at most 40 % of each round).
-    let mix = measured(&apps, &[(0, 2), (1, 2)]);
+    let mix = measured(&apps, &[(0, 2), (1, 2)], true);
     let gain = 1.0 - mix.summary.avg_jct_s / fast2.summary.avg_jct_s;
     assert!(gain > 0.0, "the mix should help here: {gain}");
     assert!(
@@ -218,23 +222,7 @@ fn the_opportunity_bounds_what_a_mix_gained() {
     let m = mix.summary.mixing.clone().unwrap();
     assert_eq!((m.idle_gpu_h, m.bound_saved_jct_h), (0.0, 0.0));
     // Measuring changes nothing else.
-    let mut plain = Pin {
-        alloc: Allocation::from_pairs([(NodeId(0), 2)]),
-        adaptive: true,
-    };
-    let cluster = ClusterSpec::parse("1x2:fast,1x2:slow", "t").unwrap();
-    let jobs = jobs(1);
-    let off = Simulation {
-        cluster: &cluster,
-        apps: &apps,
-        jobs: &jobs,
-        config: SimConfig {
-            mixed_types: true,
-            ..SimConfig::default()
-        },
-    }
-    .run(&mut plain, |_| {})
-    .unwrap();
+    let off = measured(&apps, &[(0, 2)], false);
     assert!(off.summary.mixing.is_none());
     assert_eq!(format!("{:?}", off.jobs), format!("{:?}", fast2.jobs));
 }
