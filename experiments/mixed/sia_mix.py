@@ -33,7 +33,8 @@ SIA = {
     ("saturn", 9): 1.017, ("saturn", 10): 0.796, ("philly", 1): 0.542, ("philly", 2): 0.747,
     ("philly", 3): 0.575, ("philly", 5): 0.667, ("philly", 7): 0.841,
 }
-TUNING = {("saturn", 1), ("saturn", 2), ("saturn", 3), ("frag", 1), ("frag", 2), ("frag", 3)}
+TUNING = {("saturn", 1), ("saturn", 2), ("saturn", 3), ("frag", 1), ("frag", 2), ("frag", 3),
+          ("light", 1), ("light", 2), ("light", 3)}
 
 
 def parse_workloads(spec):
@@ -46,11 +47,13 @@ def parse_workloads(spec):
 
 
 def run(data, root, cluster, trace, i, policy, profiles, mixed):
+    """One simulation; `mixed`: with `--mixed-types` (`sia-pacer` runs the same with
+    it, and its views then carry the balanced models the estimate needs)."""
     wl = os.path.join(root, trace, f"workload-{i}.csv")
     with tempfile.TemporaryDirectory() as out:
         cmd = [PACER, "simulate", "--apps", f"sia:{data}/traces", "--workload", wl,
                "--cluster", cluster, "--policy", policy, "--profiles", profiles,
-               "--json", "--out", out]
+               "--json", "--out", out, "--mixing-opportunity"]
         if mixed:
             cmd.append("--mixed-types")
         t = time.time()
@@ -80,7 +83,41 @@ def run(data, root, cluster, trace, i, policy, profiles, mixed):
         "mixed_jobs": sum(1 for j in jobs if float(j["mixed_gpu_s"]) > 0),
         "mixed_gpu_share": mixed_gpu / gpu if gpu > 0 else 0.0,
         "wall_s": wall,
+        # Idle and stranded device-hours, and the bound on the avg JCT a policy across
+        # types could remove from this run (docs/mixed-types.md, "The opportunity").
+        "mixing": row["mixing"],
     }
+
+
+def opportunity(a, rows):
+    """Per set, under `sia-pacer`: idle and stranded device-hours per workload and the
+    mean bound on the avg-JCT gain (each workload's bound, averaged)."""
+    print("| profiles | set | workloads | sia-pacer avg JCT h | util | idle GPU-h | "
+          "stranded GPU-h | bound on avg-JCT gain | same-type | balanced |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for profiles in a.profiles.split(","):
+        sets = {}
+        for r in rows:
+            if r["policy"] == "sia-pacer" and r["profiles"] == profiles:
+                s = "tuning" if (r["trace"], r["workload"]) in TUNING else "held out"
+                sets.setdefault((r["trace"], s), []).append(r)
+        for (trace, s), v in sorted(sets.items()):
+            avg = lambda f: sum(f(r) for r in v) / len(v)
+            print(f"| {profiles} | {trace} {s} | {len(v)} | {avg(lambda r: r['avg_jct_h']):.3f} | "
+                  f"{avg(lambda r: r['utilization']):.3f} | "
+                  f"{avg(lambda r: r['mixing']['idle_gpu_h']):.1f} | "
+                  f"{avg(lambda r: r['mixing']['stranded_gpu_h']):.1f} | "
+                  f"{100 * avg(lambda r: r['mixing']['bound_avg_jct_gain']):.2f} % (max "
+                  f"{100 * max(r['mixing']['bound_avg_jct_gain'] for r in v):.2f} %) | "
+                  f"{est(v, 'same_type_avg_jct_gain')} | {est(v, 'balanced_avg_jct_gain')} |")
+
+
+def est(v, key):
+    """Mean (max) of an estimate over a set's workloads, when measured."""
+    xs = [r["mixing"].get(key) for r in v]
+    if any(x is None for x in xs):
+        return "—"
+    return f"{100 * sum(xs) / len(xs):.2f} % (max {100 * max(xs):.2f} %)"
 
 
 def main():
@@ -94,13 +131,17 @@ def main():
     ap.add_argument("--profiles", default="fitted,online")
     ap.add_argument("--mix", default="sia-pacer-mix,sia-pacer-mix-g1",
                     help="mixing policies, each run with --mixed-types")
+    ap.add_argument("--baseline-mixed-types", action="store_true",
+                    help="run sia-pacer with --mixed-types too (its results are the same; "
+                         "its opportunity then has the balanced and same-type estimates)")
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "mixed", "sia-mix.json"))
     a = ap.parse_args()
     root = a.workload_root or os.path.join(a.data, "workloads")
     rows = []
     for profiles in a.profiles.split(","):
         for trace, i in parse_workloads(a.workloads):
-            runs = [("sia-pacer", False)] + [(m, True) for m in a.mix.split(",")]
+            runs = [("sia-pacer", a.baseline_mixed_types)]
+            runs += [(m, True) for m in a.mix.split(",") if m]
             for policy, mixed in runs:
                 r = run(a.data, root, a.cluster, trace, i, policy, profiles, mixed)
                 r["policy"] = policy
@@ -110,12 +151,20 @@ def main():
                       f"{r['avg_restart_paid_h']:.3f} h, mixed {r['avg_mixed_gpu_h']:.3f} "
                       f"GPU-h/job, util {r['utilization']:.3f}, "
                       f"mixed jobs {r['mixed_jobs']} ({100 * r['mixed_gpu_share']:.1f} % of "
-                      f"device time), {r['wall_s']:.1f} s", flush=True)
+                      f"device time), idle {r['mixing']['idle_gpu_h']:.1f} GPU-h, stranded "
+                      f"{r['mixing']['stranded_gpu_h']:.1f} GPU-h, bound "
+                      f"{100 * r['mixing']['bound_avg_jct_gain']:.1f} %, same-type "
+                      f"{100 * r['mixing'].get('same_type_avg_jct_gain', float('nan')):.1f} %, "
+                      f"balanced "
+                      f"{100 * r['mixing'].get('balanced_avg_jct_gain', float('nan')):.1f} %, "
+                      f"{r['wall_s']:.1f} s",
+                      flush=True)
     with open(a.out, "w") as f:
         json.dump({"cluster": a.cluster, "rows": rows}, f, indent=1)
     print()
     by = {(r["profiles"], r["trace"], r["workload"], r["policy"]): r for r in rows}
-    for mix in a.mix.split(","):
+    opportunity(a, rows)
+    for mix in [m for m in a.mix.split(",") if m]:
         print()
         print(f"{mix} against sia-pacer")
         print("| profiles | trace | workload | set | Sia | sia-pacer | mix | Δ | "

@@ -59,6 +59,11 @@ pub struct SimulateArgs {
     /// Off (the default): every job stays on one type, as before.
     #[arg(long)]
     pub mixed_types: bool,
+    /// Measure the devices left idle on one type while a job was held to others, and
+    /// a bound on the avg JCT a policy across types could remove (`mixing` in
+    /// `--json`; docs/mixed-types.md).
+    #[arg(long)]
+    pub mixing_opportunity: bool,
     /// Seed for synthetic workloads.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -200,6 +205,7 @@ fn sim_config(args: &SimulateArgs) -> SimConfig {
         replan_on_arrival: args.replan_on_arrival,
         profiles: args.profiles,
         mixed_types: args.mixed_types,
+        mixing_opportunity: args.mixing_opportunity,
         ..SimConfig::default()
     }
 }

@@ -86,6 +86,41 @@ pub struct Summary {
     /// Deadline counts, when the workload has deadline jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadlines: Option<DeadlineSummary>,
+    /// The run's opportunity for jobs across device types, when measured
+    /// (`SimConfig::mixing_opportunity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixing: Option<MixingOpportunity>,
+}
+
+/// Devices a one-type policy left idle where a job across types could have used
+/// them, and a bound on the JCT that would save (`engine/opportunity.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MixingOpportunity {
+    /// Device-hours idle while some job was active.
+    pub idle_gpu_h: f64,
+    /// Device-hours idle on a type while a job that could use more devices waited
+    /// or had none free on the types it held.
+    pub stranded_gpu_h: f64,
+    /// Rounds with stranded devices.
+    pub rounds_stranded: u64,
+    /// First-order upper bound on the JCT (summed over finished jobs, h) that those
+    /// devices could save: linear speed-up at the best idle type's one-device speed,
+    /// no restarts, no synchronisation cost.
+    pub bound_saved_jct_h: f64,
+    /// `bound_saved_jct_h` over the finished jobs' summed JCT: a bound on the
+    /// fraction of the avg JCT mixing could remove from this run.
+    pub bound_avg_jct_gain: f64,
+    /// The same over each job's own balanced goodput model (restarts free; with
+    /// `--mixed-types` only, whose views carry it): what mixing could give by the
+    /// policy's own model, an estimate rather than a bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balanced_saved_jct_h: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balanced_avg_jct_gain: Option<f64>,
+    /// The balanced estimate's rounds with the devices taken as the job's own type:
+    /// what the job's own scaling allows without the cost of spanning types.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_type_avg_jct_gain: Option<f64>,
 }
 
 /// How a workload with deadlines went (docs/elasticflow.md).
@@ -199,6 +234,7 @@ impl SimResult {
             avg_restarts: mean(&jobs.iter().map(|j| j.restarts as f64).collect::<Vec<_>>()),
             wall_ms,
             deadlines,
+            mixing: None,
         };
         SimResult {
             summary,

@@ -162,3 +162,67 @@ fn without_the_flag_sia_pacer_mix_is_sia_pacer_and_with_it_jobs_mix() {
     assert!(!mixed.contains("mixed_gpu_s: 0.0 }, JobResult"), "{mixed}");
     assert_ne!(mixed, plain, "no job was ever given a mix");
 }
+
+/// One job pinned on `slots`, with the opportunity measured when `measure`.
+fn measured(
+    apps: &[pacer_sim::AppModel],
+    slots: &[(u32, u32)],
+    measure: bool,
+) -> pacer_sim::SimResult {
+    let cluster = ClusterSpec::parse("1x2:fast,1x2:slow", "t").unwrap();
+    let jobs = jobs(1);
+    let mut p = Pin {
+        alloc: Allocation::from_pairs(slots.iter().map(|&(n, c)| (NodeId(n), c))),
+        adaptive: true,
+    };
+    let sim = Simulation {
+        cluster: &cluster,
+        apps,
+        jobs: &jobs,
+        config: SimConfig {
+            mixed_types: true,
+            mixing_opportunity: measure,
+            ..SimConfig::default()
+        },
+    };
+    sim.run(&mut p, |_| {}).unwrap()
+}
+
+#[test]
+fn the_opportunity_bounds_what_a_mix_gained() {
+    let apps = apps("opportunity", 1.5);
+    let fast2 = measured(&apps, &[(0, 2)], true);
+    let o = fast2.summary.mixing.clone().expect("measured");
+    // The fast node is full, the slow one idle the whole run: every idle device is
+    // stranded, and the job could have used them.
+    assert!(o.idle_gpu_h > 0.0);
+    assert!((o.stranded_gpu_h - o.idle_gpu_h).abs() < 1e-9, "{o:?}");
+    // The mix's measured gain is within the bound, and the bound is not loose by
+    // more than the linear speed-up it assumes (2 slow devices at 1/1.5 on 2 fast:
+    // at most 40 % of each round).
+    let mix = measured(&apps, &[(0, 2), (1, 2)], true);
+    let gain = 1.0 - mix.summary.avg_jct_s / fast2.summary.avg_jct_s;
+    assert!(gain > 0.0, "the mix should help here: {gain}");
+    assert!(
+        o.bound_avg_jct_gain >= gain && o.bound_avg_jct_gain <= 0.4 + 1e-9,
+        "bound {} vs gain {gain}",
+        o.bound_avg_jct_gain
+    );
+    // The job's own balanced model (restarts free) promises a gain too, below the
+    // linear bound (the slow type's all-reduce is paid).
+    let balanced = o
+        .balanced_avg_jct_gain
+        .expect("the view carries the mixed model");
+    assert!(
+        balanced > 0.0 && balanced < o.bound_avg_jct_gain,
+        "balanced {balanced} vs bound {}",
+        o.bound_avg_jct_gain
+    );
+    // On the mix nothing is idle: no opportunity left.
+    let m = mix.summary.mixing.clone().unwrap();
+    assert_eq!((m.idle_gpu_h, m.bound_saved_jct_h), (0.0, 0.0));
+    // Measuring changes nothing else.
+    let off = measured(&apps, &[(0, 2)], false);
+    assert!(off.summary.mixing.is_none());
+    assert_eq!(format!("{:?}", off.jobs), format!("{:?}", fast2.jobs));
+}

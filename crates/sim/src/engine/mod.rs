@@ -35,6 +35,7 @@ mod dedicated;
 mod fit_memo;
 pub mod mixed;
 mod online;
+mod opportunity;
 mod progress;
 pub use online::ProfileMode;
 mod run;
@@ -75,6 +76,11 @@ pub struct SimConfig {
     /// `mixed.rs`); off: such an allocation runs on its first node's type's tables,
     /// as before.
     pub mixed_types: bool,
+    /// Measure the run's opportunity for jobs across device types: devices idle on
+    /// one type while a job is held to others, and a bound on the JCT mixing could
+    /// save (`Summary::mixing`, `opportunity.rs`). Off: nothing is measured and
+    /// every output is as before.
+    pub mixing_opportunity: bool,
 }
 
 /// Whether a job's arrival starts a new round before the current one ends. Rounds
@@ -114,6 +120,7 @@ impl Default for SimConfig {
             replan_on_arrival: ArrivalReplan::Never,
             profiles: ProfileMode::Fitted,
             mixed_types: false,
+            mixing_opportunity: false,
         }
     }
 }

@@ -87,6 +87,8 @@ struct RunState<'s> {
     now: f64,
     busy_gpu_s: f64,
     finished: usize,
+    /// `SimConfig::mixing_opportunity`'s measurement.
+    opportunity: Option<opportunity::Tracker>,
 }
 
 impl Simulation<'_> {
@@ -152,6 +154,19 @@ impl Simulation<'_> {
                 r.next_arrival,
             );
             r.close(until);
+            if let Some(o) = r.opportunity.as_mut() {
+                let dt = until - r.now;
+                o.round(
+                    self,
+                    &m.speeds,
+                    &m.caps,
+                    dt,
+                    &r.active,
+                    &r.views,
+                    &r.states,
+                    &r.node_used,
+                );
+            }
             on_round(&RoundInfo {
                 now_s: r.now,
                 finished: r.finished,
@@ -287,14 +302,18 @@ impl Simulation<'_> {
                 }
             })
             .collect();
-        SimResult::new(
+        let mut out = SimResult::new(
             policy_name,
             self.cluster.total_gpus() as f64,
             r.busy_gpu_s,
             results,
             r.timeline,
             wall.elapsed().as_secs_f64() * 1e3,
-        )
+        );
+        if let Some(o) = &r.opportunity {
+            out.summary.mixing = Some(o.finish(&out.jobs));
+        }
+        out
     }
 }
 
@@ -328,6 +347,10 @@ impl<'s> RunState<'s> {
             now: 0.0,
             busy_gpu_s: 0.0,
             finished: 0,
+            opportunity: sim
+                .config
+                .mixing_opportunity
+                .then(|| opportunity::Tracker::new(n)),
         }
     }
 

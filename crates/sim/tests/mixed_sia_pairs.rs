@@ -1,0 +1,79 @@
+//! One job of Sia's applications pinned on 8 devices of one type, on those plus 8 of
+//! another (a mix, `--mixed-types`), and on 16 of the first type, on 2-device nodes
+//! (docs/mixed-types.md, "Why the balanced estimate is small"). Needs Sia's tables:
+//! `PACER_SIA_TRACES=../shared/data/sia/traces cargo test --release -p pacer-sim \
+//! --test mixed_sia_pairs -- --ignored --nocapture`.
+
+use pacer_model::{Allocation, ClusterSpec, JobSpec, NodeId};
+use pacer_policy::{ClusterView, Policy};
+use pacer_sim::apps::load_sia_dir;
+use pacer_sim::{SimConfig, SimJob, Simulation, Work};
+
+struct Pin(Allocation);
+impl Policy for Pin {
+    fn name(&self) -> &'static str {
+        "pin"
+    }
+    fn adaptive_batch(&self) -> bool {
+        true
+    }
+    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        view.jobs.iter().map(|_| self.0.clone()).collect()
+    }
+}
+
+#[test]
+#[ignore = "needs Sia's tables (PACER_SIA_TRACES)"]
+fn mixes_of_sia_types() {
+    let dir = std::env::var("PACER_SIA_TRACES").expect("PACER_SIA_TRACES: Sia's traces folder");
+    // Relative to the repository's root.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let apps = load_sia_dir(&root.join(dir), false).unwrap();
+    for (app, batch) in [("bert", 384), ("deepspeech2", 320), ("yolov3", 64)] {
+        let ai = apps.iter().position(|a| a.name() == app).unwrap();
+        let jobs = vec![SimJob {
+            spec: JobSpec {
+                name: "j".into(),
+                arrival_s: 0.0,
+                application: app.into(),
+                requested_replicas: 8,
+                requested_batch: batch,
+                service_gpu_s: None,
+                device_type: None,
+            },
+            work: Work::Profiled { app: ai },
+        }];
+        let run = |cl: &str, slots: Vec<(u32, u32)>| {
+            let cluster = ClusterSpec::parse(cl, "t").unwrap();
+            let sim = Simulation {
+                cluster: &cluster,
+                apps: &apps,
+                jobs: &jobs,
+                config: SimConfig {
+                    mixed_types: true,
+                    ..SimConfig::default()
+                },
+            };
+            let mut p = Pin(Allocation::from_pairs(
+                slots.into_iter().map(|(n, c)| (NodeId(n), c)),
+            ));
+            sim.run(&mut p, |_| {}).unwrap().summary.avg_jct_s
+        };
+        for (a, b) in [
+            ("dgx-ext", "rtx"),
+            ("rtx", "dgx-ext"),
+            ("dgx-ext", "aws"),
+            ("rtx", "aws"),
+        ] {
+            let cl = format!("6x2:{a},6x2:{b}");
+            let one: Vec<(u32, u32)> = (0..4).map(|n| (n, 2)).collect();
+            let mix: Vec<(u32, u32)> = (0..4).chain(6..10).map(|n| (n, 2)).collect();
+            let one_big: Vec<(u32, u32)> = (0..8).map(|n| (n, 2)).collect();
+            let t1 = run(&cl, one.clone());
+            let tm = run(&cl, mix);
+            let ts = run(&format!("12x2:{a}"), one_big);
+            let tb = run(&format!("6x2:{b},6x2:{a}"), one);
+            eprintln!("{app} 8 {a}: {:.0} s; +8 {b} (mix): {:.0} s ({:+.1} %); 16 {a}: {:.0} s ({:+.1} %); 8 {b} alone {:.0} s", t1, tm, 100.0 * (tm / t1 - 1.0), ts, 100.0 * (ts / t1 - 1.0), tb);
+        }
+    }
+}
