@@ -42,9 +42,11 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 30.0)]
     pub restart_s: f64,
     /// Also start a round at a job's arrival: `never` (rounds only, as Pollux's and
-    /// Gavel's simulators), `idle` (when the last allocation left devices idle) or
-    /// `always` (event-driven; the policy decides whether to preempt).
-    #[arg(long, default_value = "never")]
+    /// Gavel's simulators), `idle` (when the last allocation left devices idle),
+    /// `always` (event-driven; the policy decides whether to preempt) or `auto` (each
+    /// policy's own: `always` for `deadline-*`, `idle` for `elasticflow-*`, `never`
+    /// for the others; docs/elasticflow.md).
+    #[arg(long, default_value = "auto")]
     pub replan_on_arrival: pacer_sim::ArrivalReplan,
     /// Per-type models the policies see for per-type applications (`--apps sia:DIR`):
     /// `fitted` (each type's model fitted to its whole table, from the start) or

@@ -1,11 +1,13 @@
 //! Earliest deadline first, as ElasticFlow's simulator runs its EDF baseline: every
 //! round, jobs in deadline order (best-effort jobs last, by arrival) each take the
 //! largest of their measured sizes that fits the free devices, up to their largest;
-//! no admission control, so a job that cannot make its deadline still runs.
+//! no admission control, so a job that cannot make its deadline still runs. Like
+//! `elasticflow`, it asks a simulator for a round at an arrival while devices are
+//! idle ([`Policy::arrival_replan`]; docs/elasticflow.md).
 
 use crate::deadline::place_counts;
 use crate::deadline::plan::{edf_order, PlanJob};
-use crate::{ClusterView, Policy};
+use crate::{ArrivalReplan, ClusterView, Policy};
 use pacer_model::Allocation;
 
 #[derive(Debug, Default)]
@@ -14,6 +16,10 @@ pub struct Edf;
 impl Policy for Edf {
     fn name(&self) -> &'static str {
         "edf"
+    }
+
+    fn arrival_replan(&self) -> ArrivalReplan {
+        ArrivalReplan::WhenIdle
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {

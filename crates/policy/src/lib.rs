@@ -410,6 +410,50 @@ pub struct ClusterView<'a> {
 /// assert_eq!(allocs.iter().map(|a| a.replicas()).collect::<Vec<_>>(), [4, 2, 0]);
 /// pacer_policy::check_capacity(&cluster, &allocs).unwrap();
 /// ```
+/// Whether a job's arrival starts a new round before the current one ends. Rounds
+/// then vary in length; `round_s` stays the longest.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ArrivalReplan {
+    /// The policy's own choice ([`Policy::arrival_replan`]): `Never` unless the
+    /// policy says otherwise.
+    #[default]
+    Auto,
+    /// Arrivals wait for the next round boundary (Gavel's and Pollux's simulators).
+    Never,
+    /// A new round starts at an arrival when the last allocation left devices idle:
+    /// the newcomer can start at once without anybody being preempted.
+    WhenIdle,
+    /// A new round starts at every arrival (an event-driven scheduler); the policy
+    /// decides whether to preempt for the newcomer.
+    Always,
+}
+
+impl std::str::FromStr for ArrivalReplan {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(ArrivalReplan::Auto),
+            "never" => Ok(ArrivalReplan::Never),
+            "idle" => Ok(ArrivalReplan::WhenIdle),
+            "always" => Ok(ArrivalReplan::Always),
+            _ => Err(format!("`{s}`: expected auto, never, idle or always")),
+        }
+    }
+}
+
+impl ArrivalReplan {
+    /// The setting a run uses under `policy`: `Auto` resolved to the policy's own.
+    pub fn resolve(self, policy: &dyn Policy) -> ArrivalReplan {
+        match self {
+            ArrivalReplan::Auto => match policy.arrival_replan() {
+                ArrivalReplan::Auto => ArrivalReplan::Never,
+                own => own,
+            },
+            set => set,
+        }
+    }
+}
+
 pub trait Policy: Send {
     /// Registry name (`fifo`, `fair`, `tiresias`, `pollux`).
     fn name(&self) -> &'static str;
@@ -435,6 +479,14 @@ pub trait Policy: Send {
     /// without admission control decline nothing (the default).
     fn declined(&self, _job: JobId) -> bool {
         false
+    }
+
+    /// When a driver that runs rounds (the simulator) should also start one at a
+    /// job's arrival, unless told explicitly ([`ArrivalReplan::Auto`]): `Never` by
+    /// default; the deadline policies answer as their peers' simulators schedule
+    /// (docs/elasticflow.md).
+    fn arrival_replan(&self) -> ArrivalReplan {
+        ArrivalReplan::Never
     }
 
     /// The policy's own account of its work so far, for benchmarks (e.g. how

@@ -1,11 +1,12 @@
 //! ElasticFlow's trace and table formats, and deadline jobs through the engine:
 //! admission declines what cannot fit and accepts what can, EDF runs late jobs to the
-//! end, the counts (strict and planned) and determinism.
+//! end, the counts (strict and planned) and determinism; `elasticflow` decides one
+//! round's arrivals together; each deadline policy's own arrival rounds.
 
 use pacer_model::ClusterSpec;
 use pacer_sim::trace::elasticflow::{load_elasticflow, parse_throughput_table, ThroughputTable};
 use pacer_sim::trace::TraceError;
-use pacer_sim::{SimConfig, SimJob, SimResult, Simulation};
+use pacer_sim::{ArrivalReplan, SimConfig, SimJob, SimResult, Simulation};
 
 /// `toy` at 1 iteration/s per GPU up to 4 (linear), and slower on 8.
 const TABLE: &str = "global_batch_size,1,2,4,8\n64,1.0,2.0,4.0,3.0\n128,0.5,1.0,nan,\n";
@@ -87,10 +88,15 @@ fn traces_parse_and_bad_rows_name_their_line() {
 }
 
 fn run(jobs: &[SimJob], cluster: &str, policy: &str) -> SimResult {
+    run_with(jobs, cluster, policy, ArrivalReplan::Auto)
+}
+
+fn run_with(jobs: &[SimJob], cluster: &str, policy: &str, replan: ArrivalReplan) -> SimResult {
     let cluster = ClusterSpec::parse(cluster, "test").unwrap();
     let config = SimConfig {
         round_s: 10.0,
         record_timeline: false,
+        replan_on_arrival: replan,
         ..SimConfig::default()
     };
     let sim = Simulation {
@@ -108,10 +114,13 @@ fn run(jobs: &[SimJob], cluster: &str, policy: &str) -> SimResult {
 /// iterations, deadline 1000 s) fits beside job 0, job 3 is best effort.
 const WORKLOAD: &str = "0,0,400,toy,230,64,1,400,0\n1,0,600,toy,205,64,1,600,0\n2,0,100,toy,1000,64,1,100,0\n3,0,200,toy,5000,64,1,200,1\n";
 
+/// [`WORKLOAD`] with job 1 arriving a round later (its deadline as far from it).
+const LATER: &str = "0,0,400,toy,230,64,1,400,0\n1,10,600,toy,215,64,1,600,0\n2,0,100,toy,1000,64,1,100,0\n3,0,200,toy,5000,64,1,200,1\n";
+
 #[test]
 fn admission_declines_what_cannot_fit_and_accepts_what_can() {
-    let jobs = load(&format!("{HEADER}{WORKLOAD}")).unwrap();
-    for policy in ["elasticflow-s10", "deadline-s10"] {
+    for (policy, workload) in [("elasticflow-s10", LATER), ("deadline-s10", WORKLOAD)] {
+        let jobs = load(&format!("{HEADER}{workload}")).unwrap();
         let r = run(&jobs, "1x4:t4", policy);
         let d = r.summary.deadlines.clone().unwrap();
         assert_eq!(d.deadline_jobs, 3);
@@ -131,6 +140,64 @@ fn admission_declines_what_cannot_fit_and_accepts_what_can() {
         assert_eq!(d.best_effort_jobs, 1);
         assert!(d.best_effort_avg_jct_s.is_finite());
     }
+}
+
+#[test]
+fn elasticflow_decides_one_rounds_arrivals_together() {
+    // Jobs 0 and 2 fit together, job 1 beside neither: arriving in one round,
+    // ElasticFlow's rule declines all three (`deadline` admits 0 and 2 above).
+    let jobs = load(&format!("{HEADER}{WORKLOAD}")).unwrap();
+    let r = run(&jobs, "1x4:t4", "elasticflow-s10");
+    for k in 0..3 {
+        assert_eq!(r.jobs[k].start_s, None, "job {k}: {:?}", r.jobs[k]);
+    }
+    assert_eq!(r.summary.deadlines.unwrap().met_planned, 0.0);
+    assert!(r.jobs[3].completion_s.is_some(), "the best-effort job runs");
+}
+
+#[test]
+fn each_deadline_policy_rounds_arrivals_as_its_peer_simulator() {
+    // A best-effort job from 0 s, a deadline job arriving mid-round (3 s).
+    let trace = "0,0,400,toy,5000,64,1,400,1\n1,3,400,toy,5000,64,1,400,0\n";
+    let jobs = load(&format!("{HEADER}{trace}")).unwrap();
+    let key = |r: &SimResult| -> Vec<(Option<u64>, Option<u64>)> {
+        r.jobs
+            .iter()
+            .map(|j| {
+                (
+                    j.start_s.map(f64::to_bits),
+                    j.completion_s.map(f64::to_bits),
+                )
+            })
+            .collect()
+    };
+    for (policy, own) in [
+        ("deadline-s10", ArrivalReplan::Always),
+        ("elasticflow-s10", ArrivalReplan::WhenIdle),
+        ("edf", ArrivalReplan::WhenIdle),
+        ("fifo", ArrivalReplan::Never),
+    ] {
+        let auto = run(&jobs, "1x4:t4", policy);
+        assert_eq!(
+            key(&auto),
+            key(&run_with(&jobs, "1x4:t4", policy, own)),
+            "{policy}"
+        );
+        // An explicit setting overrides the policy's own.
+        for (set, at) in [(ArrivalReplan::Never, 10.0), (ArrivalReplan::Always, 3.0)] {
+            let r = run_with(&jobs, "1x4:t4", policy, set);
+            assert_eq!(r.jobs[1].start_s, Some(at), "{policy} under {set:?}");
+        }
+    }
+    // 400 iterations at 4 GPUs take 100 s after an 8 s restart: from 3 s they end by
+    // 114 s, from the round at 10 s they cannot. `deadline` meets it by its own
+    // rounds (a round at the arrival) and declines it at fixed ones.
+    let trace = "0,0,400,toy,5000,64,1,400,1\n1,3,400,toy,114,64,1,400,0\n";
+    let jobs = load(&format!("{HEADER}{trace}")).unwrap();
+    let own = run(&jobs, "1x4:t4", "deadline-s10");
+    assert!(own.jobs[1].met_deadline().unwrap().0, "{:?}", own.jobs[1]);
+    let fixed = run_with(&jobs, "1x4:t4", "deadline-s10", ArrivalReplan::Never);
+    assert_eq!(fixed.jobs[1].start_s, None, "{:?}", fixed.jobs[1]);
 }
 
 #[test]

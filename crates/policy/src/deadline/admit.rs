@@ -167,6 +167,46 @@ impl<'a> Admitter<'a> {
         }
     }
 
+    /// The plans of `candidates` (deadline jobs) when they can be admitted together,
+    /// all or none: planned EDF with the admitted jobs, every candidate meets its
+    /// deadline and every admitted job that met its own still does (with
+    /// `rules.decline_if_any_late`, every admitted job). ElasticFlow's simulator
+    /// admits the arrivals of one scheduling event so (`estimate_all_jobs` over the
+    /// admitted jobs and the event's arrivals; all declined when it fails).
+    pub fn admit_together(&self, candidates: &[&'a PlanJob]) -> Option<Vec<JobPlan>> {
+        let strict = self.rules.decline_if_any_late;
+        if strict && self.plans.iter().flatten().any(|p| !p.feasible) {
+            return None;
+        }
+        let hopeless = |c: &PlanJob| {
+            let d = c.deadline_s.unwrap_or(f64::INFINITY);
+            c.levels
+                .iter()
+                .all(|&(_, rate)| rate * (d - self.now_s) < c.work_left)
+        };
+        if candidates.iter().any(|c| hopeless(c)) {
+            return None;
+        }
+        let mut jobs = self.jobs.clone();
+        jobs.extend_from_slice(candidates);
+        let n = self.jobs.len();
+        let all = Admitter::new(self.cluster, self.now_s, self.slot_s, jobs, self.rules);
+        let kept = all.plans[..n]
+            .iter()
+            .zip(&self.plans)
+            .all(|(p, before)| match (p, before) {
+                (Some(p), Some(b)) => p.feasible || (!b.feasible && !strict),
+                _ => true,
+            });
+        if !kept {
+            return None;
+        }
+        all.plans[n..]
+            .iter()
+            .map(|p| p.clone().filter(|p| p.feasible))
+            .collect()
+    }
+
     /// `Accepted` when `candidate` can be admitted, else `None` (without looking for
     /// the earliest deadline that would fit, which [`Admitter::admit`] does).
     pub fn accept(&self, candidate: &PlanJob) -> Option<Admission> {

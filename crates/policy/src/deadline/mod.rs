@@ -23,7 +23,7 @@ mod admit;
 pub mod plan;
 
 use crate::place::FreePool;
-use crate::{ClusterView, JobView, Policy, SpeedTable};
+use crate::{ArrivalReplan, ClusterView, JobView, Policy, SpeedTable};
 use pacer_model::{Allocation, DeviceTypeId, JobId};
 use plan::{Admission, AdmitRules, Admitter, PlanJob};
 use std::collections::{BTreeSet, HashMap};
@@ -42,6 +42,13 @@ pub struct DeadlineConfig {
     pub decline_if_any_late: bool,
     /// Re-try declined jobs every round.
     pub retry_declined: bool,
+    /// Decide the deadline jobs first seen in one round together, all admitted or all
+    /// declined ([`plan::Admitter::admit_together`]; ElasticFlow's simulator admits
+    /// one scheduling event's arrivals so). Off: one at a time in arrival order.
+    pub joint_admission: bool,
+    /// When a simulator should start a round at an arrival unless told otherwise
+    /// ([`Policy::arrival_replan`]).
+    pub arrivals: ArrivalReplan,
     /// Keep allocations unless a share needs the change or it pays for its restart.
     pub sticky: bool,
     /// Every job the view shows with a deadline was admitted by the driver (the
@@ -60,6 +67,8 @@ impl DeadlineConfig {
             decline_if_any_late: true,
             budget_restarts: false,
             retry_declined: false,
+            joint_admission: true,
+            arrivals: ArrivalReplan::WhenIdle,
             sticky: false,
             admitted_by_driver: false,
         }
@@ -73,6 +82,8 @@ impl DeadlineConfig {
             decline_if_any_late: false,
             budget_restarts: true,
             retry_declined: true,
+            joint_admission: false,
+            arrivals: ArrivalReplan::Always,
             sticky: true,
             admitted_by_driver: false,
         }
@@ -169,7 +180,7 @@ impl Deadline {
                 .total_cmp(&view.jobs[b].arrival_s)
                 .then(view.jobs[a].id.cmp(&view.jobs[b].id))
         });
-        let mut stale = false;
+        let mut stale = self.admit_jointly(view, jobs, base, &order);
         for i in order {
             let id = jobs[i].id;
             let fresh = self.seen.insert(id);
@@ -209,6 +220,55 @@ impl Deadline {
         if stale {
             *base = self.base(view, jobs);
         }
+    }
+
+    /// With [`DeadlineConfig::joint_admission`] and two or more deadline jobs seen for
+    /// the first time among `order`: decides them together (all admitted or all
+    /// declined) and marks them seen; whether the admitted set changed (`base` is then
+    /// stale). One such job alone is left to [`Deadline::admit_new`]'s loop (the same
+    /// answer, with the earliest deadline that fits when declined).
+    fn admit_jointly(
+        &mut self,
+        view: &ClusterView,
+        jobs: &[PlanJob],
+        base: &Base<'_>,
+        order: &[usize],
+    ) -> bool {
+        if !self.cfg.joint_admission || self.cfg.admitted_by_driver {
+            return false;
+        }
+        let group: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| jobs[i].deadline_s.is_some() && !self.seen.contains(&jobs[i].id))
+            .collect();
+        if group.len() < 2 {
+            return false;
+        }
+        let candidates: Vec<&PlanJob> = group.iter().map(|&i| &jobs[i]).collect();
+        let plans = base.admitter.admit_together(&candidates);
+        for (k, &i) in group.iter().enumerate() {
+            let id = jobs[i].id;
+            self.seen.insert(id);
+            let answer = match &plans {
+                Some(p) => {
+                    self.admitted.insert(id);
+                    Admission::Accepted {
+                        share_now: p[k].now(),
+                        planned_finish_s: p[k].finish_s.unwrap_or(f64::INFINITY),
+                    }
+                }
+                None => {
+                    // Declined with its event-mates: no earliest deadline is looked for.
+                    self.declined.insert(id);
+                    Admission::Declined {
+                        earliest_deadline_s: None,
+                    }
+                }
+            };
+            self.answers.push((id, view.now_s, answer));
+        }
+        plans.is_some()
     }
 
     /// Devices per job now: minimum shares (`base`'s plans), then the spare by
@@ -421,6 +481,10 @@ impl Policy for Deadline {
         self.declined.contains(&job)
     }
 
+    fn arrival_replan(&self) -> ArrivalReplan {
+        self.cfg.arrivals
+    }
+
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         let jobs = self.plan_jobs(view);
         let mut base = self.base(view, &jobs);
@@ -529,9 +593,15 @@ mod tests {
             "the spare goes to others"
         );
         assert!(ef.declined.contains(&JobId(1)));
+        // Jobs 0 and 1 arrived together: ElasticFlow declines them together.
+        assert!(
+            ef.declined.contains(&JobId(0)),
+            "declined with its event-mate"
+        );
         let mut pacer = Deadline::new("deadline", DeadlineConfig::pacer(10.0));
         let a = pacer.allocate(&view);
         assert!(a[1].is_empty());
+        assert_eq!(a[0].replicas(), 2, "pacer admits job 0 alone");
         assert_eq!(pacer.answers.len(), 2, "one answer per deadline job");
     }
 

@@ -67,7 +67,8 @@ pub struct SimConfig {
     pub max_time_s: f64,
     /// Record the per-round timeline (for plots).
     pub record_timeline: bool,
-    /// When the policy is asked besides round boundaries ([`ArrivalReplan`]).
+    /// When the policy is asked besides round boundaries ([`ArrivalReplan`];
+    /// `Auto`: the policy's own, [`Policy::arrival_replan`]).
     pub replan_on_arrival: ArrivalReplan,
     /// Per-type models policies see for per-type applications ([`ProfileMode`]).
     pub profiles: ProfileMode,
@@ -83,32 +84,7 @@ pub struct SimConfig {
     pub mixing_opportunity: bool,
 }
 
-/// Whether a job's arrival starts a new round before the current one ends. Rounds
-/// then vary in length; `round_s` stays the longest.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ArrivalReplan {
-    /// Arrivals wait for the next round boundary (Gavel's and Pollux's simulators).
-    #[default]
-    Never,
-    /// A new round starts at an arrival when the last allocation left devices idle:
-    /// the newcomer can start at once without anybody being preempted.
-    WhenIdle,
-    /// A new round starts at every arrival (an event-driven scheduler); the policy
-    /// decides whether to preempt for the newcomer.
-    Always,
-}
-
-impl std::str::FromStr for ArrivalReplan {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "never" => Ok(ArrivalReplan::Never),
-            "idle" => Ok(ArrivalReplan::WhenIdle),
-            "always" => Ok(ArrivalReplan::Always),
-            _ => Err(format!("`{s}`: expected never, idle or always")),
-        }
-    }
-}
+pub use pacer_policy::ArrivalReplan;
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -117,7 +93,7 @@ impl Default for SimConfig {
             restart_s: 30.0,
             max_time_s: 400.0 * 24.0 * 3600.0,
             record_timeline: true,
-            replan_on_arrival: ArrivalReplan::Never,
+            replan_on_arrival: ArrivalReplan::Auto,
             profiles: ProfileMode::Fitted,
             mixed_types: false,
             mixing_opportunity: false,

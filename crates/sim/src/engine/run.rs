@@ -26,6 +26,9 @@ struct Models<'s> {
     /// Every job can use every device type at the same speed (the event-driven
     /// forms place jobs without looking at types).
     unrestricted: bool,
+    /// When arrivals start a round: the configuration's, `Auto` resolved to the
+    /// policy's own ([`ArrivalReplan::resolve`]).
+    replan: ArrivalReplan,
 }
 
 impl Models<'_> {
@@ -229,6 +232,7 @@ impl Simulation<'_> {
             order,
             rank,
             uses_quality: policy.uses_quality(),
+            replan: self.config.replan_on_arrival.resolve(policy),
             all_measured,
             unrestricted,
         }
@@ -239,8 +243,8 @@ impl Simulation<'_> {
     /// is admitted).
     fn next_round(&self, m: &Models<'_>, now: f64, idle: bool, next_arrival: usize) -> f64 {
         let cfg = &self.config;
-        let replan = match cfg.replan_on_arrival {
-            ArrivalReplan::Never => false,
+        let replan = match m.replan {
+            ArrivalReplan::Never | ArrivalReplan::Auto => false,
             ArrivalReplan::WhenIdle => idle,
             ArrivalReplan::Always => true,
         };
@@ -410,7 +414,7 @@ impl<'s> RunState<'s> {
             // Idle cluster: jump to the round in which the next job arrives.
             let t = sim.jobs[m.order[self.next_arrival]].spec.arrival_s;
             if t > self.now {
-                self.now = if cfg.replan_on_arrival != ArrivalReplan::Never {
+                self.now = if !matches!(m.replan, ArrivalReplan::Never | ArrivalReplan::Auto) {
                     t
                 } else {
                     (t / cfg.round_s).ceil() * cfg.round_s

@@ -217,7 +217,7 @@ pub(super) fn write(
         args.gavel_round_s,
         args.lease_s,
         match args.replan_on_arrival {
-            pacer_sim::ArrivalReplan::Never => "",
+            pacer_sim::ArrivalReplan::Never | pacer_sim::ArrivalReplan::Auto => "",
             pacer_sim::ArrivalReplan::WhenIdle =>
                 "; `--replan-on-arrival idle`: a round also starts when a job arrives while devices are idle",
             pacer_sim::ArrivalReplan::Always =>
