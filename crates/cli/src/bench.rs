@@ -342,6 +342,7 @@ fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
                 arrival_s: rng.random_range(0.0..36_000.0),
                 attained_gpu_s: rng.random_range(0.0..100_000.0),
                 requested_replicas: r,
+                requested_batch: None,
                 replicas: ReplicaBound {
                     limit: (2 * r).min(64),
                     explore: None,

@@ -305,6 +305,7 @@ fn sim_facts(job: &Replayed, cluster: &ClusterSpec, measures: Measures) -> SimJo
         index: job.seq as usize,
         arrival_s: job.seq as f64,
         requested_replicas: 1,
+        requested_batch: None,
         attained_gpu_s: job.attained_device_s(),
         restarts: Some(job.restarts()),
         restart_s: None,

@@ -63,6 +63,8 @@ pub struct JobFacts {
     pub attained_gpu_s: f64,
     /// Devices the user asked for (at least 1 in the view).
     pub requested_replicas: u32,
+    /// [`JobView::requested_batch`].
+    pub requested_batch: Option<f64>,
     /// The bound of [`JobView::max_replicas`].
     pub replicas: ReplicaBound,
     pub num_restarts: u32,
@@ -102,6 +104,7 @@ impl JobFacts {
             arrival_s: self.arrival_s,
             attained_gpu_s: self.attained_gpu_s,
             requested_replicas: self.requested_replicas.max(1),
+            requested_batch: self.requested_batch,
             max_replicas: self.replicas.max_replicas(),
             num_restarts: self.num_restarts,
             restart_s: self.restart_s,
@@ -290,6 +293,7 @@ mod tests {
             arrival_s: 5.0,
             attained_gpu_s: 0.0,
             requested_replicas: 0,
+            requested_batch: None,
             replicas: ReplicaBound {
                 limit: 16,
                 explore: None,

@@ -218,6 +218,9 @@ pub struct JobView {
     pub attained_gpu_s: f64,
     /// Devices the user asked for (fixed-size policies give exactly this).
     pub requested_replicas: u32,
+    /// Global batch the user asked for, when the driver knows it (`None`: not
+    /// known). Sia's policy values a job's configurations at batches up to it.
+    pub requested_batch: Option<f64>,
     /// Most devices the job can use now (adaptive policies).
     pub max_replicas: u32,
     /// Times the job has been restarted on a new allocation.
@@ -288,6 +291,7 @@ impl JobView {
             arrival_s,
             attained_gpu_s: 0.0,
             requested_replicas,
+            requested_batch: None,
             max_replicas: requested_replicas,
             num_restarts: 0,
             restart_s: None,

@@ -297,6 +297,7 @@ mod tests {
             arrival_s: 0.0,
             attained_gpu_s: 0.0,
             requested_replicas: 1,
+            requested_batch: None,
             max_replicas,
             num_restarts: 0,
             current: Allocation::empty(),

@@ -50,7 +50,7 @@ mod fast;
 mod mix;
 mod pacer;
 pub use exact::{solve_exact, solve_exact_bounded, ExactOutcome, DEFAULT_NODE_LIMIT};
-pub use fast::solve_fast;
+pub use fast::{solve_fast, solve_fast_with};
 pub use mix::SiaPacerMix;
 pub use pacer::{SiaPacer, Weights};
 
@@ -142,6 +142,18 @@ pub struct Sia {
     /// Keep a job's allocation while a restart this policy caused is under way
     /// (Sia's `scaling_underway`, `preserve_ckpt_allocs`).
     pub hold_restarts: bool,
+    /// Value a job's configurations at global batches up to the batch it asked for
+    /// (`JobView::requested_batch`; at least the smallest batch a configuration can
+    /// run), as Sia's policy does: its speedup functions take the job's
+    /// `target_batch_size` as their largest batch (`job.py`, `get_speedup_fn`), while
+    /// the job itself then trains at its goodput-optimal batch up to the
+    /// application's largest (`sia`). `false` (`sia-pacer`): up to the application's
+    /// largest, the batch the job will use.
+    pub batch_up_to_request: bool,
+    /// The fast solver also swaps two running jobs' types (`sia`; Sia's exact
+    /// program does); `false` (`sia-pacer`, chosen on its tuning set): the moves
+    /// before issue 25 only.
+    pub swaps: bool,
     /// Per job: until when (simulation seconds) the restart this policy caused lasts.
     restarting: HashMap<JobId, f64>,
     /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
@@ -178,6 +190,8 @@ impl Sia {
             round_costs: true,
             shuffle_ties: true,
             hold_restarts: true,
+            batch_up_to_request: true,
+            swaps: true,
             restarting: HashMap::new(),
             node_limit: DEFAULT_NODE_LIMIT,
             exact_rounds: 0,
@@ -315,7 +329,10 @@ impl Sia {
                     None => None,
                 };
                 match model {
-                    Some(m) => self.optimize(m, c.nodes, c.gpus),
+                    Some(m) => {
+                        let m = self.valued_limits(m, job, c.gpus);
+                        self.optimize(&m, c.nodes, c.gpus)
+                    }
                     // No goodput model (duration or throughput jobs): its speed.
                     None if job.goodput.is_none() && job.goodput_by_type.is_empty() => {
                         job.rate(DeviceTypeId(c.ty), c.gpus, true).max(0.0)
@@ -328,6 +345,19 @@ impl Sia {
         self.cache
             .insert(job.id, (job.goodput_version, cap, g.clone()));
         g
+    }
+
+    /// `m` with the largest batch the policy values `job` at on `gpus` devices:
+    /// with [`Sia::batch_up_to_request`], the requested batch (at least the
+    /// smallest batch `gpus` devices run, Sia's one candidate there), at most `m`'s.
+    fn valued_limits(&self, m: &GoodputFn, job: &JobView, gpus: u32) -> GoodputFn {
+        let mut m = *m;
+        if let (true, Some(b)) = (self.batch_up_to_request, job.requested_batch) {
+            let l = &mut m.limits;
+            let lo = l.base_batch.max(l.min_atomic * f64::from(gpus));
+            l.max_batch = l.max_batch.min(b.max(lo));
+        }
+        m
     }
 
     /// Rebuilds the configurations when the cluster is not the one last seen.
@@ -617,11 +647,11 @@ impl Policy for Sia {
             }
         }
         let mut choice = match self.solver {
-            SiaSolver::Fast => solve_fast(&problem, &held),
+            SiaSolver::Fast => solve_fast_with(&problem, &held, self.swaps),
             SiaSolver::Exact => {
                 // Bounded branch and bound, warm-started with the fast solution; at
                 // the bound, the better of its incumbent and the fast solution.
-                let fast = solve_fast(&problem, &held);
+                let fast = solve_fast_with(&problem, &held, self.swaps);
                 let (choice, outcome) = solve_exact_bounded(&problem, &fast, self.node_limit);
                 self.exact_rounds += 1;
                 match outcome {
@@ -713,6 +743,34 @@ mod tests {
             jobs: &jobs,
         };
         assert!(offered(&mut Sia::new(SiaSolver::Fast), &view).contains(&4));
+    }
+
+    #[test]
+    fn configurations_are_valued_up_to_the_requested_batch() {
+        let mut sia = Sia::new(SiaSolver::Fast);
+        sia.ensure_configs(&ClusterSpec::parse("1x8:a", "t").unwrap());
+        // A job that has trained, may use 8 devices, one type.
+        let mut j = JobView::basic(JobId(0), 0.0, 1);
+        (j.max_replicas, j.work_done) = (8, 1.0);
+        j.goodput_by_type = vec![Some(model(1.0))];
+        let free = sia.goodputs(&j);
+        // (Goodputs are cached per goodput version: each change below is a new one.)
+        j.requested_batch = Some(128.0);
+        j.goodput_version = 1;
+        let capped = sia.goodputs(&j);
+        // Never more, and less on 8 devices, whose best batch is above 128.
+        assert!(capped.iter().zip(&free).all(|(c, f)| c <= f));
+        assert!(capped[3] < free[3], "{capped:?} {free:?}");
+        // 8 devices run at least 8 × 8 = 64 ≤ 128; a request below the smallest
+        // batch a configuration runs leaves that one batch (Sia's one candidate).
+        j.requested_batch = Some(16.0);
+        j.goodput_version = 2;
+        let tiny = sia.goodputs(&j);
+        assert!(tiny.iter().all(|&g| g > 0.0), "{tiny:?}");
+        // `sia-pacer` values the batch the job will use.
+        sia.batch_up_to_request = false;
+        j.goodput_version = 3;
+        assert_eq!(sia.goodputs(&j), free);
     }
 
     #[test]

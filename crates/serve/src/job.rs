@@ -422,6 +422,7 @@ pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFa
             - spec.priority as f64 * 1e-3,
         attained_gpu_s: job.attained_device_s,
         requested_replicas: spec.replicas,
+        requested_batch: None,
         replicas,
         num_restarts: job.restarts,
         restart_s: job.restart_s,

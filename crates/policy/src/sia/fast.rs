@@ -1,7 +1,8 @@
 //! The fast solver of the Sia knapsack: the best of three starts, each completed by
 //! a greedy on value per extra device and improvement moves (single-job moves,
-//! exchanges within a type, relocations across types), in O(jobs · configurations)
-//! per move.
+//! exchanges within a type, relocations across types, swaps of two running jobs'
+//! types), in O(jobs · configurations) per move (swaps: times the distinct sizes
+//! held).
 
 use super::Problem;
 
@@ -11,6 +12,12 @@ use super::Problem;
 /// to fit by dropping the choices that lose least value per device; and `held`
 /// (the configurations the jobs hold now, which the re-allocation factor favours).
 pub fn solve_fast(p: &Problem, held: &[Option<usize>]) -> Vec<Option<usize>> {
+    solve_fast_with(p, held, true)
+}
+
+/// [`solve_fast`], with swaps of two running jobs' types among its moves or not
+/// (`sia-pacer`'s choice, `Sia::swaps`).
+pub fn solve_fast_with(p: &Problem, held: &[Option<usize>], swaps: bool) -> Vec<Option<usize>> {
     let mut best: Option<(f64, Vec<Option<usize>>)> = None;
     let mut consider = |c: Vec<Option<usize>>| {
         let (v, fits) = p.evaluate(&c);
@@ -18,10 +25,10 @@ pub fn solve_fast(p: &Problem, held: &[Option<usize>]) -> Vec<Option<usize>> {
             best = Some((v, c));
         }
     };
-    consider(improve_from(p, &vec![None; p.options.len()]));
-    consider(improve_from(p, &repair(p, lagrangian(p))));
+    consider(improve_from(p, &vec![None; p.options.len()], swaps));
+    consider(improve_from(p, &repair(p, lagrangian(p)), swaps));
     if held.len() == p.options.len() && p.evaluate(held).1 {
-        consider(improve_from(p, held));
+        consider(improve_from(p, held, swaps));
     }
     best.map(|b| b.1)
         .unwrap_or_else(|| vec![None; p.options.len()])
@@ -105,7 +112,7 @@ fn repair(p: &Problem, mut choice: Vec<Option<usize>>) -> Vec<Option<usize>> {
 
 /// From a feasible `start`: greedy on value gained per extra device, then
 /// single-job improvement passes.
-fn improve_from(p: &Problem, start: &[Option<usize>]) -> Vec<Option<usize>> {
+fn improve_from(p: &Problem, start: &[Option<usize>], swaps: bool) -> Vec<Option<usize>> {
     let n = p.options.len();
     let mut free: Vec<i64> = p.capacity.iter().map(|&c| c as i64).collect();
     let mut choice: Vec<Option<(usize, f64)>> = vec![None; n];
@@ -196,7 +203,10 @@ fn improve_from(p: &Problem, start: &[Option<usize>]) -> Vec<Option<usize>> {
         // Exchange: a job takes a better configuration with devices another job on
         // the same type gives up by shrinking (or stopping), when the sum gains.
         for _ in 0..200 {
-            if !exchange(p, &mut choice, &mut free) && !relocate(p, &mut choice, &mut free) {
+            let moved = exchange(p, &mut choice, &mut free)
+                || relocate(p, &mut choice, &mut free)
+                || (swaps && swap(p, &mut choice, &mut free));
+            if !moved {
                 break;
             }
             improved = true;
@@ -417,6 +427,85 @@ fn relocate(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) 
     true
 }
 
+/// The best swap (see [`improve_from`]): two running jobs on different types trade
+/// types, each taking the configuration of the other's type that gains most within
+/// the devices the other leaves there (and those already free). Applies it and
+/// returns whether there was one whose two gains sum to more than zero: on a full
+/// cluster neither a relocation nor an exchange moves a job onto a type whose
+/// devices another running job holds, which Sia's exact program does when two
+/// jobs' goodputs favour each other's types. Per (type, held size) of the moving
+/// job and (type, held size) of its partner the best of each side is independent,
+/// so the search is O(jobs · sizes · options), not over pairs of jobs.
+fn swap(p: &Problem, choice: &mut [Option<(usize, f64)>], free: &mut [i64]) -> bool {
+    let types = p.capacity.len();
+    let mut sizes: Vec<u32> = choice
+        .iter()
+        .flatten()
+        .map(|&(c, _)| p.configs[c].gpus)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let s = sizes.len();
+    // side[(x, a, u, b)]: the best (gain, job, option) of a job on type x holding
+    // sizes[a] devices taking a configuration of type u within free[u] + sizes[b].
+    let idx = |x: usize, a: usize, u: usize, b: usize| ((x * s + a) * types + u) * s + b;
+    let mut side: Vec<Option<(f64, usize, usize)>> = vec![None; types * s * types * s];
+    for (j, ch) in choice.iter().enumerate() {
+        let Some((c0, v0)) = *ch else { continue };
+        let from = p.configs[c0];
+        let x = from.ty as usize;
+        let Ok(a) = sizes.binary_search(&from.gpus) else {
+            continue;
+        };
+        for (b, &g) in sizes.iter().enumerate() {
+            for (k, &(c, v)) in p.options[j].iter().enumerate() {
+                let cfg = p.configs[c];
+                let u = cfg.ty as usize;
+                if u == x || i64::from(cfg.gpus) > free[u] + i64::from(g) {
+                    continue;
+                }
+                let e = &mut side[idx(x, a, u, b)];
+                if e.is_none_or(|e| v - v0 > e.0) {
+                    *e = Some((v - v0, j, k));
+                }
+            }
+        }
+    }
+    type Move = (usize, usize);
+    let mut best: Option<(f64, Move, Move)> = None;
+    for x in 0..types {
+        for u in x + 1..types {
+            for a in 0..s {
+                for b in 0..s {
+                    if let (Some(i), Some(j)) = (side[idx(x, a, u, b)], side[idx(u, b, x, a)]) {
+                        let net = i.0 + j.0;
+                        if net > 1e-9 && best.is_none_or(|e| net > e.0) {
+                            best = Some((net, (i.1, i.2), (j.1, j.2)));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let Some((_, a, b)) = best else {
+        return false;
+    };
+    // Both leave first, then both take their new configurations.
+    for (j, _) in [a, b] {
+        if let Some((c0, _)) = choice[j] {
+            let o = p.configs[c0];
+            free[o.ty as usize] += o.gpus as i64;
+        }
+    }
+    for (j, k) in [a, b] {
+        let (c, v) = p.options[j][k];
+        free[p.configs[c].ty as usize] -= p.configs[c].gpus as i64;
+        choice[j] = Some((c, v));
+    }
+    debug_assert!(free.iter().all(|&f| f >= 0));
+    true
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct OrdF64(f64);
 impl Eq for OrdF64 {}
@@ -428,5 +517,37 @@ impl PartialOrd for OrdF64 {
 impl Ord for OrdF64 {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sia::Config;
+
+    /// Two types of two devices, both held: job 0 on `a` would rather run on `b`,
+    /// job 1 on `b` would rather run on `a`. No single move, exchange or
+    /// relocation fits (nothing is free); the swap does.
+    #[test]
+    fn two_running_jobs_trade_types() {
+        let cfg = |ty| Config {
+            ty,
+            nodes: 1,
+            gpus: 2,
+        };
+        let p = Problem {
+            configs: vec![cfg(0), cfg(1)],
+            capacity: vec![2, 2],
+            options: vec![vec![(0, 0.2), (1, 0.5)], vec![(0, 0.5), (1, 0.3)]],
+        };
+        let held = [Some(0), Some(1)];
+        let mut choice: Vec<Option<(usize, f64)>> = vec![Some((0, 0.2)), Some((1, 0.3))];
+        let mut free = vec![0i64, 0];
+        assert!(!exchange(&p, &mut choice, &mut free));
+        assert!(!relocate(&p, &mut choice, &mut free));
+        assert!(swap(&p, &mut choice, &mut free));
+        assert_eq!(free, [0, 0]);
+        assert!(!swap(&p, &mut choice, &mut free), "no further gain");
+        assert_eq!(solve_fast(&p, &held), [Some(1), Some(0)]);
     }
 }

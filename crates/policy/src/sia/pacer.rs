@@ -30,7 +30,7 @@
 //! Measured and left off (the same search): least-attained-service and
 //! remaining-time job weights ([`Weights`]) and `p = −1` were worse.
 
-use super::{place, solve_fast, Sia, SiaSolver};
+use super::{place, solve_fast_with, Sia, SiaSolver};
 use crate::{ClusterView, Policy};
 use pacer_model::Allocation;
 
@@ -82,6 +82,8 @@ impl SiaPacer {
         sia.fresh_until_trained = false;
         sia.round_costs = false;
         sia.shuffle_ties = false;
+        sia.batch_up_to_request = false;
+        sia.swaps = false;
         sia.hold_restarts = hold_restarts;
         SiaPacer { sia, weights }
     }
@@ -141,7 +143,7 @@ impl SiaPacer {
             .zip(&pinned)
             .map(|(h, p)| if p.is_some() { None } else { *h })
             .collect();
-        let mut choice = solve_fast(&problem, &start);
+        let mut choice = solve_fast_with(&problem, &start, self.sia.swaps);
         for (c, p) in choice.iter_mut().zip(&pinned) {
             if p.is_some() {
                 *c = *p;

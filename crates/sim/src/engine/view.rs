@@ -66,6 +66,7 @@ impl Simulation<'_> {
             index: i,
             arrival_s: job.spec.arrival_s,
             requested_replicas: job.spec.requested_replicas,
+            requested_batch: Some(f64::from(job.spec.requested_batch)),
             attained_gpu_s: st.attained_gpu_s,
             restarts: st.restarts,
             restart_s: kind.restart_s(self),
@@ -95,6 +96,8 @@ pub struct SimJobFacts {
     pub index: usize,
     pub arrival_s: f64,
     pub requested_replicas: u32,
+    /// The global batch the workload asked for.
+    pub requested_batch: Option<f64>,
     pub attained_gpu_s: f64,
     /// Restarts so far (`None`: never started).
     pub restarts: Option<u32>,
@@ -154,6 +157,7 @@ impl SimJobFacts {
             arrival_s: self.arrival_s,
             attained_gpu_s: self.attained_gpu_s,
             requested_replicas: req,
+            requested_batch: self.requested_batch,
             replicas,
             num_restarts: self.restarts.unwrap_or(0),
             restart_s: self.restart_s,
