@@ -306,29 +306,31 @@ impl Timeline {
         // The last pick, for segments with the same cap (most consecutive ones).
         let mut picked = (u32::MAX, (0u32, 0.0f64));
         let (now, slot) = (self.now_s, self.slot_s);
+        // No cut is `usize::MAX` (no slot index comes near it): the deadline's slot,
+        // and the end of a segment past the last breakpoint.
+        const NONE: usize = usize::MAX;
+        let ls = last_slot.unwrap_or(NONE);
         let mut idx = 0usize;
         let mut a = 0usize;
         loop {
-            if last_slot.is_some_and(|l| a >= l) {
+            if a >= ls {
                 return None;
             }
             let start = now + a as f64 * slot;
             if hopeless(start, left) {
                 return None;
             }
-            while idx + 1 < f.len() && f[idx + 1].0 <= a {
+            while f.get(idx + 1).is_some_and(|p| p.0 <= a) {
                 idx += 1;
             }
             let (at, free) = f[idx];
             // The segment ends at the next breakpoint, the switch or the deadline's
-            // slot, whichever comes first after `a`.
-            let mut b = f.get(idx + 1).map(|p| p.0);
+            // slot, whichever comes first after `a` (`ls > a` here).
+            let mut b = f.get(idx + 1).map_or(NONE, |p| p.0);
             if switch > a {
-                b = Some(b.map_or(switch, |b| b.min(switch)));
+                b = b.min(switch);
             }
-            if let Some(l) = last_slot.filter(|&l| l > a) {
-                b = Some(b.map_or(l, |b| b.min(l)));
-            }
+            b = b.min(ls);
             let want = if a < switch { low } else { high };
             let cap = want.min(free);
             if picked.0 != cap {
@@ -336,7 +338,11 @@ impl Timeline {
             }
             let (n, r) = picked.1;
             if n > 0 {
-                let mut end = b.map_or(f64::INFINITY, |b| now + b as f64 * slot);
+                let mut end = if b == NONE {
+                    f64::INFINITY
+                } else {
+                    now + b as f64 * slot
+                };
                 if let Some(d) = deadline {
                     end = end.min(d);
                 }
@@ -354,14 +360,16 @@ impl Timeline {
                 if t < end {
                     left -= r * (end - t);
                 }
-                if let (Some(b), Some(s)) = (b, spans.as_deref_mut()) {
-                    self.push_span(s, at == a, (a, b, n));
+                if b != NONE {
+                    if let Some(s) = spans.as_deref_mut() {
+                        self.push_span(s, at == a, (a, b, n));
+                    }
                 }
             }
-            match b {
-                Some(b) => a = b,
-                None => return None,
+            if b == NONE {
+                return None;
             }
+            a = b;
         }
     }
 
