@@ -433,7 +433,18 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     }
     let cluster = parse_cluster(&args.cluster)?;
     let policies = policy_names(&args.policy)?;
-    let apps = load_apps_arg(args.apps.as_deref(), &args.app_dir)?;
+    // Traces whose jobs name no application (`elasticflow:`) alone: the embedded
+    // applications are not parsed (a few ms of start-up for nothing).
+    let needs_apps = args.apps.is_some()
+        || !args.app_dir.is_empty()
+        || !args.workload.is_empty()
+        || args.trace.is_empty()
+        || args.trace.iter().any(|t| trace::trace_uses_apps(t));
+    let apps = if needs_apps {
+        load_apps_arg(args.apps.as_deref(), &args.app_dir)?
+    } else {
+        Vec::new()
+    };
     if args.mixed_types && apps.iter().all(|a| a.typed().is_empty()) {
         bail!(
             "--mixed-types: needs per-type applications (--apps sia:DIR); the applications \

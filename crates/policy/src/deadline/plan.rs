@@ -152,6 +152,8 @@ pub struct Timeline {
     free: Vec<Vec<(usize, u32)>>,
     /// The next breakpoints of a type while [`Timeline::take_spans`] builds them.
     scratch: Vec<(usize, u32)>,
+    /// [`Timeline::min_share`]'s sums, kept between plans.
+    sums: SumsBufs,
     /// Walks stop once they cannot finish ([`Timeline::run_into`]); off only in
     /// the tests that check those stops against whole walks.
     early_stop: bool,
@@ -175,6 +177,7 @@ impl Timeline {
             slot_s: slot_s.max(1e-3),
             free: cap.iter().map(|&c| vec![(0, c)]).collect(),
             scratch: Vec::new(),
+            sums: SumsBufs::default(),
             early_stop: true,
             coalesce: true,
         }
@@ -277,73 +280,96 @@ impl Timeline {
         // and the deadline's slot: no allocation, no sort (this is the planner's
         // inner loop).
         let f = &self.free[job.ty];
-        // Past the point where even the fastest level from the start of a segment to
-        // the deadline could not do the work left, the walk cannot finish: it stops
-        // there. The margin (1e-9 of the work and of that bound) is far above the
-        // roundings of the walk's segment sums (see `SwitchSums`).
-        let top_rate = job.levels.iter().map(|l| l.1).fold(0.0, f64::max);
+        // Past the point where even the fastest level the walk can run at (one of at
+        // most `max(low, high)` devices) from the start of a segment to the deadline
+        // could not do the work left, the walk cannot finish: it stops there. The
+        // margin (1e-9 of the work and of that bound) is far above the roundings of
+        // the walk's segment sums (see `SwitchSums`).
+        let most = low.max(high);
+        let top_rate = job
+            .levels
+            .iter()
+            .filter(|l| l.0 <= most)
+            .map(|l| l.1)
+            .fold(0.0, f64::max);
+        // The stop's constant parts, read once (the same values as in the test).
+        let stops = self.early_stop && job.restart_s >= 0.0 && deadline.is_some();
+        let stop_margin = 1e-9 * job.work_left;
         let hopeless = |start: f64, left: f64| {
-            self.early_stop
+            stops
                 && deadline.is_some_and(|d| {
                     let bound = top_rate * (d - start);
-                    job.restart_s >= 0.0
-                        && bound.is_finite()
-                        && left > bound * (1.0 + 1e-9) + 1e-9 * job.work_left
+                    bound.is_finite() && left > bound * (1.0 + 1e-9) + stop_margin
                 })
         };
         let asc = ascending(job);
-        let pick = |cap: u32| pick_level(job, asc, cap);
+        // The last pick, for segments with the same cap (most consecutive ones).
+        let mut picked = (u32::MAX, (0u32, 0.0f64));
+        let (now, slot) = (self.now_s, self.slot_s);
+        // No cut is `usize::MAX` (no slot index comes near it): the deadline's slot,
+        // and the end of a segment past the last breakpoint.
+        const NONE: usize = usize::MAX;
+        let ls = last_slot.unwrap_or(NONE);
         let mut idx = 0usize;
         let mut a = 0usize;
         loop {
-            if last_slot.is_some_and(|l| a >= l) {
+            if a >= ls {
                 return None;
             }
-            let start = self.now_s + a as f64 * self.slot_s;
+            let start = now + a as f64 * slot;
             if hopeless(start, left) {
                 return None;
             }
-            while idx + 1 < f.len() && f[idx + 1].0 <= a {
+            while f.get(idx + 1).is_some_and(|p| p.0 <= a) {
                 idx += 1;
             }
+            let (at, free) = f[idx];
             // The segment ends at the next breakpoint, the switch or the deadline's
-            // slot, whichever comes first after `a`.
-            let mut b = f.get(idx + 1).map(|p| p.0);
+            // slot, whichever comes first after `a` (`ls > a` here).
+            let mut b = f.get(idx + 1).map_or(NONE, |p| p.0);
             if switch > a {
-                b = Some(b.map_or(switch, |b| b.min(switch)));
+                b = b.min(switch);
             }
-            if let Some(l) = last_slot.filter(|&l| l > a) {
-                b = Some(b.map_or(l, |b| b.min(l)));
-            }
+            b = b.min(ls);
             let want = if a < switch { low } else { high };
-            let (n, r) = pick(want.min(f[idx].1));
-            let mut end = b.map_or(f64::INFINITY, |b| self.now_s + b as f64 * self.slot_s);
-            if let Some(d) = deadline {
-                end = end.min(d);
+            let cap = want.min(free);
+            if picked.0 != cap {
+                picked = (cap, pick_level(job, asc, cap));
             }
+            let (n, r) = picked.1;
             if n > 0 {
+                let mut end = if b == NONE {
+                    f64::INFINITY
+                } else {
+                    now + b as f64 * slot
+                };
+                if let Some(d) = deadline {
+                    end = end.min(d);
+                }
                 let pause = if n != prev { job.restart_to(n) } else { 0.0 };
                 prev = n;
                 let t = start + pause;
                 if t < end && r * (end - t) >= left {
                     let finish = t + left / r;
-                    let k = ((finish - self.now_s) / self.slot_s - 1e-9).ceil() as usize;
+                    let k = ((finish - now) / slot - 1e-9).ceil() as usize;
                     if let Some(s) = spans.as_deref_mut() {
-                        self.push_span(s, f[idx].0 == a, (a, k.max(a + 1), n));
+                        self.push_span(s, at == a, (a, k.max(a + 1), n));
                     }
                     return Some(finish);
                 }
                 if t < end {
                     left -= r * (end - t);
                 }
-                if let (Some(b), Some(s)) = (b, spans.as_deref_mut()) {
-                    self.push_span(s, f[idx].0 == a, (a, b, n));
+                if b != NONE {
+                    if let Some(s) = spans.as_deref_mut() {
+                        self.push_span(s, at == a, (a, b, n));
+                    }
                 }
             }
-            match b {
-                Some(b) => a = b,
-                None => return None,
+            if b == NONE {
+                return None;
             }
+            a = b;
         }
     }
 
@@ -381,7 +407,9 @@ impl Timeline {
     /// Plans `job` (its minimum satisfactory share when it has a deadline it can
     /// meet, else greedily) and takes its devices from the timeline.
     pub fn plan(&mut self, job: &PlanJob, mix: bool) -> JobPlan {
-        let plan = self.min_share(job, mix).unwrap_or_else(|| self.greedy(job));
+        let plan = self
+            .min_share_kept(job, mix)
+            .unwrap_or_else(|| self.greedy(job));
         self.reserve(job, &plan.spans);
         plan
     }
@@ -389,16 +417,32 @@ impl Timeline {
     /// [`Timeline::plan`] when `job` gets its minimum share (the plan is feasible);
     /// else `None`, the timeline untouched (no greedy plan is walked).
     pub(super) fn plan_share(&mut self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
-        let plan = self.min_share(job, mix)?;
+        let plan = self.min_share_kept(job, mix)?;
         self.reserve(job, &plan.spans);
         Some(plan)
     }
 
     /// The fewest devices that meet `job`'s deadline on this timeline, or `None`.
     pub fn min_share(&self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
+        self.min_share_in(job, mix, &mut SumsBufs::default())
+    }
+
+    /// [`Timeline::min_share`] with the timeline's own sums buffers (no allocation
+    /// once they have grown).
+    fn min_share_kept(&mut self, job: &PlanJob, mix: bool) -> Option<JobPlan> {
+        let mut bufs = std::mem::take(&mut self.sums);
+        let plan = self.min_share_in(job, mix, &mut bufs);
+        self.sums = bufs;
+        plan
+    }
+
+    /// [`Timeline::min_share`] with the sums in `bufs`: carried from level to level
+    /// (the sums at a level are the next level's sums at the level below).
+    fn min_share_in(&self, job: &PlanJob, mix: bool, bufs: &mut SumsBufs) -> Option<JobPlan> {
         let d = job.deadline_s?;
+        bufs.high_at = None;
         // One buffer for every level tried (a failed run's spans are dropped).
-        let mut spans = Vec::with_capacity(4);
+        let mut spans = Vec::with_capacity(8);
         for (i, &(level, rate)) in job.levels.iter().enumerate() {
             // Not even the whole time to the deadline at this size: skip the run.
             if rate * (d - self.now_s) < job.work_left {
@@ -416,7 +460,7 @@ impl Timeline {
                 });
             }
             let shape = (lower_level(job, i), level);
-            let sums = SwitchSums::new(self, job, shape, d);
+            let sums = SwitchSums::with_bufs(self, job, shape, d, bufs);
             let at = |s: usize, spans: Option<&mut Vec<Span>>| {
                 self.run_into(job, (shape.0, s, shape.1), Some(d), spans)
             };
@@ -426,6 +470,9 @@ impl Timeline {
                     .unwrap_or_else(|| at(s, None).is_some())
             };
             if !meets(0) {
+                if let Some(m) = sums {
+                    m.give_back(bufs);
+                }
                 continue;
             }
             // The latest slot from which `level` (after the level below) still meets
@@ -534,8 +581,33 @@ struct SwitchSums<'t> {
     ascending: bool,
 }
 
+/// [`SwitchSums`]' prefix sums kept between the levels [`Timeline::min_share`] tries:
+/// `high` holds the sums at `high_at` devices (the last level's), which the next level
+/// reads as its sums at the level below (the same segments, computed the same way), and
+/// `low` is a spare buffer.
+#[derive(Debug, Clone, Default)]
+struct SumsBufs {
+    low: Vec<f64>,
+    high: Vec<f64>,
+    high_at: Option<u32>,
+}
+
 impl<'t> SwitchSums<'t> {
-    fn new(t: &'t Timeline, job: &PlanJob, (low, high): (u32, u32), d: f64) -> Option<Self> {
+    #[cfg(test)]
+    fn new(t: &'t Timeline, job: &PlanJob, shape: (u32, u32), d: f64) -> Option<Self> {
+        Self::with_bufs(t, job, shape, d, &mut SumsBufs::default())
+    }
+
+    /// The sums of `job` at `shape` up to `d`, in `bufs`' buffers (taken; return
+    /// them with [`SwitchSums::give_back`]); the sums at `low` are `bufs`' when it
+    /// holds them.
+    fn with_bufs(
+        t: &'t Timeline,
+        job: &PlanJob,
+        (low, high): (u32, u32),
+        d: f64,
+        bufs: &mut SumsBufs,
+    ) -> Option<Self> {
         if job.restart_s != 0.0
             || job.restart_s_per_doubling != 0.0
             || job.work_left <= 0.0
@@ -549,9 +621,17 @@ impl<'t> SwitchSums<'t> {
         if segs.is_empty() || segs.len() > 100_000 {
             return None;
         }
+        let carried = bufs.high_at.take() == Some(low);
+        let (mut cum_low, mut cum_high) = (
+            std::mem::take(&mut bufs.low),
+            std::mem::take(&mut bufs.high),
+        );
+        if carried {
+            std::mem::swap(&mut cum_low, &mut cum_high);
+        }
         let mut me = SwitchSums {
-            cum_low: Vec::with_capacity(segs.len() + 1),
-            cum_high: Vec::with_capacity(segs.len() + 1),
+            cum_low,
+            cum_high,
             segs,
             last_slot,
             low,
@@ -562,18 +642,60 @@ impl<'t> SwitchSums<'t> {
             margin: 0.0,
             ascending: ascending(job),
         };
-        let (mut l, mut h) = (0.0, 0.0);
-        me.cum_low.push(l);
-        me.cum_high.push(h);
-        for j in 0..me.segs.len() {
-            let ((a, f), b) = (me.segs[j], me.end_of(j));
-            l += me.work(job, low, f, a, b);
-            h += me.work(job, high, f, a, b);
-            me.cum_low.push(l);
-            me.cum_high.push(h);
+        if !carried {
+            me.cum_low.clear();
+            if low == 0 {
+                // No level of 0 devices: every segment's work is 0 (`work`).
+                me.cum_low.resize(me.segs.len() + 1, 0.0);
+            } else {
+                me.sum_into(job, low, false);
+            }
         }
+        me.cum_high.clear();
+        me.sum_into(job, high, true);
+        let (l, h) = (me.cum_low[me.segs.len()], me.cum_high[me.segs.len()]);
         me.margin = 1e-9 * (job.work_left + l + h);
-        me.margin.is_finite().then_some(me)
+        if me.margin.is_finite() {
+            Some(me)
+        } else {
+            me.give_back(bufs);
+            None
+        }
+    }
+
+    /// Fills `cum_high` (`high`) or `cum_low` with the prefix sums of the segments'
+    /// work at `want` devices (one entry more than segments).
+    fn sum_into(&mut self, job: &PlanJob, want: u32, high: bool) {
+        let mut cum = std::mem::take(if high {
+            &mut self.cum_high
+        } else {
+            &mut self.cum_low
+        });
+        let mut x = 0.0;
+        cum.push(x);
+        // The last pick, for segments with the same cap (most consecutive ones).
+        let mut picked = (u32::MAX, (0u32, 0.0f64));
+        for j in 0..self.segs.len() {
+            let ((a, f), b) = (self.segs[j], self.end_of(j));
+            let cap = want.min(f);
+            if picked.0 != cap {
+                picked = (cap, pick_level(job, self.ascending, cap));
+            }
+            x += self.work_at(picked.1, a, b);
+            cum.push(x);
+        }
+        if high {
+            self.cum_high = cum;
+        } else {
+            self.cum_low = cum;
+        }
+    }
+
+    /// Returns the buffers to `bufs`, the sums at `high` kept for the next level.
+    fn give_back(self, bufs: &mut SumsBufs) {
+        bufs.low = self.cum_low;
+        bufs.high = self.cum_high;
+        bufs.high_at = Some(self.high);
     }
 
     /// The slot segment `j` ends at.
@@ -587,8 +709,12 @@ impl<'t> SwitchSums<'t> {
         if a >= b {
             return 0.0;
         }
-        let (n, rate) = pick_level(job, self.ascending, want.min(free));
-        if n == 0 {
+        self.work_at(pick_level(job, self.ascending, want.min(free)), a, b)
+    }
+
+    /// [`SwitchSums::work`] at the level `(n, rate)` picked for it.
+    fn work_at(&self, (n, rate): (u32, f64), a: usize, b: usize) -> f64 {
+        if a >= b || n == 0 {
             return 0.0;
         }
         let start = self.now_s + a as f64 * self.slot_s;

@@ -21,6 +21,7 @@ pub const FORMAT: TraceFormat = TraceFormat {
     prefix: "elasticflow",
     arg: "FILE",
     summary: "ElasticFlow trace (needs --elasticflow-tables DIR): deadline jobs, iterations/s per GPU count",
+    uses_apps: false,
     load: |arg: &str, ctx: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
         let Some(dir) = ctx.elasticflow_tables else {
             return Err(TraceError::Spec(

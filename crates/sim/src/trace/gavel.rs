@@ -26,6 +26,7 @@ pub const FORMAT: TraceFormat = TraceFormat {
     prefix: "gavel",
     arg: "FILE",
     summary: "Gavel .trace (needs --gavel-throughputs): per-device-type throughputs",
+    uses_apps: true,
     load: |arg: &str, ctx: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
         let Some(tp) = ctx.gavel_throughputs else {
             return Err(TraceError::Spec(

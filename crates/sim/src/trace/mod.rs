@@ -48,6 +48,15 @@ pub struct TraceFormat {
     pub summary: &'static str,
     /// Loads the jobs named by the argument.
     pub load: fn(&str, &TraceContext) -> Result<Vec<SimJob>, TraceError>,
+    /// Its jobs name applications of [`TraceContext::apps`] (`false`: a run of such
+    /// traces alone needs no applications loaded).
+    pub uses_apps: bool,
+}
+
+/// Whether the trace `spec` names applications (an unknown kind: `true`, so that
+/// loading it reports the error).
+pub fn trace_uses_apps(spec: &str) -> bool {
+    trace_format(spec).map_or(true, |(f, _)| f.uses_apps)
 }
 
 /// What a loader may use besides its argument (the command line's settings).

@@ -12,6 +12,7 @@ pub const FORMAT: TraceFormat = TraceFormat {
     prefix: "philly",
     arg: "FILE",
     summary: "Pollux's digest of the Philly trace (duration-only jobs, any device type)",
+    uses_apps: true,
     load: |arg: &str, _: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
         Ok(load_philly(
             &super::read(arg, pacer_fsio::limits::TRACE)?,

@@ -12,6 +12,7 @@ pub const FORMAT: TraceFormat = TraceFormat {
     prefix: "pollux",
     arg: "FILE",
     summary: "Pollux workload CSV (name,time,application,num_replicas,batch_size); --load scales arrivals",
+    uses_apps: true,
     load: |arg: &str, ctx: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
         Ok(load_pollux_workload(&super::read(arg, pacer_fsio::limits::TRACE)?, arg, ctx.apps, ctx.load)?)
     },

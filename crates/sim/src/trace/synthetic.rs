@@ -14,6 +14,7 @@ pub const FORMAT: TraceFormat = TraceFormat {
     prefix: "synthetic",
     arg: "JOBS",
     summary: "Poisson arrivals (--arrivals-per-hour, --seed) over the measured applications, Philly's job sizes",
+    uses_apps: true,
     load: |arg: &str, ctx: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
         Ok(synthetic(&spec(arg, ctx)?, ctx.apps))
     },
@@ -24,6 +25,7 @@ pub const PHILLY_FORMAT: TraceFormat = TraceFormat {
     prefix: "synthetic-philly",
     arg: "JOBS",
     summary: "duration-only jobs with Philly's size and duration distributions (--arrivals-per-hour, --seed)",
+    uses_apps: true,
     load: |arg: &str, ctx: &TraceContext| -> Result<Vec<SimJob>, TraceError> {
         Ok(synthetic_philly(&spec(arg, ctx)?))
     },
