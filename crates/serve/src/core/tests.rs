@@ -698,6 +698,25 @@ fn a_dollar_budget_is_spent_at_the_type_s_price_and_checked_on_submission() {
         crate::budget::parse_prices(&args, &cluster)
     };
     c.settings.prices = prices(&["a100=3", "t4=1"]).unwrap();
+    // Bad budgets: one 400 naming the field; not a number: the parser names the key.
+    for bad in ["0", "-1", "nan", "inf", "1e13"] {
+        let e = c
+            .submit(spec(&format!("budget_usd = {bad}\n")))
+            .unwrap_err();
+        assert_eq!(
+            (e.status, e.field.as_str()),
+            (400, "budget_usd"),
+            "{bad}: {e}"
+        );
+        assert!(e.message.contains("US dollars"), "{bad}: {}", e.message);
+    }
+    let e = JobSpec::from_toml(
+        "name = \"a\"\ncommand = [\"true\"]\nbudget_usd = \"ten\"\n",
+        "t",
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "budget_usd", "{e}");
+    assert!(c.jobs.is_empty());
     // 2 h on 2 devices is 4 device-hours: 4 USD on t4, the cheapest.
     let e = c
         .submit(spec("expected_runtime = \"2h\"\nbudget_usd = 3.5\n"))
