@@ -30,16 +30,20 @@ PAIRS = {
 SHARES = [("deepspeech2", 0.35), ("bert", 0.25), ("cifar10", 0.25), ("yolov3", 0.15)]
 
 
-def generate(seed, jobs=48, mean_gap_s=300.0):
-    rng = random.Random(7_919 * seed + 1)
+def generate(seed, jobs=48, mean_gap_s=300.0, shares=None, salt=(7_919, 1)):
+    """`jobs` rows `(name, time, application, replicas, batch)`: Poisson arrivals
+    `mean_gap_s` apart on average, applications drawn by `shares`, each job's
+    (replicas, batch) from `PAIRS`; the RNG seeded `salt[0] * seed + salt[1]`."""
+    shares = SHARES if shares is None else shares
+    rng = random.Random(salt[0] * seed + salt[1])
     t = 0.0
     rows = []
     for i in range(jobs):
         t += rng.expovariate(1.0 / mean_gap_s)
         u = rng.random()
         acc = 0.0
-        app = SHARES[-1][0]
-        for a, f in SHARES:
+        app = shares[-1][0]
+        for a, f in shares:
             acc += f
             if u < acc:
                 app = a
@@ -49,18 +53,20 @@ def generate(seed, jobs=48, mean_gap_s=300.0):
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(doc=None, jobs=48, mean_gap_s=300.0, gen=generate):
+    """The command line of a generator: `--seed`, `-n`, `--mean-gap-s`, `-o`."""
+    doc = __doc__ if doc is None else doc
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("-n", "--num-jobs", type=int, default=48)
-    ap.add_argument("--mean-gap-s", type=float, default=300.0)
+    ap.add_argument("-n", "--num-jobs", type=int, default=jobs)
+    ap.add_argument("--mean-gap-s", type=float, default=mean_gap_s)
     ap.add_argument("-o", "--output", required=True)
     a = ap.parse_args()
     if a.num_jobs < 1 or not a.mean_gap_s > 0:
         ap.error("--num-jobs must be >= 1 and --mean-gap-s > 0")
     with open(a.output, "w") as f:
         f.write("name,time,application,num_replicas,batch_size\n")
-        for r in generate(a.seed, a.num_jobs, a.mean_gap_s):
+        for r in gen(a.seed, a.num_jobs, a.mean_gap_s):
             f.write(",".join(str(x) for x in r) + "\n")
 
 

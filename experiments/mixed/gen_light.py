@@ -18,50 +18,18 @@ out. These parameters and seeds were fixed before any run.
     python3 experiments/mixed/gen_light.py --seed 4 -o light-4.csv
 """
 
-import argparse
 import os
-import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_frag import PAIRS  # noqa: E402
+import gen_frag  # noqa: E402
 
 SHARES = [("bert", 0.40), ("deepspeech2", 0.35), ("yolov3", 0.25)]
 
 
 def generate(seed, jobs=24, mean_gap_s=1200.0):
-    rng = random.Random(104_729 * seed + 3)
-    t = 0.0
-    rows = []
-    for i in range(jobs):
-        t += rng.expovariate(1.0 / mean_gap_s)
-        u = rng.random()
-        acc = 0.0
-        app = SHARES[-1][0]
-        for a, f in SHARES:
-            acc += f
-            if u < acc:
-                app = a
-                break
-        reps, bsz = rng.choice(PAIRS[app])
-        rows.append((f"{app}-{i}", round(t, 1), app, reps, bsz))
-    return rows
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("-n", "--num-jobs", type=int, default=24)
-    ap.add_argument("--mean-gap-s", type=float, default=1200.0)
-    ap.add_argument("-o", "--output", required=True)
-    a = ap.parse_args()
-    if a.num_jobs < 1 or not a.mean_gap_s > 0:
-        ap.error("--num-jobs must be >= 1 and --mean-gap-s > 0")
-    with open(a.output, "w") as f:
-        f.write("name,time,application,num_replicas,batch_size\n")
-        for r in generate(a.seed, a.num_jobs, a.mean_gap_s):
-            f.write(",".join(str(x) for x in r) + "\n")
+    return gen_frag.generate(seed, jobs, mean_gap_s, shares=SHARES, salt=(104_729, 3))
 
 
 if __name__ == "__main__":
-    main()
+    gen_frag.main(__doc__, jobs=24, mean_gap_s=1200.0, gen=generate)
