@@ -378,6 +378,27 @@ fn reason(j: &serde_json::Value) -> String {
     }
 }
 
+/// What the job has held and spent, against its budgets: `0.512 device-hours, 1.79
+/// USD (budget 5 USD)`; dollars only where the service has prices (`spent_usd` > 0 or
+/// a `budget_usd`).
+fn cost(j: &serde_json::Value) -> String {
+    let spec = &j["spec"];
+    let device_h = j["attained_device_s"].as_f64().unwrap_or(0.0) / 3600.0;
+    let mut out = format!("{device_h:.3} device-hours");
+    if let Some(b) = spec["budget_device_hours"].as_f64() {
+        out += &format!(" (budget {b})");
+    }
+    let usd = j["spent_usd"].as_f64().unwrap_or(0.0);
+    let budget = spec["budget_usd"].as_f64();
+    if usd > 0.0 || budget.is_some() {
+        out += &format!(", {usd:.2} USD");
+        if let Some(b) = budget {
+            out += &format!(" (budget {b} USD)");
+        }
+    }
+    out
+}
+
 /// `held/asked` devices (`-` when it holds none), with the range of an adaptive job.
 fn replicas(j: &serde_json::Value) -> String {
     let held: u64 = j["run"]["alloc"]
@@ -539,6 +560,7 @@ fn job_text(j: &serde_json::Value, now_ms: u64) -> String {
         "attempts",
         format!("{} (restarts {})", j["attempts"], j["restarts"]),
     ));
+    kv.push(("cost", cost(j)));
     let t = |k: &str| j[k].as_u64().map_or("-".into(), |ms| local_time(ms, true));
     kv.push(("submitted", t("submitted_ms")));
     kv.push(("started", t("first_start_ms")));

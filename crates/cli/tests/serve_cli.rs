@@ -316,6 +316,7 @@ fn jobs_and_job_print_state_reason_exit_code_and_times() {
         &format!("cwd:         {}", dir.display()),
         "replicas:    1 asked",
         "progress:    no reports",
+        "cost:        0.0",
         &format!(
             "log:         {} (pacer logs {failed})",
             s.state.join("logs").join(format!("{failed}.log")).display()
