@@ -275,9 +275,15 @@ impl Deadline {
         plans.is_some()
     }
 
-    /// Devices per job now: minimum shares (`base`'s plans), then the spare by
-    /// marginal return.
-    fn counts(&self, view: &ClusterView, jobs: &[PlanJob], base: &Base<'_>) -> Vec<u32> {
+    /// Devices per job now and the type they are on: minimum shares (`base`'s plans),
+    /// then the spare by marginal return, then devices of types left idle
+    /// ([`Deadline::idle_types`]).
+    fn counts(
+        &self,
+        view: &ClusterView,
+        jobs: &[PlanJob],
+        base: &Base<'_>,
+    ) -> (Vec<u32>, Vec<usize>) {
         let live: Vec<usize> = (0..jobs.len())
             .filter(|&i| self.admitted.contains(&jobs[i].id))
             .collect();
@@ -290,6 +296,34 @@ impl Deadline {
         let timeline = base.admitter.timeline();
         let types = view.cluster.device_types.len().max(1);
         let mut spare: Vec<u32> = (0..types).map(|t| timeline.free(t, 0)).collect();
+        // A best-effort job that runs on another type than its best (it took idle
+        // devices there, [`Deadline::idle_types`]) stays there at its size while the
+        // devices are free: pulled back, it would restart, often smaller.
+        let mut moved: Vec<(usize, PlanJob)> = Vec::new();
+        if types > 1 {
+            for &i in &live {
+                if jobs[i].deadline_s.is_some() || counts[i] > 0 {
+                    continue;
+                }
+                let v = &view.jobs[i];
+                let held = v.current.replicas();
+                let Some(t) = held_type(view, &v.current).filter(|&t| t != jobs[i].ty) else {
+                    continue;
+                };
+                let p = PlanJob::with_levels(
+                    v,
+                    t,
+                    PlanJob::levels_on(v, view.cluster, t),
+                    self.cfg.budget_restarts,
+                )
+                .up_to_fastest();
+                if held <= spare[t] && p.levels.iter().any(|l| l.0 == held) {
+                    spare[t] -= held;
+                    counts[i] = held;
+                    moved.push((i, p));
+                }
+            }
+        }
         // Each job's next step up and its gain depend on its own count only: computed
         // once, and again only for the job that took a step (`None`: it takes none).
         let step = |i: usize, n: u32| -> Option<(f64, u32)> {
@@ -312,7 +346,16 @@ impl Deadline {
             }
             Some((saved / f64::from(next - n), next))
         };
-        let mut steps: Vec<Option<(f64, u32)>> = live.iter().map(|&i| step(i, counts[i])).collect();
+        let mut steps: Vec<Option<(f64, u32)>> = live
+            .iter()
+            .map(|&i| {
+                if moved.iter().any(|m| m.0 == i) {
+                    None
+                } else {
+                    step(i, counts[i])
+                }
+            })
+            .collect();
         loop {
             let mut best: Option<(f64, usize, usize, u32)> = None;
             for (k, &i) in live.iter().enumerate() {
@@ -338,7 +381,92 @@ impl Deadline {
             counts[i] = next;
             steps[k] = step(i, next);
         }
-        counts
+        let mut tys: Vec<usize> = jobs.iter().map(|j| j.ty).collect();
+        for (i, p) in &moved {
+            tys[*i] = p.ty;
+        }
+        let mut sh = Shares { counts, tys, spare };
+        self.idle_types(view, jobs, &live, &mut sh, moved);
+        (sh.counts, sh.tys)
+    }
+
+    /// Devices of a type left idle once every job has had its share on its own best
+    /// type go to best-effort jobs still waiting, each on the type where the smallest
+    /// size it can get there runs fastest (a job already running on such a type at a
+    /// size that still fits keeps it); then one size step at a time by marginal
+    /// return, growth beyond what a job holds paying for its restart as above.
+    /// Deadline jobs stay on the type their plan reserves. Without this, on a
+    /// heterogeneous cluster every job waits for its own best type while the others
+    /// sit idle.
+    fn idle_types(
+        &self,
+        view: &ClusterView,
+        jobs: &[PlanJob],
+        live: &[usize],
+        sh: &mut Shares,
+        mut moved: Vec<(usize, PlanJob)>,
+    ) {
+        let Shares { counts, tys, spare } = sh;
+        if spare.len() < 2 || spare.iter().all(|&s| s == 0) {
+            return;
+        }
+        for &i in live {
+            if counts[i] > 0 || jobs[i].deadline_s.is_some() {
+                continue;
+            }
+            let v = &view.jobs[i];
+            let held_ty = held_type(view, &v.current);
+            let held = v.current.replicas();
+            let mut best: Option<(f64, PlanJob, u32)> = None;
+            for t in (0..spare.len()).filter(|&t| t != jobs[i].ty && spare[t] > 0) {
+                let levels = PlanJob::levels_on(v, view.cluster, t);
+                let p =
+                    PlanJob::with_levels(v, t, levels, self.cfg.budget_restarts).up_to_fastest();
+                if held_ty == Some(t) && held <= spare[t] && p.levels.iter().any(|l| l.0 == held) {
+                    best = Some((f64::INFINITY, p, held));
+                    break;
+                }
+                let Some(n) = p.levels.first().map(|l| l.0).filter(|&n| n <= spare[t]) else {
+                    continue;
+                };
+                let r = p.rate(n);
+                if best.as_ref().is_none_or(|b| r > b.0) {
+                    best = Some((r, p, n));
+                }
+            }
+            if let Some((_, p, n)) = best {
+                spare[p.ty] -= n;
+                counts[i] = n;
+                tys[i] = p.ty;
+                moved.push((i, p));
+            }
+        }
+        loop {
+            let mut best: Option<(f64, usize, u32)> = None;
+            for (k, (i, p)) in moved.iter().enumerate() {
+                let n = counts[*i];
+                let Some(next) = p.next_level(n).filter(|&m| m - n <= spare[p.ty]) else {
+                    continue;
+                };
+                let (r0, r1) = (p.rate(n), p.rate(next));
+                if r1 <= r0 {
+                    continue;
+                }
+                let saved = p.work_left / r0 - p.work_left / r1;
+                let restart = view.jobs[*i].restart_delay_s(next).unwrap_or(0.0);
+                if self.cfg.sticky && next > p.current && saved <= restart * 2.0 {
+                    continue;
+                }
+                let gain = saved / f64::from(next - n);
+                if best.is_none_or(|b| gain > b.0) {
+                    best = Some((gain, k, next));
+                }
+            }
+            let Some((_, k, next)) = best else { break };
+            let (i, p) = &moved[k];
+            spare[p.ty] -= next - counts[*i];
+            counts[*i] = next;
+        }
     }
 }
 
@@ -395,6 +523,20 @@ fn edf_key(j: &PlanJob) -> (u64, JobId) {
 
 /// Allocations of `counts[i]` devices of type `types[i]`: jobs keeping their size keep
 /// their devices, the others are placed largest first on the most free nodes.
+/// A round's devices per job, the type each is on, and the devices left per type.
+struct Shares {
+    counts: Vec<u32>,
+    tys: Vec<usize>,
+    spare: Vec<u32>,
+}
+
+/// The device type of `alloc`'s first node (`None`: it holds none).
+fn held_type(view: &ClusterView, alloc: &Allocation) -> Option<usize> {
+    let &(node, _) = alloc.slots().first()?;
+    let ty = view.cluster.nodes.get(node.0 as usize)?.device_type;
+    Some(ty.0 as usize)
+}
+
 pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) -> Vec<Allocation> {
     if let Some(kept) = keep_all(view, counts) {
         return kept;
@@ -486,8 +628,7 @@ impl Policy for Deadline {
         let jobs = self.plan_jobs(view);
         let mut base = self.base(view, &jobs);
         self.admit_new(view, &jobs, &mut base);
-        let counts = self.counts(view, &jobs, &base);
-        let types: Vec<usize> = jobs.iter().map(|j| j.ty).collect();
+        let (counts, types) = self.counts(view, &jobs, &base);
         place_counts(view, &counts, &types)
     }
 }
@@ -726,6 +867,54 @@ mod tests {
         };
         let a = Deadline::new("x", DeadlineConfig::pacer(10.0)).allocate(&view);
         assert_eq!(a[0].replicas(), 4, "{a:?}");
+    }
+
+    #[test]
+    fn a_best_effort_job_takes_another_type_rather_than_wait_for_its_best() {
+        // Both jobs run twice as fast on a100 (type 1) as on t4 (type 0).
+        let c = ClusterSpec::parse("1x2:t4,1x2:a100", "t").unwrap();
+        let curve = |k: f64| SpeedCurve {
+            points: vec![(1, k), (2, 2.0 * k)],
+            spread_factor: 1.0,
+        };
+        let speed = Arc::new(SpeedTable {
+            per_type: vec![curve(1.0), curve(2.0)],
+        });
+        let be = |id: u32| JobView {
+            speed: Some(speed.clone()),
+            work_left: 1_000.0,
+            ..JobView::basic(JobId(id), f64::from(id), 2)
+        };
+        let jobs = vec![be(0), be(1), be(2)];
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let a = Deadline::new("x", DeadlineConfig::pacer(10.0)).allocate(&view);
+        let ty = |al: &Allocation| c.nodes[al.slots()[0].0 .0 as usize].device_type.0;
+        // Jobs 0 and 1 share the a100s; job 2 would wait for one, and takes the t4s
+        // instead (it used to wait while they idled).
+        assert_eq!((a[0].replicas(), ty(&a[0])), (1, 1), "{a:?}");
+        assert_eq!((a[1].replicas(), ty(&a[1])), (1, 1), "{a:?}");
+        assert_eq!((a[2].replicas(), ty(&a[2])), (2, 0), "{a:?}");
+        // A job already on t4 at a size that still fits keeps it (no restart).
+        let on_t4 = Allocation::from_pairs([(pacer_model::NodeId(0), 2)]);
+        let jobs = vec![
+            be(0),
+            JobView {
+                current: on_t4.clone(),
+                ..be(1)
+            },
+        ];
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let a = Deadline::new("x", DeadlineConfig::pacer(10.0)).allocate(&view);
+        assert_eq!(a[1], on_t4, "{a:?}");
+        assert_eq!((a[0].replicas(), ty(&a[0])), (2, 1), "{a:?}");
     }
 
     #[test]

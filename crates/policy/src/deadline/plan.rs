@@ -42,22 +42,7 @@ impl PlanJob {
     /// up to its request, linear). `restart_s` is budgeted only when `budget_restarts`.
     pub fn from_view(view: &JobView, cluster: &ClusterSpec, budget_restarts: bool) -> Self {
         let types = cluster.device_types.len().max(1);
-        let levels_on = |t: usize| -> Vec<(u32, f64)> {
-            let cap = cluster.gpus_of_type(DeviceTypeId(t as u16));
-            let fits = |&(d, r): &(u32, f64)| d >= 1 && d <= cap && r > 0.0;
-            match &view.speed {
-                Some(s) => s
-                    .per_type
-                    .get(t)
-                    .map(|c| c.points.iter().copied().filter(fits).collect())
-                    .unwrap_or_default(),
-                None => SpeedCurve::doubling_sizes(view.requested_replicas)
-                    .into_iter()
-                    .map(|d| (d, view.rate(DeviceTypeId(t as u16), d, true)))
-                    .filter(fits)
-                    .collect(),
-            }
-        };
+        let levels_on = |t: usize| Self::levels_on(view, cluster, t);
         let (mut ty, mut levels, mut best) = (0, Vec::new(), 0.0);
         for t in 0..types {
             let l = levels_on(t);
@@ -67,6 +52,26 @@ impl PlanJob {
             }
         }
         Self::with_levels(view, ty, levels, budget_restarts)
+    }
+
+    /// `view`'s levels on device type `t` of `cluster`: its speed table's measured
+    /// sizes there, at most the type's devices (no table: 1, 2, 4, … up to its request,
+    /// linear); empty where it cannot run.
+    pub fn levels_on(view: &JobView, cluster: &ClusterSpec, t: usize) -> Vec<(u32, f64)> {
+        let cap = cluster.gpus_of_type(DeviceTypeId(t as u16));
+        let fits = |&(d, r): &(u32, f64)| d >= 1 && d <= cap && r > 0.0;
+        match &view.speed {
+            Some(s) => s
+                .per_type
+                .get(t)
+                .map(|c| c.points.iter().copied().filter(fits).collect())
+                .unwrap_or_default(),
+            None => SpeedCurve::doubling_sizes(view.requested_replicas)
+                .into_iter()
+                .map(|d| (d, view.rate(DeviceTypeId(t as u16), d, true)))
+                .filter(fits)
+                .collect(),
+        }
     }
 
     /// The job as `view` shows it, planned on type `ty` at `levels` (what
