@@ -310,13 +310,7 @@ impl Deadline {
                 let Some(t) = held_type(view, &v.current).filter(|&t| t != jobs[i].ty) else {
                     continue;
                 };
-                let p = PlanJob::with_levels(
-                    v,
-                    t,
-                    PlanJob::levels_on(v, view.cluster, t),
-                    self.cfg.budget_restarts,
-                )
-                .up_to_fastest();
+                let p = PlanJob::on_type(v, view.cluster, t, self.cfg.budget_restarts);
                 if held <= spare[t] && p.levels.iter().any(|l| l.0 == held) {
                     spare[t] -= held;
                     counts[i] = held;
@@ -419,9 +413,7 @@ impl Deadline {
             let held = v.current.replicas();
             let mut best: Option<(f64, PlanJob, u32)> = None;
             for t in (0..spare.len()).filter(|&t| t != jobs[i].ty && spare[t] > 0) {
-                let levels = PlanJob::levels_on(v, view.cluster, t);
-                let p =
-                    PlanJob::with_levels(v, t, levels, self.cfg.budget_restarts).up_to_fastest();
+                let p = PlanJob::on_type(v, view.cluster, t, self.cfg.budget_restarts);
                 if held_ty == Some(t) && held <= spare[t] && p.levels.iter().any(|l| l.0 == held) {
                     best = Some((f64::INFINITY, p, held));
                     break;

@@ -54,6 +54,13 @@ impl PlanJob {
         Self::with_levels(view, ty, levels, budget_restarts)
     }
 
+    /// The job as `view` shows it, planned on device type `t` of `cluster` (not
+    /// necessarily its best: [`PlanJob::from_view`]), up to its fastest level.
+    pub fn on_type(view: &JobView, cluster: &ClusterSpec, t: usize, budget_restarts: bool) -> Self {
+        Self::with_levels(view, t, Self::levels_on(view, cluster, t), budget_restarts)
+            .up_to_fastest()
+    }
+
     /// `view`'s levels on device type `t` of `cluster`: its speed table's measured
     /// sizes there, at most the type's devices (no table: 1, 2, 4, … up to its request,
     /// linear); empty where it cannot run.
