@@ -3,7 +3,7 @@
 # loopback port, submits three jobs, checks that `/` without a credential is the 401
 # login form, then logs in headless Chromium through that form (`/#token=…`: the login
 # page puts the fragment's token in its form and submits it; `POST /login` sets the
-# session cookie and redirects to `/`) and checks that every job name is in the
+# session cookie and redirects to `/`) and checks that every job name and a cost is in the
 # rendered DOM.
 # Then cross-site request forgery: the same browser, logged in, opens an attacker's page
 # served from ANOTHER 127.0.0.1 port that posts job specs to the API with the session
@@ -86,6 +86,7 @@ for n in "${NAMES[@]}"; do
   grep -q "<td>$n</td>" "$OUT/dom.html" || { echo "FAIL: job $n not in the dashboard's DOM ($OUT/dom.html)"; exit 1; }
 done
 grep -q 'class="state-running"' "$OUT/dom.html" || { echo "FAIL: no running job shown"; exit 1; }
+grep -Eq '<td class="cost">[0-9]+\.[0-9]{3} device-h</td>' "$OUT/dom.html" || { echo "FAIL: no job's cost (device-hours held) shown"; exit 1; }
 grep -q '<polyline' "$OUT/dom.html" || { echo "FAIL: no report chart drawn"; exit 1; }
 grep -Eq 'name="pacer-csrf" content="[0-9a-f]{64}"' "$OUT/dom.html" || { echo "FAIL: the dashboard carries no CSRF token"; exit 1; }
 grep -q '<button>cancel</button>' "$OUT/dom.html" || { echo "FAIL: no cancel button on a running job"; exit 1; }

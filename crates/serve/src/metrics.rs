@@ -12,6 +12,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 pub struct Metrics {
     registry: Registry,
@@ -22,8 +23,12 @@ pub struct Metrics {
     pub reports: Counter,
     pub submissions: Counter,
     pub restarts: Gauge,
-    /// Jobs stopped because their cost budget was spent.
-    pub budget_stops: Counter,
+    /// Jobs stopped because their cost budget was spent, by budget
+    /// (`device_hours`, `usd`): [`Metrics::budget_stop`].
+    budget_stops: Family<Labels, Counter>,
+    /// Device-hours held and dollars spent by each job not yet ended.
+    job_device_hours: Family<Labels, FloatGauge>,
+    job_spent_usd: Family<Labels, FloatGauge>,
     deadline_jobs: Family<Labels, Gauge>,
     deadline_admitted: Gauge,
     deadline_admissions: Family<Labels, Counter>,
@@ -46,7 +51,9 @@ impl Metrics {
         let reports = Counter::default();
         let submissions = Counter::default();
         let restarts = Gauge::default();
-        let budget_stops = Counter::default();
+        let budget_stops = Family::<Labels, Counter>::default();
+        let job_device_hours = Family::<Labels, FloatGauge>::default();
+        let job_spent_usd = Family::<Labels, FloatGauge>::default();
         let deadline_jobs = Family::<Labels, Gauge>::default();
         let deadline_admitted = Gauge::default();
         let deadline_admissions = Family::<Labels, Counter>::default();
@@ -100,8 +107,18 @@ impl Metrics {
         );
         registry.register(
             "budget_stops",
-            "Jobs stopped because they had held their budget_device_hours",
+            "Jobs stopped because their budget was spent, by budget (device_hours: budget_device_hours; usd: budget_usd)",
             budget_stops.clone(),
+        );
+        registry.register(
+            "job_device_hours",
+            "Device-hours each job not yet ended has held, restarts included",
+            job_device_hours.clone(),
+        );
+        registry.register(
+            "job_spent_usd",
+            "Dollars each job not yet ended has spent at the service's --price (0 without prices)",
+            job_spent_usd.clone(),
         );
         Metrics {
             registry,
@@ -113,6 +130,8 @@ impl Metrics {
             submissions,
             restarts,
             budget_stops,
+            job_device_hours,
+            job_spent_usd,
             deadline_jobs,
             deadline_admitted,
             deadline_admissions,
@@ -125,6 +144,21 @@ impl Metrics {
         self.deadline_admissions
             .get_or_create(&vec![("decision".into(), decision.into())])
             .clone()
+    }
+
+    /// Counts a job stopped because its budget in `unit` (`device-hours`, `USD`:
+    /// [`crate::budget::spent`]) was spent.
+    pub fn budget_stop(&self, unit: &str) {
+        self.budget_stops
+            .get_or_create(&vec![("budget".into(), budget_label(unit).into())])
+            .inc();
+    }
+
+    /// Jobs stopped for their budget in `unit` (`device-hours`, `USD`).
+    pub fn budget_stops(&self, unit: &str) -> u64 {
+        self.budget_stops
+            .get_or_create(&vec![("budget".into(), budget_label(unit).into())])
+            .get()
     }
 
     /// Counts a deadline job that just ended with status `s`.
@@ -162,8 +196,13 @@ impl Metrics {
                 .deadline_ended
                 .get_or_create(&vec![("outcome".into(), s.label().into())]);
         }
+        for unit in ["device-hours", "USD"] {
+            let _ = self.budget_stops(unit);
+        }
         self.jobs.clear();
         self.devices.clear();
+        self.job_device_hours.clear();
+        self.job_spent_usd.clear();
         for s in JobState::ALL {
             self.jobs
                 .get_or_create(&vec![("state".into(), s.name().into())])
@@ -173,6 +212,13 @@ impl Metrics {
             self.jobs
                 .get_or_create(&vec![("state".into(), j.state.name().into())])
                 .inc();
+            if !j.state.is_terminal() {
+                let job = vec![("job".into(), j.id.clone())];
+                self.job_device_hours
+                    .get_or_create(&job)
+                    .set(j.attained_device_s / 3600.0);
+                self.job_spent_usd.get_or_create(&job).set(j.spent_usd);
+            }
             if let Some(r) = &j.run {
                 self.devices
                     .get_or_create(&vec![
@@ -185,5 +231,14 @@ impl Metrics {
         let mut out = String::new();
         encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+/// The `budget` label of a budget unit (`device-hours` → `device_hours`, `USD` → `usd`).
+fn budget_label(unit: &str) -> &'static str {
+    if unit == "USD" {
+        "usd"
+    } else {
+        "device_hours"
     }
 }

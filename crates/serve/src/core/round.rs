@@ -237,14 +237,14 @@ impl Core {
                             j.reason =
                                 Some(format!("stopping: its budget of {budget} {unit} is spent"));
                             self.event(&mut c, &id, "budget-spent", budget::note(&j));
-                            self.metrics.budget_stops.inc();
+                            self.metrics.budget_stop(unit);
                             terms.push(h.clone());
                         }
                         // Being preempted or resized: it ends instead of going back.
                         Some(s) if s.then == AfterStop::Requeue => {
                             s.then = AfterStop::Budget;
                             self.event(&mut c, &id, "budget-spent", budget::note(&j));
-                            self.metrics.budget_stops.inc();
+                            self.metrics.budget_stop(unit);
                         }
                         Some(_) => {}
                     }

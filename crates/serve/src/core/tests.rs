@@ -501,7 +501,8 @@ fn a_job_is_stopped_once_it_has_held_its_budget() {
         fake.signals.lock().unwrap().clone(),
         vec![(run_a.clone(), StopSignal::Term)]
     );
-    assert_eq!(c.metrics.budget_stops.get(), 1);
+    assert_eq!(c.metrics.budget_stops("device-hours"), 1);
+    assert_eq!(c.metrics.budget_stops("USD"), 0);
     fake.exit(&run_a, RunStatus::Exited(143));
     round(&mut c, &fake);
     let ja = &c.jobs[&a];
@@ -514,7 +515,7 @@ fn a_job_is_stopped_once_it_has_held_its_budget() {
     // Not requeued: nothing launched again, and a spent budget is not counted twice.
     round(&mut c, &fake);
     assert_eq!(fake.launches().len(), 2);
-    assert_eq!(c.metrics.budget_stops.get(), 1);
+    assert_eq!(c.metrics.budget_stops("device-hours"), 1);
 }
 
 #[test]
@@ -756,6 +757,25 @@ fn a_dollar_budget_is_spent_at_the_type_s_price_and_checked_on_submission() {
         "{:?}",
         j.reason
     );
+    // In /metrics: the stop under its unit, and what the job (not ended yet) spent.
+    let text = c.metrics.render(c.jobs.values(), &[]);
+    assert!(
+        text.contains("pacer_serve_budget_stops_total{budget=\"usd\"} 1\n")
+            && text.contains("pacer_serve_budget_stops_total{budget=\"device_hours\"} 0\n"),
+        "{text}"
+    );
+    let line = format!("pacer_serve_job_spent_usd{{job=\"{}\"}} ", a.id);
+    let shown: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .unwrap_or_else(|| panic!("no {line} in {text}"))
+        .parse()
+        .unwrap();
+    assert!(
+        (shown - j.spent_usd).abs() < 1e-12,
+        "{shown} {}",
+        j.spent_usd
+    );
     let run = fake.launches()[0].run_id.clone();
     fake.exit(&run, RunStatus::Exited(143));
     round(&mut c, &fake);
@@ -764,7 +784,8 @@ fn a_dollar_budget_is_spent_at_the_type_s_price_and_checked_on_submission() {
         why.starts_with("budget spent: ") && why.contains("of 0.0001 USD spent"),
         "{why}"
     );
-    assert_eq!(c.metrics.budget_stops.get(), 1);
+    assert_eq!(c.metrics.budget_stops("USD"), 1);
+    assert_eq!(c.metrics.budget_stops("device-hours"), 0);
     // Bad prices: one error each, naming the flag and what was expected.
     for (args, says) in [
         (&["t4=1"][..], "no price for device type(s) a100"),
