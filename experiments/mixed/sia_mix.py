@@ -24,7 +24,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACER = os.path.join(ROOT, "target", "release", "pacer")
+PACER = os.environ.get("PACER_BIN") or os.path.join(ROOT, "target", "release", "pacer")
 # Sia's own simulator, avg JCT in hours (experiments/sia/ANCHORS.md; no Sia run for
 # philly 4, 6, 8).
 SIA = {
@@ -46,7 +46,7 @@ def parse_workloads(spec):
     return out
 
 
-def run(data, root, cluster, trace, i, policy, profiles, mixed):
+def run(data, root, cluster, trace, i, policy, profiles, mixed, fabric=None):
     """One simulation; `mixed`: with `--mixed-types` (`sia-pacer` runs the same with
     it, and its views then carry the balanced models the estimate needs)."""
     wl = os.path.join(root, trace, f"workload-{i}.csv")
@@ -56,6 +56,8 @@ def run(data, root, cluster, trace, i, policy, profiles, mixed):
                "--json", "--out", out, "--mixing-opportunity"]
         if mixed:
             cmd.append("--mixed-types")
+        if fabric:
+            cmd += ["--shared-fabric", fabric]
         t = time.time()
         res = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.time() - t
@@ -134,6 +136,9 @@ def main():
     ap.add_argument("--baseline-mixed-types", action="store_true",
                     help="run sia-pacer with --mixed-types too (its results are the same; "
                          "its opportunity then has the balanced and same-type estimates)")
+    ap.add_argument("--shared-fabric", default=None, metavar="TYPE",
+                    help="the what-if on every side: each type's cross-node sync is TYPE's "
+                         "(pacer simulate --shared-fabric; docs/mixed-types.md)")
     ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "mixed", "sia-mix.json"))
     a = ap.parse_args()
     root = a.workload_root or os.path.join(a.data, "workloads")
@@ -143,7 +148,8 @@ def main():
             runs = [("sia-pacer", a.baseline_mixed_types)]
             runs += [(m, True) for m in a.mix.split(",") if m]
             for policy, mixed in runs:
-                r = run(a.data, root, a.cluster, trace, i, policy, profiles, mixed)
+                r = run(a.data, root, a.cluster, trace, i, policy, profiles, mixed,
+                        a.shared_fabric)
                 r["policy"] = policy
                 rows.append(r)
                 print(f"{profiles} {trace}-{i} {policy}: avg JCT {r['avg_jct_h']:.3f} h, "
@@ -160,7 +166,8 @@ def main():
                       f"{r['wall_s']:.1f} s",
                       flush=True)
     with open(a.out, "w") as f:
-        json.dump({"cluster": a.cluster, "rows": rows}, f, indent=1)
+        json.dump({"cluster": a.cluster, "shared_fabric": a.shared_fabric, "rows": rows}, f,
+                  indent=1)
     print()
     by = {(r["profiles"], r["trace"], r["workload"], r["policy"]): r for r in rows}
     opportunity(a, rows)

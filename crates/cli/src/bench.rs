@@ -113,6 +113,10 @@ pub struct RoundArgs {
     /// --mixed-types`; for `sia-pacer-mix`).
     #[arg(long)]
     pub mixed_types: bool,
+    /// `--workload`'s what-if: every type's cross-node sync is TYPE's (`pacer simulate
+    /// --shared-fabric`).
+    #[arg(long, value_name = "TYPE")]
+    pub shared_fabric: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
@@ -242,6 +246,9 @@ fn round(a: RoundArgs) -> Result<()> {
     }
     if a.apps.is_some() {
         bail!("--apps: only with --workload (the synthetic jobs carry their own models)");
+    }
+    if a.shared_fabric.is_some() {
+        bail!("--shared-fabric: only with --workload and --apps sia:DIR");
     }
     if a.mixed_types {
         bail!("--mixed-types: only with --workload and --apps sia:DIR (the synthetic jobs have one model for every type)");

@@ -1,20 +1,21 @@
 //! `pacer simulate`: run workloads through the cluster simulator under one or
 //! more policies and compare them.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pacer_cli::json::SimulateRow;
 use pacer_model::ClusterSpec;
 use pacer_sim::apps::EMBEDDED_WORKLOADS;
 use pacer_sim::trace;
-use pacer_sim::{
-    embedded_profiles, load_app_dir, AppModel, SimConfig, SimJob, SimResult, Simulation, Work,
-};
+use pacer_sim::{AppModel, SimConfig, SimJob, SimResult, Simulation, Work};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+mod apps_arg;
+pub use apps_arg::{load_apps, load_apps_arg};
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
@@ -61,6 +62,11 @@ pub struct SimulateArgs {
     /// Off (the default): every job stays on one type, as before.
     #[arg(long)]
     pub mixed_types: bool,
+    /// What-if, with `--apps sia:DIR`: the node types share one fabric, so every type's
+    /// cross-node sync is TYPE's as measured (one-type jobs and mixes alike; Sia's
+    /// tables were measured on each type's own network; docs/mixed-types.md).
+    #[arg(long, value_name = "TYPE")]
+    pub shared_fabric: Option<String>,
     /// Measure the devices left idle on one type while a job was held to others, and
     /// a bound on the avg JCT a policy across types could remove (`mixing` in
     /// `--json`; docs/mixed-types.md).
@@ -164,34 +170,6 @@ A policy that cannot act on the workload is marked `*` and the line under the ta
 fn inert_reason(policy: &str, traits: &pacer_policy::WorkloadTraits) -> Option<String> {
     let e = pacer_policy::entry(policy)?;
     (e.inert_when)(traits).map(|why| format!("{policy}: {why}"))
-}
-
-/// Applications for `--apps KIND:DIR` (`sia:` or `sia-uncalibrated:`), or the
-/// embedded Pollux ones plus `--app-dir` folders when it is absent.
-pub fn load_apps_arg(apps: Option<&str>, extra: &[PathBuf]) -> Result<Vec<AppModel>> {
-    let Some(spec) = apps else {
-        return load_apps(extra);
-    };
-    let (calibrate, dir) = match spec.split_once(':') {
-        Some(("sia", d)) => (true, d),
-        Some(("sia-uncalibrated", d)) => (false, d),
-        _ => bail!("--apps {spec}: expected sia:DIR or sia-uncalibrated:DIR"),
-    };
-    if !extra.is_empty() {
-        bail!("--apps {spec}: cannot be combined with --app-dir");
-    }
-    pacer_sim::apps::load_sia_dir(Path::new(dir), calibrate)
-        .with_context(|| format!("--apps {spec}"))
-}
-
-pub fn load_apps(extra: &[PathBuf]) -> Result<Vec<AppModel>> {
-    let mut profiles = embedded_profiles();
-    for dir in extra {
-        let p = load_app_dir(dir).with_context(|| format!("--app-dir {}", dir.display()))?;
-        profiles.retain(|q| q.name != p.name);
-        profiles.push(p);
-    }
-    Ok(profiles.into_iter().map(AppModel::new).collect())
 }
 
 /// A file named on the command line, at most `limit` bytes; errors name it (and the limit).
@@ -436,12 +414,18 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     // Traces whose jobs name no application (`elasticflow:`) alone: the embedded
     // applications are not parsed (a few ms of start-up for nothing).
     let needs_apps = args.apps.is_some()
+        || args.shared_fabric.is_some()
         || !args.app_dir.is_empty()
         || !args.workload.is_empty()
         || args.trace.is_empty()
         || args.trace.iter().any(|t| trace::trace_uses_apps(t));
     let apps = if needs_apps {
-        load_apps_arg(args.apps.as_deref(), &args.app_dir)?
+        load_apps_arg(
+            args.apps.as_deref(),
+            &args.app_dir,
+            args.shared_fabric.as_deref(),
+            &cluster,
+        )?
     } else {
         Vec::new()
     };

@@ -753,3 +753,28 @@ fn mixed_types_needs_per_type_applications() {
         "--mixed-types: only with --workload",
     );
 }
+
+#[test]
+fn shared_fabric_needs_per_type_applications_and_a_type_of_the_cluster() {
+    fails_with(
+        &["simulate", "--shared-fabric", "t4"],
+        "--shared-fabric t4: needs per-type applications (--apps sia:DIR)",
+    );
+    // Checked before the applications are read: the folder need not exist.
+    fails_with(
+        &[
+            "simulate",
+            "--apps",
+            "sia:/nonexistent",
+            "--cluster",
+            "2x2:aws,2x2:rtx",
+            "--shared-fabric",
+            "dgx",
+        ],
+        "--shared-fabric dgx: not a device type of the cluster (it has aws, rtx)",
+    );
+    fails_with(
+        &["bench", "round", "--shared-fabric", "rtx"],
+        "--shared-fabric: only with --workload and --apps sia:DIR",
+    );
+}

@@ -5,7 +5,7 @@
 
 use pacer_model::{Allocation, ClusterSpec, JobSpec, NodeId};
 use pacer_policy::{ClusterView, Policy};
-use pacer_sim::apps::load_sia_dir;
+use pacer_sim::apps::{load_sia_dir, load_sia_dir_with};
 use pacer_sim::{SimConfig, SimJob, Simulation, Work};
 
 const VAL: &str = "progress,iteration,metric,grad_sqr,grad_var\n\
@@ -95,7 +95,18 @@ fn simulate(
     policy: &mut dyn Policy,
     mixed: bool,
 ) -> pacer_sim::SimResult {
-    let cluster = ClusterSpec::parse("1x2:fast,1x2:slow", "t").unwrap();
+    simulate_on("1x2:fast,1x2:slow", apps, n, policy, mixed)
+}
+
+/// [`simulate`] on `cluster`.
+fn simulate_on(
+    cluster: &str,
+    apps: &[pacer_sim::AppModel],
+    n: usize,
+    policy: &mut dyn Policy,
+    mixed: bool,
+) -> pacer_sim::SimResult {
+    let cluster = ClusterSpec::parse(cluster, "t").unwrap();
     let jobs = jobs(n);
     let sim = Simulation {
         cluster: &cluster,
@@ -112,11 +123,24 @@ fn simulate(
 }
 
 fn jct(apps: &[pacer_sim::AppModel], slots: &[(u32, u32)], adaptive: bool, mixed: bool) -> f64 {
+    jct_on("1x2:fast,1x2:slow", apps, slots, adaptive, mixed)
+}
+
+/// [`jct`] on `cluster`.
+fn jct_on(
+    cluster: &str,
+    apps: &[pacer_sim::AppModel],
+    slots: &[(u32, u32)],
+    adaptive: bool,
+    mixed: bool,
+) -> f64 {
     let mut p = Pin {
         alloc: Allocation::from_pairs(slots.iter().map(|&(n, c)| (NodeId(n), c))),
         adaptive,
     };
-    simulate(apps, 1, &mut p, mixed).summary.avg_jct_s
+    simulate_on(cluster, apps, 1, &mut p, mixed)
+        .summary
+        .avg_jct_s
 }
 
 #[test]
@@ -225,4 +249,107 @@ fn the_opportunity_bounds_what_a_mix_gained() {
     let off = measured(&apps, &[(0, 2)], false);
     assert!(off.summary.mixing.is_none());
     assert_eq!(format!("{:?}", off.jobs), format!("{:?}", fast2.jobs));
+}
+
+// `--shared-fabric TYPE` (`load_sia_dir_with`; docs/mixed-types.md, "What decides: the
+// slowest type's sync"): a type whose cross-node sync is slow makes a mix slower than its
+// fast part alone; with every type syncing as the fast type does, the same mix finishes
+// first, and a one-type job across the slow type's nodes gains too.
+
+/// `bert` on `fast` and `slow` (compute 1.5× the step time, cross-node sync
+/// `slow_sync` s against fast's 0.03 s); one node holds 2 devices.
+fn fabric_apps(tag: &str, slow_sync: f64, fabric: Option<&str>) -> Vec<pacer_sim::AppModel> {
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("pacer-fabric-{tag}-"))
+        .tempdir()
+        .unwrap();
+    let root = tmp.path().to_path_buf();
+    let table = |k: f64, sync: f64| {
+        let mut s = String::from("placement,local_bsz,step_time,sync_time\n");
+        for b in [8.0, 16.0, 32.0, 64.0] {
+            let c = k * (0.01 + 0.004 * b);
+            s += &format!("1,{b},{c},0.001\n");
+            s += &format!("2,{b},{},0.01\n", c + 0.01);
+            s += &format!("11,{b},{},{sync}\n", c + sync);
+            s += &format!("22,{b},{},{}\n", c + sync * 1.2, sync * 1.2);
+        }
+        s
+    };
+    let scal = |k: f64, sync: f64| {
+        let mut s = String::from("num_nodes,num_replicas,local_bsz,step_time,sync_time\n");
+        for b in [8.0, 16.0, 32.0, 64.0] {
+            let c = k * (0.01 + 0.004 * b);
+            s += &format!("3,6,{b},{},{}\n", c + sync * 1.4, sync * 1.4);
+        }
+        s
+    };
+    for (f, text) in [
+        ("bert/placements-fast.csv", table(1.0, 0.03)),
+        ("bert/scalability-fast.csv", scal(1.0, 0.03)),
+        ("bert/placements-slow.csv", table(1.5, slow_sync)),
+        ("bert/scalability-slow.csv", scal(1.5, slow_sync)),
+        ("bert/validation-16.csv", VAL.to_string()),
+        ("bert/validation-1024.csv", VAL.to_string()),
+    ] {
+        let p = root.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    load_sia_dir_with(&root, false, fabric).unwrap()
+}
+
+#[test]
+fn the_slow_type_s_sync_decides_whether_a_mix_pays() {
+    let jct = |apps: &[pacer_sim::AppModel], slots: &[(u32, u32)]| {
+        jct_on("2x2:fast,2x2:slow", apps, slots, false, true)
+    };
+    let measured = fabric_apps("measured", 1.0, None);
+    let shared = fabric_apps("shared", 1.0, Some("fast"));
+    let fast2 = [(0, 2)];
+    let mix = [(0, 2), (2, 2)];
+    // On the tables as measured, the slow type's 1 s all-reduce makes the mix slower
+    // than the fast pair alone.
+    let (f, m) = (jct(&measured, &fast2), jct(&measured, &mix));
+    assert!(m > f, "measured: mix {m} vs fast pair {f}");
+    // Sharing the fast type's fabric: the fast pair is unchanged (one node), the mix
+    // now finishes first.
+    let (fs, ms) = (jct(&shared, &fast2), jct(&shared, &mix));
+    assert_eq!(fs, f, "one node: its own sync");
+    assert!(ms < fs, "shared fabric: mix {ms} vs fast pair {fs}");
+    // A one-type job across the slow type's two nodes gains as much: the what-if is on
+    // the tables, not on mixes alone.
+    let slow_x2 = [(2, 1), (3, 1)];
+    assert!(jct(&shared, &slow_x2) < 0.5 * jct(&measured, &slow_x2));
+    // With a slow sync equal to the fast one, the what-if changes nothing.
+    let same = fabric_apps("same", 0.03, None);
+    let same_shared = fabric_apps("same-shared", 0.03, Some("fast"));
+    assert_eq!(jct(&same, &mix), jct(&same_shared, &mix));
+}
+
+#[test]
+fn a_fabric_without_tables_is_refused_naming_the_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("bert");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (f, t) in [
+        (
+            "placements-fast.csv",
+            "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.001\n11,8,0.2,0.1\n",
+        ),
+        (
+            "scalability-fast.csv",
+            "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,4,8,0.2,0.1\n2,4,16,0.3,0.1\n",
+        ),
+        ("validation-16.csv", VAL),
+    ] {
+        std::fs::write(dir.join(f), t).unwrap();
+    }
+    let e = load_sia_dir_with(tmp.path(), false, Some("nvlink"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("bert")
+            && e.contains("--shared-fabric: no tables for device type `nvlink` (it has fast)"),
+        "{e}"
+    );
 }

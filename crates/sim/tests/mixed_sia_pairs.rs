@@ -1,12 +1,15 @@
 //! One job of Sia's applications pinned on 8 devices of one type, on those plus 8 of
 //! another (a mix, `--mixed-types`), and on 16 of the first type, on 2-device nodes
-//! (docs/mixed-types.md, "Why the balanced estimate is small"). Needs Sia's tables:
+//! (docs/mixed-types.md, "Why the balanced estimate is small"), on the tables as
+//! measured and under the `--shared-fabric dgx-ext` what-if; and, per application and
+//! type, the fitted model's step (what a mix runs on) against the tables' (what a
+//! one-type job runs on) at 8 and 16 devices on 2-device nodes. Needs Sia's tables:
 //! `PACER_SIA_TRACES=../shared/data/sia/traces cargo test --release -p pacer-sim \
 //! --test mixed_sia_pairs -- --ignored --nocapture`.
 
 use pacer_model::{Allocation, ClusterSpec, JobSpec, NodeId};
 use pacer_policy::{ClusterView, Policy};
-use pacer_sim::apps::load_sia_dir;
+use pacer_sim::apps::load_sia_dir_with;
 use pacer_sim::{SimConfig, SimJob, Simulation, Work};
 
 struct Pin(Allocation);
@@ -28,9 +31,37 @@ fn mixes_of_sia_types() {
     let dir = std::env::var("PACER_SIA_TRACES").expect("PACER_SIA_TRACES: Sia's traces folder");
     // Relative to the repository's root.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let apps = load_sia_dir(&root.join(dir), false).unwrap();
+    for fabric in [None, Some("dgx-ext")] {
+        eprintln!(
+            "tables: {}",
+            fabric.map_or("as measured".into(), |f| format!("--shared-fabric {f}"))
+        );
+        pairs(&load_sia_dir_with(&root.join(&dir), false, fabric).unwrap());
+    }
+}
+
+fn pairs(apps: &[pacer_sim::AppModel]) {
     for (app, batch) in [("bert", 384), ("deepspeech2", 320), ("yolov3", 64)] {
         let ai = apps.iter().position(|a| a.name() == app).unwrap();
+        let m = &apps[ai];
+        for t in m.typed() {
+            let fit = t.perf.unwrap();
+            let ratios: Vec<String> = [(4u32, 8u32), (8, 16)]
+                .iter()
+                .flat_map(|&(nodes, r)| [8.0, 16.0, 32.0].map(move |b| (nodes, r, b)))
+                .map(|(nodes, r, b)| {
+                    let table = m
+                        .step_time_on(&t.device_type, &vec![2; nodes as usize], b)
+                        .0;
+                    format!("{r}x{b}: {:.2}", fit.step_time(nodes, r, b, 0) / table)
+                })
+                .collect();
+            eprintln!(
+                "{app} on {}: fitted / table step {}",
+                t.device_type,
+                ratios.join(", ")
+            );
+        }
         let jobs = vec![SimJob {
             spec: JobSpec {
                 name: "j".into(),
@@ -47,7 +78,7 @@ fn mixes_of_sia_types() {
             let cluster = ClusterSpec::parse(cl, "t").unwrap();
             let sim = Simulation {
                 cluster: &cluster,
-                apps: &apps,
+                apps,
                 jobs: &jobs,
                 config: SimConfig {
                     mixed_types: true,

@@ -48,7 +48,12 @@ pub(super) fn round_sim(a: &RoundArgs, file: &str) -> Result<()> {
     crate::simulate::check_round_s("--round-s", a.round_s)?;
     let cluster = crate::simulate::parse_cluster(&a.cluster)?;
     let policies = crate::simulate::policy_names(&a.policy)?;
-    let apps = crate::simulate::load_apps_arg(a.apps.as_deref(), &[])?;
+    let apps = crate::simulate::load_apps_arg(
+        a.apps.as_deref(),
+        &[],
+        a.shared_fabric.as_deref(),
+        &cluster,
+    )?;
     let text =
         pacer_fsio::read_to_string_limited(std::path::Path::new(file), pacer_fsio::limits::TRACE)
             .map_err(|e| anyhow::anyhow!("--workload {file}: {e}"))?;

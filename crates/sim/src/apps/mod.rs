@@ -26,10 +26,11 @@
 //! a job only on those ([`crate::admit`]) rather than relabel T4 numbers as another
 //! type's.
 
+mod fabric;
 mod sia;
 mod tables;
 
-pub use sia::{load_sia_dir, SIA_APPS};
+pub use sia::{load_sia_dir, load_sia_dir_with, SIA_APPS};
 pub use tables::canonical_placement;
 use tables::{build_tables, fit_table, table_step_time, Curve, Level};
 

@@ -29,6 +29,17 @@ const SIA_SKIPPED: &[&str] = &["gpt_pmp"];
 /// slowdowns ([`SIA_APPS`]), as Sia's simulator does, so JCTs compare with its
 /// numbers. Each application also takes Sia's restart penalty.
 pub fn load_sia_dir(root: &Path, calibrate: bool) -> Result<Vec<AppModel>, AppError> {
+    load_sia_dir_with(root, calibrate, None)
+}
+
+/// [`load_sia_dir`], with `fabric`: the what-if that every type's cross-node sync is
+/// that type's ([`super::fabric::share_fabric`]); an application without tables for
+/// it is an error naming its folder.
+pub fn load_sia_dir_with(
+    root: &Path,
+    calibrate: bool,
+    fabric: Option<&str>,
+) -> Result<Vec<AppModel>, AppError> {
     fn io(p: &Path) -> impl Fn(std::io::Error) -> AppError {
         let path = p.display().to_string();
         move |source| AppError::Io {
@@ -125,6 +136,14 @@ pub fn load_sia_dir(root: &Path, calibrate: bool) -> Result<Vec<AppModel>, AppEr
                 placements,
                 scalability,
             });
+        }
+        if let Some(f) = fabric {
+            super::fabric::share_fabric(&mut types, f).map_err(|why| {
+                ParseError::whole(
+                    &dir.display().to_string(),
+                    format!("--shared-fabric: {why}"),
+                )
+            })?;
         }
         let mut base = AppProfile::new(
             &dir.display().to_string(),
