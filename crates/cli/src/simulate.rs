@@ -44,9 +44,12 @@ pub struct SimulateArgs {
     pub restart_s: f64,
     /// Also start a round at a job's arrival: `never` (rounds only, as Pollux's and
     /// Gavel's simulators), `idle` (when the last allocation left devices idle),
-    /// `always` (event-driven; the policy decides whether to preempt) or `auto` (each
-    /// policy's own: `always` for `deadline-*`, `idle` for `elasticflow-*`, `never`
-    /// for the others; docs/elasticflow.md).
+    /// `always` (event-driven; the policy decides whether to preempt), `events`
+    /// (ElasticFlow's simulator's clock: no fixed rounds, a round at each arrival,
+    /// completion or policy wake-up such as `dlas-gpu`'s queue demotions, at least
+    /// `--round-s` after the last) or `auto` (each policy's own: `always` for
+    /// `deadline-*`, `idle` for `elasticflow-*`, `events` for `edf` and `dlas-gpu`,
+    /// `never` for the others; docs/elasticflow.md).
     #[arg(long, default_value = "auto")]
     pub replan_on_arrival: pacer_sim::ArrivalReplan,
     /// Per-type models the policies see for per-type applications (`--apps sia:DIR`):

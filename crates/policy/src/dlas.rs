@@ -9,10 +9,13 @@
 //! running jobs of a queue stay ahead of its waiting ones. New jobs enter the first
 //! queue's back in arrival order; a demoted job enters the next queue's back. No
 //! starvation handling (ElasticFlow's default, `solve_starvation = 0`). Gang-scheduled
-//! at the requested size; no admission control and no deadline awareness.
+//! at the requested size; no admission control and no deadline awareness. It runs on
+//! ElasticFlow's simulator's clock ([`ArrivalReplan::Events`]): rounds at arrivals,
+//! completions and its own queue demotions ([`Policy::wake_s`]), at least a round
+//! apart (docs/elasticflow.md).
 
 use crate::tiresias::{forget_and_enrol, gang_in_order};
-use crate::{ClusterView, Policy};
+use crate::{ArrivalReplan, ClusterView, Policy};
 use pacer_model::{Allocation, JobId};
 use std::collections::HashMap;
 
@@ -25,6 +28,8 @@ struct State {
     running: bool,
     last_check_s: f64,
     executed_s: f64,
+    /// Devices it is charged for (its request, capped by the cluster).
+    gpus: u32,
 }
 
 /// ElasticFlow's `dlas-gpu` (module docs).
@@ -38,6 +43,10 @@ pub struct Dlas {
 impl Policy for Dlas {
     fn name(&self) -> &'static str {
         "dlas-gpu"
+    }
+
+    fn arrival_replan(&self) -> ArrivalReplan {
+        ArrivalReplan::Events
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
@@ -55,6 +64,7 @@ impl Policy for Dlas {
                     running: false,
                     last_check_s: now,
                     executed_s: 0.0,
+                    gpus: 1,
                 },
             );
             self.queues[0].push(j.id);
@@ -68,9 +78,10 @@ impl Policy for Dlas {
             .collect();
         for j in view.jobs {
             let s = self.state.get_mut(&j.id).expect("enrolled");
+            s.gpus = j.requested_replicas.clamp(1, cap);
             if s.running {
                 s.executed_s += now - s.last_check_s;
-                let gpu_s = s.executed_s * j.requested_replicas.clamp(1, cap) as f64;
+                let gpu_s = s.executed_s * s.gpus as f64;
                 let q = s.queue;
                 if q < LIMITS_GPU_S.len() && gpu_s >= LIMITS_GPU_S[q] {
                     s.queue = q + 1;
@@ -94,6 +105,20 @@ impl Policy for Dlas {
             q.extend(waiting);
         }
         out
+    }
+
+    /// The next queue demotion as ElasticFlow's simulator times its "job jump"
+    /// event: for each running job below the last queue, `ceil((limit − executed) /
+    /// gpus)` seconds after its last check (its formula, which subtracts executed
+    /// seconds from a GPU-seconds limit: at or after the demotion itself).
+    fn wake_s(&self) -> Option<f64> {
+        self.state
+            .values()
+            .filter(|s| s.running && s.queue < LIMITS_GPU_S.len())
+            .map(|s| {
+                s.last_check_s + ((LIMITS_GPU_S[s.queue] - s.executed_s) / s.gpus as f64).ceil()
+            })
+            .min_by(f64::total_cmp)
     }
 }
 

@@ -1,9 +1,10 @@
 //! Earliest deadline first, as ElasticFlow's simulator runs its EDF baseline: every
 //! round, jobs in deadline order (best-effort jobs last, by arrival) each take the
 //! largest of their measured sizes that fits the free devices, up to their largest;
-//! no admission control, so a job that cannot make its deadline still runs. Like
-//! `elasticflow`, it asks a simulator for a round at an arrival while devices are
-//! idle ([`Policy::arrival_replan`]; docs/elasticflow.md).
+//! no admission control, so a job that cannot make its deadline still runs. It asks a
+//! simulator for ElasticFlow's simulator's clock, rounds at arrivals and completions
+//! at least a round apart ([`ArrivalReplan::Events`], [`Policy::arrival_replan`];
+//! docs/elasticflow.md).
 
 use crate::deadline::place_counts;
 use crate::deadline::plan::{edf_order, PlanJob};
@@ -19,7 +20,7 @@ impl Policy for Edf {
     }
 
     fn arrival_replan(&self) -> ArrivalReplan {
-        ArrivalReplan::WhenIdle
+        ArrivalReplan::Events
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {

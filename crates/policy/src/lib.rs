@@ -430,6 +430,11 @@ pub enum ArrivalReplan {
     /// A new round starts at every arrival (an event-driven scheduler); the policy
     /// decides whether to preempt for the newcomer.
     Always,
+    /// ElasticFlow's simulator's clock: no fixed rounds; a round at each event (an
+    /// arrival, a job's completion, the policy's own wake-up, [`Policy::wake_s`]), but
+    /// at least `round_s` after the last one: events inside that window are taken
+    /// together at last + `round_s` (docs/elasticflow.md).
+    Events,
 }
 
 impl std::str::FromStr for ArrivalReplan {
@@ -440,7 +445,10 @@ impl std::str::FromStr for ArrivalReplan {
             "never" => Ok(ArrivalReplan::Never),
             "idle" => Ok(ArrivalReplan::WhenIdle),
             "always" => Ok(ArrivalReplan::Always),
-            _ => Err(format!("`{s}`: expected auto, never, idle or always")),
+            "events" => Ok(ArrivalReplan::Events),
+            _ => Err(format!(
+                "`{s}`: expected auto, never, idle, always or events"
+            )),
         }
     }
 }
@@ -491,6 +499,14 @@ pub trait Policy: Send {
     /// (docs/elasticflow.md).
     fn arrival_replan(&self) -> ArrivalReplan {
         ArrivalReplan::Never
+    }
+
+    /// When the policy's last answer ([`Policy::allocate`]) would change with no
+    /// arrival or departure (e.g. `dlas-gpu`'s next queue demotion): a driver
+    /// running the event clock ([`ArrivalReplan::Events`]) starts a round then (at
+    /// the earliest `round_s` after the last). `None` (the default): never.
+    fn wake_s(&self) -> Option<f64> {
+        None
     }
 
     /// The policy's own account of its work so far, for benchmarks (e.g. how

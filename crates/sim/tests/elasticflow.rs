@@ -174,7 +174,8 @@ fn each_deadline_policy_rounds_arrivals_as_its_peer_simulator() {
     for (policy, own) in [
         ("deadline-s10", ArrivalReplan::Always),
         ("elasticflow-s10", ArrivalReplan::WhenIdle),
-        ("edf", ArrivalReplan::WhenIdle),
+        ("edf", ArrivalReplan::Events),
+        ("dlas-gpu", ArrivalReplan::Events),
         ("fifo", ArrivalReplan::Never),
     ] {
         let auto = run(&jobs, "1x4:t4", policy);

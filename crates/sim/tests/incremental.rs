@@ -11,7 +11,7 @@ use pacer_sim::{ArrivalReplan, SimConfig, SimJob, SimResult, Simulation};
 use proptest::prelude::*;
 
 mod common;
-use common::{apps, short_profiled};
+use common::{apps, short_profiled, REPLANS};
 
 /// A policy with its event-driven form hidden: the engine calls `allocate`.
 struct FullOnly(Box<dyn Policy>);
@@ -119,7 +119,7 @@ proptest! {
         jobs in 5usize..60,
         per_hour in prop::sample::select(vec![4.0, 30.0, 200.0]),
         cluster in prop::sample::select(vec!["1x1:t4", "2x4:t4", "3x2:t4", "4x8:t4", "2x4:t4,2x2:v100"]),
-        replan in 0usize..3,
+        replan in 0usize..4,
         round_s in prop::sample::select(vec![60.0, 45.5, 300.0]),
         duration in any::<bool>(),
     ) {
@@ -132,7 +132,7 @@ proptest! {
         } else {
             short_profiled(jobs, per_hour, seed, max)
         };
-        let replan = [ArrivalReplan::Never, ArrivalReplan::WhenIdle, ArrivalReplan::Always][replan];
+        let replan = REPLANS[replan];
         both_ways(cluster, &w, replan, round_s);
     }
 }

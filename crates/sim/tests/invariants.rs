@@ -8,7 +8,7 @@ use pacer_sim::{ArrivalReplan, SimConfig, SimJob, Simulation, Work};
 use proptest::prelude::*;
 
 mod common;
-use common::{apps, short_profiled};
+use common::{apps, duration_job, short_profiled, REPLANS};
 
 /// The embedded apps on `cluster`, default settings but `replan`.
 fn simulation<'a>(
@@ -84,10 +84,10 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
     #[test]
-    fn invariants_hold_for_every_policy(seed in 0u64..1000, jobs in 3usize..14, nodes in 1u32..4, per_node in 1u32..5, replan in 0usize..3) {
+    fn invariants_hold_for_every_policy(seed in 0u64..1000, jobs in 3usize..14, nodes in 1u32..4, per_node in 1u32..5, replan in 0usize..4) {
         let w = short_profiled(jobs, 6.0, seed, nodes * per_node);
         let cluster = format!("{nodes}x{per_node}:t4");
-        let replan = [ArrivalReplan::Never, ArrivalReplan::WhenIdle, ArrivalReplan::Always][replan];
+        let replan = REPLANS[replan];
         for policy in pacer_policy::POLICY_NAMES {
             check(&cluster, policy, &w, replan)?;
         }
@@ -143,21 +143,6 @@ fn duration_jobs_finish_in_their_duration_when_alone() {
     // Admitted at the first round boundary (60 s), 30 s restart, then 1000 s of work.
     let done = r.jobs[0].completion_s.unwrap();
     assert!((done - (60.0 + 30.0 + 1000.0)).abs() < 1e-6, "{done}");
-}
-
-fn duration_job(name: &str, arrival_s: f64, replicas: u32, duration_s: f64) -> SimJob {
-    SimJob {
-        spec: pacer_model::JobSpec {
-            name: name.into(),
-            arrival_s,
-            application: "x".into(),
-            requested_replicas: replicas,
-            requested_batch: 0,
-            service_gpu_s: Some(duration_s * replicas as f64),
-            device_type: None,
-        },
-        work: Work::Duration { duration_s },
-    }
 }
 
 /// Completion times under FIFO with arrivals re-planned as `replan` says.

@@ -114,6 +114,8 @@ pub struct Deadline {
     /// Each job's plan levels and type, kept while its speed table (the same `Arc`)
     /// and the devices per type are those they were read from.
     levels: HashMap<JobId, Levels>,
+    /// The start of the plan's next slot, while jobs are active ([`Policy::wake_s`]).
+    next_slot_s: Option<f64>,
 }
 
 /// A job's [`PlanJob`] levels and device type, and what they were read from.
@@ -136,6 +138,7 @@ impl Deadline {
             declined: BTreeSet::new(),
             answers: Vec::new(),
             levels: HashMap::new(),
+            next_slot_s: None,
         }
     }
 
@@ -616,7 +619,14 @@ impl Policy for Deadline {
         self.cfg.arrivals
     }
 
+    /// The plan's next slot: its shares hold for one slot, so under the event clock
+    /// it asks for a round one slot after each while jobs are active.
+    fn wake_s(&self) -> Option<f64> {
+        self.next_slot_s
+    }
+
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+        self.next_slot_s = (!view.jobs.is_empty()).then_some(view.now_s + self.cfg.slot_s);
         let jobs = self.plan_jobs(view);
         let mut base = self.base(view, &jobs);
         self.admit_new(view, &jobs, &mut base);

@@ -9,6 +9,8 @@
 use super::*;
 use pacer_policy::IncrementalPolicy;
 
+mod events;
+
 /// What a run computes once per job before the first round.
 struct Models<'s> {
     kinds: Vec<progress::Kind<'s>>,
@@ -121,9 +123,12 @@ impl Simulation<'_> {
             None
         };
         let mut r = RunState::new(self, policy.name());
-        let mut until = self.next_round(&m, r.now, true, r.next_arrival);
+        // The event clock's copies of the jobs the next round sees complete.
+        let mut probe = Vec::new();
+        let mut until = self.round_end(&m, &r, None, true, true, &mut probe);
         while r.finished < self.jobs.len() && r.now < cfg.max_time_s {
             r.advance(&m, until);
+            r.settle(&m, &probe);
             r.admit_and_retire(&m, incremental.is_none(), &*policy);
             // Departures reach an event-driven policy even when nothing is left to
             // decide (its free devices must include theirs).
@@ -137,7 +142,7 @@ impl Simulation<'_> {
                     r.holds[i] = false;
                 }
                 r.running.clear();
-                until = self.next_round(&m, r.now, true, r.next_arrival);
+                until = self.round_end(&m, &r, None, false, true, &mut probe);
                 continue;
             }
             r.changes.clear();
@@ -150,12 +155,9 @@ impl Simulation<'_> {
             }
             r.apply(&m)?;
             // The round this allocation holds for; contention is weighted by it.
-            until = self.next_round(
-                &m,
-                r.now,
-                r.used < self.cluster.total_gpus(),
-                r.next_arrival,
-            );
+            let wake = incremental.is_none().then(|| policy.wake_s()).flatten();
+            let idle = r.used < self.cluster.total_gpus();
+            until = self.round_end(&m, &r, wake, false, idle, &mut probe);
             r.close(until);
             if let Some(o) = r.opportunity.as_mut() {
                 let dt = until - r.now;
@@ -244,7 +246,8 @@ impl Simulation<'_> {
     fn next_round(&self, m: &Models<'_>, now: f64, idle: bool, next_arrival: usize) -> f64 {
         let cfg = &self.config;
         let replan = match m.replan {
-            ArrivalReplan::Never | ArrivalReplan::Auto => false,
+            // (`Events` keeps its own clock: `events.rs`.)
+            ArrivalReplan::Never | ArrivalReplan::Auto | ArrivalReplan::Events => false,
             ArrivalReplan::WhenIdle => idle,
             ArrivalReplan::Always => true,
         };

@@ -1,9 +1,10 @@
 //! Helpers shared by the simulator's integration tests (`incremental.rs`,
-//! `invariants.rs`): the embedded applications, parsed once, and short random
-//! workloads of profiled jobs.
+//! `invariants.rs`, `event_clock.rs`): the embedded applications, parsed once, short
+//! random workloads of profiled jobs, duration jobs, and the arrival settings.
+#![allow(dead_code)] // (each test binary uses some of them)
 
 use pacer_sim::trace::{synthetic, SyntheticSpec};
-use pacer_sim::{embedded_profiles, AppModel, SimJob, Work};
+use pacer_sim::{embedded_profiles, AppModel, ArrivalReplan, SimJob, Work};
 use std::sync::OnceLock;
 
 /// The six embedded Pollux applications, parsed once per test binary.
@@ -39,4 +40,28 @@ pub fn short_profiled(jobs: usize, per_hour: f64, seed: u64, max_replicas: u32) 
         j.spec.requested_batch = a.profile.validation[k % 3].global_batch;
     }
     w
+}
+
+/// Every arrival setting but `Auto` (the property tests pick one).
+pub const REPLANS: [ArrivalReplan; 4] = [
+    ArrivalReplan::Never,
+    ArrivalReplan::WhenIdle,
+    ArrivalReplan::Always,
+    ArrivalReplan::Events,
+];
+
+/// A duration-only job of `duration_s` on `replicas` devices.
+pub fn duration_job(name: &str, arrival_s: f64, replicas: u32, duration_s: f64) -> SimJob {
+    SimJob {
+        spec: pacer_model::JobSpec {
+            name: name.into(),
+            arrival_s,
+            application: "x".into(),
+            requested_replicas: replicas,
+            requested_batch: 0,
+            service_gpu_s: Some(duration_s * replicas as f64),
+            device_type: None,
+        },
+        work: Work::Duration { duration_s },
+    }
 }

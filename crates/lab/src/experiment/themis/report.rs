@@ -222,6 +222,8 @@ pub(super) fn write(
                 "; `--replan-on-arrival idle`: a round also starts when a job arrives while devices are idle",
             pacer_sim::ArrivalReplan::Always =>
                 "; `--replan-on-arrival always`: a round also starts at every arrival",
+            pacer_sim::ArrivalReplan::Events =>
+                "; `--replan-on-arrival events`: rounds at arrivals and completions, at least a round apart",
         }
     )?;
     writeln!(

@@ -1,0 +1,122 @@
+//! The event clock ([`ArrivalReplan::Events`]), as ElasticFlow's simulator keeps
+//! time: no fixed rounds; the next round is at the next event (an arrival, a running
+//! job's completion, the policy's own wake-up, [`Policy::wake_s`]) but at least
+//! `round_s` after the last round, events inside that window taken together at last
+//! + `round_s`. The first round is at the first arrival.
+//!
+//! A completion is found before the clock moves past it: copies of the running
+//! jobs' states are advanced over the whole candidate round with the same arithmetic
+//! as [`RunState::advance`], the earliest completion among them ends the round, and
+//! the real states are then advanced to it ([`RunState::settle`] takes a copy's
+//! state where rounding left the real one a hair short of its end).
+
+use super::*;
+
+impl Simulation<'_> {
+    /// End of the round that starts now: [`Simulation::next_round`], or under the
+    /// event clock [`Simulation::next_event`]. `wake`: the policy's wake-up;
+    /// `first`: no round yet; `probe` receives the copies of the jobs the round
+    /// sees complete.
+    pub(super) fn round_end(
+        &self,
+        m: &Models<'_>,
+        r: &RunState<'_>,
+        wake: Option<f64>,
+        first: bool,
+        idle: bool,
+        probe: &mut Vec<(usize, JobState)>,
+    ) -> f64 {
+        probe.clear();
+        if m.replan == ArrivalReplan::Events {
+            self.next_event(m, r, wake, first, probe)
+        } else {
+            self.next_round(m, r.now, idle, r.next_arrival)
+        }
+    }
+
+    /// The next event, at least `round_s` after now (unless `first`).
+    fn next_event(
+        &self,
+        m: &Models<'_>,
+        r: &RunState<'_>,
+        wake: Option<f64>,
+        first: bool,
+        probe: &mut Vec<(usize, JobState)>,
+    ) -> f64 {
+        let cfg = &self.config;
+        let now = r.now;
+        let lower = if first { now } else { now + cfg.round_s };
+        let arrival = m
+            .order
+            .get(r.next_arrival)
+            .map_or(f64::INFINITY, |&j| self.jobs[j].spec.arrival_s);
+        let next = arrival.min(wake.unwrap_or(f64::INFINITY));
+        let horizon = lower.max(next.min(cfg.max_time_s));
+        let mut done = f64::INFINITY;
+        for &i in &r.running {
+            if r.states[i].completion_s.is_some() {
+                continue;
+            }
+            let mut st = r.states[i].clone();
+            self.step_copy(m, i, &mut st, now, horizon - now);
+            if let Some(c) = st.completion_s {
+                done = done.min(c);
+                probe.push((i, st));
+            }
+        }
+        if done < horizon {
+            lower.max(done)
+        } else {
+            horizon
+        }
+    }
+
+    /// One running job's progress over `dt` from `now`, as [`RunState::advance`]
+    /// computes it.
+    fn step_copy(&self, m: &Models<'_>, i: usize, st: &mut JobState, now: f64, dt: f64) {
+        if st.steady_round(dt).is_some() || st.completion_s.is_some() {
+            return;
+        }
+        m.kinds[i].advance(self, &m.round(self, i), st, now, dt);
+    }
+}
+
+impl Models<'_> {
+    /// What job `i`'s round of progress depends on besides its state (the fields
+    /// [`RunState::advance`] hands its kind).
+    fn round<'r>(&'r self, sim: &'r Simulation<'_>, i: usize) -> progress::Round<'r> {
+        progress::Round {
+            job: &sim.jobs[i],
+            mode: self.modes[i],
+            speed: &self.speeds[i],
+            uses_quality: self.uses_quality,
+        }
+    }
+}
+
+impl RunState<'_> {
+    /// After [`RunState::advance`] under the event clock: a job whose copy completed
+    /// by now but whose own state did not (the round ends at its completion and
+    /// rounding can leave it a hair short) takes its copy's state, and is retired
+    /// with the others.
+    pub(super) fn settle(&mut self, m: &Models<'_>, probe: &[(usize, JobState)]) {
+        let mut added = false;
+        for (i, copy) in probe {
+            let i = *i;
+            let st = &self.states[i];
+            if st.completion_s.is_some() || copy.completion_s.is_none_or(|c| c > self.now) {
+                continue;
+            }
+            self.busy_gpu_s += copy.attained_gpu_s - st.attained_gpu_s;
+            self.states[i] = copy.clone();
+            self.finished += 1;
+            self.just_finished.push(i);
+            self.holds[i] = false;
+            self.attained.retain(|&(id, _)| id.0 as usize != i);
+            added = true;
+        }
+        if added {
+            self.just_finished.sort_unstable_by_key(|&i| m.rank[i]);
+        }
+    }
+}
