@@ -124,7 +124,10 @@ pub const POLICIES: [PolicyEntry; 18] = [
         name: "sia",
         summary: "Sia: per-type goodput configurations, p = -0.5 knapsack (fast solver); \
                   for per-type applications (--apps sia:DIR)",
-        knob: None,
+        knob: Some(
+            "sia-tN: `sia` with its ties broken in the pseudo-random order of salt N (a whole \
+             number; `sia` is sia-t0)",
+        ),
         inert_when: never_inert,
         build: || Box::new(sia::Sia::new(sia::SiaSolver::Fast)),
         in_all: false,
@@ -255,6 +258,8 @@ pub fn entry(name: &str) -> Option<&'static PolicyEntry> {
             POLICIES.iter().find(|e| e.name == "themis")
         } else if fair::parse_knob(name).is_some() {
             POLICIES.iter().find(|e| e.name == "fair")
+        } else if sia::Sia::parse_tie_knob(name).is_some() {
+            POLICIES.iter().find(|e| e.name == "sia")
         } else if deadline::Deadline::parse_slot(name, "elasticflow").is_some() {
             POLICIES.iter().find(|e| e.name == "elasticflow")
         } else if deadline::Deadline::parse_slot(name, "deadline").is_some() {
@@ -276,6 +281,13 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
             .or_else(|| {
                 sia::SiaPacerMix::parse_knob(name)
                     .map(|g| Box::new(sia::SiaPacerMix::with_min_gain(g)) as Box<dyn Policy>)
+            })
+            .or_else(|| {
+                sia::Sia::parse_tie_knob(name).map(|salt| {
+                    let mut p = sia::Sia::new(sia::SiaSolver::Fast);
+                    p.tie_salt = salt;
+                    Box::new(p) as Box<dyn Policy>
+                })
             })
             .or_else(|| {
                 fair::parse_knob(name)
@@ -386,6 +398,8 @@ mod tests {
         }
         assert_eq!(entry("themis-f0.5").map(|x| x.name), Some("themis"));
         assert_eq!(entry("fair-q0").map(|x| x.name), Some("fair"));
+        assert_eq!(entry("sia-t3").map(|x| x.name), Some("sia"));
+        assert!(entry("sia-t").is_none() && entry("sia-t-1").is_none());
         assert!(entry("nope").is_none());
     }
 

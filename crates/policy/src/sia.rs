@@ -154,6 +154,11 @@ pub struct Sia {
     /// program does); `false` (`sia-pacer`, chosen on its tuning set): the moves
     /// before issue 25 only.
     pub swaps: bool,
+    /// Salt of [`Sia::shuffle_ties`]'s order (0: the default order; `sia-tN` on the
+    /// command line): another pseudo-random order among the same ties, to measure how
+    /// much a result moves with the tie order alone, as Sia's own runs move with the
+    /// order of its integer program's rows (experiments/sia/MIXES.md).
+    pub tie_salt: u64,
     /// Per job: until when (simulation seconds) the restart this policy caused lasts.
     restarting: HashMap<JobId, f64>,
     /// `sia-exact`: branch-and-bound nodes per round before it settles for its best
@@ -192,6 +197,7 @@ impl Sia {
             hold_restarts: true,
             batch_up_to_request: true,
             swaps: true,
+            tie_salt: 0,
             restarting: HashMap::new(),
             node_limit: DEFAULT_NODE_LIMIT,
             exact_rounds: 0,
@@ -479,7 +485,8 @@ impl Sia {
                 job.attained_gpu_s <= 0.0
             };
             let tie = if self.shuffle_ties {
-                TIE_SPAN * unit_hash(job.id.0 as u64, view.now_s.to_bits())
+                let key = (job.id.0 as u64).wrapping_add(self.tie_salt.wrapping_mul(SALT_STEP));
+                TIE_SPAN * unit_hash(key, view.now_s.to_bits())
             } else {
                 0.0
             };
@@ -558,6 +565,21 @@ impl Sia {
 /// Width of [`Sia::shuffle_ties`]'s offsets: far below the 0.01 steps of rounded
 /// costs and the differences between distinct goodputs that matter.
 const TIE_SPAN: f64 = 1e-6;
+
+/// What one step of [`Sia::tie_salt`] shifts a job's key of the tie hash by (odd, far
+/// above any job index, so two salts never share a key).
+const SALT_STEP: u64 = 0xD1B5_4A32_D192_ED03;
+
+impl Sia {
+    /// `sia-tN`: `sia` with its ties in the order of salt N ([`Sia::tie_salt`]).
+    pub fn parse_tie_knob(name: &str) -> Option<u64> {
+        let n = name.strip_prefix("sia-t")?;
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        n.parse().ok()
+    }
+}
 
 /// A uniform number in [0, 1) from two keys (SplitMix64 finaliser).
 fn unit_hash(a: u64, b: u64) -> f64 {
@@ -815,6 +837,34 @@ mod tests {
         assert!(one_device_ten_waiting(&by_arrival, 20)
             .iter()
             .all(|&j| j == 0));
+    }
+
+    #[test]
+    fn a_tie_salt_picks_another_order_among_the_same_ties() {
+        let sia = Sia::new(SiaSolver::Fast);
+        let picks = one_device_ten_waiting(&sia, 20);
+        let mut salted = sia.clone();
+        salted.tie_salt = 1;
+        let other = one_device_ten_waiting(&salted, 20);
+        assert_ne!(picks, other);
+        assert_eq!(other, one_device_ten_waiting(&salted, 20), "deterministic");
+        // The values stay those of the tie: λ_n − 1 = 0.1, up to the tie offset.
+        let c = ClusterSpec::parse("1x1:a", "t").unwrap();
+        let jobs = [JobView::basic(JobId(3), 0.0, 1)];
+        let view = ClusterView {
+            now_s: 600.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        for salt in [0, 1, 7] {
+            salted.tie_salt = salt;
+            let v = salted.problem(&view).options[0][0].1;
+            assert!((0.1..0.1 + TIE_SPAN).contains(&v), "{v}");
+        }
+        assert_eq!(Sia::parse_tie_knob("sia-t12"), Some(12));
+        for bad in ["sia", "sia-t", "sia-t-1", "sia-t1.5", "sia-tx"] {
+            assert_eq!(Sia::parse_tie_knob(bad), None, "{bad}");
+        }
     }
 
     #[test]
