@@ -26,10 +26,10 @@ mod admit;
 pub mod plan;
 
 use crate::place::FreePool;
-use crate::{ArrivalReplan, ClusterView, JobView, Policy, SpeedTable};
+use crate::{ArrivalReplan, ClusterView, IdMap, IdSet, JobView, Policy, SpeedTable};
 use pacer_model::{Allocation, DeviceTypeId, JobId};
 use plan::{Admission, AdmitRules, Admitter, PlanJob};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// How a [`Deadline`] policy plans (see the module docs).
@@ -106,14 +106,16 @@ struct Base<'a> {
 pub struct Deadline {
     name: &'static str,
     cfg: DeadlineConfig,
-    seen: BTreeSet<JobId>,
-    admitted: BTreeSet<JobId>,
-    declined: BTreeSet<JobId>,
+    /// Lookups only (no decision follows their order): hashed by id, since every
+    /// round asks them about every job.
+    seen: IdSet,
+    admitted: IdSet,
+    declined: IdSet,
     /// Every admission answer, in order (for reports and tests).
     pub answers: Vec<(JobId, f64, Admission)>,
     /// Each job's plan levels and type, kept while its speed table (the same `Arc`)
     /// and the devices per type are those they were read from.
-    levels: HashMap<JobId, Levels>,
+    levels: IdMap<Levels>,
 }
 
 /// A job's [`PlanJob`] levels and device type, and what they were read from.
@@ -123,7 +125,7 @@ struct Levels {
     requested: u32,
     caps: Vec<u32>,
     ty: usize,
-    levels: Vec<(u32, f64)>,
+    levels: plan::LevelList,
 }
 
 impl Deadline {
@@ -131,11 +133,11 @@ impl Deadline {
         Deadline {
             name,
             cfg,
-            seen: BTreeSet::new(),
-            admitted: BTreeSet::new(),
-            declined: BTreeSet::new(),
+            seen: IdSet::default(),
+            admitted: IdSet::default(),
+            declined: IdSet::default(),
             answers: Vec::new(),
-            levels: HashMap::new(),
+            levels: IdMap::default(),
         }
     }
 
