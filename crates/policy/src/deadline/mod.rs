@@ -154,9 +154,11 @@ impl Deadline {
     /// The admitted deadline jobs (indices into `jobs`) planned EDF: what a new job
     /// is admitted beside, and the minimum shares of this round.
     fn base<'a>(&self, view: &'a ClusterView, jobs: &'a [PlanJob]) -> Base<'a> {
-        let idx: Vec<usize> = (0..jobs.len())
-            .filter(|&i| jobs[i].deadline_s.is_some() && self.admitted.contains(&jobs[i].id))
-            .collect();
+        let mut idx = Vec::with_capacity(jobs.len());
+        idx.extend(
+            (0..jobs.len())
+                .filter(|&i| jobs[i].deadline_s.is_some() && self.admitted.contains(&jobs[i].id)),
+        );
         let admitter = Admitter::new(
             view.cluster,
             view.now_s,
@@ -174,12 +176,11 @@ impl Deadline {
     /// declined ones), in arrival order; `base` follows the admitted set.
     fn admit_new<'a>(&mut self, view: &'a ClusterView, jobs: &'a [PlanJob], base: &mut Base<'a>) {
         // Only the jobs seen for the first time or re-tried are decided.
-        let mut order: Vec<usize> = (0..jobs.len())
-            .filter(|&i| {
-                let id = jobs[i].id;
-                !self.seen.contains(&id) || (self.cfg.retry_declined && self.declined.contains(&id))
-            })
-            .collect();
+        let mut order = Vec::with_capacity(jobs.len());
+        order.extend((0..jobs.len()).filter(|&i| {
+            let id = jobs[i].id;
+            !self.seen.contains(&id) || (self.cfg.retry_declined && self.declined.contains(&id))
+        }));
         order.sort_by(|&a, &b| {
             view.jobs[a]
                 .arrival_s
@@ -286,9 +287,8 @@ impl Deadline {
         jobs: &[PlanJob],
         base: &Base<'_>,
     ) -> (Vec<u32>, Vec<usize>) {
-        let live: Vec<usize> = (0..jobs.len())
-            .filter(|&i| self.admitted.contains(&jobs[i].id))
-            .collect();
+        let mut live = Vec::with_capacity(jobs.len());
+        live.extend((0..jobs.len()).filter(|&i| self.admitted.contains(&jobs[i].id)));
         let mut counts = vec![0u32; jobs.len()];
         for (&i, p) in base.idx.iter().zip(base.admitter.plans()) {
             if let Some(p) = p {
