@@ -316,7 +316,7 @@ impl JobView {
     /// doubling above one device.
     pub fn restart_delay_s(&self, devices: u32) -> Option<f64> {
         self.restart_s
-            .map(|r| r + self.restart_s_per_doubling * f64::from(devices.max(1)).log2())
+            .map(|r| r + self.restart_s_per_doubling * log2_devices(devices))
     }
 
     /// Work units per second on `devices` devices of type `ty`.
@@ -559,6 +559,18 @@ pub trait IncrementalPolicy: Send {
     );
 }
 
+/// `f64::from(devices.max(1)).log2()`, the same value: a power of two's is its
+/// exponent, which `log2` returns exactly (an integer, and its error is under one
+/// unit), here without the library call (test `log2_devices_is_log2`).
+pub(crate) fn log2_devices(devices: u32) -> f64 {
+    let n = devices.max(1);
+    if n.is_power_of_two() {
+        f64::from(n.trailing_zeros())
+    } else {
+        f64::from(n).log2()
+    }
+}
+
 /// Hashes a [`JobId`] by one multiplication (the event-driven policies look jobs
 /// up by id every round; SipHash was a tenth of their time). Lookups only: no
 /// decision depends on a map's iteration order.
@@ -582,6 +594,9 @@ impl std::hash::Hasher for IdHasher {
 /// A map keyed by job id with [`IdHasher`].
 pub(crate) type IdMap<V> =
     std::collections::HashMap<JobId, V, std::hash::BuildHasherDefault<IdHasher>>;
+
+/// A set of job ids with [`IdHasher`].
+pub(crate) type IdSet = std::collections::HashSet<JobId, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// Free devices per node after taking `allocs` out of `cluster`.
 pub fn free_per_node(cluster: &ClusterSpec, allocs: &[&Allocation]) -> Vec<u32> {
@@ -640,5 +655,23 @@ pub(crate) fn test_goodput(speed: f64, var: f64) -> pacer_predict::goodput::Good
             max_atomic: 256.0,
             accumulation: true,
         },
+    }
+}
+
+#[cfg(test)]
+mod log2_tests {
+    use super::log2_devices;
+
+    /// `log2_devices` is the library's `log2` of every size a job can have up to
+    /// 2^20, of 0 (taken as 1) and of every power of two.
+    #[test]
+    fn log2_devices_is_log2() {
+        for n in (0..=1u32 << 20)
+            .chain((0..32).map(|k| 1u32 << k))
+            .chain([u32::MAX])
+        {
+            let want = f64::from(n.max(1)).log2();
+            assert_eq!(log2_devices(n).to_bits(), want.to_bits(), "{n}");
+        }
     }
 }

@@ -4,13 +4,24 @@
 //! job on the timeline is `plan.rs`'s.
 
 use super::plan::{JobPlan, PlanJob, Timeline};
-use pacer_model::ClusterSpec;
+use pacer_model::{ClusterSpec, JobId};
 
 /// Earliest deadline first, best-effort jobs last; ties by id.
 pub fn edf_order(jobs: &[PlanJob]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| edf_cmp(&jobs[a], &jobs[b]));
-    order
+    edf_sorted(jobs.iter())
+}
+
+/// The indices of `jobs` in [`edf_cmp`] order, equal ones by index (a stable sort's
+/// order): sorted by integer keys, each compared as `edf_cmp` compares.
+fn edf_sorted<'j>(jobs: impl ExactSizeIterator<Item = &'j PlanJob>) -> Vec<usize> {
+    let mut keyed: Vec<((i64, JobId), usize)> = Vec::with_capacity(jobs.len());
+    keyed.extend(jobs.enumerate().map(|(i, j)| {
+        // `f64::total_cmp`'s order as an integer's (its own definition).
+        let bits = j.deadline_s.unwrap_or(f64::INFINITY).to_bits() as i64;
+        ((bits ^ (((bits >> 63) as u64) >> 1) as i64, j.id), i)
+    }));
+    keyed.sort_unstable();
+    keyed.into_iter().map(|k| k.1).collect()
 }
 
 /// Plans `jobs` in EDF order on a fresh timeline; the plans are indexed like `jobs`.
@@ -94,8 +105,7 @@ impl<'a> Admitter<'a> {
         admitted: Vec<&'a PlanJob>,
         rules: AdmitRules,
     ) -> Self {
-        let mut order: Vec<usize> = (0..admitted.len()).collect();
-        order.sort_by(|&a, &b| edf_cmp(admitted[a], admitted[b]));
+        let order = edf_sorted(admitted.iter().copied());
         let mut timeline = Timeline::new(cluster, now_s, slot_s);
         let mut plans = vec![None; admitted.len()];
         for &k in &order {
@@ -272,4 +282,52 @@ impl<'a> Admitter<'a> {
 fn edf_cmp(a: &PlanJob, b: &PlanJob) -> std::cmp::Ordering {
     let d = |j: &PlanJob| j.deadline_s.unwrap_or(f64::INFINITY);
     d(a).total_cmp(&d(b)).then(a.id.cmp(&b.id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `edf_sorted` is the stable sort by `edf_cmp`, with equal deadlines, equal ids,
+    /// no deadline, signed zeros, infinities and NaNs among the jobs.
+    #[test]
+    fn edf_sorted_is_the_stable_sort_by_edf_cmp() {
+        let deadlines = [
+            None,
+            Some(0.0),
+            Some(-0.0),
+            Some(-5.0),
+            Some(60.0),
+            Some(60.0),
+            Some(1e300),
+            Some(f64::INFINITY),
+            Some(f64::NEG_INFINITY),
+            Some(f64::NAN),
+            Some(-f64::NAN),
+        ];
+        let mut state = 9u64;
+        for n in 0..40 {
+            let jobs: Vec<PlanJob> = (0..n)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let r = (state >> 33) as usize;
+                    PlanJob {
+                        id: JobId((r % 7) as u32),
+                        ty: 0,
+                        levels: Vec::new().into(),
+                        work_left: 1.0,
+                        deadline_s: deadlines[(r / 7) % deadlines.len()],
+                        restart_s: 0.0,
+                        restart_s_per_doubling: 0.0,
+                        current: 0,
+                    }
+                })
+                .collect();
+            let mut want: Vec<usize> = (0..jobs.len()).collect();
+            want.sort_by(|&a, &b| edf_cmp(&jobs[a], &jobs[b]));
+            assert_eq!(edf_order(&jobs), want, "{n} jobs");
+        }
+    }
 }

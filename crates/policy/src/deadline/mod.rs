@@ -26,10 +26,10 @@ mod admit;
 pub mod plan;
 
 use crate::place::FreePool;
-use crate::{ArrivalReplan, ClusterView, JobView, Policy, SpeedTable};
+use crate::{ArrivalReplan, ClusterView, IdMap, IdSet, JobView, Policy, SpeedTable};
 use pacer_model::{Allocation, DeviceTypeId, JobId};
 use plan::{Admission, AdmitRules, Admitter, PlanJob};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// How a [`Deadline`] policy plans (see the module docs).
@@ -106,14 +106,16 @@ struct Base<'a> {
 pub struct Deadline {
     name: &'static str,
     cfg: DeadlineConfig,
-    seen: BTreeSet<JobId>,
-    admitted: BTreeSet<JobId>,
-    declined: BTreeSet<JobId>,
+    /// Lookups only (no decision follows their order): hashed by id, since every
+    /// round asks them about every job.
+    seen: IdSet,
+    admitted: IdSet,
+    declined: IdSet,
     /// Every admission answer, in order (for reports and tests).
     pub answers: Vec<(JobId, f64, Admission)>,
     /// Each job's plan levels and type, kept while its speed table (the same `Arc`)
     /// and the devices per type are those they were read from.
-    levels: HashMap<JobId, Levels>,
+    levels: IdMap<Levels>,
     /// The start of the plan's next slot, while jobs are active ([`Policy::wake_s`]).
     next_slot_s: Option<f64>,
 }
@@ -125,7 +127,7 @@ struct Levels {
     requested: u32,
     caps: Vec<u32>,
     ty: usize,
-    levels: Vec<(u32, f64)>,
+    levels: plan::LevelList,
 }
 
 impl Deadline {
@@ -133,11 +135,11 @@ impl Deadline {
         Deadline {
             name,
             cfg,
-            seen: BTreeSet::new(),
-            admitted: BTreeSet::new(),
-            declined: BTreeSet::new(),
+            seen: IdSet::default(),
+            admitted: IdSet::default(),
+            declined: IdSet::default(),
             answers: Vec::new(),
-            levels: HashMap::new(),
+            levels: IdMap::default(),
             next_slot_s: None,
         }
     }
@@ -155,9 +157,11 @@ impl Deadline {
     /// The admitted deadline jobs (indices into `jobs`) planned EDF: what a new job
     /// is admitted beside, and the minimum shares of this round.
     fn base<'a>(&self, view: &'a ClusterView, jobs: &'a [PlanJob]) -> Base<'a> {
-        let idx: Vec<usize> = (0..jobs.len())
-            .filter(|&i| jobs[i].deadline_s.is_some() && self.admitted.contains(&jobs[i].id))
-            .collect();
+        let mut idx = Vec::with_capacity(jobs.len());
+        idx.extend(
+            (0..jobs.len())
+                .filter(|&i| jobs[i].deadline_s.is_some() && self.admitted.contains(&jobs[i].id)),
+        );
         let admitter = Admitter::new(
             view.cluster,
             view.now_s,
@@ -175,12 +179,11 @@ impl Deadline {
     /// declined ones), in arrival order; `base` follows the admitted set.
     fn admit_new<'a>(&mut self, view: &'a ClusterView, jobs: &'a [PlanJob], base: &mut Base<'a>) {
         // Only the jobs seen for the first time or re-tried are decided.
-        let mut order: Vec<usize> = (0..jobs.len())
-            .filter(|&i| {
-                let id = jobs[i].id;
-                !self.seen.contains(&id) || (self.cfg.retry_declined && self.declined.contains(&id))
-            })
-            .collect();
+        let mut order = Vec::with_capacity(jobs.len());
+        order.extend((0..jobs.len()).filter(|&i| {
+            let id = jobs[i].id;
+            !self.seen.contains(&id) || (self.cfg.retry_declined && self.declined.contains(&id))
+        }));
         order.sort_by(|&a, &b| {
             view.jobs[a]
                 .arrival_s
@@ -287,9 +290,8 @@ impl Deadline {
         jobs: &[PlanJob],
         base: &Base<'_>,
     ) -> (Vec<u32>, Vec<usize>) {
-        let live: Vec<usize> = (0..jobs.len())
-            .filter(|&i| self.admitted.contains(&jobs[i].id))
-            .collect();
+        let mut live = Vec::with_capacity(jobs.len());
+        live.extend((0..jobs.len()).filter(|&i| self.admitted.contains(&jobs[i].id)));
         let mut counts = vec![0u32; jobs.len()];
         for (&i, p) in base.idx.iter().zip(base.admitter.plans()) {
             if let Some(p) = p {

@@ -14,6 +14,12 @@
 
 use crate::{JobView, SpeedCurve};
 use pacer_model::{ClusterSpec, DeviceTypeId, JobId};
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// A job's levels, `(devices, work units/s)`, shared: a round's jobs take the levels
+/// read in an earlier round without a copy ([`PlanJob::with_levels`]).
+pub type LevelList = Arc<[(u32, f64)]>;
 
 /// What the planner knows of one job.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,7 +28,7 @@ pub struct PlanJob {
     /// The device type it is planned on (index into the cluster's types).
     pub ty: usize,
     /// `(devices, work units/s)` at the sizes it may run at, ascending devices.
-    pub levels: Vec<(u32, f64)>,
+    pub levels: LevelList,
     pub work_left: f64,
     /// Finish by this time (s); `None`: best effort.
     pub deadline_s: Option<f64>,
@@ -43,7 +49,7 @@ impl PlanJob {
     pub fn from_view(view: &JobView, cluster: &ClusterSpec, budget_restarts: bool) -> Self {
         let types = cluster.device_types.len().max(1);
         let levels_on = |t: usize| Self::levels_on(view, cluster, t);
-        let (mut ty, mut levels, mut best) = (0, Vec::new(), 0.0);
+        let (mut ty, mut levels, mut best) = (0, LevelList::from([]), 0.0);
         for t in 0..types {
             let l = levels_on(t);
             let top = l.iter().map(|p| p.1).fold(0.0, f64::max);
@@ -64,7 +70,7 @@ impl PlanJob {
     /// `view`'s levels on device type `t` of `cluster`: its speed table's measured
     /// sizes there, at most the type's devices (no table: 1, 2, 4, … up to its request,
     /// linear); empty where it cannot run.
-    pub fn levels_on(view: &JobView, cluster: &ClusterSpec, t: usize) -> Vec<(u32, f64)> {
+    pub fn levels_on(view: &JobView, cluster: &ClusterSpec, t: usize) -> LevelList {
         let cap = cluster.gpus_of_type(DeviceTypeId(t as u16));
         let fits = |&(d, r): &(u32, f64)| d >= 1 && d <= cap && r > 0.0;
         match &view.speed {
@@ -72,7 +78,7 @@ impl PlanJob {
                 .per_type
                 .get(t)
                 .map(|c| c.points.iter().copied().filter(fits).collect())
-                .unwrap_or_default(),
+                .unwrap_or_else(|| LevelList::from([])),
             None => SpeedCurve::doubling_sizes(view.requested_replicas)
                 .into_iter()
                 .map(|d| (d, view.rate(DeviceTypeId(t as u16), d, true)))
@@ -86,7 +92,7 @@ impl PlanJob {
     pub fn with_levels(
         view: &JobView,
         ty: usize,
-        levels: Vec<(u32, f64)>,
+        levels: LevelList,
         budget_restarts: bool,
     ) -> Self {
         PlanJob {
@@ -114,7 +120,7 @@ impl PlanJob {
         if self.restart_s_per_doubling == 0.0 {
             return self.restart_s;
         }
-        self.restart_s + self.restart_s_per_doubling * f64::from(devices.max(1)).log2()
+        self.restart_s + self.restart_s_per_doubling * crate::log2_devices(devices)
     }
 
     /// Drops the levels above the fastest one: more devices that run slower are never
@@ -127,7 +133,9 @@ impl PlanJob {
             .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1).then(b.0.cmp(&a.0)))
             .map(|(i, _)| i)
         {
-            self.levels.truncate(best + 1);
+            if best + 1 < self.levels.len() {
+                self.levels = self.levels[..=best].into();
+            }
         }
         self
     }
@@ -177,6 +185,10 @@ pub struct Timeline {
 /// A run of slots `[from, to)` at `devices`.
 pub type Span = (usize, usize, u32);
 
+/// A plan's runs: inline up to two (most plans have one or two), so planning a job
+/// seldom allocates.
+pub type Spans = SmallVec<[Span; 2]>;
+
 impl Timeline {
     /// Every device of `cluster` free in every slot.
     pub fn new(cluster: &ClusterSpec, now_s: f64, slot_s: f64) -> Self {
@@ -187,7 +199,15 @@ impl Timeline {
         Timeline {
             now_s,
             slot_s: slot_s.max(1e-3),
-            free: cap.iter().map(|&c| vec![(0, c)]).collect(),
+            // Room for a round's breakpoints, so taking plans seldom grows the lists.
+            free: cap
+                .iter()
+                .map(|&c| {
+                    let mut f = Vec::with_capacity(64);
+                    f.push((0, c));
+                    f
+                })
+                .collect(),
             scratch: Vec::new(),
             sums: SumsBufs::default(),
             early_stop: true,
@@ -261,10 +281,10 @@ impl Timeline {
         job: &PlanJob,
         shape: (u32, usize, u32),
         deadline: Option<f64>,
-    ) -> (Option<f64>, Vec<Span>) {
+    ) -> (Option<f64>, Spans) {
         let mut spans = Vec::new();
         let finish = self.run_into(job, shape, deadline, Some(&mut spans));
-        (finish, spans)
+        (finish, Spans::from_vec(spans))
     }
 
     /// [`Timeline::run`] writing the spans into `spans` (cleared first), or only the
@@ -287,7 +307,7 @@ impl Timeline {
         }
         let mut left = job.work_left;
         let mut prev = job.current;
-        let last_slot = deadline.map(|d| ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize);
+        let last_slot = deadline.map(|d| ceil_slots((d - self.now_s) / self.slot_s));
         // Walks the breakpoints of the job's type in order, cutting also at `switch`
         // and the deadline's slot: no allocation, no sort (this is the planner's
         // inner loop).
@@ -324,11 +344,12 @@ impl Timeline {
         let ls = last_slot.unwrap_or(NONE);
         let mut idx = 0usize;
         let mut a = 0usize;
+        // The time slot `a` starts at (a segment's start is the last one's end).
+        let mut start = now + a as f64 * slot;
         loop {
             if a >= ls {
                 return None;
             }
-            let start = now + a as f64 * slot;
             if hopeless(start, left) {
                 return None;
             }
@@ -349,12 +370,13 @@ impl Timeline {
                 picked = (cap, pick_level(job, asc, cap));
             }
             let (n, r) = picked.1;
+            let seg_end = if b == NONE {
+                f64::INFINITY
+            } else {
+                now + b as f64 * slot
+            };
             if n > 0 {
-                let mut end = if b == NONE {
-                    f64::INFINITY
-                } else {
-                    now + b as f64 * slot
-                };
+                let mut end = seg_end;
                 if let Some(d) = deadline {
                     end = end.min(d);
                 }
@@ -363,7 +385,7 @@ impl Timeline {
                 let t = start + pause;
                 if t < end && r * (end - t) >= left {
                     let finish = t + left / r;
-                    let k = ((finish - now) / slot - 1e-9).ceil() as usize;
+                    let k = ceil_slots((finish - now) / slot - 1e-9);
                     if let Some(s) = spans.as_deref_mut() {
                         self.push_span(s, at == a, (a, k.max(a + 1), n));
                     }
@@ -382,6 +404,7 @@ impl Timeline {
                 return None;
             }
             a = b;
+            start = seg_end;
         }
     }
 
@@ -451,24 +474,38 @@ impl Timeline {
     /// [`Timeline::min_share`] with the sums in `bufs`: carried from level to level
     /// (the sums at a level are the next level's sums at the level below).
     fn min_share_in(&self, job: &PlanJob, mix: bool, bufs: &mut SumsBufs) -> Option<JobPlan> {
+        // One buffer for every level tried (a failed run's spans are dropped), kept
+        // between plans; the plan gets a copy.
+        let mut spans = std::mem::take(&mut bufs.spans);
+        let plan = self.min_share_with(job, mix, bufs, &mut spans);
+        bufs.spans = spans;
+        plan
+    }
+
+    /// [`Timeline::min_share_in`] walking into `spans`.
+    fn min_share_with(
+        &self,
+        job: &PlanJob,
+        mix: bool,
+        bufs: &mut SumsBufs,
+        spans: &mut Vec<Span>,
+    ) -> Option<JobPlan> {
         let d = job.deadline_s?;
         bufs.high_at = None;
-        // One buffer for every level tried (a failed run's spans are dropped).
-        let mut spans = Vec::with_capacity(8);
         for (i, &(level, rate)) in job.levels.iter().enumerate() {
             // Not even the whole time to the deadline at this size: skip the run.
             if rate * (d - self.now_s) < job.work_left {
                 continue;
             }
             if !mix {
-                let Some(finish) = self.run_into(job, (level, 0, level), Some(d), Some(&mut spans))
+                let Some(finish) = self.run_into(job, (level, 0, level), Some(d), Some(spans))
                 else {
                     continue;
                 };
                 return Some(JobPlan {
                     feasible: true,
                     finish_s: Some(finish),
-                    spans,
+                    spans: Spans::from_slice(spans),
                 });
             }
             let shape = (lower_level(job, i), level);
@@ -490,7 +527,7 @@ impl Timeline {
             // The latest slot from which `level` (after the level below) still meets
             // the deadline: later switches do less work, so bisect (the probes keep
             // no spans, and most are decided by `sums` without a walk).
-            let slots = ((d - self.now_s) / self.slot_s).ceil().max(0.0) as usize;
+            let slots = ceil_slots((d - self.now_s) / self.slot_s);
             let (mut lo, mut hi) = (0usize, slots);
             while lo < hi {
                 let mid = (lo + hi).div_ceil(2);
@@ -500,11 +537,11 @@ impl Timeline {
                     hi = mid - 1;
                 }
             }
-            let finish = at(lo, Some(&mut spans));
+            let finish = at(lo, Some(spans));
             return Some(JobPlan {
                 feasible: true,
                 finish_s: Some(finish.unwrap_or(d)),
-                spans,
+                spans: Spans::from_slice(spans),
             });
         }
         None
@@ -533,6 +570,18 @@ fn take_in_place(free: &mut Vec<(usize, u32)>, spans: &[Span]) {
         for p in &mut free[lo..hi] {
             p.1 -= n;
         }
+    }
+}
+
+/// `x.ceil().max(0.0) as usize`, the same value for every `x` (NaN: 0), without the
+/// library call (no rounding instruction in the baseline x86-64 target) in the usual
+/// range: there `x as u64` is `x` rounded down, exactly.
+fn ceil_slots(x: f64) -> usize {
+    if x > 0.0 && x < 4.0e15 {
+        let t = x as u64;
+        (t + u64::from((t as f64) < x)) as usize
+    } else {
+        x.ceil().max(0.0) as usize
     }
 }
 
@@ -599,6 +648,8 @@ struct SwitchSums<'t> {
 /// `low` is a spare buffer.
 #[derive(Debug, Clone, Default)]
 struct SumsBufs {
+    /// A walk's runs ([`Timeline::min_share_in`]).
+    spans: Vec<Span>,
     low: Vec<f64>,
     high: Vec<f64>,
     high_at: Option<u32>,
@@ -627,7 +678,7 @@ impl<'t> SwitchSums<'t> {
         {
             return None;
         }
-        let last_slot = ((d - t.now_s) / t.slot_s).ceil().max(0.0) as usize;
+        let last_slot = ceil_slots((d - t.now_s) / t.slot_s);
         let f = &t.free[job.ty];
         let segs = &f[..f.partition_point(|p| p.0 < last_slot)];
         if segs.is_empty() || segs.len() > 100_000 {
@@ -770,7 +821,7 @@ pub struct JobPlan {
     /// Planned finish (`None`: beyond the horizon).
     pub finish_s: Option<f64>,
     /// The devices it holds, by runs of slots from now.
-    pub spans: Vec<Span>,
+    pub spans: Spans,
 }
 
 impl JobPlan {
@@ -815,7 +866,7 @@ mod tests {
         PlanJob {
             id: JobId(id),
             ty: 0,
-            levels,
+            levels: levels.into(),
             work_left: 100.0 + 20_000.0 * rng.unit(),
             deadline_s: Some(500.0 + 20_000.0 * rng.unit()),
             restart_s,
@@ -845,6 +896,40 @@ mod tests {
             for p in &mut free[lo..hi] {
                 p.1 -= n;
             }
+        }
+    }
+
+    /// `ceil_slots` is `ceil().max(0.0) as usize` on integers, near them, and at the
+    /// edges of its fast range.
+    #[test]
+    fn ceil_slots_is_the_library_ceil() {
+        let mut rng = Rng(3);
+        let mut xs = vec![
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            -1.5,
+            4.0e15,
+            4.0e15 - 0.5,
+            3.999_999_999_999_999e15,
+            1e300,
+        ];
+        for k in 0..2000 {
+            let x = f64::from(k) * 0.25;
+            // The floats either side of `x`.
+            let bits = x.to_bits();
+            xs.extend([x, x - 1e-9, x + 1e-9, f64::from_bits(bits + 1)]);
+            if x > 0.0 {
+                xs.push(f64::from_bits(bits - 1));
+            }
+            xs.push(rng.unit() * 1e6);
+            xs.push((rng.unit() * 1e6).floor());
+        }
+        for x in xs {
+            assert_eq!(ceil_slots(x), x.ceil().max(0.0) as usize, "{x}");
         }
     }
 
