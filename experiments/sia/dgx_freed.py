@@ -11,8 +11,8 @@ moved from another type (with the configuration it left), or new.
 SIA_LOG: the `--output` file of Sia's `multi_simulator.py` (its `allocation` is the
 round's decision). DUMP: the stderr of a pacer build with the temporary per-round
 dump of MIXES.md ("Same inputs, same values"): one line per trained job and round,
-`DUMP t=T job=J held=TYPE:NODES:GPUS|- choice=TYPE:NODES:GPUS|- ...` (jobs that have
-not trained are not in it). Standard library only.
+`DUMP t=T job=J held=TYPE:NODES:GPUS|- choice=TYPE:NODES:GPUS|- ...`; jobs that have
+not trained (`fresh=true`) are left out. Standard library only.
 """
 
 import json
@@ -49,7 +49,7 @@ def pacer(path, workload):
     with open(path) as f:
         for line in f:
             m = pat.match(line)
-            if m:
+            if m and " fresh=true" not in line:
                 rounds[float(m.group(1))][names[int(m.group(2))]] = (
                     cfg(m.group(3)),
                     cfg(m.group(4)),

@@ -14,7 +14,8 @@ largest), normalised by the smallest goodput of the job's valid configurations, 
 re-allocation factor on every configuration but the one held, cost `S^-0.5` rounded
 to two decimals (`sia.py`), and prints both values per configuration; `--diff` only
 the configurations where they differ by more than 0.005. Job-rounds
-pacer pinned (restart under way, no options) are skipped. Needs numpy, scipy and
+pacer pinned (restart under way, no options) and jobs that have not trained
+(`fresh=true`: one device of any type at S = 1 in both) are skipped. Needs numpy, scipy and
 autograd (Sia's requirements).
 """
 
@@ -90,7 +91,7 @@ def main():
     lines = differ = 0
     with open(args[0]) as f:
         for line in f:
-            if not line.startswith("DUMP") or " M0=" not in line:
+            if not line.startswith("DUMP") or " M0=" not in line or " fresh=true" in line:
                 continue
             d, opts, models = parse(line)
             if not opts:
