@@ -12,7 +12,10 @@
 //! - `elasticflow`: ElasticFlow's policy (ASPLOS'23) as its simulator runs it — shares
 //!   planned as late as possible (the level below first, [`plan::Timeline::min_share`]
 //!   with `mix`), restart overheads not budgeted, a declined job declined for good, every
-//!   allocation re-planned each round.
+//!   allocation re-planned at each of ElasticFlow's events (arrivals, completions and
+//!   the plan's next breakpoint, [`DeadlineConfig::wake_at_breakpoints`]), where every
+//!   running job pays ElasticFlow's per-event overhead
+//!   ([`DeadlineConfig::event_overhead`]).
 //! - `deadline`: pacer's — shares run from now at one size, each restart's delay
 //!   budgeted in the plan, a declined job re-tried every round until even the empty
 //!   cluster could not finish it in time (its user was told the earliest deadline that
