@@ -48,7 +48,7 @@ pub struct SimulateArgs {
     /// (ElasticFlow's simulator's clock: no fixed rounds, a round at each arrival,
     /// completion or policy wake-up such as `dlas-gpu`'s queue demotions, at least
     /// `--round-s` after the last) or `auto` (each policy's own: `always` for
-    /// `deadline-*`, `idle` for `elasticflow-*`, `events` for `edf` and `dlas-gpu`,
+    /// `deadline-*`, `events` for `elasticflow-*`, `edf` and `dlas-gpu`,
     /// `never` for the others; docs/elasticflow.md).
     #[arg(long, default_value = "auto")]
     pub replan_on_arrival: pacer_sim::ArrivalReplan,

@@ -509,6 +509,15 @@ pub trait Policy: Send {
         None
     }
 
+    /// Whether a driver running the event clock ([`ArrivalReplan::Events`]) charges
+    /// every running job a job kind's per-event overhead at each round, on top of the
+    /// restart delay of a changed allocation (ElasticFlow's simulator does so under
+    /// its own policy only; docs/elasticflow.md, "The event clock"). `false` (the
+    /// default): only a changed allocation costs its restart delay.
+    fn charges_event_overhead(&self) -> bool {
+        false
+    }
+
     /// The policy's own account of its work so far, for benchmarks (e.g. how
     /// often an exact solver stopped at its bound and fell back); empty by default.
     fn notes(&self) -> String {

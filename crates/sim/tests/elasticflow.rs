@@ -173,7 +173,7 @@ fn each_deadline_policy_rounds_arrivals_as_its_peer_simulator() {
     };
     for (policy, own) in [
         ("deadline-s10", ArrivalReplan::Always),
-        ("elasticflow-s10", ArrivalReplan::WhenIdle),
+        ("elasticflow-s10", ArrivalReplan::Events),
         ("edf", ArrivalReplan::Events),
         ("dlas-gpu", ArrivalReplan::Events),
         ("fifo", ArrivalReplan::Never),
@@ -248,4 +248,36 @@ fn the_restart_overhead_grows_by_its_per_doubling_term() {
     }
     assert_eq!(ef_restart_s(4, 64), 8.0);
     assert_eq!(ef_restart_s(64, 256), 21.0);
+}
+
+#[test]
+fn elasticflow_pays_an_overhead_at_each_event() {
+    // 8 GPUs (2 s base overhead; 8 s to restart onto 4). Job 0 (400 iterations,
+    // fastest at 4 GPUs: 100 s) from 0 s; best-effort job 1 (1,000 iterations) arrives
+    // at 50 s and takes the other 4. Under ElasticFlow's clock job 0, unchanged at
+    // that event, pays 2 s more: 8 + 100 + 2 = 110 s; job 1 pays 2 s at job 0's end
+    // (50 + 8 + 250 + 2). On the grid (`idle`) nothing is charged but restarts.
+    let trace = "0,0,400,toy,5000,64,1,400,0\n1,50,1000,toy,50000,64,1,1000,1\n";
+    let jobs = load(&format!("{HEADER}{trace}")).unwrap();
+    let end = |r: &SimResult, k: usize| r.jobs[k].completion_s.unwrap();
+    let own = run(&jobs, "1x8:t4", "elasticflow-s10");
+    assert!((end(&own, 0) - 110.0).abs() < 1e-6, "{:?}", own.jobs[0]);
+    assert!((end(&own, 1) - 310.0).abs() < 1e-6, "{:?}", own.jobs[1]);
+    let grid = run_with(&jobs, "1x8:t4", "elasticflow-s10", ArrivalReplan::WhenIdle);
+    assert!((end(&grid, 0) - 108.0).abs() < 1e-6, "{:?}", grid.jobs[0]);
+    assert!((grid.jobs[0].restart_paid_s - 8.0).abs() < 1e-9);
+    assert!((own.jobs[0].restart_paid_s - 10.0).abs() < 1e-9);
+    // `edf`, on the same clock, pays none (ElasticFlow's EDF loop charges none): job 0
+    // takes its largest measured size, 8, and pays only that restart (10 s).
+    let edf = run(&jobs, "1x8:t4", "edf");
+    assert!(
+        (edf.jobs[0].restart_paid_s - 10.0).abs() < 1e-9,
+        "{:?}",
+        edf.jobs[0]
+    );
+    assert!(
+        (end(&edf, 0) - (10.0 + 400.0 / 3.0)).abs() < 1e-6,
+        "{:?}",
+        edf.jobs[0]
+    );
 }

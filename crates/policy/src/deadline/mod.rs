@@ -12,7 +12,10 @@
 //! - `elasticflow`: ElasticFlow's policy (ASPLOS'23) as its simulator runs it — shares
 //!   planned as late as possible (the level below first, [`plan::Timeline::min_share`]
 //!   with `mix`), restart overheads not budgeted, a declined job declined for good, every
-//!   allocation re-planned each round.
+//!   allocation re-planned at each of ElasticFlow's events (arrivals, completions and
+//!   the plan's next breakpoint, [`DeadlineConfig::wake_at_breakpoints`]), where every
+//!   running job pays ElasticFlow's per-event overhead
+//!   ([`DeadlineConfig::event_overhead`]).
 //! - `deadline`: pacer's — shares run from now at one size, each restart's delay
 //!   budgeted in the plan, a declined job re-tried every round until even the empty
 //!   cluster could not finish it in time (its user was told the earliest deadline that
@@ -60,6 +63,14 @@ pub struct DeadlineConfig {
     /// without planning, so a fresh policy (a restarted service) never re-decides a
     /// guarantee already given.
     pub admitted_by_driver: bool,
+    /// Under the event clock, wake at the plan's next breakpoint (the first slot where
+    /// a job that took no spare device changes size) instead of every slot: the plan
+    /// is carried out between events, as ElasticFlow's simulator does (its next
+    /// "scale event" is the earliest allocation change of any job's plan).
+    pub wake_at_breakpoints: bool,
+    /// Under the event clock, ask the driver to charge ElasticFlow's per-event
+    /// overhead ([`Policy::charges_event_overhead`]).
+    pub event_overhead: bool,
 }
 
 impl DeadlineConfig {
@@ -72,9 +83,11 @@ impl DeadlineConfig {
             budget_restarts: false,
             retry_declined: false,
             joint_admission: true,
-            arrivals: ArrivalReplan::WhenIdle,
+            arrivals: ArrivalReplan::Events,
             sticky: false,
             admitted_by_driver: false,
+            wake_at_breakpoints: true,
+            event_overhead: true,
         }
     }
 
@@ -90,6 +103,8 @@ impl DeadlineConfig {
             arrivals: ArrivalReplan::Always,
             sticky: true,
             admitted_by_driver: false,
+            wake_at_breakpoints: false,
+            event_overhead: false,
         }
     }
 }
@@ -608,6 +623,29 @@ fn keep_all(view: &ClusterView, counts: &[u32]) -> Option<Vec<Allocation>> {
     )
 }
 
+/// The first slot after this one where the plan of an admitted job that holds
+/// exactly its share now (no spare step) changes its devices (`None`: none does).
+fn next_breakpoint(base: &Base<'_>, counts: &[u32]) -> Option<usize> {
+    let mut next: Option<usize> = None;
+    for (&i, p) in base.idx.iter().zip(base.admitter.plans()) {
+        let Some(p) = p else { continue };
+        if counts[i] != p.now() {
+            continue;
+        }
+        let at = p.spans.iter().find_map(|s| {
+            if s.0 > 0 {
+                Some(s.0)
+            } else {
+                (s.1 > 0).then_some(s.1)
+            }
+        });
+        if let Some(k) = at {
+            next = Some(next.map_or(k, |n| n.min(k)));
+        }
+    }
+    next
+}
+
 impl Policy for Deadline {
     fn name(&self) -> &'static str {
         self.name
@@ -627,12 +665,20 @@ impl Policy for Deadline {
         self.next_slot_s
     }
 
+    fn charges_event_overhead(&self) -> bool {
+        self.cfg.event_overhead
+    }
+
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         self.next_slot_s = (!view.jobs.is_empty()).then_some(view.now_s + self.cfg.slot_s);
         let jobs = self.plan_jobs(view);
         let mut base = self.base(view, &jobs);
         self.admit_new(view, &jobs, &mut base);
         let (counts, types) = self.counts(view, &jobs, &base);
+        if self.cfg.wake_at_breakpoints {
+            self.next_slot_s =
+                next_breakpoint(&base, &counts).map(|k| view.now_s + k as f64 * self.cfg.slot_s);
+        }
         place_counts(view, &counts, &types)
     }
 }
@@ -661,6 +707,27 @@ mod tests {
 
     fn cluster() -> ClusterSpec {
         ClusterSpec::parse("1x4:t4", "t").unwrap()
+    }
+
+    #[test]
+    fn elasticflow_wakes_at_its_plans_breakpoints_not_every_slot() {
+        // One job alone takes the spare now, from now to its end: ElasticFlow's plan
+        // has no later allocation change, so no wake-up; pacer's wakes a slot later.
+        let c = cluster();
+        let jobs = [job(0, 400.0, Some(1000.0))];
+        let view = ClusterView {
+            now_s: 5.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let mut ef = Deadline::new("elasticflow", DeadlineConfig::elasticflow(10.0));
+        assert_eq!(ef.allocate(&view)[0].replicas(), 4);
+        assert_eq!(ef.wake_s(), None);
+        assert!(ef.charges_event_overhead());
+        let mut pacer = Deadline::new("deadline", DeadlineConfig::pacer(10.0));
+        pacer.allocate(&view);
+        assert_eq!(pacer.wake_s(), Some(15.0));
+        assert!(!pacer.charges_event_overhead());
     }
 
     #[test]
@@ -760,6 +827,7 @@ mod tests {
         };
         let cfg = DeadlineConfig {
             admitted_by_driver: true,
+            wake_at_breakpoints: false,
             ..DeadlineConfig::pacer(10.0)
         };
         let mut p = Deadline::new("deadline", cfg);

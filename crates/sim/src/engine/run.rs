@@ -10,6 +10,7 @@ use super::*;
 use pacer_policy::IncrementalPolicy;
 
 mod events;
+use events::EventOverhead;
 
 /// What a run computes once per job before the first round.
 struct Models<'s> {
@@ -94,6 +95,8 @@ struct RunState<'s> {
     finished: usize,
     /// `SimConfig::mixing_opportunity`'s measurement.
     opportunity: Option<opportunity::Tracker>,
+    /// The event overhead's bookkeeping ([`RunState::charge_event_overhead`]).
+    events: EventOverhead,
 }
 
 impl Simulation<'_> {
@@ -153,7 +156,14 @@ impl Simulation<'_> {
             if !m.all_measured {
                 r.check_measured(&m)?;
             }
+            let charge = m.replan == ArrivalReplan::Events && policy.charges_event_overhead();
+            if charge {
+                r.note_changes();
+            }
             r.apply(&m)?;
+            if charge {
+                r.charge_event_overhead(&m);
+            }
             // The round this allocation holds for; contention is weighted by it.
             let wake = incremental.is_none().then(|| policy.wake_s()).flatten();
             let idle = r.used < self.cluster.total_gpus();
@@ -358,6 +368,7 @@ impl<'s> RunState<'s> {
                 .config
                 .mixing_opportunity
                 .then(|| opportunity::Tracker::new(n)),
+            events: EventOverhead::default(),
         }
     }
 

@@ -209,6 +209,21 @@ pub(crate) trait JobProgress {
         self.restart_s(sim).unwrap_or(sim.config.restart_s)
     }
 
+    /// The overhead (s) the event clock charges the job at a round on `alloc`
+    /// ([`pacer_policy::Policy::charges_event_overhead`]): `kept` its allocation did
+    /// not change (a changed one also pays its restart delay); `restart` the round is a
+    /// periodic restart; `after_restart` the last round was one. 0 by default.
+    fn event_overhead_s(
+        &self,
+        _sim: &Simulation<'_>,
+        _alloc: &Allocation,
+        _kept: bool,
+        _restart: bool,
+        _after_restart: bool,
+    ) -> f64 {
+        0.0
+    }
+
     /// The job's deadline (s since the trace's start); `None`: none (best effort).
     fn deadline_s(&self) -> Option<f64> {
         None

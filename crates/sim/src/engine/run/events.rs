@@ -9,6 +9,11 @@
 //! as [`RunState::advance`], the earliest completion among them ends the round, and
 //! the real states are then advanced to it ([`RunState::settle`] takes a copy's
 //! state where rounding left the real one a hair short of its end).
+//!
+//! A policy that asks for it ([`Policy::charges_event_overhead`]: `elasticflow`) has
+//! every running job charged its kind's per-event overhead at each round
+//! ([`RunState::charge_event_overhead`]), as ElasticFlow's simulator charges at each
+//! of its events.
 
 use super::*;
 
@@ -118,5 +123,49 @@ impl RunState<'_> {
         if added {
             self.just_finished.sort_unstable_by_key(|&i| m.rank[i]);
         }
+    }
+}
+
+/// What [`RunState::charge_event_overhead`] keeps between rounds.
+#[derive(Debug, Default)]
+pub(super) struct EventOverhead {
+    /// Rounds charged so far (ElasticFlow's `schedule_count`).
+    rounds: u64,
+    /// The last round was a periodic restart.
+    after_restart: bool,
+    /// The jobs whose allocation this round changes ([`RunState::note_changes`]).
+    changed: Vec<usize>,
+}
+
+impl RunState<'_> {
+    /// Before [`RunState::apply`]: the jobs whose allocation changes this round.
+    pub(super) fn note_changes(&mut self) {
+        self.events.changed.clear();
+        self.events
+            .changed
+            .extend(self.changes.iter().map(|(id, _)| id.0 as usize));
+        self.events.changed.sort_unstable();
+    }
+
+    /// After [`RunState::apply`]: every running job pays its kind's per-event
+    /// overhead (on top of the restart delay a changed allocation pays), as a delay
+    /// before its next progress; every `round_s`-th round (ElasticFlow's
+    /// `scheduling_slot`-th event) is a periodic restart.
+    pub(super) fn charge_event_overhead(&mut self, m: &Models<'_>) {
+        let sim = self.sim;
+        let every = (sim.config.round_s.round() as u64).max(1);
+        let ev = &mut self.events;
+        let restart = ev.rounds > 0 && ev.rounds.is_multiple_of(every);
+        ev.rounds += 1;
+        for &i in &self.running {
+            let st = &mut self.states[i];
+            if st.alloc.is_empty() || st.completion_s.is_some() {
+                continue;
+            }
+            let kept = ev.changed.binary_search(&i).is_err();
+            st.rescale_left_s +=
+                m.kinds[i].event_overhead_s(sim, &st.alloc, kept, restart, ev.after_restart);
+        }
+        ev.after_restart = restart;
     }
 }
