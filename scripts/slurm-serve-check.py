@@ -400,7 +400,10 @@ def early(jobs_path, events_path, log_path, job_id, grace_s, iterations):
     for e in events:
         print("%s %.1f %s: %s" % (job_id, e["t_ms"] / 1000.0 % 1000, e["kind"], e.get("detail", "")))
     stops = [e["t_ms"] / 1000.0 for e in events if e["kind"] == "stopping"]
-    ends = [(e["t_ms"] / 1000.0, e.get("detail")) for e in events if e["kind"] == "queued"]
+    # A stopped run ends requeued, or, when it finished as the stop reached it (the last
+    # stop of a short job on a loaded machine), with the job's own end.
+    ends = [(e["t_ms"] / 1000.0, e.get("detail")) for e in events
+            if e["kind"] in ("queued", "succeeded")]
     if not stops:
         sys.exit("%s was not stopped" % job_id)
     if any(e["kind"] == "killed" for e in events):
