@@ -110,6 +110,11 @@ pub struct SubmitArgs {
     /// declined).
     #[arg(long, value_name = "USD")]
     pub budget_usd: Option<f64>,
+    /// Where the job may run among the types it accepts: `cheapest` (where its work
+    /// costs least at the service's prices) or `any` (the spec's `placement`; default
+    /// `cheapest` with a dollar budget, else `any`).
+    #[arg(long, value_name = "cheapest|any", value_parser = ["cheapest", "any"])]
+    pub placement: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -231,6 +236,12 @@ fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> 
     }
     if let Some(b) = a.budget_usd {
         spec.budget_usd = Some(b);
+    }
+    if let Some(p) = &a.placement {
+        spec.placement = Some(match p.as_str() {
+            "cheapest" => pacer_serve::spec::Placement::Cheapest,
+            _ => pacer_serve::spec::Placement::Any,
+        });
     }
     for kv in &a.env {
         let Some((k, v)) = kv.split_once('=') else {

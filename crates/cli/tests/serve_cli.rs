@@ -36,20 +36,19 @@ fn serve(name: &str) -> Serve {
 
 /// [`serve`] with another policy.
 fn serve_with(name: &str, policy: &str) -> Serve {
+    serve_on(name, policy, "2x2:cpu", &[])
+}
+
+/// [`serve`] with another policy, cluster and more flags.
+fn serve_on(name: &str, policy: &str, cluster: &str, more: &[&str]) -> Serve {
     let dir = test_dir(name);
     let state = dir.join("state");
     let log = dir.join("service.log");
     let child = Command::new(env!("CARGO_BIN_EXE_pacer"))
         .args(["serve", "--listen", "127.0.0.1:0", "--state"])
         .arg(&state)
-        .args([
-            "--cluster",
-            "2x2:cpu",
-            "--policy",
-            policy,
-            "--round-s",
-            "0.2",
-        ])
+        .args(["--cluster", cluster, "--policy", policy, "--round-s", "0.2"])
+        .args(more)
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(dir.join("service.err")).unwrap())
@@ -599,4 +598,49 @@ fn submit_with_a_deadline_says_accepted_or_declined() {
     }
     let listed: serde_json::Value = serde_json::from_str(&s.ok(&dir, &["jobs", "--json"])).unwrap();
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_job_on_a_dollar_budget_is_placed_on_the_cheapest_type() {
+    let s = serve_on(
+        "cost",
+        "fifo",
+        "1x2:a100,1x2:t4",
+        &["--price", "a100=2.93", "--price", "t4=0.35"],
+    );
+    let dir = s.dir.to_path_buf();
+    let submit = |more: &[&str]| {
+        let mut all = vec!["submit", "--wrap", "sleep 30", "-n", "2"];
+        all.extend(more);
+        s.ok(&dir, &all).trim().to_string()
+    };
+    let run_type = |id: &str| {
+        let t0 = Instant::now();
+        loop {
+            let j = s.job(id);
+            if let Some(t) = j["run"]["device_type"].as_str() {
+                return t.to_string();
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{id} never ran: {j}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // Both types free, nothing measured: the budget job goes to the lower price.
+    let a = submit(&["--budget-usd", "10"]);
+    assert_eq!(run_type(&a), "t4");
+    let b = submit(&["--budget-usd", "10", "--placement", "any"]);
+    assert_eq!(run_type(&b), "a100");
+    assert_eq!(s.job(&b)["spec"]["placement"], "any");
+    for id in [&a, &b] {
+        s.ok(&dir, &["cancel", id]);
+    }
+    let o = s.pacer(
+        &dir,
+        &["submit", "--wrap", "true", "--placement", "fastest"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--placement"), "{err}");
 }

@@ -5,8 +5,9 @@
 
 use crate::error::ApiError;
 use crate::job::{JobRecord, Run};
-use crate::spec::JobSpec;
-use pacer_model::ClusterSpec;
+use crate::spec::{JobSpec, Placement};
+use pacer_model::{ClusterSpec, DeviceTypeId};
+use pacer_policy::JobView;
 
 /// Highest price per device-hour `--price` takes (USD).
 pub const MAX_PRICE: f64 = 1e6;
@@ -81,7 +82,20 @@ pub fn run_spend_usd(run: &Run, cluster: &ClusterSpec, prices: &[f64], dt_s: f64
 /// `replicas` device-hours, in dollars on the cheapest type it may run on — above
 /// its budget (409 with the admission answer). Without `expected_runtime` a budget
 /// is only enforced while the job runs.
-pub fn check_on_submit(spec: &JobSpec, prices: Option<&[f64]>) -> Result<(), ApiError> {
+pub fn check_on_submit(
+    spec: &JobSpec,
+    cluster: &ClusterSpec,
+    prices: Option<&[f64]>,
+) -> Result<(), ApiError> {
+    if spec.placement == Some(Placement::Cheapest) && prices.is_none() {
+        return Err(ApiError::bad(
+            "placement",
+            "this service has no device prices, so it cannot tell which type is cheapest; \
+             drop `placement`, or start the service with `--price TYPE=USD_PER_DEVICE_H` \
+             for each device type"
+                .into(),
+        ));
+    }
     if spec.budget_usd.is_some() && prices.is_none() {
         return Err(ApiError::bad(
             "budget_usd",
@@ -120,7 +134,13 @@ pub fn check_on_submit(spec: &JobSpec, prices: Option<&[f64]>) -> Result<(), Api
         );
     }
     if let (Some(budget), Some(prices)) = (spec.budget_usd, prices) {
-        let cheapest = prices.iter().copied().fold(f64::INFINITY, f64::min);
+        // The cheapest type it accepts (validation has checked it accepts one).
+        let cheapest = prices
+            .iter()
+            .zip(&cluster.device_types)
+            .filter(|(_, t)| spec.accepts(t))
+            .map(|(p, _)| *p)
+            .fold(f64::INFINITY, f64::min);
         let usd = device_h * cheapest;
         if usd > budget {
             return declined(
@@ -162,4 +182,82 @@ pub fn note(j: &JobRecord) -> String {
         Some((unit, s, b)) => format!("{s:.3} of {b} {unit} held"),
         None => "within its budget".into(),
     }
+}
+
+/// The device types a job placed by cost ([`JobSpec::placed_by_cost`]) may run on this
+/// round, by type id of `cluster`: those where its work costs least at `prices`, or
+/// `None` when no type can be costed (the view is then left as it is).
+///
+/// A type's cost is its price × the job's devices ÷ the job's speed there, from its
+/// view's speed table ([`crate::job::job_facts`]): measured on the types it has run
+/// on, and on a type it has not run on, the speed of the type it was first measured
+/// on. So a type it has not tried and that is priced lower is tried once, then judged
+/// by what it measured there; before any measurement every type runs at the same
+/// speed and the lowest price decides. Its devices: those it holds, else `replicas`.
+/// Types it does not accept, or with fewer devices in `cluster` than its
+/// `min_replicas`, are not costed; types within 1e-9 of the least cost are all kept.
+///
+/// A running job stays on its type unless the move pays: the dollars it would save
+/// on its work left (the view's `work_left`, at the two costs) must be more than the
+/// restart costs on the new type (`restart_s`, else 30 s, on its devices at that
+/// type's price).
+pub fn cost_types(
+    job: &JobRecord,
+    view: &JobView,
+    cluster: &ClusterSpec,
+    prices: &[f64],
+) -> Option<Vec<bool>> {
+    let speed = view.speed.as_ref()?;
+    let types = cluster.device_types.len();
+    let n = match view.current.replicas() {
+        0 => job.spec.replicas.max(1),
+        r => r,
+    };
+    let mut capacity = vec![0u32; types];
+    for node in &cluster.nodes {
+        capacity[node.device_type.0 as usize] += node.gpus;
+    }
+    let floor = job.spec.min().max(1);
+    // USD·s per device-hour·work unit: × work ÷ 3600 gives dollars.
+    let cost: Vec<Option<f64>> = (0..types)
+        .map(|t| {
+            let curve = speed.per_type.get(t)?;
+            if curve.points.is_empty() || capacity[t] < floor {
+                return None;
+            }
+            let rate = speed.rate(DeviceTypeId(t as u16), n, true);
+            let price = *prices.get(t)?;
+            (rate > 0.0 && rate.is_finite()).then(|| price * f64::from(n) / rate)
+        })
+        .collect();
+    let best = cost.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    if !best.is_finite() {
+        return None;
+    }
+    let mut keep: Vec<bool> = cost
+        .iter()
+        .map(|c| c.is_some_and(|c| c <= best * (1.0 + 1e-9)))
+        .collect();
+    // A running job on one type: move only when the saving beats the restart.
+    let held_type = view
+        .current
+        .slots()
+        .first()
+        .map(|s| cluster.nodes[s.0 .0 as usize].device_type.0 as usize);
+    let one_type = view
+        .current
+        .slots()
+        .iter()
+        .all(|s| Some(cluster.nodes[s.0 .0 as usize].device_type.0 as usize) == held_type);
+    if let (Some(cur), true) = (held_type, one_type) {
+        if let Some(c_cur) = cost[cur].filter(|_| !keep[cur]) {
+            let to = (0..types).find(|&t| keep[t])?;
+            let saving_usd = (c_cur - best) * view.work_left / 3600.0;
+            let restart_usd = view.restart_s.unwrap_or(30.0) * f64::from(n) * prices[to] / 3600.0;
+            if saving_usd <= restart_usd {
+                keep = (0..types).map(|t| t == cur).collect();
+            }
+        }
+    }
+    Some(keep)
 }

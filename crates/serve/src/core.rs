@@ -297,7 +297,11 @@ impl Core {
         let id = format!("job-{seq}");
         let now = now_ms();
         let mut job = JobRecord::queued(id.clone(), seq, spec, now, crate::auth::new_token());
-        crate::budget::check_on_submit(&job.spec, self.settings.prices.as_deref())?;
+        crate::budget::check_on_submit(
+            &job.spec,
+            &self.settings.cluster,
+            self.settings.prices.as_deref(),
+        )?;
         if job.spec.deadline.is_some() {
             job.deadline = Some(self.admit(&job, now)?);
         }

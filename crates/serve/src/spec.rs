@@ -92,6 +92,13 @@ pub struct JobSpec {
     /// declined on submission. Needs a service with prices. Absent: no budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_usd: Option<f64>,
+    /// Where the job may run among the device types it accepts: `"cheapest"` (the
+    /// type(s) where its work costs the fewest dollars at the service's prices, from
+    /// its measured speed on each type; [`crate::budget::cost_types`]) or `"any"` (the
+    /// policy's choice). Needs a service with prices. Absent: `"cheapest"` for a job
+    /// with `budget_usd`, else `"any"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     /// How `command` is started: `"none"` (default) or `"torchrun"`
     /// ([`crate::launcher`]: nproc, nodes, node rank and master from the allocation).
     #[serde(default, skip_serializing_if = "Launcher::is_none")]
@@ -100,6 +107,16 @@ pub struct JobSpec {
     /// the `torchrun` on the job's PATH (e.g. a venv's python).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<String>,
+}
+
+/// Where a job may be placed among the types it accepts ([`JobSpec::placement`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Wherever the policy places it.
+    Any,
+    /// On the type(s) where its work costs least at the service's prices.
+    Cheapest,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -157,6 +174,15 @@ impl JobSpec {
     /// Parses a spec from JSON; an error names the field path.
     pub fn from_json(bytes: &[u8]) -> Result<JobSpec, ApiError> {
         parse_json(bytes)
+    }
+
+    /// Whether the job is placed on its cheapest type(s): `placement`, else whether it
+    /// has a dollar budget.
+    pub fn placed_by_cost(&self) -> bool {
+        match self.placement {
+            Some(p) => p == Placement::Cheapest,
+            None => self.budget_usd.is_some(),
+        }
     }
 
     pub fn min(&self) -> u32 {

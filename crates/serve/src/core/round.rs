@@ -31,6 +31,9 @@ pub struct PolicyInput {
     policy_s: f64,
     /// Devices others hold per node (`Executor::taken`), left out of `cluster`.
     taken: Vec<u32>,
+    /// Per job (as `ids`), the device types it may use this round when it is placed
+    /// by cost ([`crate::budget::cost_types`]); `None`: those its spec accepts.
+    cost_types: Vec<Option<Vec<bool>>>,
 }
 
 impl PolicyInput {
@@ -94,7 +97,8 @@ impl Core {
             .collect();
         // Stable: equal arrivals keep submission order.
         views.sort_by(|a, b| a.0.arrival_s.total_cmp(&b.0.arrival_s));
-        let (views, ids): (Vec<JobView>, Vec<String>) = views.into_iter().unzip();
+        let (mut views, ids): (Vec<JobView>, Vec<String>) = views.into_iter().unzip();
+        let cost_types = self.restrict_to_cost_types(&mut views, &ids);
         let now_s = now_ms().saturating_sub(self.epoch_ms) as f64 / 1000.0;
         let cluster = cluster.clone();
         self.plan_deadlines(&views, &ids, &cluster, now_s);
@@ -110,6 +114,7 @@ impl Core {
             allocs: Vec::new(),
             policy_s: 0.0,
             taken,
+            cost_types,
         })
     }
 
@@ -131,10 +136,11 @@ impl Core {
             views_ms,
             cluster,
             taken,
+            cost_types,
             ..
         } = input;
         self.policy = Some(policy);
-        let desired = self.desired(ids, allocs, &views, &cluster);
+        let desired = self.desired(ids, allocs, &views, &cluster, &cost_types);
         let (launched, stopped) = self.apply(exec, desired, &taken).await?;
         let round = self.last_round.round + 1;
         let info = RoundInfo {
@@ -301,20 +307,23 @@ impl Core {
         allocs: Vec<Allocation>,
         views: &[JobView],
         cluster: &ClusterSpec,
+        cost_types: &[Option<Vec<bool>>],
     ) -> Vec<(String, Allocation)> {
         if allocs.len() != ids.len() || check_capacity(cluster, &allocs).is_err() {
             return Vec::new();
         }
         ids.into_iter()
             .zip(allocs)
-            .zip(views)
-            .filter(|((_, a), v)| !(a.is_empty() && v.current.is_empty()))
-            .map(|(pair, _)| pair)
-            .filter_map(|(id, a)| {
+            .zip(views.iter().zip(cost_types))
+            .filter(|((_, a), (v, _))| !(a.is_empty() && v.current.is_empty()))
+            .filter_map(|((id, a), (_, by_cost))| {
                 let spec = &self.jobs.get(&id)?.spec;
                 let ok_types = a.slots().iter().all(|&(n, _)| {
                     let ty = cluster.nodes[n.0 as usize].device_type;
                     spec.accepts(&cluster.device_types[ty.0 as usize])
+                        && by_cost
+                            .as_ref()
+                            .is_none_or(|keep| keep.get(ty.0 as usize) == Some(&true))
                 });
                 let r = a.replicas();
                 let a =
@@ -324,6 +333,43 @@ impl Core {
                         a
                     };
                 Some((id, a))
+            })
+            .collect()
+    }
+
+    /// Narrows the views of the jobs placed by cost to their cheapest types this round
+    /// ([`crate::budget::cost_types`]: the other types' speed curves emptied and their
+    /// goodput models dropped, as for a type the spec does not accept), and returns
+    /// each job's kept types (`None`: not narrowed).
+    fn restrict_to_cost_types(
+        &self,
+        views: &mut [JobView],
+        ids: &[String],
+    ) -> Vec<Option<Vec<bool>>> {
+        let Some(prices) = &self.settings.prices else {
+            return vec![None; ids.len()];
+        };
+        views
+            .iter_mut()
+            .zip(ids)
+            .map(|(v, id)| {
+                let job = self.jobs.get(id).filter(|j| j.spec.placed_by_cost())?;
+                let keep = budget::cost_types(job, v, &self.settings.cluster, prices)?;
+                if let Some(speed) = v.speed.as_mut() {
+                    let speed = std::sync::Arc::make_mut(speed);
+                    for (t, curve) in speed.per_type.iter_mut().enumerate() {
+                        if !keep.get(t).copied().unwrap_or(false) {
+                            *curve = Default::default();
+                        }
+                    }
+                }
+                for (t, g) in v.goodput_by_type.iter_mut().enumerate() {
+                    if !keep.get(t).copied().unwrap_or(false) {
+                        *g = None;
+                    }
+                }
+                tracing::debug!(job = %id, ?keep, "placed by cost");
+                Some(keep)
             })
             .collect()
     }

@@ -221,3 +221,141 @@ fn a_dollar_budget_is_spent_at_the_type_s_price_and_checked_on_submission() {
     }
     assert_eq!(prices(&[]).unwrap(), None);
 }
+
+/// A fresh core on `cluster` with `prices` (`TYPE=USD` each), under `fifo`.
+fn priced(name: &str, cluster: &str, prices: &[&str]) -> (tempfile::TempDir, Core) {
+    let (state, mut c) = core(name, cluster, "fifo");
+    let args: Vec<String> = prices.iter().map(|s| s.to_string()).collect();
+    c.settings.prices = crate::budget::parse_prices(&args, &c.settings.cluster).unwrap();
+    (state, c)
+}
+
+fn run_type(c: &Core, id: &str) -> String {
+    c.jobs[id]
+        .run
+        .as_ref()
+        .expect("running")
+        .device_type
+        .clone()
+}
+
+#[test]
+fn a_job_on_a_dollar_budget_runs_where_its_work_costs_least() {
+    let cluster = "1x2:a100,1x2:t4";
+    let job = |extra: &str| {
+        format!(
+            "name = \"a\"\ncommand = [\"true\"]\nreplicas = 2\ntotal_samples = 1000000\n{extra}"
+        )
+    };
+    // Where the policy puts a job of its own accord: that type is made the dear one.
+    let (_s0, mut c) = priced("cost-none", cluster, &["a100=1", "t4=1"]);
+    let fake = Fake::default();
+    let a = submit(&mut c, &job(""));
+    round(&mut c, &fake);
+    let dear = run_type(&c, &a);
+    let cheap = if dear == "a100" { "t4" } else { "a100" };
+    let prices = [format!("{dear}=3"), format!("{cheap}=1")];
+    let prices: Vec<&str> = prices.iter().map(String::as_str).collect();
+    // Nothing measured: every type is as fast, so the lower price decides.
+    let (_s1, mut c) = priced("cost-budget", cluster, &prices);
+    let a = submit(&mut c, &job("budget_usd = 100\n"));
+    round(&mut c, &fake);
+    assert_eq!(run_type(&c, &a), cheap);
+    // Without a budget, or with `placement = "any"`, the policy's own choice.
+    for extra in ["", "budget_usd = 100\nplacement = \"any\"\n"] {
+        let (_s, mut c) = priced("cost-any", cluster, &prices);
+        let a = submit(&mut c, &job(extra));
+        round(&mut c, &fake);
+        assert_eq!(run_type(&c, &a), dear, "{extra}");
+    }
+    // `placement = "cheapest"` without a budget, too.
+    let (_s2, mut c) = priced("cost-cheapest", cluster, &prices);
+    let a = submit(&mut c, &job("placement = \"cheapest\"\n"));
+    round(&mut c, &fake);
+    assert_eq!(run_type(&c, &a), cheap);
+    // Measured ten times faster on the dear type: 3 / 10 per unit of work against 1.
+    let (_s3, mut c) = priced("cost-measured", cluster, &prices);
+    let a = submit(&mut c, &job("budget_usd = 100\n"));
+    let measured = |ty: &str, x: f64| crate::job::Measured {
+        device_type: ty.into(),
+        replicas: 2,
+        throughput: x,
+    };
+    c.jobs.get_mut(&a).unwrap().measured = vec![measured(cheap, 100.0), measured(&dear, 1000.0)];
+    round(&mut c, &fake);
+    assert_eq!(run_type(&c, &a), dear);
+}
+
+#[test]
+fn a_running_job_moves_to_a_cheaper_type_only_when_the_saving_pays_its_restart() {
+    let (_s, mut c) = priced("cost-move", "1x2:a100,1x2:t4", &["a100=3", "t4=1"]);
+    let fake = Fake::default();
+    let a = submit(
+        &mut c,
+        "name = \"a\"\ncommand = [\"true\"]\nreplicas = 2\nbudget_usd = 100\ntotal_samples = 1000\n",
+    );
+    round(&mut c, &fake);
+    assert_eq!(run_type(&c, &a), "t4");
+    let measured = |ty: &str, x: f64| crate::job::Measured {
+        device_type: ty.into(),
+        replicas: 2,
+        throughput: x,
+    };
+    // Cost per sample (USD per device-hour × devices ÷ samples/s, ÷ 3600 for dollars):
+    // t4 at 10 samples/s 1·2/10 = 0.2, a100 at 1,000 samples/s 3·2/1000 = 0.006.
+    // 10 samples left (1,000 − 990): the move saves (0.2 − 0.006)·10/3600 = 0.00054
+    // USD, less than a 30 s restart on 2 a100s (0.05 USD): it stays.
+    let cluster = c.settings.cluster.clone();
+    let prices = c.settings.prices.clone().unwrap();
+    {
+        let j = c.jobs.get_mut(&a).unwrap();
+        j.measured = vec![measured("t4", 10.0), measured("a100", 1000.0)];
+        j.progress.samples = 990;
+    }
+    let view = crate::job::job_view(&c.jobs[&a], &cluster, c.epoch_ms);
+    let keep = crate::budget::cost_types(&c.jobs[&a], &view, &cluster, &prices).unwrap();
+    assert_eq!(keep, vec![false, true]);
+    // 100,000 samples left: saves 5.4 USD, more than the restart: it moves.
+    c.jobs.get_mut(&a).unwrap().spec.total_samples = Some(100_990);
+    let view = crate::job::job_view(&c.jobs[&a], &cluster, c.epoch_ms);
+    let keep = crate::budget::cost_types(&c.jobs[&a], &view, &cluster, &prices).unwrap();
+    assert_eq!(keep, vec![true, false]);
+    // And the round does move it: stopped now, relaunched on a100 once it has exited.
+    round(&mut c, &fake);
+    assert_eq!(c.jobs[&a].state, JobState::Stopping);
+    let first = fake.launches()[0].run_id.clone();
+    fake.exit(&first, RunStatus::Exited(143));
+    round(&mut c, &fake);
+    round(&mut c, &fake);
+    assert_eq!(run_type(&c, &a), "a100");
+}
+
+#[test]
+fn placement_by_cost_needs_prices_and_the_cheapest_type_is_one_the_job_accepts() {
+    let (_s, mut c) = core("cost-bad", "1x2:a100,1x2:t4", "fifo");
+    let spec = |extra: &str| {
+        JobSpec::from_toml(
+            &format!("name = \"a\"\ncommand = [\"true\"]\nreplicas = 2\n{extra}"),
+            "test",
+        )
+    };
+    let e = c
+        .submit(spec("placement = \"cheapest\"\n").unwrap())
+        .unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (400, "placement"), "{e}");
+    assert!(e.message.contains("--price"), "{}", e.message);
+    // `any` asks nothing of the service.
+    c.submit(spec("placement = \"any\"\n").unwrap()).unwrap();
+    let e = spec("placement = \"fastest\"\n").unwrap_err();
+    assert_eq!(e.field, "placement", "{e}");
+    // 1 h on 2 devices: 2 USD on t4, but the job takes a100 only: 6 USD, above 5.
+    let args = vec!["a100=3".to_string(), "t4=1".to_string()];
+    c.settings.prices = crate::budget::parse_prices(&args, &c.settings.cluster).unwrap();
+    let e = c
+        .submit(
+            spec("device_types = [\"a100\"]\nexpected_runtime = \"1h\"\nbudget_usd = 5\n").unwrap(),
+        )
+        .unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (409, "budget_usd"), "{e}");
+    assert!(e.message.contains("at least 6.00"), "{}", e.message);
+}
