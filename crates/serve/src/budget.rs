@@ -96,6 +96,14 @@ pub fn check_on_submit(
                 .into(),
         ));
     }
+    if spec.placement == Some(Placement::Cheapest) && spec.deadline.is_some() {
+        return Err(ApiError::bad(
+            "placement",
+            "a deadline job runs on whichever type it accepts keeps its guarantee, not the \
+             cheapest; drop `placement`, or narrow its types with `device_types`"
+                .into(),
+        ));
+    }
     if spec.budget_usd.is_some() && prices.is_none() {
         return Err(ApiError::bad(
             "budget_usd",

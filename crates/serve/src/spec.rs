@@ -178,11 +178,13 @@ impl JobSpec {
 
     /// Whether the job is placed on its cheapest type(s): `placement`, else whether it
     /// has a dollar budget.
+    /// A deadline job never is: its admitted share may need any type it accepts.
     pub fn placed_by_cost(&self) -> bool {
-        match self.placement {
-            Some(p) => p == Placement::Cheapest,
-            None => self.budget_usd.is_some(),
-        }
+        self.deadline.is_none()
+            && match self.placement {
+                Some(p) => p == Placement::Cheapest,
+                None => self.budget_usd.is_some(),
+            }
     }
 
     pub fn min(&self) -> u32 {

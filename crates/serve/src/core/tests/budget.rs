@@ -348,9 +348,20 @@ fn placement_by_cost_needs_prices_and_the_cheapest_type_is_one_the_job_accepts()
     c.submit(spec("placement = \"any\"\n").unwrap()).unwrap();
     let e = spec("placement = \"fastest\"\n").unwrap_err();
     assert_eq!(e.field, "placement", "{e}");
-    // 1 h on 2 devices: 2 USD on t4, but the job takes a100 only: 6 USD, above 5.
+    // A deadline job keeps its guarantee on any type it accepts.
     let args = vec!["a100=3".to_string(), "t4=1".to_string()];
     c.settings.prices = crate::budget::parse_prices(&args, &c.settings.cluster).unwrap();
+    let e = c
+        .submit(
+            spec("placement = \"cheapest\"\ndeadline = \"1h\"\nexpected_runtime = \"1m\"\n")
+                .unwrap(),
+        )
+        .unwrap_err();
+    assert_eq!((e.status, e.field.as_str()), (400, "placement"), "{e}");
+    let with_deadline = spec("budget_usd = 5\ndeadline = \"1h\"\n").unwrap();
+    assert!(!with_deadline.placed_by_cost());
+    assert!(spec("budget_usd = 5\n").unwrap().placed_by_cost());
+    // 1 h on 2 devices: 2 USD on t4, but the job takes a100 only: 6 USD, above 5.
     let e = c
         .submit(
             spec("device_types = [\"a100\"]\nexpected_runtime = \"1h\"\nbudget_usd = 5\n").unwrap(),
