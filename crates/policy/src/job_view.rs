@@ -125,6 +125,31 @@ impl JobFacts {
     }
 }
 
+/// The global batches a mixed job of `replicas` may use: [`BATCH_GRID`] geometric
+/// steps from the base batch (at least the smallest local batch on every replica) to
+/// the largest batch.
+pub fn batch_grid(replicas: u32, min_local: u64, base_batch: f64, max_batch: f64) -> Vec<u64> {
+    let lo = base_batch
+        .max((min_local * u64::from(replicas)) as f64)
+        .ceil();
+    let hi = max_batch.floor();
+    if !(lo.is_finite() && hi.is_finite()) || lo > hi || lo < 1.0 {
+        return Vec::new();
+    }
+    let q = (hi / lo).powf(1.0 / (BATCH_GRID - 1) as f64);
+    let mut out: Vec<u64> = (0..BATCH_GRID)
+        .map(|i| {
+            if i + 1 == BATCH_GRID {
+                hi as u64
+            } else {
+                (lo * q.powi(i as i32)).round() as u64
+            }
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
 /// A mixed job's models: per group its type's step-time model and memory cap, and
 /// the batch limits common to the groups.
 #[derive(Debug, Clone)]
@@ -138,31 +163,10 @@ pub struct MixModel {
 }
 
 impl MixModel {
-    /// The global batches a job may use here: [`BATCH_GRID`] geometric steps from
-    /// the base batch (at least the smallest local batch on every replica) to the
-    /// largest batch.
+    /// The global batches a job may use here ([`batch_grid`]).
     pub fn batches(&self) -> Vec<u64> {
         let replicas: u32 = self.groups.iter().map(|g| g.replicas).sum();
-        let lo = self
-            .base_batch
-            .max((self.min_local * u64::from(replicas)) as f64)
-            .ceil();
-        let hi = self.max_batch.floor();
-        if !(lo.is_finite() && hi.is_finite()) || lo > hi || lo < 1.0 {
-            return Vec::new();
-        }
-        let q = (hi / lo).powf(1.0 / (BATCH_GRID - 1) as f64);
-        let mut out: Vec<u64> = (0..BATCH_GRID)
-            .map(|i| {
-                if i + 1 == BATCH_GRID {
-                    hi as u64
-                } else {
-                    (lo * q.powi(i as i32)).round() as u64
-                }
-            })
-            .collect();
-        out.dedup();
-        out
+        batch_grid(replicas, self.min_local, self.base_batch, self.max_batch)
     }
 
     fn job(&self, batch: u64) -> MixedJob {

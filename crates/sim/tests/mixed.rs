@@ -3,8 +3,11 @@
 //! devices), the flag off changes nothing, and `sia-pacer-mix` without it is
 //! `sia-pacer`.
 
+mod common;
+
+use common::Pin;
 use pacer_model::{Allocation, ClusterSpec, JobSpec, NodeId};
-use pacer_policy::{ClusterView, Policy};
+use pacer_policy::Policy;
 use pacer_sim::apps::{load_sia_dir, load_sia_dir_with};
 use pacer_sim::{SimConfig, SimJob, Simulation, Work};
 
@@ -38,18 +41,17 @@ fn apps(tag: &str, slow: f64) -> Vec<pacer_sim::AppModel> {
         }
         s
     };
-    for (f, text) in [
-        ("bert/placements-fast.csv", table(1.0)),
-        ("bert/scalability-fast.csv", scal(1.0)),
-        ("bert/placements-slow.csv", table(slow)),
-        ("bert/scalability-slow.csv", scal(slow)),
-        ("bert/validation-16.csv", VAL.to_string()),
-        ("bert/validation-1024.csv", VAL.to_string()),
-    ] {
-        let p = root.join(f);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    common::write_files(
+        &root,
+        &[
+            ("bert/placements-fast.csv", table(1.0)),
+            ("bert/scalability-fast.csv", scal(1.0)),
+            ("bert/placements-slow.csv", table(slow)),
+            ("bert/scalability-slow.csv", scal(slow)),
+            ("bert/validation-16.csv", VAL.to_string()),
+            ("bert/validation-1024.csv", VAL.to_string()),
+        ],
+    );
     load_sia_dir(&root, false).unwrap()
 }
 
@@ -68,24 +70,6 @@ fn jobs(n: usize) -> Vec<SimJob> {
             work: Work::Profiled { app: 0 },
         })
         .collect()
-}
-
-/// Gives job 0 the same devices every round.
-struct Pin {
-    alloc: Allocation,
-    adaptive: bool,
-}
-
-impl Policy for Pin {
-    fn name(&self) -> &'static str {
-        "pin"
-    }
-    fn adaptive_batch(&self) -> bool {
-        self.adaptive
-    }
-    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
-        view.jobs.iter().map(|_| self.alloc.clone()).collect()
-    }
 }
 
 /// `n` jobs under `policy` on one node of two devices per type; all must finish.
@@ -283,18 +267,17 @@ fn fabric_apps(tag: &str, slow_sync: f64, fabric: Option<&str>) -> Vec<pacer_sim
         }
         s
     };
-    for (f, text) in [
-        ("bert/placements-fast.csv", table(1.0, 0.03)),
-        ("bert/scalability-fast.csv", scal(1.0, 0.03)),
-        ("bert/placements-slow.csv", table(1.5, slow_sync)),
-        ("bert/scalability-slow.csv", scal(1.5, slow_sync)),
-        ("bert/validation-16.csv", VAL.to_string()),
-        ("bert/validation-1024.csv", VAL.to_string()),
-    ] {
-        let p = root.join(f);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    common::write_files(
+        &root,
+        &[
+            ("bert/placements-fast.csv", table(1.0, 0.03)),
+            ("bert/scalability-fast.csv", scal(1.0, 0.03)),
+            ("bert/placements-slow.csv", table(1.5, slow_sync)),
+            ("bert/scalability-slow.csv", scal(1.5, slow_sync)),
+            ("bert/validation-16.csv", VAL.to_string()),
+            ("bert/validation-1024.csv", VAL.to_string()),
+        ],
+    );
     load_sia_dir_with(&root, false, fabric).unwrap()
 }
 

@@ -2,28 +2,17 @@
 //! another (a mix, `--mixed-types`), and on 16 of the first type, on 2-device nodes
 //! (docs/mixed-types.md, "Why the balanced estimate is small"), on the tables as
 //! measured and under the `--shared-fabric dgx-ext` what-if; and, per application and
-//! type, the fitted model's step (what a mix runs on) against the tables' (what a
-//! one-type job runs on) at 8 and 16 devices on 2-device nodes. Needs Sia's tables:
+//! type, the fitted model's step (what a policy values) against the tables' (what one-type
+//! jobs and mixes run on) at 8 and 16 devices on 2-device nodes. Needs Sia's tables:
 //! `PACER_SIA_TRACES=../shared/data/sia/traces cargo test --release -p pacer-sim \
 //! --test mixed_sia_pairs -- --ignored --nocapture`.
 
+mod common;
+
+use common::Pin;
 use pacer_model::{Allocation, ClusterSpec, JobSpec, NodeId};
-use pacer_policy::{ClusterView, Policy};
 use pacer_sim::apps::load_sia_dir_with;
 use pacer_sim::{SimConfig, SimJob, Simulation, Work};
-
-struct Pin(Allocation);
-impl Policy for Pin {
-    fn name(&self) -> &'static str {
-        "pin"
-    }
-    fn adaptive_batch(&self) -> bool {
-        true
-    }
-    fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
-        view.jobs.iter().map(|_| self.0.clone()).collect()
-    }
-}
 
 #[test]
 #[ignore = "needs Sia's tables (PACER_SIA_TRACES)"]
@@ -85,9 +74,10 @@ fn pairs(apps: &[pacer_sim::AppModel]) {
                     ..SimConfig::default()
                 },
             };
-            let mut p = Pin(Allocation::from_pairs(
-                slots.into_iter().map(|(n, c)| (NodeId(n), c)),
-            ));
+            let mut p = Pin {
+                alloc: Allocation::from_pairs(slots.into_iter().map(|(n, c)| (NodeId(n), c))),
+                adaptive: true,
+            };
             sim.run(&mut p, |_| {}).unwrap().summary.avg_jct_s
         };
         for (a, b) in [

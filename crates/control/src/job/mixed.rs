@@ -138,17 +138,73 @@ const SETTLED_AFTER: u32 = 64;
 /// The balanced step of `job` under the worker-level controller `controller`
 /// (`lbbsp`, `pid`, `uniform`, … — [`crate::worker::CONTROLLERS`]).
 pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, MixedError> {
-    let (problem, micro) = prepare(job)?;
-    let mut perf = Vec::with_capacity(problem.n_workers());
-    for g in &job.groups {
-        for _ in 0..g.replicas {
-            perf.push(g.perf);
-        }
-    }
-    let micro_batches = micro as u32;
+    check_models(job)?;
+    let caps = caps_of(job);
+    // Time is affine in the batch (α + β·b per micro-batch): GPU-like whenever a
+    // constant part exists, which selects LB-BSP's shift rule as the runtime would.
+    let gpu_like = job.groups.iter().any(|g| g.perf.alpha_c > 0.0);
+    let b = balance_with(
+        &caps,
+        job.global_batch,
+        job.min_local,
+        gpu_like,
+        controller,
+        |g, local, micro| {
+            let p = &job.groups[g].perf;
+            micro as f64 * p.alpha_c + p.beta_c * local as f64
+        },
+    )?;
+    let slowest = b.compute_s.iter().copied().fold(0.0, f64::max);
+    let (network_s, step_s) = step_after_compute(job, slowest, u64::from(b.micro_batches));
+    Ok(MixedStep {
+        local: b.local,
+        micro_batches: b.micro_batches,
+        compute_s: b.compute_s,
+        network_s,
+        step_s,
+        settle_iterations: b.settle_iterations,
+    })
+}
+
+/// Local batches the worker level settles on ([`balance_with`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Balanced {
+    /// Local batch (per step, all micro-batches together) of every replica, groups in
+    /// order, replicas of a group consecutive.
+    pub local: Vec<u64>,
+    /// Micro-batches per step (1 = no accumulation).
+    pub micro_batches: u32,
+    /// Compute seconds of every replica's step at its local batch.
+    pub compute_s: Vec<f64>,
+    /// Controller iterations the worker level took to settle.
+    pub settle_iterations: u32,
+    /// Group of every replica.
+    pub group: Vec<usize>,
+}
+
+/// The worker level's local batches for replicas in groups `caps` (replicas, largest
+/// local batch of one micro-batch), whose compute time per step is
+/// `compute(group, local batch, micro-batches)` seconds: the controller `controller`
+/// fed each replica's compute time at its current batch, run until the batches have
+/// not changed for 64 iterations (at most 2,000). Every replica runs the same number of
+/// micro-batches, the fewest that hold `global_batch`. [`balanced_step`] composes it
+/// with Pollux's model; the simulator with a type's measured tables.
+pub fn balance_with(
+    caps: &[(u32, u64)],
+    global_batch: u64,
+    min_local: u64,
+    gpu_like: bool,
+    controller: &str,
+    compute: impl Fn(usize, u64, u64) -> f64,
+) -> Result<Balanced, MixedError> {
+    let (problem, micro) = problem_of(caps, global_batch, min_local, gpu_like)?;
+    let group: Vec<usize> = caps
+        .iter()
+        .enumerate()
+        .flat_map(|(g, &(n, _))| std::iter::repeat_n(g, n as usize))
+        .collect();
     let mut ctrl = make_controller(controller, &problem)
         .ok_or_else(|| MixedError::UnknownController(controller.to_string()))?;
-    let compute = |b: u64, p: &PerfParams| micro as f64 * p.alpha_c + p.beta_c * b as f64;
     let mut batches = problem.uniform();
     let mut compute_s = vec![0.0; batches.len()];
     let mut speed = vec![0.0; batches.len()];
@@ -156,10 +212,11 @@ pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, Mixe
     let (mut still, mut settle) = (0u32, 0u32);
     while settle < MAX_SETTLE && still < SETTLED_AFTER {
         for i in 0..batches.len() {
-            compute_s[i] = compute(batches[i], &perf[i]);
+            compute_s[i] = compute(group[i], batches[i], micro);
             // Samples/s at the current batch: what the runtime's predictors report
             // for a worker whose speed does not change.
-            speed[i] = batches[i].max(1) as f64 / compute(batches[i].max(1), &perf[i]);
+            let b = batches[i].max(1);
+            speed[i] = b as f64 / compute(group[i], b, micro);
         }
         next.copy_from_slice(&batches);
         ctrl.decide(
@@ -178,17 +235,14 @@ pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, Mixe
         }
     }
     for i in 0..batches.len() {
-        compute_s[i] = compute(batches[i], &perf[i]);
+        compute_s[i] = compute(group[i], batches[i], micro);
     }
-    let slowest = compute_s.iter().copied().fold(0.0, f64::max);
-    let (network_s, step_s) = step_after_compute(job, slowest, micro);
-    Ok(MixedStep {
+    Ok(Balanced {
         local: batches,
-        micro_batches,
+        micro_batches: micro as u32,
         compute_s,
-        network_s,
-        step_s,
         settle_iterations: settle,
+        group,
     })
 }
 
@@ -201,7 +255,9 @@ pub fn balanced_step(job: &MixedJob, controller: &str) -> Result<MixedStep, Mixe
 /// controller iterations, for callers that evaluate many configurations (a policy's
 /// candidates). Seconds per step.
 pub fn equal_finish_step_s(job: &MixedJob) -> Result<f64, MixedError> {
-    let (problem, micro) = prepare(job)?;
+    check_models(job)?;
+    let caps = caps_of(job);
+    let (problem, micro) = problem_of(&caps, job.global_batch, job.min_local, true)?;
     let k = micro as f64;
     let lo = job.min_local.max(1) as f64;
     let groups: Vec<(f64, f64, f64, f64)> = job
@@ -240,9 +296,16 @@ pub fn equal_finish_step_s(job: &MixedJob) -> Result<f64, MixedError> {
     Ok(step_after_compute(job, slowest, micro).1)
 }
 
-/// Checks `job` and builds the worker level's problem (one worker per replica, bounds
-/// `min_local … max_atomic × micro-batches`) with the micro-batches per step.
-fn prepare(job: &MixedJob) -> Result<(BatchProblem, u64), MixedError> {
+/// (replicas, largest local batch of one micro-batch) of every group of `job`.
+fn caps_of(job: &MixedJob) -> Vec<(u32, u64)> {
+    job.groups
+        .iter()
+        .map(|g| (g.replicas, g.max_atomic))
+        .collect()
+}
+
+/// Checks `job`'s models and node count.
+fn check_models(job: &MixedJob) -> Result<(), MixedError> {
     let replicas: u32 = job.groups.iter().map(|g| g.replicas).sum();
     if replicas == 0 {
         return Err(MixedError::NoReplicas);
@@ -264,12 +327,6 @@ fn prepare(job: &MixedJob) -> Result<(BatchProblem, u64), MixedError> {
                 what: "gamma must be finite and ≥ 1",
             });
         }
-        if g.replicas > 0 && g.max_atomic == 0 {
-            return Err(MixedError::BadGroup {
-                group: i,
-                what: "max_atomic must be ≥ 1",
-            });
-        }
     }
     if job.nodes == 0 || job.nodes > replicas {
         return Err(MixedError::Nodes {
@@ -277,35 +334,46 @@ fn prepare(job: &MixedJob) -> Result<(BatchProblem, u64), MixedError> {
             replicas,
         });
     }
-    // Per-replica model and cap, groups in order.
-    let mut perf = Vec::with_capacity(replicas as usize);
-    let mut cap = Vec::with_capacity(replicas as usize);
-    for g in &job.groups {
-        for _ in 0..g.replicas {
-            perf.push(g.perf);
-            cap.push(g.max_atomic);
-        }
+    Ok(())
+}
+
+/// The worker level's problem of groups `caps` (replicas, largest local batch of one
+/// micro-batch): one worker per replica, bounds `min_local … cap × micro-batches`,
+/// with the micro-batches per step.
+fn problem_of(
+    caps: &[(u32, u64)],
+    global_batch: u64,
+    min_local: u64,
+    gpu_like: bool,
+) -> Result<(BatchProblem, u64), MixedError> {
+    if caps.iter().all(|c| c.0 == 0) {
+        return Err(MixedError::NoReplicas);
     }
-    let per_micro: u64 = cap.iter().fold(0u64, |a, &c| a.saturating_add(c));
-    let micro = job.global_batch.div_ceil(per_micro.max(1)).max(1);
+    if let Some(group) = caps.iter().position(|&(n, c)| n > 0 && c == 0) {
+        return Err(MixedError::BadGroup {
+            group,
+            what: "max_atomic must be ≥ 1",
+        });
+    }
+    let per_micro: u64 = caps.iter().fold(0u64, |a, &(n, c)| {
+        a.saturating_add(c.saturating_mul(u64::from(n)))
+    });
+    let micro = global_batch.div_ceil(per_micro.max(1)).max(1);
     u32::try_from(micro).map_err(|_| {
         MixedError::Batch(BatchError::CapsTooSmall {
             sum_max: per_micro,
-            global_batch: job.global_batch,
+            global_batch,
         })
     })?;
-    let bounds: Vec<BatchBounds> = cap
+    let bounds: Vec<BatchBounds> = caps
         .iter()
-        .map(|&c| BatchBounds {
-            min: job.min_local.max(1),
+        .flat_map(|&(n, c)| std::iter::repeat_n(c, n as usize))
+        .map(|c| BatchBounds {
+            min: min_local.max(1),
             max: c.saturating_mul(micro),
         })
         .collect();
-    // Time is affine in the batch (α + β·b per micro-batch): GPU-like whenever a
-    // constant part exists, which selects LB-BSP's shift rule as the runtime would.
-    let gpu_like = perf.iter().any(|p| p.alpha_c > 0.0);
-    let problem =
-        BatchProblem::new(job.global_batch, bounds, gpu_like).map_err(MixedError::Batch)?;
+    let problem = BatchProblem::new(global_batch, bounds, gpu_like).map_err(MixedError::Batch)?;
     Ok((problem, micro))
 }
 

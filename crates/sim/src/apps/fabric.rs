@@ -10,9 +10,9 @@
 //! `TYPE`'s tables: the exact placement where measured, else their interpolation over
 //! nodes and replicas, clamped at `TYPE`'s largest measured node count), and its step
 //! becomes `compute + that sync`. Rows on one node keep their own (intra-node) sync.
-//! Everything downstream follows from the changed tables: one-type jobs run on them,
-//! each type's fitted model (what policies see, and what a mixed allocation runs on) is
-//! fitted to them, online fits learn from them. So the what-if changes a one-type job
+//! Everything downstream follows from the changed tables: one-type jobs and mixed
+//! allocations run on them, each type's fitted model (what policies see) is fitted to
+//! them, online fits learn from them. So the what-if changes a one-type job
 //! across nodes exactly as it changes a mix, and a comparison of policies under it is
 //! like for like.
 

@@ -32,7 +32,8 @@ mod tables;
 
 pub use sia::{load_sia_dir, load_sia_dir_with, SIA_APPS};
 pub use tables::canonical_placement;
-use tables::{build_tables, fit_table, table_step_time, Curve, Level};
+pub(crate) use tables::Resolved;
+use tables::{build_tables, fit_table, resolve, table_step_time, Curve, Level};
 
 use pacer_model::profile::{self, AppProfile};
 use pacer_model::ParseError;
@@ -270,6 +271,29 @@ pub struct TypedTables {
     /// a job starts with on a type it has not run on anywhere (online profiles,
     /// `crates/sim/src/engine/online.rs`).
     pub bootstrap: Option<pacer_predict::goodput::PerfParams>,
+    /// A hash of every measured row (type name, placements, scalability): what a
+    /// cache of results computed from these tables is keyed by.
+    pub(crate) fingerprint: u64,
+}
+
+/// A deterministic hash of one type's measured rows ([`TypedTables::fingerprint`]).
+fn fingerprint(t: &TypeProfile) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    t.device_type.hash(&mut h);
+    for r in &t.placements {
+        r.placement.hash(&mut h);
+        for v in [r.local_bsz, r.step_time_s, r.sync_time_s] {
+            v.to_bits().hash(&mut h);
+        }
+    }
+    for r in &t.scalability {
+        (r.num_nodes, r.num_replicas).hash(&mut h);
+        for v in [r.local_bsz, r.step_time_s, r.sync_time_s] {
+            v.to_bits().hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 /// One device type's measured tables, as read from `placements-<type>.csv` and
@@ -370,6 +394,7 @@ impl AppModel {
                 .map(|r| (r.num_nodes, r.num_replicas, r.local_bsz))
                 .collect();
             m.typed.push(TypedTables {
+                fingerprint: fingerprint(&t),
                 min_local_bsz: lo,
                 placement_max,
                 replicas_max,
@@ -482,6 +507,13 @@ impl AppModel {
 
     pub fn name(&self) -> &str {
         &self.profile.name
+    }
+
+    /// The rows of `typed()[k]`'s tables that `placement` reads, found once
+    /// ([`AppModel::step_time_on`] at any local batch, without the look-up).
+    pub(crate) fn table_at(&self, k: usize, placement: &[u32]) -> Resolved<'_> {
+        let t = &self.typed[k];
+        resolve(&t.exact, t.max_exact_nodes, &t.levels, placement)
     }
 
     /// `(step_time_s, sync_time_s)` of one optimiser step without accumulation.

@@ -8,7 +8,7 @@ type PointsByShape = std::collections::BTreeMap<(u32, u32), Vec<(f64, f64, f64)>
 
 /// Step/sync time samples of one (nodes, replicas) level, sorted by local batch.
 #[derive(Debug, Clone)]
-pub(super) struct Curve {
+pub(crate) struct Curve {
     bsz: Vec<f64>,
     step: Vec<f64>,
     sync: Vec<f64>,
@@ -61,7 +61,7 @@ impl Curve {
 
 /// One node-count level of the scattered grid: replica counts with their curves.
 #[derive(Debug, Clone)]
-pub(super) struct Level {
+pub(crate) struct Level {
     nodes: u32,
     replicas: Vec<(u32, Curve)>,
 }
@@ -129,15 +129,57 @@ pub(super) fn table_step_time(
     placement: &[u32],
     atomic_bsz: f64,
 ) -> (f64, f64) {
+    resolve(exact, max_exact_nodes, levels, placement).at(atomic_bsz)
+}
+
+/// The rows of one table set a placement reads, found once: the placement's own
+/// measured curve (up to rotation), else the interpolation grid at its node count
+/// (clamped at the largest measured) and replica count. [`Resolved::at`] is then
+/// [`table_step_time`] at any local batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resolved<'a> {
+    Exact(&'a Curve),
+    Grid {
+        levels: &'a [Level],
+        nodes: u32,
+        replicas: u32,
+    },
+}
+
+impl Resolved<'_> {
+    /// `(step, sync)` seconds at local batch `b`.
+    pub(crate) fn at(&self, b: f64) -> (f64, f64) {
+        match *self {
+            Resolved::Exact(c) => c.at(b),
+            Resolved::Grid {
+                levels,
+                nodes,
+                replicas,
+            } => interpolate(levels, nodes, replicas, b),
+        }
+    }
+}
+
+/// [`Resolved`] rows of `placement` in one table set.
+pub(super) fn resolve<'a>(
+    exact: &'a std::collections::HashMap<Vec<u32>, Curve>,
+    max_exact_nodes: usize,
+    levels: &'a [Level],
+    placement: &[u32],
+) -> Resolved<'a> {
     let used = placement.iter().filter(|&&x| x > 0).count();
     if used <= max_exact_nodes {
         if let Some(c) = exact.get(&canonical_placement(placement)) {
-            return c.at(atomic_bsz);
+            return Resolved::Exact(c);
         }
     }
     let nodes = (used as u32).min(levels.last().map(|l| l.nodes).unwrap_or(1));
     let replicas: u32 = placement.iter().sum();
-    interpolate(levels, nodes, replicas, atomic_bsz)
+    Resolved::Grid {
+        levels,
+        nodes,
+        replicas,
+    }
 }
 
 fn level_at(level: &Level, replicas: u32, b: f64) -> (f64, f64) {

@@ -2,31 +2,29 @@
 //! docs/mixed-types.md, "In the simulator").
 //!
 //! A profiled job of a per-type application whose allocation spans several device
-//! types progresses at the balanced step of `pacer_control::job::mixed`: each type's
-//! step-time model (the one fitted to that type's measured table, [`TypedTables::perf`])
-//! at the local batch the worker level's own controller (`lbbsp`) gives its replicas,
-//! one all-reduce over the slowest link, and the statistical efficiency of the whole
-//! global batch. The global batch is the job's choice: the one it asked for under a
-//! fixed-batch policy, else the best of a geometric grid for goodput under the models
-//! it knows (the same ones the policy sees), as one-type jobs choose theirs.
+//! types progresses on its types' **measured tables** ([`TableMix`]), as a job on one
+//! type does: per type, the rows its tables hold at the allocation's placement give
+//! the compute (`step − sync`) of one replica at any local batch; the worker level's
+//! own controller (`lbbsp`) balances the local batches over those compute curves; the
+//! step is the slowest replica's compute plus the largest synchronisation of the
+//! types involved at that placement, each at its replicas' local batch; and the
+//! statistical efficiency is the whole global batch's. On one type this is exactly
+//! the one-type step (compute × micro-batches + sync). The global batch is the job's
+//! choice: the one it asked for under a fixed-batch policy, else the best of a
+//! geometric grid for goodput under the models it knows (the fitted or online models
+//! its view carries, what the policy sees too), as one-type jobs choose theirs.
 //!
-//! `balanced_step` runs the controller until the batches settle (hundreds of
-//! iterations): its step time is kept per (type models, replicas, memory caps, nodes,
-//! global batch) in a per-thread cache, so jobs of one application on the same mix
-//! and batch share one computation. Choices among many candidates — the job's global
-//! batch, the policy's configurations ([`ViewMix`]) — use the same controller's fixed
-//! point in closed form (`equal_finish_step_s`, within 1.5 % of `balanced_step` in its
-//! tests); the progress a job makes uses `balanced_step` itself.
-//!
-//! [`TypedTables::perf`]: crate::apps::TypedTables::perf
+//! Settling the controller takes hundreds of iterations: step times are kept per
+//! (types' tables, replicas, memory caps, placement, global batch) in a per-thread
+//! cache, so jobs of one application on the same mix and batch share one computation.
 
 use super::progress::spend_in_epoch;
 use super::{BatchMode, JobState, Simulation};
-use crate::apps::AppModel;
-use pacer_control::job::mixed::{balanced_step, MixedJob, TypeGroup};
+use crate::apps::{AppModel, Resolved};
+use pacer_control::job::mixed::balance_with;
 use pacer_model::{Allocation, DeviceTypeId};
-pub use pacer_policy::job_view::{MixModel, ViewMix};
-use pacer_predict::goodput::{GoodputFn, GradParams};
+pub use pacer_policy::job_view::{batch_grid, MixModel, ViewMix};
+use pacer_predict::goodput::GradParams;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -39,56 +37,106 @@ thread_local! {
     static STEPS: RefCell<HashMap<Vec<u64>, Option<f64>>> = RefCell::new(HashMap::new());
 }
 
-/// Seconds per step of `groups` on `nodes` nodes at global batch `batch`, balanced by
-/// [`CONTROLLER`] ([`balanced_step`]); `None` when the replicas cannot hold the batch.
-pub fn step_s(groups: &[TypeGroup], nodes: u32, batch: u64, min_local: u64) -> Option<f64> {
-    let mut key = Vec::with_capacity(3 + 9 * groups.len());
-    key.extend([u64::from(nodes), batch, min_local]);
-    for g in groups {
-        let p = &g.perf;
-        key.extend(
-            [
-                p.alpha_c, p.beta_c, p.alpha_n, p.beta_n, p.alpha_r, p.beta_r, p.gamma,
-            ]
-            .map(f64::to_bits),
-        );
-        key.extend([u64::from(g.replicas), g.max_atomic]);
+/// One type's part of a mixed allocation: its tables' rows at the allocation's
+/// placement, its replicas and the largest local batch measured on it (memory).
+#[derive(Debug, Clone, Copy)]
+pub struct TableGroup<'a> {
+    rows: Resolved<'a>,
+    pub replicas: u32,
+    pub max_atomic: u64,
+    /// The tables' fingerprint (the cache's key).
+    tables: u64,
+}
+
+/// The ground truth of a job on a mixed allocation: its types' measured tables.
+#[derive(Debug, Clone)]
+pub struct TableMix<'a> {
+    /// Types ascending.
+    pub groups: Vec<TableGroup<'a>>,
+    /// Devices per node of the whole allocation: the row shape every type's tables
+    /// are read at.
+    pub placement: Vec<u32>,
+    /// Smallest local batch of a replica (the largest of the types' smallest).
+    pub min_local: u64,
+    pub base_batch: f64,
+    pub max_batch: f64,
+}
+
+/// One balanced step on the tables ([`TableMix::step`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableStep {
+    /// Local batch (all micro-batches) of every replica, groups in order.
+    pub local: Vec<u64>,
+    pub micro_batches: u32,
+    /// Compute seconds of every replica's step: micro-batches × the table's
+    /// `step − sync` at its micro-batch.
+    pub compute_s: Vec<f64>,
+    /// The largest of the replicas' table sync at their micro-batch.
+    pub sync_s: f64,
+    /// The slowest replica's compute plus `sync_s`.
+    pub step_s: f64,
+}
+
+impl TableMix<'_> {
+    /// The global batches the job may use ([`batch_grid`]).
+    pub fn batches(&self) -> Vec<u64> {
+        let replicas: u32 = self.groups.iter().map(|g| g.replicas).sum();
+        batch_grid(replicas, self.min_local, self.base_batch, self.max_batch)
     }
-    if let Some(s) = STEPS.with(|c| c.borrow().get(&key).copied()) {
-        return s;
+
+    /// The step at global batch `batch`, computed: local batches by [`CONTROLLER`]
+    /// over each type's table compute at the placement (`balance_with`), then the
+    /// slowest compute plus the largest sync; `None` when the replicas cannot hold
+    /// the batch.
+    pub fn step(&self, batch: u64) -> Option<TableStep> {
+        let caps: Vec<(u32, u64)> = self
+            .groups
+            .iter()
+            .map(|g| (g.replicas, g.max_atomic))
+            .collect();
+        let compute = |g: usize, local: u64, micro: u64| {
+            let (step, sync) = self.groups[g].rows.at(local as f64 / micro as f64);
+            micro as f64 * (step - sync).max(1e-9)
+        };
+        let b = balance_with(&caps, batch, self.min_local, true, CONTROLLER, compute).ok()?;
+        let micro = f64::from(b.micro_batches);
+        let sync_s = b
+            .local
+            .iter()
+            .zip(&b.group)
+            .map(|(&l, &g)| self.groups[g].rows.at(l as f64 / micro).1)
+            .fold(0.0, f64::max);
+        let slowest = b.compute_s.iter().copied().fold(0.0, f64::max);
+        let step_s = slowest + sync_s;
+        (step_s.is_finite() && step_s > 0.0).then_some(TableStep {
+            local: b.local,
+            micro_batches: b.micro_batches,
+            compute_s: b.compute_s,
+            sync_s,
+            step_s,
+        })
     }
-    let job = MixedJob {
-        groups: groups.to_vec(),
-        nodes,
-        global_batch: batch,
-        min_local,
-    };
-    let s = balanced_step(&job, CONTROLLER)
-        .ok()
-        .map(|s| s.step_s)
-        .filter(|s| s.is_finite() && *s > 0.0);
-    STEPS.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= MAX_CACHED {
-            c.clear();
+
+    /// Seconds per step at global batch `batch` ([`TableMix::step`], cached).
+    pub fn step_s(&self, batch: u64) -> Option<f64> {
+        let mut key = Vec::with_capacity(3 + 3 * self.groups.len() + self.placement.len());
+        key.extend([batch, self.min_local, self.groups.len() as u64]);
+        for g in &self.groups {
+            key.extend([g.tables, u64::from(g.replicas), g.max_atomic]);
         }
-        c.insert(key, s);
-    });
-    s
-}
-
-/// A mixed job's step time as the simulator advances it: [`step_s`], the worker
-/// level's controller run until it settles (cached), on a [`MixModel`] (the model
-/// and [`ViewMix`], the goodput a policy sees, live with the one `JobView` builder,
-/// `pacer_policy::job_view`).
-pub trait BalancedStep {
-    /// Seconds per step at global batch `batch`.
-    fn step_s(&self, batch: u64) -> Option<f64>;
-}
-
-impl BalancedStep for MixModel {
-    fn step_s(&self, batch: u64) -> Option<f64> {
-        step_s(&self.groups, self.nodes, batch, self.min_local)
+        key.extend(self.placement.iter().map(|&c| u64::from(c)));
+        if let Some(s) = STEPS.with(|c| c.borrow().get(&key).copied()) {
+            return s;
+        }
+        let s = self.step(batch).map(|s| s.step_s);
+        STEPS.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.len() >= MAX_CACHED {
+                c.clear();
+            }
+            c.insert(key, s);
+        });
+        s
     }
 }
 
@@ -106,43 +154,53 @@ pub fn groups_of(sim: &Simulation<'_>, alloc: &Allocation) -> Vec<(DeviceTypeId,
     out
 }
 
+/// The ground truth of `alloc` for `app` ([`TableMix`]): `None` unless it spans
+/// several types, every one with tables.
+pub fn table_mix<'a>(
+    sim: &Simulation<'_>,
+    app: &'a AppModel,
+    alloc: &Allocation,
+) -> Option<TableMix<'a>> {
+    let groups = groups_of(sim, alloc);
+    if groups.len() < 2 || app.typed().is_empty() {
+        return None;
+    }
+    let placement = alloc.placement();
+    let mut min_local = 1u64;
+    let mut out = Vec::with_capacity(groups.len());
+    for &(ty, replicas) in &groups {
+        let name = &sim.cluster.device_types[ty.0 as usize];
+        let k = app.type_index(name)?;
+        let (lo, hi) = app.local_bsz_range_on(Some(name));
+        min_local = min_local.max(lo.ceil().max(1.0) as u64);
+        out.push(TableGroup {
+            rows: app.table_at(k, &placement),
+            replicas,
+            max_atomic: hi.floor().max(1.0) as u64,
+            tables: app.typed()[k].fingerprint,
+        });
+    }
+    Some(TableMix {
+        groups: out,
+        placement,
+        min_local,
+        base_batch: app.init_batch,
+        max_batch: app.max_batch,
+    })
+}
+
 impl Simulation<'_> {
-    /// The ground truth of a mixed allocation of a per-type application: each type's
-    /// fitted model and measured largest local batch. `None` when the mix is off,
-    /// the allocation holds one type, or a type has no fitted model.
-    pub(super) fn mixed_truth(&self, app: &AppModel, alloc: &Allocation) -> Option<MixModel> {
-        if !self.config.mixed_types || app.typed().is_empty() {
+    /// The ground truth of a mixed allocation of a per-type application
+    /// ([`table_mix`]); `None` when the mix is off or the allocation holds one type.
+    pub(super) fn mixed_truth<'a>(
+        &self,
+        app: &'a AppModel,
+        alloc: &Allocation,
+    ) -> Option<TableMix<'a>> {
+        if !self.config.mixed_types {
             return None;
         }
-        let groups = groups_of(self, alloc);
-        if groups.len() < 2 {
-            return None;
-        }
-        let by_type: Vec<Option<GoodputFn>> = groups
-            .iter()
-            .map(|&(ty, _)| {
-                let name = &self.cluster.device_types[ty.0 as usize];
-                let t = &app.typed()[app.type_index(name)?];
-                let (min_atomic, max_atomic) = app.local_bsz_range_on(Some(name));
-                Some(GoodputFn {
-                    perf: t.perf?,
-                    grad: GradParams { sqr: 1.0, var: 0.0 },
-                    limits: pacer_predict::goodput::BatchLimits {
-                        base_batch: app.init_batch,
-                        max_batch: app.max_batch,
-                        min_atomic,
-                        max_atomic,
-                        accumulation: true,
-                    },
-                })
-            })
-            .collect();
-        let local: Vec<(DeviceTypeId, u32)> = groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (DeviceTypeId(i as u16), g.1))
-            .collect();
-        MixModel::from_view(&by_type, &local, alloc.slots().len() as u32).map(|m| m.0)
+        table_mix(self, app, alloc)
     }
 
     /// Chooses the global batch of a job that just got a mixed allocation (or whose
@@ -225,68 +283,5 @@ impl Simulation<'_> {
                 self.update_mixed_batch(app, mode, st);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use pacer_predict::goodput::PerfParams;
-
-    fn perf(beta_c: f64) -> PerfParams {
-        PerfParams {
-            alpha_c: 0.01,
-            beta_c,
-            alpha_n: 0.02,
-            beta_n: 0.001,
-            alpha_r: 0.005,
-            beta_r: 0.0005,
-            gamma: 1.5,
-        }
-    }
-
-    #[test]
-    fn the_cached_step_is_balanced_step_s_own() {
-        let groups = vec![
-            TypeGroup {
-                perf: perf(0.001),
-                replicas: 4,
-                max_atomic: 128,
-            },
-            TypeGroup {
-                perf: perf(0.003),
-                replicas: 2,
-                max_atomic: 64,
-            },
-        ];
-        for batch in [64u64, 300, 1000] {
-            let direct = balanced_step(
-                &MixedJob {
-                    groups: groups.clone(),
-                    nodes: 2,
-                    global_batch: batch,
-                    min_local: 1,
-                },
-                CONTROLLER,
-            )
-            .unwrap()
-            .step_s;
-            // Twice: computed, then from the cache.
-            assert_eq!(step_s(&groups, 2, batch, 1), Some(direct));
-            assert_eq!(step_s(&groups, 2, batch, 1), Some(direct));
-        }
-        // The slow type's replicas get smaller batches: faster than equal shares.
-        let uniform = balanced_step(
-            &MixedJob {
-                groups: groups.clone(),
-                nodes: 2,
-                global_batch: 600,
-                min_local: 1,
-            },
-            "uniform",
-        )
-        .unwrap()
-        .step_s;
-        assert!(step_s(&groups, 2, 600, 1).unwrap() < uniform);
     }
 }

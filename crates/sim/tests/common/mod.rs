@@ -1,6 +1,8 @@
 //! Helpers shared by the simulator's integration tests (`incremental.rs`,
-//! `invariants.rs`, `event_clock.rs`): the embedded applications, parsed once, short
-//! random workloads of profiled jobs, duration jobs, and the arrival settings.
+//! `invariants.rs`, `event_clock.rs`, the `mixed*.rs` tests): the embedded applications,
+//! parsed once, short random workloads of profiled jobs, duration jobs, the arrival
+//! settings, a policy that pins every job on one allocation, and table files written
+//! into a folder.
 #![allow(dead_code)] // (each test binary uses some of them)
 
 use pacer_sim::trace::{synthetic, SyntheticSpec};
@@ -63,5 +65,32 @@ pub fn duration_job(name: &str, arrival_s: f64, replicas: u32, duration_s: f64) 
             device_type: None,
         },
         work: Work::Duration { duration_s },
+    }
+}
+
+/// Gives every job the same devices every round.
+pub struct Pin {
+    pub alloc: pacer_model::Allocation,
+    pub adaptive: bool,
+}
+
+impl pacer_policy::Policy for Pin {
+    fn name(&self) -> &'static str {
+        "pin"
+    }
+    fn adaptive_batch(&self) -> bool {
+        self.adaptive
+    }
+    fn allocate(&mut self, view: &pacer_policy::ClusterView) -> Vec<pacer_model::Allocation> {
+        view.jobs.iter().map(|_| self.alloc.clone()).collect()
+    }
+}
+
+/// Writes `files` (path below `root`, text), creating their folders.
+pub fn write_files(root: &std::path::Path, files: &[(&str, String)]) {
+    for (f, text) in files {
+        let p = root.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
     }
 }
