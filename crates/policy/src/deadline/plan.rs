@@ -342,24 +342,26 @@ impl Timeline {
         // and the end of a segment past the last breakpoint.
         const NONE: usize = usize::MAX;
         let ls = last_slot.unwrap_or(NONE);
-        let mut idx = 0usize;
+        // `end.min(dl)` is `end` without a deadline (no segment end is NaN).
+        let dl = deadline.unwrap_or(f64::INFINITY);
         let mut a = 0usize;
+        // The breakpoint at or before `a` (the first is at slot 0); a segment that
+        // ends at the next breakpoint moves it on by one.
+        let mut idx = 0usize;
+        while f.get(idx + 1).is_some_and(|p| p.0 <= a) {
+            idx += 1;
+        }
         // The time slot `a` starts at (a segment's start is the last one's end).
         let mut start = now + a as f64 * slot;
         loop {
             if a >= ls {
                 return None;
             }
-            if hopeless(start, left) {
-                return None;
-            }
-            while f.get(idx + 1).is_some_and(|p| p.0 <= a) {
-                idx += 1;
-            }
             let (at, free) = f[idx];
             // The segment ends at the next breakpoint, the switch or the deadline's
             // slot, whichever comes first after `a` (`ls > a` here).
-            let mut b = f.get(idx + 1).map_or(NONE, |p| p.0);
+            let next = f.get(idx + 1).map_or(NONE, |p| p.0);
+            let mut b = next;
             if switch > a {
                 b = b.min(switch);
             }
@@ -376,23 +378,27 @@ impl Timeline {
                 now + b as f64 * slot
             };
             if n > 0 {
-                let mut end = seg_end;
-                if let Some(d) = deadline {
-                    end = end.min(d);
+                // Checked where the job runs only: a stop is sound wherever it fires
+                // (the whole walk returns `None` from there), and a segment without
+                // devices only brings the deadline nearer.
+                if hopeless(start, left) {
+                    return None;
                 }
+                let end = seg_end.min(dl);
                 let pause = if n != prev { job.restart_to(n) } else { 0.0 };
                 prev = n;
                 let t = start + pause;
-                if t < end && r * (end - t) >= left {
-                    let finish = t + left / r;
-                    let k = ceil_slots((finish - now) / slot - 1e-9);
-                    if let Some(s) = spans.as_deref_mut() {
-                        self.push_span(s, at == a, (a, k.max(a + 1), n));
-                    }
-                    return Some(finish);
-                }
                 if t < end {
-                    left -= r * (end - t);
+                    let can = r * (end - t);
+                    if can >= left {
+                        let finish = t + left / r;
+                        let k = ceil_slots((finish - now) / slot - 1e-9);
+                        if let Some(s) = spans.as_deref_mut() {
+                            self.push_span(s, at == a, (a, k.max(a + 1), n));
+                        }
+                        return Some(finish);
+                    }
+                    left -= can;
                 }
                 if b != NONE {
                     if let Some(s) = spans.as_deref_mut() {
@@ -402,6 +408,9 @@ impl Timeline {
             }
             if b == NONE {
                 return None;
+            }
+            if b == next {
+                idx += 1;
             }
             a = b;
             start = seg_end;
