@@ -174,8 +174,9 @@ pub struct Timeline {
     scratch: Vec<(usize, u32)>,
     /// [`Timeline::min_share`]'s sums, kept between plans.
     sums: SumsBufs,
-    /// Walks stop once they cannot finish ([`Timeline::run_into`]); off only in
-    /// the tests that check those stops against whole walks.
+    /// Walks stop once they cannot finish and skip the segments where the job runs
+    /// on nothing ([`Timeline::run_into`]); off only in the tests that check those
+    /// stops and skips against whole walks.
     early_stop: bool,
     /// Runs of the same devices joined at breakpoints ([`Timeline::push_span`]); off
     /// only in the test that checks the timelines they leave against unjoined ones.
@@ -335,6 +336,8 @@ impl Timeline {
                 })
         };
         let asc = ascending(job);
+        // Below its smallest level a job runs on nothing ([`pick_level`] gives 0).
+        let smallest = job.levels.iter().map(|l| l.0).min().unwrap_or(0);
         // The last pick, for segments with the same cap (most consecutive ones).
         let mut picked = (u32::MAX, (0u32, 0.0f64));
         let (now, slot) = (self.now_s, self.slot_s);
@@ -357,7 +360,24 @@ impl Timeline {
             if a >= ls {
                 return None;
             }
-            let (at, free) = f[idx];
+            let (mut at, mut free) = f[idx];
+            if self.early_stop && free.min(high) < smallest && switch <= a {
+                // Segments on no devices change nothing but the time: skip to the
+                // first breakpoint where the job can run (the time it starts at is
+                // `now + at × slot`, as a walk through them computes it), or stop at
+                // the deadline's slot or past the last breakpoint, as such a walk
+                // does.
+                while free < smallest || high < smallest {
+                    let &p = f.get(idx + 1)?;
+                    if p.0 >= ls {
+                        return None;
+                    }
+                    idx += 1;
+                    (at, free) = p;
+                }
+                a = at;
+                start = now + a as f64 * slot;
+            }
             // The segment ends at the next breakpoint, the switch or the deadline's
             // slot, whichever comes first after `a` (`ls > a` here).
             let next = f.get(idx + 1).map_or(NONE, |p| p.0);
