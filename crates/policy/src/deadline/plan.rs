@@ -174,8 +174,9 @@ pub struct Timeline {
     scratch: Vec<(usize, u32)>,
     /// [`Timeline::min_share`]'s sums, kept between plans.
     sums: SumsBufs,
-    /// Walks stop once they cannot finish ([`Timeline::run_into`]); off only in
-    /// the tests that check those stops against whole walks.
+    /// Walks stop once they cannot finish and skip the segments where the job runs
+    /// on nothing ([`Timeline::run_into`]); off only in the tests that check those
+    /// stops and skips against whole walks.
     early_stop: bool,
     /// Runs of the same devices joined at breakpoints ([`Timeline::push_span`]); off
     /// only in the test that checks the timelines they leave against unjoined ones.
@@ -335,6 +336,8 @@ impl Timeline {
                 })
         };
         let asc = ascending(job);
+        // Below its smallest level a job runs on nothing ([`pick_level`] gives 0).
+        let smallest = job.levels.iter().map(|l| l.0).min().unwrap_or(0);
         // The last pick, for segments with the same cap (most consecutive ones).
         let mut picked = (u32::MAX, (0u32, 0.0f64));
         let (now, slot) = (self.now_s, self.slot_s);
@@ -342,24 +345,43 @@ impl Timeline {
         // and the end of a segment past the last breakpoint.
         const NONE: usize = usize::MAX;
         let ls = last_slot.unwrap_or(NONE);
-        let mut idx = 0usize;
+        // `end.min(dl)` is `end` without a deadline (no segment end is NaN).
+        let dl = deadline.unwrap_or(f64::INFINITY);
         let mut a = 0usize;
+        // The breakpoint at or before `a` (the first is at slot 0); a segment that
+        // ends at the next breakpoint moves it on by one.
+        let mut idx = 0usize;
+        while f.get(idx + 1).is_some_and(|p| p.0 <= a) {
+            idx += 1;
+        }
         // The time slot `a` starts at (a segment's start is the last one's end).
         let mut start = now + a as f64 * slot;
         loop {
             if a >= ls {
                 return None;
             }
-            if hopeless(start, left) {
-                return None;
+            let (mut at, mut free) = f[idx];
+            if self.early_stop && free.min(high) < smallest && switch <= a {
+                // Segments on no devices change nothing but the time: skip to the
+                // first breakpoint where the job can run (the time it starts at is
+                // `now + at × slot`, as a walk through them computes it), or stop at
+                // the deadline's slot or past the last breakpoint, as such a walk
+                // does.
+                while free < smallest || high < smallest {
+                    let &p = f.get(idx + 1)?;
+                    if p.0 >= ls {
+                        return None;
+                    }
+                    idx += 1;
+                    (at, free) = p;
+                }
+                a = at;
+                start = now + a as f64 * slot;
             }
-            while f.get(idx + 1).is_some_and(|p| p.0 <= a) {
-                idx += 1;
-            }
-            let (at, free) = f[idx];
             // The segment ends at the next breakpoint, the switch or the deadline's
             // slot, whichever comes first after `a` (`ls > a` here).
-            let mut b = f.get(idx + 1).map_or(NONE, |p| p.0);
+            let next = f.get(idx + 1).map_or(NONE, |p| p.0);
+            let mut b = next;
             if switch > a {
                 b = b.min(switch);
             }
@@ -376,23 +398,27 @@ impl Timeline {
                 now + b as f64 * slot
             };
             if n > 0 {
-                let mut end = seg_end;
-                if let Some(d) = deadline {
-                    end = end.min(d);
+                // Checked where the job runs only: a stop is sound wherever it fires
+                // (the whole walk returns `None` from there), and a segment without
+                // devices only brings the deadline nearer.
+                if hopeless(start, left) {
+                    return None;
                 }
+                let end = seg_end.min(dl);
                 let pause = if n != prev { job.restart_to(n) } else { 0.0 };
                 prev = n;
                 let t = start + pause;
-                if t < end && r * (end - t) >= left {
-                    let finish = t + left / r;
-                    let k = ceil_slots((finish - now) / slot - 1e-9);
-                    if let Some(s) = spans.as_deref_mut() {
-                        self.push_span(s, at == a, (a, k.max(a + 1), n));
-                    }
-                    return Some(finish);
-                }
                 if t < end {
-                    left -= r * (end - t);
+                    let can = r * (end - t);
+                    if can >= left {
+                        let finish = t + left / r;
+                        let k = ceil_slots((finish - now) / slot - 1e-9);
+                        if let Some(s) = spans.as_deref_mut() {
+                            self.push_span(s, at == a, (a, k.max(a + 1), n));
+                        }
+                        return Some(finish);
+                    }
+                    left -= can;
                 }
                 if b != NONE {
                     if let Some(s) = spans.as_deref_mut() {
@@ -402,6 +428,9 @@ impl Timeline {
             }
             if b == NONE {
                 return None;
+            }
+            if b == next {
+                idx += 1;
             }
             a = b;
             start = seg_end;
