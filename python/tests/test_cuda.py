@@ -1,12 +1,14 @@
 """The CUDA path (issue 24, point 8): the exact weighted gradient, one decision per job
-with the adaptive batch on, a checkpoint resumed at another world size, and the compute
-clock — on GPUs. Skipped where torch sees no CUDA device (the build machines and CI:
-the same bodies run there on the CPU, in test_distributed.py and test_agreement.py).
+with the adaptive batch on, a checkpoint resumed at another world size, the compute
+clock, and the noise scale under AMP (fp16 autocast, a GradScaler) — on GPUs. Skipped
+where torch sees no CUDA device (the build machines and CI: the same bodies run there on
+the CPU, in test_distributed.py, test_agreement.py and test_gradnorm.py).
 
 nccl needs one GPU per rank; with fewer GPUs than ranks the ranks share the GPUs under
 gloo, which reduces CUDA tensors too (`backend` below). On one GPU, nccl runs at world
 size 1: its collectives (the packed all-reduce, the decision's broadcast) still run."""
 
+import math
 import os
 import time
 
@@ -234,3 +236,72 @@ def test_the_compute_clock_counts_the_device_time_not_the_launches(tmp_path):
           f" ms; pacer's compute median {row[len(row) // 2] * 1e3:.2f} ms")
     med = row[len(row) // 2]
     assert 0.8 * ref <= med <= 1.5 * ref, (med, ref)
+
+
+def _amp(rank, world, out, engine):
+    """Mixed precision on the GPU: fp16 autocast and a GradScaler whose scale grows every
+    other step until the fp16 gradients overflow (the scaler then skips a step and
+    halves its scale). Each step's |g_i|^2 and |g|^2 must equal the unscaled norm of the
+    gradients the backward pass left (the scale divided out), or be non-finite on an
+    overflow step."""
+    import pacer_torch as pacer
+    from pacer_torch.job import SQR
+
+    dev = _device(rank)
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(2048, 64, generator=g), torch.randint(0, 10, (2048,), generator=g)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 10)).to(dev)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.05)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=2.0**14, growth_interval=2)
+    net = pacer.DataParallel(model, opt, engine=engine, grad_scaler=scaler)
+    loader = pacer.DataLoader(torch.utils.data.TensorDataset(x, y), global_batch=128,
+                              controller="uniform", seed=2, device=dev)
+    job = pacer.current()
+    got = []
+    gathered = job.gathered
+
+    def spy(rows, agg, dec, pair=None):
+        got.append((rows[0][SQR], agg))
+        gathered(rows, agg, dec, pair)
+
+    job.gathered = spy
+    checks = []
+    for step, (xb, yb) in enumerate(loader):
+        opt.zero_grad()
+        with torch.autocast(dev.type, dtype=torch.float16):
+            logits = net(xb)
+            loss = torch.nn.functional.cross_entropy(logits, yb)
+        assert logits.dtype == torch.float16
+        scaler.scale(loss).backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in params]).double()
+        s = scaler.get_scale()
+        raw = float((flat ** 2).sum())
+        want = raw / s**2
+        local, agg = got[-1]
+        checks.append((step, s, math.isfinite(raw), local, agg, want))
+        scaler.step(opt)
+        scaler.update()
+        if step == 15:
+            break
+    torch.save({"checks": checks}, os.path.join(out, f"amp-{engine}.pt"))
+
+
+@pytest.mark.parametrize("engine", ["flat", "ddp"])
+def test_the_noise_scale_under_amp_on_cuda_divides_out_the_loss_scale(tmp_path, engine):
+    backend, _ = NCCL
+    _dist.run(_amp, 1, str(tmp_path), engine, backend=backend, timeout_s=90)
+    checks = torch.load(tmp_path / f"amp-{engine}.pt")["checks"]
+    finite = [c for c in checks if c[2]]
+    print(f"amp {engine}: scales {[c[1] for c in checks]}, "
+          f"{len(checks) - len(finite)} overflow steps")
+    assert len(finite) >= 8
+    for step, s, _, local, agg, want in finite:
+        assert abs(local - want) <= 1e-4 * want and abs(agg - want) <= 1e-4 * want, \
+            (step, s, local, agg, want)
+        assert s >= 2.0**10  # the raw norm is s^2 times larger: a missed unscale fails
+    for step, s, ok, local, agg, want in checks:
+        if not ok:
+            assert not (math.isfinite(local) and math.isfinite(agg)), (step, local, agg)
