@@ -466,6 +466,25 @@ impl ArrivalReplan {
     }
 }
 
+/// How a driver that learns per-device-type profiles online (the simulator's
+/// `--profiles online`) shows a job's model on a type it has not run on, projected
+/// from a type it has run on. Both use only what is known before the job runs there:
+/// the types' one-device table rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TypeProjection {
+    /// Sia's (`--project_throughput`): step and sync times scaled by the ratio of the
+    /// types' one-device throughputs, each at its own largest one-device local batch,
+    /// valued with the source type's batch limits.
+    #[default]
+    Sia,
+    /// At one batch: scaled by the ratio of the types' one-device step times at the
+    /// largest local batch both measured on one device (from the models fitted to
+    /// their one-device rows), valued with the destination type's batch limits, the
+    /// ones the job will run with there. Sia's ratio compares a type that fits larger
+    /// batches at those larger batches, which the other type cannot run.
+    MatchedBatch,
+}
+
 pub trait Policy: Send {
     /// Registry name (`fifo`, `fair`, `tiresias`, `pollux`).
     fn name(&self) -> &'static str;
@@ -499,6 +518,12 @@ pub trait Policy: Send {
     /// (docs/elasticflow.md).
     fn arrival_replan(&self) -> ArrivalReplan {
         ArrivalReplan::Never
+    }
+
+    /// How online per-type profiles project a job's model to a type it has not run
+    /// on ([`TypeProjection`]; Sia's by default).
+    fn type_projection(&self) -> TypeProjection {
+        TypeProjection::Sia
     }
 
     /// When the policy's last answer ([`Policy::allocate`]) would change with no

@@ -607,6 +607,10 @@ impl Policy for SiaPacerMix {
         true
     }
 
+    fn type_projection(&self) -> crate::TypeProjection {
+        self.base.projection
+    }
+
     fn notes(&self) -> String {
         format!(
             "mixed configurations given: {}; rounds with a mixed job: {}; mixes chosen \

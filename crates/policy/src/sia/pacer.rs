@@ -23,6 +23,14 @@
 //!    devices this round ([`Sia::hold_restarts`]); on saturn 1–5 it changed
 //!    the mean avg JCT by −0.3 %, within noise, and is kept as Sia's behaviour.
 //!
+//! 4. **Types it has not run on, projected at one batch** (issue 25; online
+//!    profiles only): [`TypeProjection::MatchedBatch`] instead of Sia's ratio of
+//!    one-device throughputs at each type's own largest batch, which made yolov3 on
+//!    rtx (largest one-device batch 8 against dgx-ext's 32) look 4.8× slower per
+//!    device than dgx-ext where its step at the batches rtx runs is 2× slower, so
+//!    on bert-1 two yolov3 jobs held 16 A100s while 48 other devices stood idle.
+//!    Chosen on saturn 1–5 and bert-1 (docs/sia.md, "yolov3 on bert-1").
+//!
 //! `sia`'s other Sia behaviours are off here, as when this policy was chosen:
 //! a job has its models once it has held devices ([`Sia::fresh_until_trained`]
 //! off), costs are not rounded, and ties go by arrival ([`Sia::shuffle_ties`] off).
@@ -31,7 +39,7 @@
 //! remaining-time job weights ([`Weights`]) and `p = −1` were worse.
 
 use super::{place, solve_fast_with, Sia, SiaSolver};
-use crate::{ClusterView, Policy};
+use crate::{ClusterView, Policy, TypeProjection};
 use pacer_model::Allocation;
 
 /// How a job's attained service weighs its term of the objective.
@@ -65,6 +73,9 @@ pub struct SiaPacer {
     /// The Sia formulation it weights (fast solver).
     pub sia: Sia,
     pub weights: Weights,
+    /// How online profiles show the job on types it has not run on
+    /// ([`TypeProjection::MatchedBatch`]; point 4 above).
+    pub projection: TypeProjection,
 }
 
 impl Default for SiaPacer {
@@ -85,7 +96,11 @@ impl SiaPacer {
         sia.batch_up_to_request = false;
         sia.swaps = false;
         sia.hold_restarts = hold_restarts;
-        SiaPacer { sia, weights }
+        SiaPacer {
+            sia,
+            weights,
+            projection: TypeProjection::MatchedBatch,
+        }
     }
 }
 
@@ -96,6 +111,10 @@ impl Policy for SiaPacer {
 
     fn adaptive_batch(&self) -> bool {
         true
+    }
+
+    fn type_projection(&self) -> TypeProjection {
+        self.projection
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
@@ -155,5 +174,23 @@ impl SiaPacer {
     /// Remembers the jobs this round moves: they restart until their penalty ends.
     pub(super) fn note_restarts(&mut self, view: &ClusterView, out: &[Allocation]) {
         self.sia.note_restarts(view, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sia_pacer_projects_unseen_types_at_one_batch() {
+        assert_eq!(
+            SiaPacer::default().type_projection(),
+            TypeProjection::MatchedBatch
+        );
+        assert_eq!(
+            super::super::SiaPacerMix::default().type_projection(),
+            TypeProjection::MatchedBatch
+        );
+        assert_eq!(Sia::default().type_projection(), TypeProjection::Sia);
     }
 }

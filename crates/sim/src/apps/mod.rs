@@ -267,6 +267,9 @@ pub struct TypedTables {
     /// of every type before a job has run there; it projects one type's profile to
     /// another by the ratio of these (`cluster.py`: `compute_throughput_ratios`).
     pub min_gpu_xput: f64,
+    /// Largest local batch among the one-device rows (the batch of
+    /// [`TypedTables::min_gpu_xput`]).
+    pub one_gpu_max_bsz: f64,
     /// The step-time model fitted to this type's one-device rows only: the profile
     /// a job starts with on a type it has not run on anywhere (online profiles,
     /// `crates/sim/src/engine/online.rs`).
@@ -401,6 +404,7 @@ impl AppModel {
                 scalability_max,
                 perf: fit_table(&t.placements),
                 min_gpu_xput: if step > 0.0 { bsz / step } else { 0.0 },
+                one_gpu_max_bsz: bsz,
                 bootstrap: fit_table(&one),
                 device_type: t.device_type,
                 exact,

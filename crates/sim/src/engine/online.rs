@@ -16,6 +16,8 @@
 
 use super::fit_memo::memoised_fit;
 use super::*;
+use crate::apps::TypedTables;
+use pacer_policy::TypeProjection;
 use pacer_predict::goodput::{GoodputFn, PerfObservation};
 use std::collections::BTreeMap;
 
@@ -52,6 +54,8 @@ type Points = BTreeMap<(u32, u32, u32), (f64, f64)>;
 pub(super) struct OnlineProfiles {
     points: Vec<Points>,
     fits: Vec<Option<PerfParams>>,
+    /// How types the job has not run on are projected (the policy's).
+    pub(super) projection: TypeProjection,
 }
 
 impl OnlineProfiles {
@@ -95,8 +99,8 @@ impl OnlineProfiles {
     }
 
     /// The job's step-time model per application type: its own fit where it has
-    /// run; else the first type with a fit, its step times scaled by the ratio of
-    /// one-device throughputs; else the type's one-device bootstrap.
+    /// run; else the first type with a fit, its step times scaled by
+    /// [`projection_ratio`]; else the type's one-device bootstrap.
     pub(super) fn models(&self, app: &AppModel) -> Vec<Option<PerfParams>> {
         let typed = app.typed();
         let seen = (0..typed.len()).find_map(|s| Some((s, self.fits.get(s).copied()??)));
@@ -105,12 +109,11 @@ impl OnlineProfiles {
                 if let Some(Some(p)) = self.fits.get(t) {
                     return Some(*p);
                 }
-                match seen {
-                    Some((s, p)) if typed[t].min_gpu_xput > 0.0 => Some(scale_perf(
-                        &p,
-                        typed[s].min_gpu_xput / typed[t].min_gpu_xput,
-                    )),
-                    _ => typed[t].bootstrap,
+                match seen.and_then(|(s, p)| {
+                    Some((p, projection_ratio(self.projection, &typed[s], &typed[t])?))
+                }) {
+                    Some((p, k)) => Some(scale_perf(&p, k)),
+                    None => typed[t].bootstrap,
                 }
             })
             .collect()
@@ -123,14 +126,39 @@ impl OnlineProfiles {
     /// nowhere; else the type the model is projected from (Sia evaluates the
     /// projection with the source type's speedup function, its batch range
     /// included, `sia.py` `_compute_goodputs`).
+    /// With [`TypeProjection::MatchedBatch`]: `t` itself, whose batch limits the job
+    /// will run with there.
     pub(super) fn limits_type(&self, t: usize) -> usize {
         if let Some(Some(_)) = self.fits.get(t) {
+            return t;
+        }
+        if self.projection == TypeProjection::MatchedBatch {
             return t;
         }
         (0..self.fits.len())
             .find(|&s| matches!(self.fits.get(s), Some(Some(_))))
             .unwrap_or(t)
     }
+}
+
+/// What a model fitted on type `s` is scaled by to stand for type `t`
+/// ([`scale_perf`]): with [`TypeProjection::Sia`] the ratio of one-device throughputs
+/// ([`crate::apps::TypedTables::min_gpu_xput`], each type at its own largest local
+/// batch); with [`TypeProjection::MatchedBatch`] the ratio of the one-device step
+/// times at the largest local batch both types measured on one device, from the
+/// models fitted to their one-device rows (Sia's ratio where either has none).
+/// `None`: no ratio (the type's bootstrap stands).
+fn projection_ratio(mode: TypeProjection, s: &TypedTables, t: &TypedTables) -> Option<f64> {
+    if mode == TypeProjection::MatchedBatch {
+        let b = s.one_gpu_max_bsz.min(t.one_gpu_max_bsz);
+        if let (Some(ps), Some(pt)) = (s.bootstrap, t.bootstrap) {
+            let (ts, tt) = (ps.step_time(1, 1, b, 0), pt.step_time(1, 1, b, 0));
+            if ts > 0.0 && tt > 0.0 && (tt / ts).is_finite() {
+                return Some(tt / ts);
+            }
+        }
+    }
+    (t.min_gpu_xput > 0.0).then(|| s.min_gpu_xput / t.min_gpu_xput)
 }
 
 /// `p` with every step and sync time multiplied by `k` (throughput divided by
@@ -198,10 +226,17 @@ impl Simulation<'_> {
 mod tests {
     use super::*;
 
+    const PL: &str = "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n1,16,0.2,0.01\n2,8,0.12,0.03\n2,16,0.22,0.03\n";
+
     /// `bert` with a `fast` type and a `slow` one (3× the step time), from a
     /// temporary folder in Sia's layout.
     fn app() -> AppModel {
-        const PL: &str = "placement,local_bsz,step_time,sync_time\n1,8,0.1,0.01\n1,16,0.2,0.01\n2,8,0.12,0.03\n2,16,0.22,0.03\n";
+        let slow = PL.replace("0.1,", "0.3,").replace("0.2,", "0.6,");
+        app_of(PL, &slow)
+    }
+
+    /// `bert` with the placement tables `fast` and `slow` for its two types.
+    fn app_of(fast: &str, slow: &str) -> AppModel {
         const SC: &str =
             "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,8,8,0.3,0.1\n2,8,16,0.4,0.1\n";
         const VAL: &str = "progress,iteration,metric,grad_sqr,grad_var\n100,100,0.5,1.0,2.0\n";
@@ -210,11 +245,10 @@ mod tests {
             .tempdir()
             .unwrap();
         let root = tmp.path().to_path_buf();
-        let slow = PL.replace("0.1,", "0.3,").replace("0.2,", "0.6,");
         for (f, text) in [
-            ("bert/placements-fast.csv", PL),
+            ("bert/placements-fast.csv", fast),
             ("bert/scalability-fast.csv", SC),
-            ("bert/placements-slow.csv", slow.as_str()),
+            ("bert/placements-slow.csv", slow),
             ("bert/scalability-slow.csv", SC),
             ("bert/validation-16.csv", VAL),
         ] {
@@ -262,6 +296,43 @@ mod tests {
         seen.sort();
         assert_eq!(seen, vec![(1, 1, 32), (1, 2, 32)]);
         assert_eq!(p.points(0).count(), 0);
+    }
+
+    #[test]
+    fn matched_batch_projection_compares_types_at_a_batch_both_run() {
+        // `fast` also measured one device at local batch 64 (more memory), where its
+        // throughput is 4× its throughput at 16; at the batches both run the types
+        // are alike.
+        let big = PL.replace("1,16,0.2,0.01\n", "1,16,0.2,0.01\n1,64,0.2,0.01\n");
+        let app = app_of(&big, PL);
+        let (f, s) = (
+            app.type_index("fast").unwrap(),
+            app.type_index("slow").unwrap(),
+        );
+        let typed = app.typed();
+        assert_eq!(
+            (typed[f].one_gpu_max_bsz, typed[s].one_gpu_max_bsz),
+            (64.0, 16.0)
+        );
+        let run = [((1, 1, 16), (0.20, 0.0)), ((1, 2, 16), (0.26, 0.05))];
+        let sia_ratio = typed[f].min_gpu_xput / typed[s].min_gpu_xput;
+        assert!((sia_ratio - 4.0).abs() < 1e-9, "{sia_ratio}");
+        let mut p = OnlineProfiles::default();
+        p.record(f, run);
+        assert_eq!(
+            p.models(&app)[s],
+            Some(scale_perf(&fit_of(&run), sia_ratio))
+        );
+        assert_eq!(p.limits_type(s), f);
+        // At one batch: the one-device fits' step times at local batch 16.
+        p.projection = TypeProjection::MatchedBatch;
+        let step = |t: usize| typed[t].bootstrap.unwrap().step_time(1, 1, 16.0, 0);
+        let k = step(s) / step(f);
+        assert!((0.5..2.0).contains(&k), "{k}");
+        assert_eq!(p.models(&app)[s], Some(scale_perf(&fit_of(&run), k)));
+        // Valued with the batch limits the job will run with on `slow`.
+        assert_eq!(p.limits_type(s), s);
+        assert_eq!(p.limits_type(f), f);
     }
 
     #[test]

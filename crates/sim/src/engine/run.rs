@@ -126,6 +126,10 @@ impl Simulation<'_> {
             None
         };
         let mut r = RunState::new(self, policy.name());
+        let projection = policy.type_projection();
+        for st in &mut r.states {
+            st.online.projection = projection;
+        }
         // The event clock's copies of the jobs the next round sees complete.
         let mut probe = Vec::new();
         let mut until = self.round_end(&m, &r, None, true, true, &mut probe);
