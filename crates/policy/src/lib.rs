@@ -158,10 +158,16 @@ impl SpeedTable {
         let mut slowest = f64::INFINITY;
         let mut per_node = u32::MAX;
         let consolidated_nodes = |per: u32| r.div_ceil(per.max(1));
+        // The rate is the same on every node of one type: read once per run of
+        // nodes of the same type (the minimum of equal values is that value).
+        let mut last_type = None;
         for &(node, _) in alloc.slots() {
             let n = &cluster.nodes[node.0 as usize];
             per_node = per_node.min(n.gpus);
-            slowest = slowest.min(self.rate(n.device_type, r, true));
+            if last_type != Some(n.device_type) {
+                last_type = Some(n.device_type);
+                slowest = slowest.min(self.rate(n.device_type, r, true));
+            }
         }
         if alloc.nodes() > consolidated_nodes(per_node) {
             // Spread: apply the slowest type's spread factor.

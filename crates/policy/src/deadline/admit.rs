@@ -3,6 +3,7 @@
 //! [`Admitter`]); the admitted jobs planned in EDF order ([`plan_all`]). Planning one
 //! job on the timeline is `plan.rs`'s.
 
+use super::carry::Carry;
 use super::plan::{JobPlan, PlanJob, Timeline};
 use pacer_model::{ClusterSpec, JobId};
 
@@ -105,12 +106,31 @@ impl<'a> Admitter<'a> {
         admitted: Vec<&'a PlanJob>,
         rules: AdmitRules,
     ) -> Self {
+        Self::carrying(cluster, now_s, slot_s, admitted, rules, None)
+    }
+
+    /// [`Admitter::new`], the plans of jobs that did not run carried from the last
+    /// round's where they carry over exactly (without `mix`; [`Carry`]).
+    pub fn carrying(
+        cluster: &'a ClusterSpec,
+        now_s: f64,
+        slot_s: f64,
+        admitted: Vec<&'a PlanJob>,
+        rules: AdmitRules,
+        mut carry: Option<&mut Carry>,
+    ) -> Self {
         let order = edf_sorted(admitted.iter().copied());
         let mut timeline = Timeline::new(cluster, now_s, slot_s);
+        if carry.is_some() && !rules.mix {
+            timeline.decide_constant_runs();
+        }
         let mut plans = vec![None; admitted.len()];
         for &k in &order {
             if admitted[k].deadline_s.is_some() {
-                plans[k] = Some(timeline.plan(admitted[k], rules.mix));
+                plans[k] = Some(match carry.as_deref_mut().filter(|_| !rules.mix) {
+                    Some(c) => c.plan(&mut timeline, admitted[k]),
+                    None => timeline.plan(admitted[k], rules.mix),
+                });
             }
         }
         Admitter {

@@ -26,6 +26,7 @@
 //!   setup with no deadline gained, docs/elasticflow.md).
 
 mod admit;
+mod carry;
 pub mod plan;
 
 use crate::place::FreePool;
@@ -133,6 +134,8 @@ pub struct Deadline {
     levels: IdMap<Levels>,
     /// The start of the plan's next slot, while jobs are active ([`Policy::wake_s`]).
     next_slot_s: Option<f64>,
+    /// Waiting jobs' plans, carried to the next round where they carry over exactly.
+    carry: carry::Carry,
 }
 
 /// A job's [`PlanJob`] levels and device type, and what they were read from.
@@ -156,6 +159,7 @@ impl Deadline {
             answers: Vec::new(),
             levels: IdMap::default(),
             next_slot_s: None,
+            carry: carry::Carry::default(),
         }
     }
 
@@ -171,13 +175,13 @@ impl Deadline {
 
     /// The admitted deadline jobs (indices into `jobs`) planned EDF: what a new job
     /// is admitted beside, and the minimum shares of this round.
-    fn base<'a>(&self, view: &'a ClusterView, jobs: &'a [PlanJob]) -> Base<'a> {
+    fn base<'a>(&mut self, view: &'a ClusterView, jobs: &'a [PlanJob]) -> Base<'a> {
         let mut idx = Vec::with_capacity(jobs.len());
         idx.extend(
             (0..jobs.len())
                 .filter(|&i| jobs[i].deadline_s.is_some() && self.admitted.contains(&jobs[i].id)),
         );
-        let admitter = Admitter::new(
+        let admitter = Admitter::carrying(
             view.cluster,
             view.now_s,
             self.cfg.slot_s,
@@ -186,6 +190,7 @@ impl Deadline {
                 mix: self.cfg.mix,
                 decline_if_any_late: self.cfg.decline_if_any_late,
             },
+            Some(&mut self.carry),
         );
         Base { idx, admitter }
     }
@@ -524,6 +529,7 @@ impl Deadline {
         if self.levels.len() > 2 * jobs.len() + 64 {
             let live: BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
             self.levels.retain(|id, _| live.contains(id));
+            self.carry.retain(|id| live.contains(&id));
         }
         jobs
     }
@@ -553,6 +559,9 @@ pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) 
     if let Some(kept) = keep_all(view, counts) {
         return kept;
     }
+    if view.cluster.device_types.len() <= 1 && view.cluster.nodes.len() <= SMALL_POOL {
+        return place_small(view, counts);
+    }
     let mut pool = FreePool::new(view.cluster);
     let mut out = vec![Allocation::empty(); view.jobs.len()];
     let mut rest = Vec::new();
@@ -566,11 +575,7 @@ pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) 
             rest.push(i);
         }
     }
-    rest.sort_by(|&a, &b| {
-        counts[b]
-            .cmp(&counts[a])
-            .then(view.jobs[a].id.cmp(&view.jobs[b].id))
-    });
+    largest_first(view, counts, &mut rest);
     let ntypes = view.cluster.device_types.len().max(1);
     for i in rest {
         let got = if ntypes == 1 {
@@ -585,6 +590,81 @@ pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) 
         }
     }
     out
+}
+
+/// The jobs to place, largest count first (ties by id).
+fn largest_first(view: &ClusterView, counts: &[u32], rest: &mut [usize]) {
+    rest.sort_by(|&a, &b| {
+        counts[b]
+            .cmp(&counts[a])
+            .then(view.jobs[a].id.cmp(&view.jobs[b].id))
+    });
+}
+
+/// Nodes up to which [`place_small`] places a one-type cluster.
+const SMALL_POOL: usize = 256;
+
+/// [`place_counts`] on a cluster of one device type and at most [`SMALL_POOL`]
+/// nodes, with the free devices as a plain list scanned for each take instead of a
+/// [`FreePool`]'s buckets (built anew every round): the same takes — a job keeping
+/// its size keeps its devices when they are all free, the others largest first
+/// (ties by id) from the node with the most free devices, lowest index on ties — and
+/// so the same allocations.
+fn place_small(view: &ClusterView, counts: &[u32]) -> Vec<Allocation> {
+    let mut free: Vec<u32> = view.cluster.nodes.iter().map(|n| n.gpus).collect();
+    let mut out = vec![Allocation::empty(); view.jobs.len()];
+    let mut rest = Vec::new();
+    for (i, j) in view.jobs.iter().enumerate() {
+        if counts[i] == 0 {
+            continue;
+        }
+        let fits = j.current.replicas() == counts[i]
+            && !j
+                .current
+                .slots()
+                .iter()
+                .any(|&(n, c)| free.get(n.0 as usize).is_none_or(|&f| f < c));
+        if fits {
+            for &(n, c) in j.current.slots() {
+                free[n.0 as usize] -= c;
+            }
+            out[i] = j.current.clone();
+        } else {
+            rest.push(i);
+        }
+    }
+    largest_first(view, counts, &mut rest);
+    for i in rest {
+        if let Some(a) = take_most_free(&mut free, counts[i]) {
+            out[i] = a;
+        }
+    }
+    out
+}
+
+/// [`FreePool::take_most_free`] on a plain list of free devices per node: `count`
+/// devices, repeatedly from the node with the most free (lowest index on ties);
+/// `None` when fewer are free.
+fn take_most_free(free: &mut [u32], count: u32) -> Option<Allocation> {
+    if u64::from(count) > free.iter().map(|&f| u64::from(f)).sum::<u64>() {
+        return None;
+    }
+    let mut left = count;
+    let mut pairs = Vec::new();
+    while left > 0 {
+        let mut best: Option<(usize, u32)> = None;
+        for (n, &f) in free.iter().enumerate() {
+            if f > 0 && best.is_none_or(|b| f > b.1) {
+                best = Some((n, f));
+            }
+        }
+        let (node, k) = best?;
+        let take = left.min(k);
+        free[node] = k - take;
+        pairs.push((pacer_model::NodeId(node as u32), take));
+        left -= take;
+    }
+    Some(Allocation::from_pairs(pairs))
 }
 
 /// [`place_counts`]'s answer when every job keeps its size: each keeps its devices

@@ -17,6 +17,8 @@ use pacer_model::{ClusterSpec, DeviceTypeId, JobId};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
+mod constant;
+
 /// A job's levels, `(devices, work units/s)`, shared: a round's jobs take the levels
 /// read in an earlier round without a copy ([`PlanJob::with_levels`]).
 pub type LevelList = Arc<[(u32, f64)]>;
@@ -181,6 +183,10 @@ pub struct Timeline {
     /// Runs of the same devices joined at breakpoints ([`Timeline::push_span`]); off
     /// only in the test that checks the timelines they leave against unjoined ones.
     coalesce: bool,
+    /// Walks of one level where the job runs at it throughout decided in closed form
+    /// ([`Timeline::run_constant`]); on only for a policy's own plans of its admitted
+    /// jobs, whose finish times nothing reports.
+    constant_runs: bool,
 }
 
 /// A run of slots `[from, to)` at `devices`.
@@ -213,7 +219,25 @@ impl Timeline {
             sums: SumsBufs::default(),
             early_stop: true,
             coalesce: true,
+            constant_runs: false,
         }
+    }
+
+    /// The breakpoints of type `ty` (`(first slot, free)`, the first at slot 0).
+    pub(super) fn free_of(&self, ty: usize) -> &[(usize, u32)] {
+        self.free.get(ty).map_or(&[], |f| f)
+    }
+
+    /// The level (devices, rate) whose walk met the deadline in the last plan that
+    /// got its minimum share ([`Timeline::min_share`]; `None`: none did).
+    pub(super) fn last_level(&self) -> Option<(u32, f64)> {
+        self.sums.chosen
+    }
+
+    /// Decides walks of one level where the job runs at it throughout in closed form
+    /// ([`Timeline::run_constant`]; the finish times may differ in their last bits).
+    pub(super) fn decide_constant_runs(&mut self) {
+        self.constant_runs = true;
     }
 
     /// Free devices of type `ty` in slot `k`.
@@ -309,6 +333,12 @@ impl Timeline {
         let mut left = job.work_left;
         let mut prev = job.current;
         let last_slot = deadline.map(|d| ceil_slots((d - self.now_s) / self.slot_s));
+        if let (true, Some(d), Some(ls)) = (self.constant_runs && low == high, deadline, last_slot)
+        {
+            if let Some(answer) = self.run_constant(job, high, d, ls, spans.as_deref_mut()) {
+                return answer;
+            }
+        }
         // Walks the breakpoints of the job's type in order, cutting also at `switch`
         // and the deadline's slot: no allocation, no sort (this is the planner's
         // inner loop).
@@ -519,6 +549,7 @@ impl Timeline {
         bufs: &mut SumsBufs,
         spans: &mut Vec<Span>,
     ) -> Option<JobPlan> {
+        bufs.chosen = None;
         let d = job.deadline_s?;
         bufs.high_at = None;
         for (i, &(level, rate)) in job.levels.iter().enumerate() {
@@ -531,6 +562,7 @@ impl Timeline {
                 else {
                     continue;
                 };
+                bufs.chosen = Some((level, rate));
                 return Some(JobPlan {
                     feasible: true,
                     finish_s: Some(finish),
@@ -605,7 +637,7 @@ fn take_in_place(free: &mut Vec<(usize, u32)>, spans: &[Span]) {
 /// `x.ceil().max(0.0) as usize`, the same value for every `x` (NaN: 0), without the
 /// library call (no rounding instruction in the baseline x86-64 target) in the usual
 /// range: there `x as u64` is `x` rounded down, exactly.
-fn ceil_slots(x: f64) -> usize {
+pub(super) fn ceil_slots(x: f64) -> usize {
     if x > 0.0 && x < 4.0e15 {
         let t = x as u64;
         (t + u64::from((t as f64) < x)) as usize
@@ -682,6 +714,8 @@ struct SumsBufs {
     low: Vec<f64>,
     high: Vec<f64>,
     high_at: Option<u32>,
+    /// The level of the last plan that met its deadline ([`Timeline::last_level`]).
+    chosen: Option<(u32, f64)>,
 }
 
 impl<'t> SwitchSums<'t> {
@@ -863,29 +897,30 @@ impl JobPlan {
 pub use super::admit::{admit, edf_order, plan_all, Admission, AdmitRules, Admitter};
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// A small deterministic generator (xorshift64*).
-    struct Rng(u64);
+    /// A small deterministic generator (xorshift64*; also `carry.rs`'s and
+    /// `plan/constant.rs`'s tests).
+    pub(crate) struct Rng(pub(crate) u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 ^= self.0 >> 12;
             self.0 ^= self.0 << 25;
             self.0 ^= self.0 >> 27;
             self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
         }
-        fn below(&mut self, n: u64) -> u64 {
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
             self.next() % n.max(1)
         }
-        fn unit(&mut self) -> f64 {
+        pub(crate) fn unit(&mut self) -> f64 {
             (self.next() >> 11) as f64 / (1u64 << 53) as f64
         }
     }
 
     /// A job with levels 1, 2, 4, 8 at sub-linear rates, `work` left, due at
     /// `deadline`.
-    fn job(rng: &mut Rng, id: u32, restart_s: f64) -> PlanJob {
+    pub(crate) fn job(rng: &mut Rng, id: u32, restart_s: f64) -> PlanJob {
         let mut rate = 0.5 + rng.unit();
         let mut levels = Vec::new();
         for d in [1, 2, 4, 8] {
