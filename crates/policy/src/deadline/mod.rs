@@ -72,6 +72,13 @@ pub struct DeadlineConfig {
     /// Under the event clock, ask the driver to charge ElasticFlow's per-event
     /// overhead ([`Policy::charges_event_overhead`]).
     pub event_overhead: bool,
+    /// A new job declined on its first answer hears the earliest deadline that would
+    /// have fitted ([`plan::Admitter::admit`]: a bisection of admission checks) in
+    /// [`Deadline::answers`]. Off in both constructors: `pacer simulate` reads no
+    /// answer, and the service answers a submission with [`plan::admit`] itself (its
+    /// policy never declines: `admitted_by_driver`). Off, the answer is
+    /// `Declined { earliest_deadline_s: None }`; the decisions are the same.
+    pub earliest_on_decline: bool,
 }
 
 impl DeadlineConfig {
@@ -89,6 +96,7 @@ impl DeadlineConfig {
             admitted_by_driver: false,
             wake_at_breakpoints: true,
             event_overhead: true,
+            earliest_on_decline: false,
         }
     }
 
@@ -106,6 +114,7 @@ impl DeadlineConfig {
             admitted_by_driver: false,
             wake_at_breakpoints: false,
             event_overhead: false,
+            earliest_on_decline: false,
         }
     }
 }
@@ -230,8 +239,12 @@ impl Deadline {
             }
             // A re-tried job that is declined again hears nothing: the earliest
             // deadline that would fit is looked for only on a first answer.
-            let answer = if fresh {
+            let answer = if fresh && self.cfg.earliest_on_decline {
                 Some(base.admitter.admit(&jobs[i]))
+            } else if fresh {
+                Some(base.admitter.accept(&jobs[i]).unwrap_or(Admission::Declined {
+                    earliest_deadline_s: None,
+                }))
             } else {
                 base.admitter.accept(&jobs[i])
             };
@@ -892,6 +905,38 @@ mod tests {
         assert!(a[1].is_empty());
         assert_eq!(a[0].replicas(), 2, "pacer admits job 0 alone");
         assert_eq!(pacer.answers.len(), 2, "one answer per deadline job");
+    }
+
+    #[test]
+    fn the_earliest_deadline_is_looked_for_only_when_asked() {
+        // Job 1 does not fit beside job 0 (above); asked, its answer carries the
+        // earliest deadline that would fit (2 devices until 200, then 4: 250), and
+        // the allocations are the same either way.
+        let c = cluster();
+        let jobs = [job(0, 400.0, Some(200.0)), job(1, 600.0, Some(200.0))];
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let mut plain = Deadline::new("deadline", DeadlineConfig::pacer(10.0));
+        let asked_cfg = DeadlineConfig {
+            earliest_on_decline: true,
+            ..DeadlineConfig::pacer(10.0)
+        };
+        let mut asked = Deadline::new("deadline", asked_cfg);
+        assert_eq!(plain.allocate(&view), asked.allocate(&view));
+        let declined = |p: &Deadline| {
+            p.answers.iter().find_map(|(id, _, a)| match a {
+                Admission::Declined {
+                    earliest_deadline_s,
+                } if *id == JobId(1) => Some(*earliest_deadline_s),
+                _ => None,
+            })
+        };
+        assert_eq!(declined(&plain), Some(None));
+        let d = declined(&asked).flatten().expect("some deadline fits");
+        assert!((d - 250.0).abs() <= 1.0, "{d}");
     }
 
     #[test]
