@@ -242,9 +242,13 @@ impl Deadline {
             let answer = if fresh && self.cfg.earliest_on_decline {
                 Some(base.admitter.admit(&jobs[i]))
             } else if fresh {
-                Some(base.admitter.accept(&jobs[i]).unwrap_or(Admission::Declined {
-                    earliest_deadline_s: None,
-                }))
+                Some(
+                    base.admitter
+                        .accept(&jobs[i])
+                        .unwrap_or(Admission::Declined {
+                            earliest_deadline_s: None,
+                        }),
+                )
             } else {
                 base.admitter.accept(&jobs[i])
             };
