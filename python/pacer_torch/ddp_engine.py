@@ -112,50 +112,79 @@ class DdpEngine:
             st = self.step = StepState()
             st.measured = job.end_compute()
         buf = bucket.buffer()
-        # The bucket's buffer holds its parameters' gradients in this order.
-        pinv = preconditioner(self.optimizer, bucket.parameters())
-        if pinv is not None and pinv.numel() != buf.numel():  # pragma: no cover
-            raise RuntimeError(
-                f"pacer_torch: a DDP bucket of {buf.numel()} values holds parameters of "
-                f"{pinv.numel()} (the Adam preconditioner cannot be laid over it)"
-            )
         rank, world = job.rank, job.world
-        b, total = ctx.sizes[rank], sum(ctx.sizes)
+        sizes = ctx.sizes
+        b, total = sizes[rank], sum(sizes)
+        # The noise scale reads |g_i|^2 and |g|^2 only when two ranks or more computed
+        # the step (``Job.gathered``): every rank knows the sizes, so all skip alike.
+        norms = sum(1 for s in sizes if s > 0) >= 2
+        pinv = None
+        if norms:
+            # The bucket's buffer holds its parameters' gradients in this order.
+            pinv = preconditioner(self.optimizer, bucket.parameters())
+            if pinv is not None and pinv.numel() != buf.numel():  # pragma: no cover
+                raise RuntimeError(
+                    f"pacer_torch: a DDP bucket of {buf.numel()} values holds parameters of "
+                    f"{pinv.numel()} (the Adam preconditioner cannot be laid over it)"
+                )
         if b > 0:
-            st.local_sqr = st.local_sqr + grad_norm_sqr_t(buf, pinv, self.grad_scaler)
-            buf.mul_(b / total)
+            if norms:
+                st.local_sqr = st.local_sqr + grad_norm_sqr_t(buf, pinv, self.grad_scaler)
+            if b != total:
+                buf.mul_(b / total)
         else:
             buf.zero_()
+        scaler = self.grad_scaler
         if not bucket.is_last():
+            if world == 1:  # the all-reduce of one contribution is the identity
+                fut = torch.futures.Future()
+                fut.set_result(buf)
+                return fut
             fut = dist.all_reduce(buf, async_op=True).get_future()
-            scaler = self.grad_scaler
-            fut = fut.then(lambda f: _reduced(st, f.value()[0], pinv, scaler))
+            if norms:
+                fut = fut.then(lambda f: _reduced(st, f.value()[0], pinv, scaler))
+            else:
+                fut = fut.then(lambda f: f.value()[0])
             st.futures.append(fut)
             return fut
         # The last bucket carries the rows and rank 0's decision.
         assert st.measured is not None
         n_rows, n_dec = ROW * world, Decision.slot_len(world)
-        tail = torch.zeros(n_rows + n_dec, dtype=buf.dtype)
-        row = job.local_row(st.measured, float(st.local_sqr))
-        tail[ROW * rank : ROW * (rank + 1)] = torch.tensor(row, dtype=buf.dtype)
+        values = [0.0] * (n_rows + n_dec)
+        values[ROW * rank : ROW * (rank + 1)] = job.local_row(
+            st.measured, float(st.local_sqr)
+        )
         if rank == 0:
-            tail[n_rows:] = torch.tensor(job.decision_slot(), dtype=buf.dtype)
+            values[n_rows:] = job.decision_slot()
+        tail = torch.tensor(values, dtype=buf.dtype)
+        trace = job.trace
+        if world == 1:
+            # Alone: the values as they would have travelled (in the buffer's dtype).
+            back = tail.tolist()
+            if trace is not None:
+                trace.mark("arrive")
+                trace.mark("reduced")
+            st.rows, st.decision = [back[:n_rows]], back[n_rows:]
+            fut = torch.futures.Future()
+            fut.set_result(buf)
+            return fut
         if buf.is_cuda:  # from pinned memory: the copy does not wait for the device
             tail = tail.pin_memory().to(buf.device, non_blocking=True)
         both = torch.cat([buf, tail])
         n = buf.numel()
-        trace = job.trace
         if trace is not None:
             trace.mark("arrive")
 
         def done(f: torch.futures.Future) -> torch.Tensor:
             out = f.value()[0]
-            t = out[n:].cpu()
-            st.rows = t[:n_rows].view(world, ROW).tolist()
-            st.decision = t[n_rows:].tolist()
+            back = out[n:].tolist()
+            st.rows = [back[ROW * r : ROW * (r + 1)] for r in range(world)]
+            st.decision = back[n_rows:]
             if trace is not None:
                 trace.mark("reduced")
-            return _reduced(st, out[:n], pinv, self.grad_scaler)
+            if norms:
+                return _reduced(st, out[:n], pinv, scaler)
+            return out[:n]
 
         fut = dist.all_reduce(both, async_op=True).get_future().then(done)
         st.futures.append(fut)
@@ -179,9 +208,11 @@ class DdpEngine:
             flat = torch.cat(
                 [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
             )
+            if flat.dtype != torch.float32:
+                flat = flat.to(torch.float32)
             pinv = preconditioner(self.optimizer, params)
             one_rank = job.one_rank.observe(
-                flat, job.step_ctx.sizes[job.rank], pinv, self.grad_scaler
+                flat, job.step_ctx.sizes[job.rank], pinv, self.grad_scaler, owned=True
             )
         job.gathered(st.rows, float(st.agg_sqr), st.decision, one_rank)
         if job.trace is not None:

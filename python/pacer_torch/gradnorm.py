@@ -57,13 +57,15 @@ def _sum_of_squares(g: torch.Tensor) -> torch.Tensor:
         return torch.linalg.vector_norm(g, dtype=torch.float64) ** 2
     n = g.numel()
     m = n - n % ROW_LEN
-    out = torch.zeros((), dtype=torch.float64)
+    # (Summed without a zero to start from: 0.0 + s is s for every s >= 0, inf or nan.)
+    out: Optional[torch.Tensor] = None
     if m:
         rows = torch.linalg.vector_norm(g[:m].view(-1, ROW_LEN), dim=1, dtype=torch.float32)
-        out = out + rows.double().square().sum()
+        out = rows.double().square().sum()
     if m < n:
-        out = out + torch.linalg.vector_norm(g[m:], dtype=torch.float64) ** 2
-    return out
+        rest = torch.linalg.vector_norm(g[m:], dtype=torch.float64) ** 2
+        out = rest if out is None else out + rest
+    return out if out is not None else torch.zeros((), dtype=torch.float64)
 
 
 def grad_norm_sqr_t(
@@ -100,16 +102,19 @@ class ConsecutiveSteps:
     ``|G|^2 = mean_i(|g_i|^2 - tr(S)/b_i)``. python/README.md ("One rank") compares
     both with the unbiased estimate from two halves of each step.
 
-    Costs two float32 copies of the gradient (kept) and four sums of squares per
-    step."""
+    Costs two float32 copies of the gradient (kept) and, per step, two sums of squares
+    (four under a preconditioner, which changes every step)."""
 
     def __init__(self) -> None:
         #: The last two steps' gradients and batches, oldest first.
         self.kept: List[Tuple[torch.Tensor, float]] = []
+        #: ``|g|^2`` of the kept gradients without a preconditioner (by identity).
+        self._sqr: List[Tuple[torch.Tensor, Optional[float]]] = []
 
     def reset(self) -> None:
         """Forget the last steps (after a step whose gradient is not the job's)."""
         self.kept = []
+        self._sqr = []
 
     def observe(
         self,
@@ -117,16 +122,21 @@ class ConsecutiveSteps:
         b: int,
         pinv: Optional[torch.Tensor],
         grad_scaler: Optional[Any],
+        owned: bool = False,
     ) -> Optional[Tuple[float, float, float]]:
         """Keeps ``flat`` (this step's mean gradient over ``b`` samples); returns this
         step's ``(|G|^2, tr(S), b)`` estimate from it and the last two, or None before
         there are three steps, after a step without samples, or when a value is not
         finite (an AMP overflow step: the steps around it are dropped, as the scaler
-        drops the step)."""
+        drops the step). ``owned``: ``flat`` is a new tensor the caller no longer
+        uses, kept as it is when float32 (no copy)."""
         if b <= 0:
             self.kept = []
             return None
-        cur = flat.detach().to(torch.float32, copy=True)
+        if owned and flat.dtype == torch.float32:
+            cur = flat.detach()
+        else:
+            cur = flat.detach().to(torch.float32, copy=True)
         if grad_scaler is not None and grad_scaler.is_enabled():
             cur.div_(float(grad_scaler.get_scale()))
         kept = [k for k in self.kept if k[0].shape == cur.shape] + [(cur, float(b))]
@@ -134,15 +144,23 @@ class ConsecutiveSteps:
         if len(kept) < 3:
             return None
         (ga, ba), (gb, bb), (gc, bc) = kept
-        p = None if pinv is None else pinv.to(device=cur.device, dtype=cur.dtype)
-
-        def pre(t: torch.Tensor) -> torch.Tensor:
-            return t if p is None else t / p
-
         d = gb - (ga + gc).mul_(0.5)
-        sums = torch.stack(
-            [_sum_of_squares(pre(t)) for t in (d, ga, gb, gc)]
-        ).tolist()
+        if pinv is None:
+            # Without a preconditioner a kept gradient's |g|^2 does not change from one
+            # step to the next: each is summed once, when it is the newest.
+            fresh = torch.stack([_sum_of_squares(d), _sum_of_squares(gc)]).tolist()
+            known = self._sqr
+            if len(known) != 2 or known[0][0] is not ga or known[1][0] is not gb:
+                known = [(ga, None), (gb, None)]
+            olds = [s for _, s in known]
+            if any(s is None for s in olds):
+                olds = torch.stack([_sum_of_squares(ga), _sum_of_squares(gb)]).tolist()
+            sums = [fresh[0], olds[0], olds[1], fresh[1]]
+            self._sqr = [(gb, olds[1]), (gc, fresh[1])]
+        else:
+            p = pinv.to(device=cur.device, dtype=cur.dtype)
+            sums = torch.stack([_sum_of_squares(t / p) for t in (d, ga, gb, gc)]).tolist()
+            self._sqr = []
         if not all(math.isfinite(v) for v in sums):
             self.kept = []
             return None

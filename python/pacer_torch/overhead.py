@@ -100,7 +100,9 @@ def run_ddp(ds, global_batch: int, steps: int, warmup: int) -> Run:
     times, last, t_warm = [], None, 0.0
     for s in range(steps):
         idx = perm[(s * global_batch + rank * b) % len(perm):][:b]
-        x, y = x_all[idx].to(DEVICE), y_all[idx].to(DEVICE)
+        # Gathered as pacer's DataLoader gathers a TensorDataset batch (index_select).
+        x = x_all.index_select(0, idx).to(DEVICE)
+        y = y_all.index_select(0, idx).to(DEVICE)
         loss = F.cross_entropy(net(x), y)
         opt.zero_grad()
         loss.backward()

@@ -27,6 +27,8 @@ def _expected_pinv(opt, params):
 
 
 def _check(rank, world, engine, mode):
+    import copy
+
     import pacer_torch as pacer
     from pacer_torch.job import SQR
 
@@ -47,25 +49,33 @@ def _check(rank, world, engine, mode):
     got = []
     gathered = job.gathered
     def spy(rows, agg, dec, pair=None):
-        got.append((rows[0][SQR], agg))
+        got.append(([r[SQR] for r in rows], agg))
         gathered(rows, agg, dec, pair)
 
     job.gathered = spy
     checked = 0
     for step, (x, y) in enumerate(loader):
         opt.zero_grad()
+        # This rank's own mean gradient, from a copy of the model outside pacer.
+        ref = copy.deepcopy(model)
+        torch.nn.functional.cross_entropy(ref(x), y).backward()
+        mine = torch.cat([p.grad.reshape(-1) for p in ref.parameters()]).double()
         loss = torch.nn.functional.cross_entropy(net(x), y)
         (scaler.scale(loss) if scaler else loss).backward()
         flat = torch.cat([p.grad.reshape(-1) for p in params]).double()
         if mode == "adam":
             pinv = _expected_pinv(opt, params).double()
             want, raw = float(((flat / pinv) ** 2).sum()), float((flat ** 2).sum())
+            want_local = float(((mine / pinv) ** 2).sum())
         else:
             s = scaler.get_scale()
             want, raw = float((flat ** 2).sum()) / s**2, float((flat ** 2).sum())
+            want_local = float((mine ** 2).sum())
         local, agg = got[-1]
-        ok = abs(local - want) <= 1e-5 * want and abs(agg - want) <= 1e-5 * want
-        assert ok, (step, local, agg, want)
+        assert abs(agg - want) <= 1e-5 * want, (step, agg, want)
+        # Every rank's |g_i|^2 travelled in the rows; this rank's is its own gradient's.
+        assert abs(local[rank] - want_local) <= 1e-5 * want_local, (step, local, want_local)
+        assert min(local) > 0 and abs(local[0] - local[1]) > 1e-6 * want_local, local
         if mode == "gradscaler" or step >= 6:
             assert abs(raw - want) > 0.1 * want, (step, raw, want)
             checked += 1
@@ -86,9 +96,9 @@ def _all(rank, world):
 
 
 def test_noise_scale_inputs_under_adam_and_a_grad_scaler():
-    # One rank in a gloo group (the ddp engine needs one): the reduced gradient is the
-    # local one, so |g_i|^2 and |g|^2 both equal the preconditioned, unscaled norm.
-    _dist.run(_all, 1, timeout_s=60)
+    # Two ranks: the noise scale reads |g_i|^2 and |g|^2 only when two ranks or more
+    # computed the step (with one rank they are not computed: ConsecutiveSteps).
+    _dist.run(_all, 2, timeout_s=60)
 
 
 @pytest.mark.parametrize("n", [1000, 3 * (1 << 14) + 7, 400_000])

@@ -99,6 +99,55 @@ def test_linear_drift_is_not_noise_and_an_overflowed_step_is_dropped():
     assert tr == pytest.approx(0.0, abs=1e-9) and g2 == pytest.approx(2.5)
 
 
+def _reference_observe(kept, flat, b, pinv):
+    """``ConsecutiveSteps.observe`` with every sum of squares computed afresh."""
+    from pacer_torch.gradnorm import _sum_of_squares
+
+    cur = flat.detach().to(torch.float32, copy=True)
+    kept[:] = [k for k in kept if k[0].shape == cur.shape] + [(cur, float(b))]
+    del kept[:-3]
+    if len(kept) < 3:
+        return None
+    (ga, ba), (gb, bb), (gc, bc) = kept
+    kept.pop(0)
+    p = None if pinv is None else pinv.to(cur.dtype)
+    d = gb - (ga + gc).mul_(0.5)
+    sums = torch.stack([_sum_of_squares(t if p is None else t / p) for t in (d, ga, gb, gc)])
+    sums = sums.tolist()
+    if not all(math.isfinite(v) for v in sums):
+        kept.clear()
+        return None
+    trace_cov = sums[0] / (1.0 / bb + 0.25 / ba + 0.25 / bc)
+    grad_sqr = sum(s - trace_cov / bi for s, bi in zip(sums[1:], (ba, bb, bc))) / 3.0
+    return grad_sqr, trace_cov, float(b)
+
+
+@pytest.mark.parametrize("with_pinv", [False, True])
+def test_the_norms_kept_from_earlier_steps_are_the_ones_summed_afresh(with_pinv):
+    # Without a preconditioner each kept gradient's |g|^2 is summed once and reused;
+    # the estimates must equal, bit for bit, those that sum all four every step —
+    # across a change of shape (a new model), a non-finite step and a reset.
+    from pacer_torch.gradnorm import ROW_LEN, ConsecutiveSteps
+
+    gen = torch.Generator().manual_seed(5)
+    c, kept, n_est = ConsecutiveSteps(), [], 0
+    for step in range(40):
+        n = 3 * ROW_LEN + 11 if step < 20 else 999
+        g = torch.randn(n, generator=gen) * (1 + step % 3)
+        if step == 9:
+            g[4] = float("inf")
+        if step == 30:
+            c.reset()
+            kept.clear()
+        pinv = torch.rand(n, generator=gen) + 0.5 if with_pinv else None
+        b = 8 + step % 5
+        got = c.observe(g, b, pinv, None, owned=step % 2 == 0)
+        want = _reference_observe(kept, g, b, pinv)
+        assert got == want, (step, got, want)
+        n_est += got is not None
+    assert n_est >= 25
+
+
 def _adaptive_one(rank, world, engine, out):
     import pacer_torch as pacer
 
