@@ -238,16 +238,21 @@ def test_the_compute_clock_counts_the_device_time_not_the_launches(tmp_path):
     assert 0.8 * ref <= med <= 1.5 * ref, (med, ref)
 
 
-def _amp(rank, world, out, engine):
-    """Mixed precision on the GPU: fp16 autocast and a GradScaler whose scale grows every
-    other step until the fp16 gradients overflow (the scaler then skips a step and
-    halves its scale). Each step's |g_i|^2 and |g|^2 must equal the unscaled norm of the
-    gradients the backward pass left (the scale divided out), or be non-finite on an
-    overflow step."""
+def _amp(rank, world, out, engine, on="cuda"):
+    """Mixed precision on the GPU (``on="cpu"``: the same body on the CPU, to check the
+    test itself): fp16 autocast and a GradScaler whose scale grows every other step
+    until the fp16 gradients overflow (the scaler then skips a step and halves its
+    scale). Two ranks (the noise scale reads the norms only when two or more ranks
+    computed the step): each step's |g|^2 must equal the unscaled norm of the reduced
+    gradient, and this rank's |g_i|^2 the unscaled norm of its own gradient (a copy of
+    the model, the same batch and the same scaled backward outside pacer), or be
+    non-finite on an overflow step."""
+    import copy
+
     import pacer_torch as pacer
     from pacer_torch.job import SQR
 
-    dev = _device(rank)
+    dev = _device(rank) if on == "cuda" else torch.device("cpu")
     g = torch.Generator().manual_seed(3)
     x, y = torch.randn(2048, 64, generator=g), torch.randint(0, 10, (2048,), generator=g)
     torch.manual_seed(1)
@@ -264,44 +269,54 @@ def _amp(rank, world, out, engine):
     gathered = job.gathered
 
     def spy(rows, agg, dec, pair=None):
-        got.append((rows[0][SQR], agg))
+        got.append(([r[SQR] for r in rows], agg))
         gathered(rows, agg, dec, pair)
 
     job.gathered = spy
     checks = []
     for step, (xb, yb) in enumerate(loader):
         opt.zero_grad()
+        s = scaler.get_scale()
+        ref = copy.deepcopy(model)
+        with torch.autocast(dev.type, dtype=torch.float16):
+            ref_loss = torch.nn.functional.cross_entropy(ref(xb), yb)
+        (ref_loss * s).backward()
+        mine = torch.cat([p.grad.reshape(-1) for p in ref.parameters()]).double()
         with torch.autocast(dev.type, dtype=torch.float16):
             logits = net(xb)
             loss = torch.nn.functional.cross_entropy(logits, yb)
         assert logits.dtype == torch.float16
         scaler.scale(loss).backward()
         flat = torch.cat([p.grad.reshape(-1) for p in params]).double()
-        s = scaler.get_scale()
         raw = float((flat ** 2).sum())
-        want = raw / s**2
         local, agg = got[-1]
-        checks.append((step, s, math.isfinite(raw), local, agg, want))
+        checks.append((step, s, math.isfinite(raw), local[rank], agg, raw / s**2,
+                       float((mine ** 2).sum()) / s**2))
         scaler.step(opt)
         scaler.update()
         if step == 15:
             break
-    torch.save({"checks": checks}, os.path.join(out, f"amp-{engine}.pt"))
+    torch.save({"checks": checks}, os.path.join(out, f"amp-{engine}-{rank}.pt"))
+
+
+def check_amp(out, engine, world=2):
+    for rank in range(world):
+        checks = torch.load(os.path.join(out, f"amp-{engine}-{rank}.pt"))["checks"]
+        finite = [c for c in checks if c[2]]
+        print(f"amp {engine} rank {rank}: scales {[c[1] for c in checks]}, "
+              f"{len(checks) - len(finite)} overflow steps")
+        assert len(finite) >= 8
+        for step, s, _, local, agg, want, want_local in finite:
+            assert abs(agg - want) <= 1e-4 * want, (step, s, agg, want)
+            assert abs(local - want_local) <= 1e-4 * want_local, (step, s, local, want_local)
+            assert s >= 2.0**10  # the raw norm is s^2 times larger: a missed unscale fails
+        for step, s, ok, local, agg, want, _ in checks:
+            if not ok:
+                assert not math.isfinite(agg), (step, local, agg)
 
 
 @pytest.mark.parametrize("engine", ["flat", "ddp"])
 def test_the_noise_scale_under_amp_on_cuda_divides_out_the_loss_scale(tmp_path, engine):
-    backend, _ = NCCL
-    _dist.run(_amp, 1, str(tmp_path), engine, backend=backend, timeout_s=90)
-    checks = torch.load(tmp_path / f"amp-{engine}.pt")["checks"]
-    finite = [c for c in checks if c[2]]
-    print(f"amp {engine}: scales {[c[1] for c in checks]}, "
-          f"{len(checks) - len(finite)} overflow steps")
-    assert len(finite) >= 8
-    for step, s, _, local, agg, want in finite:
-        assert abs(local - want) <= 1e-4 * want and abs(agg - want) <= 1e-4 * want, \
-            (step, s, local, agg, want)
-        assert s >= 2.0**10  # the raw norm is s^2 times larger: a missed unscale fails
-    for step, s, ok, local, agg, want in checks:
-        if not ok:
-            assert not (math.isfinite(local) and math.isfinite(agg)), (step, local, agg)
+    # Two ranks share the GPUs under gloo (nccl would need two GPUs).
+    _dist.run(_amp, 2, str(tmp_path), engine, backend="gloo", timeout_s=90)
+    check_amp(str(tmp_path), engine)
