@@ -16,6 +16,12 @@ median (``*_paired``); the median CPU time per step over all ranks; and each ran
 median speed (samples/s of compute) under DDP's equal split, which shows how unequal
 "equal" ranks are on the machine. Prints one JSON object.
 
+``--cores-per-rank K`` pins each rank to K physical cores of its own (with their SMT
+siblings; ``rank0_cpus`` in the report), so that the ranks neither share nor migrate
+between cores: unpinned one-thread ranks on an idle 16-core host ran 1.8x apart under
+DDP's equal split. ``*_overhead_paired_quartiles`` gives the lower quartile, median and
+upper quartile of the per-round ratios.
+
 ``--device cuda`` runs the same on GPUs (rank ``LOCAL_RANK`` on device ``LOCAL_RANK``
 modulo the devices it sees; ``--backend gloo`` lets several ranks share one GPU, which
 nccl refuses); ``--model resnet18`` (torchvision's, 32x32 inputs) gives a step with
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from typing import Dict, List, Tuple
@@ -180,6 +187,50 @@ def _speeds_under_ddp(ds, global_batch: int, steps: int) -> List[float]:
 RUNS = ("ddp", "pacer", "pacer-uniform", "pacer-ddp")
 
 
+def physical_cores(cpus: List[int], root: str = "/sys/devices/system/cpu") -> List[List[int]]:
+    """The CPUs this process may use, grouped by physical core (SMT siblings together,
+    from sysfs' topology; a CPU whose topology cannot be read is a core of its own),
+    ordered by their first CPU."""
+    groups: Dict[Tuple[str, str], List[int]] = {}
+    for c in sorted(cpus):
+        base = f"{root}/cpu{c}/topology/"
+        try:
+            with open(base + "physical_package_id") as f:
+                pkg = f.read().strip()
+            with open(base + "core_id") as f:
+                core = f.read().strip()
+            key = (pkg, core)
+        except OSError:
+            key = ("cpu", str(c))
+        groups.setdefault(key, []).append(c)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def pin(local_rank: int, local_world: int, per_rank: int) -> List[int]:
+    """Pins this rank to ``per_rank`` physical cores of its own (all their SMT siblings),
+    ranks taking consecutive groups; returns the CPUs. Raises ``ValueError`` when the
+    machine has fewer than ``local_world * per_rank`` physical cores available."""
+    cores = physical_cores(list(os.sched_getaffinity(0)))
+    need = local_world * per_rank
+    if need > len(cores):
+        raise ValueError(
+            f"--cores-per-rank {per_rank}: {local_world} ranks need {need} physical cores, "
+            f"this process may use {len(cores)}"
+        )
+    mine = [c for g in cores[local_rank * per_rank : (local_rank + 1) * per_rank] for c in g]
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
+def quartiles(xs: List[float]) -> List[float]:
+    """Lower quartile, median and upper quartile (``statistics.quantiles``' default
+    method; the value itself for one element)."""
+    if len(xs) < 2:
+        return [xs[0]] * 3
+    q = statistics.quantiles(xs, n=4)
+    return [q[0], statistics.median(xs), q[2]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -191,7 +242,12 @@ def main() -> None:
     ap.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                     help="default: nccl on CUDA, gloo on the CPU")
     ap.add_argument("--model", choices=("cnn", "resnet18"), default="cnn")
+    ap.add_argument("--cores-per-rank", type=int, default=0,
+                    help="pin each rank to this many physical cores of its own "
+                         "(0: no pinning, the default)")
     args = ap.parse_args()
+    if args.cores_per_rank < 0:
+        ap.error(f"--cores-per-rank {args.cores_per_rank}: expected 0 or more")
     if args.steps < args.warmup + 3:
         ap.error(f"--steps {args.steps}: at least --warmup + 3 ({args.warmup + 3})")
     global MODEL, DEVICE
@@ -205,6 +261,14 @@ def main() -> None:
         if args.backend == "nccl":
             ap.error("--backend nccl needs --device cuda")
         backend = "gloo"
+    pinned: List[int] = []
+    if args.cores_per_rank:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        try:
+            pinned = pin(local_rank, local_world, args.cores_per_rank)
+        except ValueError as e:
+            ap.error(str(e))
     info = pacer.init_process_group(backend=backend)
     if args.device == "cuda":
         DEVICE = torch.device("cuda", int(info["local_rank"]) % torch.cuda.device_count())
@@ -243,6 +307,7 @@ def main() -> None:
                "model": MODEL,
                "device_name": torch.cuda.get_device_name(DEVICE)
                if DEVICE.type == "cuda" else None,
+               "cores_per_rank": args.cores_per_rank, "rank0_cpus": pinned,
                "rank_speeds_under_ddp": [round(v, 1) for v in speeds]}
         for i, r in enumerate(runs):
             walls = [w for w, _ in per[r]]
@@ -255,6 +320,10 @@ def main() -> None:
             out[f"{r}_overhead_mean"] = out[r]["mean_ms"] / out["ddp"]["mean_ms"] - 1
             out[f"{r}_overhead_paired"] = statistics.median(
                 a / b - 1 for a, b in zip(rounds[r], rounds["ddp"])
+            )
+            # The spread of the per-round ratios: how far one round's answer can be trusted.
+            out[f"{r}_overhead_paired_quartiles"] = quartiles(
+                [a / b - 1 for a, b in zip(rounds[r], rounds["ddp"])]
             )
             out[f"{r}_overhead_span_paired"] = statistics.median(
                 a / b - 1 for a, b in zip(spans[r], spans["ddp"])

@@ -24,6 +24,9 @@ pytestmark = pytest.mark.skipif(NGPU == 0, reason="no CUDA device (see python/RE
 
 # (backend, world): several ranks per GPU under gloo; nccl at one rank per GPU.
 SHARED = ("gloo", 4)
+#: The adaptive runs train ``test_agreement.EPOCHS`` epochs, then on until they reach
+#: ``test_agreement.TARGET``, at most this many epochs in all.
+MAX_EPOCHS = 2 * ta.EPOCHS
 NCCL = ("nccl", min(NGPU, 4) if NGPU else 1)
 
 
@@ -94,8 +97,12 @@ def _adaptive(rank, world, out, engine):
         max_global_batch=1024, adapt_every=4, speed=speed, time_scale=1.0, device=dev,
     )
     job = pacer.current()
-    log = []
-    for _ in pacer.remaining_epochs(ta.EPOCHS):
+    log, epochs, acc = [], 0, 0.0
+    # ta.EPOCHS epochs, then on to the target, at most MAX_EPOCHS: the goodput-optimal
+    # batch trades progress per epoch for progress per second, so a fixed epoch count
+    # can end below the target (0.876 after 6 epochs once on an H200, where 50 other
+    # one-rank epochs from the second on were 0.906-0.948).
+    for _ in pacer.remaining_epochs(MAX_EPOCHS):
         for x, y in loader:
             loss = torch.nn.functional.cross_entropy(net(x), y)
             opt.zero_grad()
@@ -109,13 +116,22 @@ def _adaptive(rank, world, out, engine):
             if any(v[0] != ran or v[2:] != views[0][2:] for v in views):
                 raise AssertionError(f"step {len(log)}: the ranks disagree: {views}")
             log.append(ran)
+        epochs += 1
+        with torch.no_grad():
+            acc = float((model(xt.to(dev)).argmax(dim=1) == yt.to(dev)).float().mean())
+        # Every rank stops after the same epoch (rank 0's accuracy decides).
+        stop = torch.tensor([1.0 if epochs >= ta.EPOCHS and acc >= ta.TARGET else 0.0],
+                            device=dev)
+        dist.broadcast(stop, 0)
+        if stop.item():
+            break
     with torch.no_grad():
-        acc = float((model(xt.to(dev)).argmax(dim=1) == yt.to(dev)).float().mean())
         flat = torch.cat([p.reshape(-1) for p in model.parameters()]).cpu()
     copies = [None] * world
     dist.all_gather_object(copies, flat)
     if rank == 0:
-        torch.save({"log": log, "acc": acc, "copies": copies}, os.path.join(out, "a.pt"))
+        torch.save({"log": log, "acc": acc, "epochs": epochs, "copies": copies},
+                   os.path.join(out, "a.pt"))
 
 
 @pytest.mark.parametrize("backend,world", [SHARED, NCCL])
@@ -124,9 +140,9 @@ def test_adaptive_ranks_on_cuda_apply_one_decision_every_step(tmp_path, backend,
     _dist.run(_adaptive, world, str(tmp_path), engine, backend=backend, timeout_s=90)
     got = torch.load(tmp_path / "a.pt")
     globals_ = [sum(ran) for ran in got["log"]]
-    print(f"{backend} world {world} {engine}: steps {len(globals_)}, "
+    print(f"{backend} world {world} {engine}: steps {len(globals_)}, epochs {got['epochs']}, "
           f"global batches {sorted(set(globals_))}, accuracy {got['acc']:.3f}")
-    assert sum(globals_) == ta.EPOCHS * ta.N_TRAIN
+    assert sum(globals_) == got["epochs"] * ta.N_TRAIN
     # At one rank (nccl) the noise scale comes from consecutive steps (ConsecutiveSteps).
     assert max(globals_) > 32 * 1.05, "the global batch adapted"
     assert all(torch.equal(c, got["copies"][0]) for c in got["copies"])

@@ -3,12 +3,14 @@
 import itertools
 import json
 import time
+import types
 
 import pytest
 import torch
 
 import pacer_torch as pacer
 from pacer_torch import job as jobmod
+from pacer_torch import signals
 from pacer_torch import trace
 from pacer_torch.signals import Emulation, calibrate_cost
 
@@ -95,7 +97,7 @@ def test_calibrated_emulation_pads_to_the_cost_line():
     assert took >= em.last_target and not em.last_overrun
 
 
-def test_calibrate_cost_fits_a_line_through_the_medians():
+def test_calibrate_cost_fits_a_line_through_the_medians(monkeypatch):
     def burn(b):
         x = 0
         for i in range(2000 * b):
@@ -105,8 +107,16 @@ def test_calibrate_cost_fits_a_line_through_the_medians():
     assert per_sample > 0 and fixed >= 0
     with pytest.raises(ValueError, match=r"^sizes: \[3, 3\]"):
         calibrate_cost(burn, [3, 3])
+    # A step whose CPU time does not depend on the batch, on a clock that only the step
+    # moves (a real no-op's medians are noise, and their slope is as often above 0).
+    clock = [0.0]
+
+    def flat(b):
+        clock[0] += 2.0**-10  # exact in binary: every step takes exactly this long
+
+    monkeypatch.setattr(signals, "time", types.SimpleNamespace(thread_time=lambda: clock[0]))
     with pytest.raises(ValueError, match=r"^sizes: the step's CPU time did not grow"):
-        calibrate_cost(lambda b: None, [1, 2, 3], reps=3)
+        calibrate_cost(flat, [1, 2, 3], reps=3)
 
 
 def _train(steps):
