@@ -17,8 +17,7 @@ import argparse
 import json
 import sys
 
-TUNING = {("saturn", 1), ("saturn", 2), ("saturn", 3), ("frag", 1), ("frag", 2), ("frag", 3),
-          ("light", 1), ("light", 2), ("light", 3)}
+from sia_mix import TUNING, est
 
 
 def pct(x):
@@ -30,10 +29,8 @@ def signed(x, digits=4):
 
 
 def estimate(base, key):
-    xs = [b["mixing"].get(key) for b in base]
-    if any(x is None for x in xs):
-        return "—"
-    return f"{100 * sum(xs) / len(xs):.2f} % (max {100 * max(xs):.2f})"
+    """sia_mix.py's mean (max) of an estimate, in the tables' style: "1.32 % (max 2.36)"."""
+    return est(base, key).replace(" %)", ")")
 
 
 def main():
