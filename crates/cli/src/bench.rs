@@ -117,6 +117,10 @@ pub struct RoundArgs {
     /// --shared-fabric`).
     #[arg(long, value_name = "TYPE")]
     pub shared_fabric: Option<String>,
+    /// Per-type models the policies see for `--workload`'s per-type applications
+    /// (`pacer simulate --profiles`: `fitted` or `online`).
+    #[arg(long, default_value = "fitted")]
+    pub profiles: pacer_sim::ProfileMode,
     #[arg(long)]
     pub json: bool,
 }

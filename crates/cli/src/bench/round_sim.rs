@@ -26,6 +26,25 @@ impl pacer_policy::Policy for Timed {
     fn uses_quality(&self) -> bool {
         self.inner.uses_quality()
     }
+    // The hooks that change what the simulator does around the rounds, forwarded so
+    // that the timed run is the run `pacer simulate` makes (without them the
+    // defaults stood: Sia's projection under `--profiles online`, no arrival or
+    // wake-up rounds). `incremental` is not: the rounds timed are `allocate`'s.
+    fn declined(&self, job: pacer_model::JobId) -> bool {
+        self.inner.declined(job)
+    }
+    fn arrival_replan(&self) -> pacer_policy::ArrivalReplan {
+        self.inner.arrival_replan()
+    }
+    fn type_projection(&self) -> pacer_policy::TypeProjection {
+        self.inner.type_projection()
+    }
+    fn wake_s(&self) -> Option<f64> {
+        self.inner.wake_s()
+    }
+    fn charges_event_overhead(&self) -> bool {
+        self.inner.charges_event_overhead()
+    }
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         let t = Instant::now();
         let out = self.inner.allocate(view);
@@ -61,6 +80,7 @@ pub(super) fn round_sim(a: &RoundArgs, file: &str) -> Result<()> {
     let config = SimConfig {
         round_s: a.round_s,
         mixed_types: a.mixed_types,
+        profiles: a.profiles,
         ..SimConfig::default()
     };
     config
