@@ -141,8 +141,11 @@ pub struct Deadline {
     /// Every admission answer, in order (for reports and tests).
     pub answers: Vec<(JobId, f64, Admission)>,
     /// Each job's plan levels and type, kept while its speed table (the same `Arc`)
-    /// and the devices per type are those they were read from.
+    /// and the devices per type (`levels_caps`) are those they were read from.
     levels: IdMap<Levels>,
+    /// The devices per type `levels` were read with (all of them forgotten when
+    /// these change).
+    levels_caps: Vec<u32>,
     /// The start of the plan's next slot, while jobs are active ([`Policy::wake_s`]).
     next_slot_s: Option<f64>,
     /// Waiting jobs' plans, carried to the next round where they carry over exactly.
@@ -154,7 +157,6 @@ pub struct Deadline {
 struct Levels {
     speed: Arc<SpeedTable>,
     requested: u32,
-    caps: Vec<u32>,
     ty: usize,
     levels: plan::LevelList,
 }
@@ -168,6 +170,7 @@ impl Deadline {
             round: Vec::new(),
             answers: Vec::new(),
             levels: IdMap::default(),
+            levels_caps: Vec::new(),
             next_slot_s: None,
             carry: carry::Carry::default(),
         }
@@ -519,35 +522,36 @@ impl Deadline {
         let caps: Vec<u32> = (0..types)
             .map(|t| view.cluster.gpus_of_type(DeviceTypeId(t as u16)))
             .collect();
+        if caps != self.levels_caps {
+            self.levels.clear();
+            self.levels_caps = caps;
+        }
         let budget = self.cfg.budget_restarts;
-        let jobs: Vec<PlanJob> = view
-            .jobs
-            .iter()
-            .map(|v: &JobView| {
-                let Some(speed) = &v.speed else {
-                    return PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
-                };
-                if let Some(l) = self.levels.get(&v.id).filter(|l| {
-                    Arc::ptr_eq(&l.speed, speed)
-                        && l.requested == v.requested_replicas
-                        && l.caps == caps
-                }) {
-                    return PlanJob::with_levels(v, l.ty, l.levels.clone(), budget);
-                }
-                let p = PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
-                self.levels.insert(
-                    v.id,
-                    Levels {
-                        speed: speed.clone(),
-                        requested: v.requested_replicas,
-                        caps: caps.clone(),
-                        ty: p.ty,
-                        levels: p.levels.clone(),
-                    },
-                );
-                p
-            })
-            .collect();
+        let jobs: Vec<PlanJob> =
+            view.jobs
+                .iter()
+                .map(|v: &JobView| {
+                    let Some(speed) = &v.speed else {
+                        return PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
+                    };
+                    if let Some(l) = self.levels.get(&v.id).filter(|l| {
+                        Arc::ptr_eq(&l.speed, speed) && l.requested == v.requested_replicas
+                    }) {
+                        return PlanJob::with_levels(v, l.ty, l.levels.clone(), budget);
+                    }
+                    let p = PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
+                    self.levels.insert(
+                        v.id,
+                        Levels {
+                            speed: speed.clone(),
+                            requested: v.requested_replicas,
+                            ty: p.ty,
+                            levels: p.levels.clone(),
+                        },
+                    );
+                    p
+                })
+                .collect();
         // Forget the jobs that left.
         if self.levels.len() > 2 * jobs.len() + 64 {
             let live: BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
@@ -1000,6 +1004,36 @@ mod tests {
             }
             assert!(p.decided.values().any(|&a| a) && p.decided.values().any(|&a| !a));
         }
+    }
+
+    /// A job's levels kept from the last round are read again when the devices per
+    /// type change: on the second cluster the job's best type is the other one, as a
+    /// fresh policy finds.
+    #[test]
+    fn levels_are_read_again_when_the_devices_per_type_change() {
+        let curve = SpeedCurve {
+            points: vec![(1, 1.0), (2, 2.0), (4, 4.0), (8, 8.0)],
+            spread_factor: 1.0,
+        };
+        let jobs = [JobView {
+            speed: Some(Arc::new(SpeedTable::uniform(2, curve))),
+            work_left: 100.0,
+            ..JobView::basic(JobId(0), 0.0, 8)
+        }];
+        let first = ClusterSpec::parse("1x4:t4,1x8:a100", "t").unwrap();
+        let second = ClusterSpec::parse("1x8:t4,1x4:a100", "t").unwrap();
+        let view = |cluster| ClusterView {
+            now_s: 0.0,
+            cluster,
+            jobs: &jobs,
+        };
+        let mut kept = Deadline::new("d", DeadlineConfig::pacer(10.0));
+        let a = kept.allocate(&view(&first));
+        assert_eq!(a[0].slots(), &[(pacer_model::NodeId(1), 8)]);
+        let b = kept.allocate(&view(&second));
+        let fresh = Deadline::new("d", DeadlineConfig::pacer(10.0)).allocate(&view(&second));
+        assert_eq!(b, fresh);
+        assert_eq!(b[0].slots(), &[(pacer_model::NodeId(0), 8)]);
     }
 
     #[test]
