@@ -6,6 +6,7 @@
 //! [`RunState::apply`]), and finally turns the states into results
 //! ([`Simulation::results`]).
 
+use super::view::ViewConsts;
 use super::*;
 use pacer_policy::IncrementalPolicy;
 
@@ -19,9 +20,8 @@ struct Models<'s> {
     modes: Vec<BatchMode>,
     /// Devices of the types each job can run on (adaptive jobs explore up to it).
     caps: Vec<u32>,
-    /// Each job's own restart delay ([`JobProgress::restart_s`]: a function of the
-    /// simulation alone), read once instead of for every view.
-    restart_s: Vec<Option<f64>>,
+    /// What each job's view reads of its progress model that a run does not change.
+    consts: Vec<ViewConsts>,
     /// Jobs in arrival order; `rank` inverts it.
     order: Vec<usize>,
     rank: Vec<usize>,
@@ -79,7 +79,7 @@ impl Models<'_> {
             self.modes[i],
             speed,
             self.caps[i],
-            self.restart_s[i],
+            &self.consts[i],
             uses_quality,
         )
     }
@@ -286,13 +286,13 @@ impl Simulation<'_> {
                 crate::admit::capacity(self.cluster, &usable).min(u32::MAX as u64) as u32
             })
             .collect();
-        let restart_s = kinds.iter().map(|k| k.restart_s(self)).collect();
+        let consts = kinds.iter().map(|k| ViewConsts::of(self, &**k)).collect();
         Models {
             kinds,
             speeds,
             modes,
             caps,
-            restart_s,
+            consts,
             order,
             rank,
             uses_quality: policy.uses_quality(),
@@ -734,6 +734,7 @@ impl<'s> RunState<'s> {
             }
             m.kinds[i].reallocating(sim, st, &a);
             st.alloc = a;
+            st.alloc_rate = f64::NAN;
             st.replicas = st.alloc.replicas();
             self.holds[i] = !st.alloc.is_empty();
             if !st.alloc.is_empty() {
@@ -835,6 +836,7 @@ mod tests {
         assert!(end(offset_of!(JobState, completion_s), size_of::<Option<f64>>()) <= 64);
         assert!(end(offset_of!(JobState, epoch), 8) <= 128);
         assert!(end(offset_of!(JobState, accum_steps), 4) <= 128);
+        assert!(end(offset_of!(JobState, alloc_rate), 8) <= 128);
         assert!(
             end(
                 offset_of!(JobState, fixed_shape),

@@ -39,8 +39,8 @@ impl Simulation<'_> {
     /// What the engine knows of active job `i` for its view (refits a loss-curve
     /// job's predictor when the policy reads quality): [`SimJobFacts`], translated by
     /// [`SimJobFacts::facts`] for the one `JobView` builder ([`JobFacts::view`], or
-    /// [`JobFacts::view_into`] over last round's view). `restart_s` is the job's
-    /// [`JobProgress::restart_s`], read once per run.
+    /// [`JobFacts::view_into`] over last round's view). `consts` are the job's
+    /// [`ViewConsts`], read once per run.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn job_facts(
@@ -51,7 +51,7 @@ impl Simulation<'_> {
         mode: BatchMode,
         speed: &Arc<SpeedTable>,
         cap: u32,
-        restart_s: Option<f64>,
+        consts: &ViewConsts,
         uses_quality: bool,
     ) -> SimJobFacts {
         let job = &self.jobs[i];
@@ -72,8 +72,8 @@ impl Simulation<'_> {
             requested_batch: Some(f64::from(job.spec.requested_batch)),
             attained_gpu_s: st.attained_gpu_s,
             restarts: st.restarts,
-            restart_s,
-            restart_s_per_doubling: kind.restart_s_per_doubling(),
+            restart_s: consts.restart_s,
+            restart_s_per_doubling: consts.restart_s_per_doubling,
             alloc: st.alloc.clone(),
             goodput_version: st.goodput_version,
             max_replicas_cap: mode.max_replicas_cap,
@@ -81,10 +81,32 @@ impl Simulation<'_> {
             speed: speed.clone(),
             iterations_per_work,
             work_done: kind.work_done(self, st),
-            total_work: kind.total_work(),
+            total_work: consts.total_work,
             quality,
-            deadline_s: kind.deadline_s(),
+            deadline_s: consts.deadline_s,
             mixed_types: self.config.mixed_types,
+        }
+    }
+}
+
+/// What a job's view reads of its progress model that does not change during a run
+/// (each a method of [`JobProgress`] of the model alone, or of the model and the
+/// simulation): read once per run instead of once per view.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ViewConsts {
+    pub restart_s: Option<f64>,
+    pub restart_s_per_doubling: f64,
+    pub total_work: f64,
+    pub deadline_s: Option<f64>,
+}
+
+impl ViewConsts {
+    pub(super) fn of(sim: &Simulation<'_>, kind: &dyn JobProgress) -> Self {
+        ViewConsts {
+            restart_s: kind.restart_s(sim),
+            restart_s_per_doubling: kind.restart_s_per_doubling(),
+            total_work: kind.total_work(),
+            deadline_s: kind.deadline_s(),
         }
     }
 }
