@@ -54,15 +54,18 @@ impl Allocation {
         Allocation { slots }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
+    #[inline]
     pub fn slots(&self) -> &[(NodeId, u32)] {
         &self.slots
     }
 
     /// Number of devices.
+    #[inline]
     pub fn replicas(&self) -> u32 {
         self.slots.iter().map(|s| s.1).sum()
     }
