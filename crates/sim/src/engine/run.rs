@@ -846,21 +846,16 @@ mod tests {
         assert!(end(offset_of!(JobState, batch_version), 8) <= 192);
     }
 
-    /// A policy that records every view it is shown, then defers to `inner`.
-    struct Recording<P> {
-        inner: P,
+    /// A deadline policy that records every view it is shown (the methods `Deadline`
+    /// overrides defer to it).
+    struct Recording {
+        inner: pacer_policy::deadline::Deadline,
         views: Vec<String>,
     }
 
-    impl<P: Policy> Policy for Recording<P> {
+    impl Policy for Recording {
         fn name(&self) -> &'static str {
             self.inner.name()
-        }
-        fn adaptive_batch(&self) -> bool {
-            self.inner.adaptive_batch()
-        }
-        fn uses_quality(&self) -> bool {
-            self.inner.uses_quality()
         }
         fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
             self.views.push(format!("{:?} {:?}", view.now_s, view.jobs));
