@@ -9,9 +9,27 @@ use smallvec::SmallVec;
 type Slots = SmallVec<[(NodeId, u32); 1]>;
 
 /// Devices held by one job: `(node, count)` pairs sorted by node, no zero counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Allocation {
     slots: Slots,
+}
+
+/// A copy of the pairs (they are `Copy`): `SmallVec`'s own `Clone` pushes them one
+/// by one through an iterator, and views and placements clone an allocation per job
+/// every round.
+impl Clone for Allocation {
+    #[inline]
+    fn clone(&self) -> Self {
+        Allocation {
+            slots: Slots::from_slice(&self.slots),
+        }
+    }
+
+    #[inline]
+    fn clone_from(&mut self, source: &Self) {
+        self.slots.clear();
+        self.slots.extend_from_slice(&source.slots);
+    }
 }
 
 impl Allocation {
@@ -36,15 +54,18 @@ impl Allocation {
         Allocation { slots }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
+    #[inline]
     pub fn slots(&self) -> &[(NodeId, u32)] {
         &self.slots
     }
 
     /// Number of devices.
+    #[inline]
     pub fn replicas(&self) -> u32 {
         self.slots.iter().map(|s| s.1).sum()
     }
@@ -98,5 +119,21 @@ mod tests {
         assert_eq!(a.replicas(), 4);
         assert_eq!(a.nodes(), 2);
         assert_eq!(a.placement(), vec![1, 3]);
+    }
+
+    #[test]
+    fn clones_copy_every_pair_inline_or_spilled() {
+        let one = Allocation::from_pairs([(NodeId(4), 2)]);
+        let three = Allocation::from_pairs([(NodeId(3), 2), (NodeId(1), 1), (NodeId(7), 4)]);
+        for a in [Allocation::empty(), one.clone(), three.clone()] {
+            let c = a.clone();
+            assert_eq!(c, a);
+            assert_eq!(c.slots.spilled(), a.slots.spilled());
+            for from in [Allocation::empty(), one.clone(), three.clone()] {
+                let mut d = from;
+                d.clone_from(&a);
+                assert_eq!(d, a);
+            }
+        }
     }
 }

@@ -92,36 +92,68 @@ pub struct JobFacts {
 impl JobFacts {
     /// The job's view: the one place a [`JobView`] is assembled from a driver's facts.
     pub fn view(self) -> JobView {
+        let mut out = JobView::basic(self.id, self.arrival_s, self.requested_replicas);
+        self.view_into(&mut out);
+        out
+    }
+
+    /// [`JobFacts::view`] written over `out`, a view of any job: every field is
+    /// assigned (the pattern below names them all, so a new field must be added
+    /// here), and `out`'s allocation and buffers are reused. A driver that shows a
+    /// policy the same jobs round after round refreshes their views so instead of
+    /// building and dropping them.
+    #[inline(always)]
+    pub fn view_into(self, out: &mut JobView) {
+        let JobView {
+            id,
+            arrival_s,
+            attained_gpu_s,
+            requested_replicas,
+            requested_batch,
+            max_replicas,
+            num_restarts,
+            restart_s,
+            restart_s_per_doubling,
+            current,
+            goodput,
+            goodput_by_type,
+            goodput_version,
+            speed,
+            iterations_per_work,
+            work_done,
+            work_left,
+            quality,
+            one_type,
+            deadline_s,
+            mixed,
+        } = out;
         // Across device types: the balanced goodput under the models the job has.
-        let mixed =
+        *mixed =
             (self.mixed_types && self.goodput_by_type.iter().flatten().count() > 1).then(|| {
                 Arc::new(ViewMix {
                     by_type: self.goodput_by_type.clone(),
                 }) as Arc<dyn MixedGoodput>
             });
-        JobView {
-            id: self.id,
-            arrival_s: self.arrival_s,
-            attained_gpu_s: self.attained_gpu_s,
-            requested_replicas: self.requested_replicas.max(1),
-            requested_batch: self.requested_batch,
-            max_replicas: self.replicas.max_replicas(),
-            num_restarts: self.num_restarts,
-            restart_s: self.restart_s,
-            restart_s_per_doubling: self.restart_s_per_doubling,
-            current: self.current,
-            goodput: self.goodput,
-            goodput_by_type: self.goodput_by_type,
-            goodput_version: self.goodput_version,
-            speed: self.speed,
-            iterations_per_work: self.iterations_per_work,
-            work_done: self.work_done,
-            work_left: self.work_left,
-            quality: self.quality,
-            one_type: self.one_type,
-            deadline_s: self.deadline_s,
-            mixed,
-        }
+        *id = self.id;
+        *arrival_s = self.arrival_s;
+        *attained_gpu_s = self.attained_gpu_s;
+        *requested_replicas = self.requested_replicas.max(1);
+        *requested_batch = self.requested_batch;
+        *max_replicas = self.replicas.max_replicas();
+        *num_restarts = self.num_restarts;
+        *restart_s = self.restart_s;
+        *restart_s_per_doubling = self.restart_s_per_doubling;
+        *current = self.current;
+        *goodput = self.goodput;
+        *goodput_by_type = self.goodput_by_type;
+        *goodput_version = self.goodput_version;
+        *speed = self.speed;
+        *iterations_per_work = self.iterations_per_work;
+        *work_done = self.work_done;
+        *work_left = self.work_left;
+        *quality = self.quality;
+        *one_type = self.one_type;
+        *deadline_s = self.deadline_s;
     }
 }
 
@@ -318,6 +350,54 @@ mod tests {
             one_type: false,
             deadline_s: None,
         }
+    }
+
+    /// A view refreshed in place over another job's equals one built afresh: no field
+    /// of the old view survives (each differs between the two jobs here).
+    #[test]
+    fn a_view_written_over_another_equals_a_fresh_one() {
+        let mut other = facts();
+        other.id = JobId(9);
+        other.arrival_s = 7.0;
+        other.attained_gpu_s = 11.0;
+        other.requested_replicas = 5;
+        other.requested_batch = Some(256.0);
+        other.replicas.limit = 3;
+        other.num_restarts = 2;
+        other.restart_s = Some(4.0);
+        other.restart_s_per_doubling = 1.5;
+        other.current = Allocation::from_pairs([(pacer_model::NodeId(1), 2)]);
+        other.goodput = None;
+        other.goodput_version = 8;
+        other.mixed_types = true;
+        other.speed = Some(Arc::new(SpeedTable::uniform(
+            1,
+            crate::SpeedCurve {
+                points: vec![(1, 2.0)],
+                spread_factor: 1.0,
+            },
+        )));
+        other.iterations_per_work = Some(3.0);
+        other.work_done = 0.25;
+        other.work_left = 0.75;
+        other.quality = Some(QualityView {
+            iteration: 3.0,
+            loss: 0.5,
+            first_loss: 2.0,
+            max_delta_per_iter: 0.1,
+            curve: None,
+        });
+        other.one_type = true;
+        other.deadline_s = Some(99.0);
+        let mut v = other.clone().view();
+        assert!(v.mixed.is_some() && v.speed.is_some());
+        facts().view_into(&mut v);
+        assert_eq!(format!("{v:?}"), format!("{:?}", facts().view()));
+        let mut w = facts().view();
+        let mut mixed = other.clone();
+        mixed.goodput_by_type = vec![model(0.002), model(0.003)];
+        mixed.clone().view_into(&mut w);
+        assert_eq!(format!("{w:?}"), format!("{:?}", mixed.view()));
     }
 
     #[test]

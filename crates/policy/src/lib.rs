@@ -635,9 +635,6 @@ impl std::hash::Hasher for IdHasher {
 pub(crate) type IdMap<V> =
     std::collections::HashMap<JobId, V, std::hash::BuildHasherDefault<IdHasher>>;
 
-/// A set of job ids with [`IdHasher`].
-pub(crate) type IdSet = std::collections::HashSet<JobId, std::hash::BuildHasherDefault<IdHasher>>;
-
 /// Free devices per node after taking `allocs` out of `cluster`.
 pub fn free_per_node(cluster: &ClusterSpec, allocs: &[&Allocation]) -> Vec<u32> {
     let mut free: Vec<u32> = cluster.nodes.iter().map(|n| n.gpus).collect();

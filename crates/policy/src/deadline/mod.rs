@@ -30,7 +30,7 @@ mod carry;
 pub mod plan;
 
 use crate::place::FreePool;
-use crate::{ArrivalReplan, ClusterView, IdMap, IdSet, JobView, Policy, SpeedTable};
+use crate::{ArrivalReplan, ClusterView, IdMap, JobView, Policy, SpeedTable};
 use pacer_model::{Allocation, DeviceTypeId, JobId};
 use plan::{Admission, AdmitRules, Admitter, PlanJob};
 use std::collections::BTreeSet;
@@ -131,16 +131,21 @@ struct Base<'a> {
 pub struct Deadline {
     name: &'static str,
     cfg: DeadlineConfig,
-    /// Lookups only (no decision follows their order): hashed by id, since every
-    /// round asks them about every job.
-    seen: IdSet,
-    admitted: IdSet,
-    declined: IdSet,
+    /// Each job seen so far: admitted (`true`) or declined. Lookups only (no
+    /// decision follows their order): hashed by id.
+    decided: IdMap<bool>,
+    /// `decided` of each of the round's jobs (indexed like the view's), read once a
+    /// round and kept equal to it as the round decides ([`Deadline::decide`]):
+    /// every step of a round asks about every job.
+    round: Vec<Option<bool>>,
     /// Every admission answer, in order (for reports and tests).
     pub answers: Vec<(JobId, f64, Admission)>,
     /// Each job's plan levels and type, kept while its speed table (the same `Arc`)
-    /// and the devices per type are those they were read from.
+    /// and the devices per type (`levels_caps`) are those they were read from.
     levels: IdMap<Levels>,
+    /// The devices per type `levels` were read with (all of them forgotten when
+    /// these change).
+    levels_caps: Vec<u32>,
     /// The start of the plan's next slot, while jobs are active ([`Policy::wake_s`]).
     next_slot_s: Option<f64>,
     /// Waiting jobs' plans, carried to the next round where they carry over exactly.
@@ -152,7 +157,6 @@ pub struct Deadline {
 struct Levels {
     speed: Arc<SpeedTable>,
     requested: u32,
-    caps: Vec<u32>,
     ty: usize,
     levels: plan::LevelList,
 }
@@ -162,11 +166,11 @@ impl Deadline {
         Deadline {
             name,
             cfg,
-            seen: IdSet::default(),
-            admitted: IdSet::default(),
-            declined: IdSet::default(),
+            decided: IdMap::default(),
+            round: Vec::new(),
             answers: Vec::new(),
             levels: IdMap::default(),
+            levels_caps: Vec::new(),
             next_slot_s: None,
             carry: carry::Carry::default(),
         }
@@ -188,7 +192,7 @@ impl Deadline {
         let mut idx = Vec::with_capacity(jobs.len());
         idx.extend(
             (0..jobs.len())
-                .filter(|&i| jobs[i].deadline_s.is_some() && self.admitted.contains(&jobs[i].id)),
+                .filter(|&i| jobs[i].deadline_s.is_some() && self.round[i] == Some(true)),
         );
         let admitter = Admitter::carrying(
             view.cluster,
@@ -204,14 +208,32 @@ impl Deadline {
         Base { idx, admitter }
     }
 
+    /// Reads what was decided about each of the round's jobs into `round`.
+    fn read_round(&mut self, jobs: &[PlanJob]) {
+        self.round.clear();
+        self.round
+            .extend(jobs.iter().map(|j| self.decided.get(&j.id).copied()));
+    }
+
+    /// Records that job `id` is admitted (`true`) or declined, in `decided` and at
+    /// every index of the round's jobs that shows it.
+    fn decide(&mut self, jobs: &[PlanJob], id: JobId, admitted: bool) {
+        if self.decided.insert(id, admitted) != Some(admitted) {
+            for (k, j) in jobs.iter().enumerate() {
+                if j.id == id {
+                    self.round[k] = Some(admitted);
+                }
+            }
+        }
+    }
+
     /// Admits or declines the jobs seen for the first time (and, when re-trying, the
     /// declined ones), in arrival order; `base` follows the admitted set.
     fn admit_new<'a>(&mut self, view: &'a ClusterView, jobs: &'a [PlanJob], base: &mut Base<'a>) {
         // Only the jobs seen for the first time or re-tried are decided.
         let mut order = Vec::with_capacity(jobs.len());
         order.extend((0..jobs.len()).filter(|&i| {
-            let id = jobs[i].id;
-            !self.seen.contains(&id) || (self.cfg.retry_declined && self.declined.contains(&id))
+            self.round[i].is_none() || (self.cfg.retry_declined && self.round[i] == Some(false))
         }));
         order.sort_by(|&a, &b| {
             view.jobs[a]
@@ -222,14 +244,13 @@ impl Deadline {
         let mut stale = self.admit_jointly(view, jobs, base, &order);
         for i in order {
             let id = jobs[i].id;
-            let fresh = self.seen.insert(id);
-            let retry = self.cfg.retry_declined && self.declined.contains(&id);
+            let fresh = self.round[i].is_none();
+            let retry = self.cfg.retry_declined && self.round[i] == Some(false);
             if !fresh && !retry {
                 continue;
             }
             if jobs[i].deadline_s.is_none() || self.cfg.admitted_by_driver {
-                self.declined.remove(&id);
-                self.admitted.insert(id);
+                self.decide(jobs, id, true);
                 stale |= jobs[i].deadline_s.is_some();
                 continue;
             }
@@ -256,13 +277,8 @@ impl Deadline {
             if let Some(answer) = answer.filter(|_| fresh || accepted) {
                 self.answers.push((id, view.now_s, answer));
             }
-            if accepted {
-                self.declined.remove(&id);
-                self.admitted.insert(id);
-                stale = true;
-            } else {
-                self.declined.insert(id);
-            }
+            self.decide(jobs, id, accepted);
+            stale |= accepted;
         }
         if stale {
             *base = self.base(view, jobs);
@@ -287,7 +303,7 @@ impl Deadline {
         let group: Vec<usize> = order
             .iter()
             .copied()
-            .filter(|&i| jobs[i].deadline_s.is_some() && !self.seen.contains(&jobs[i].id))
+            .filter(|&i| jobs[i].deadline_s.is_some() && self.round[i].is_none())
             .collect();
         if group.len() < 2 {
             return false;
@@ -296,18 +312,14 @@ impl Deadline {
         let plans = base.admitter.admit_together(&candidates);
         for (k, &i) in group.iter().enumerate() {
             let id = jobs[i].id;
-            self.seen.insert(id);
+            self.decide(jobs, id, plans.is_some());
             let answer = match &plans {
-                Some(p) => {
-                    self.admitted.insert(id);
-                    Admission::Accepted {
-                        share_now: p[k].now(),
-                        planned_finish_s: p[k].finish_s.unwrap_or(f64::INFINITY),
-                    }
-                }
+                Some(p) => Admission::Accepted {
+                    share_now: p[k].now(),
+                    planned_finish_s: p[k].finish_s.unwrap_or(f64::INFINITY),
+                },
                 None => {
                     // Declined with its event-mates: no earliest deadline is looked for.
-                    self.declined.insert(id);
                     Admission::Declined {
                         earliest_deadline_s: None,
                     }
@@ -328,7 +340,7 @@ impl Deadline {
         base: &Base<'_>,
     ) -> (Vec<u32>, Vec<usize>) {
         let mut live = Vec::with_capacity(jobs.len());
-        live.extend((0..jobs.len()).filter(|&i| self.admitted.contains(&jobs[i].id)));
+        live.extend((0..jobs.len()).filter(|&i| self.round[i] == Some(true)));
         let mut counts = vec![0u32; jobs.len()];
         for (&i, p) in base.idx.iter().zip(base.admitter.plans()) {
             if let Some(p) = p {
@@ -382,40 +394,37 @@ impl Deadline {
             }
             Some((saved / f64::from(next - n), next))
         };
-        let mut steps: Vec<Option<(f64, u32)>> = live
+        let mut steps: Vec<Step> = live
             .iter()
             .map(|&i| {
-                if moved.iter().any(|m| m.0 == i) {
+                let s = if moved.iter().any(|m| m.0 == i) {
                     None
                 } else {
                     step(i, counts[i])
-                }
+                };
+                Step::new(i, &jobs[i], counts[i], s)
             })
             .collect();
         loop {
-            let mut best: Option<(f64, usize, usize, u32)> = None;
-            for (k, &i) in live.iter().enumerate() {
-                let Some((gain, next)) = steps[k] else {
-                    continue;
-                };
-                let j = &jobs[i];
-                if next - counts[i] > spare[j.ty] {
+            let mut best: Option<(f64, usize)> = None;
+            for (k, s) in steps.iter().enumerate() {
+                if s.need > u64::from(spare[s.ty]) {
                     continue;
                 }
                 let better = match best {
                     None => true,
-                    Some((g, _, b, _)) => {
-                        gain > g || (gain == g && edf_key(&jobs[i]) < edf_key(&jobs[b]))
-                    }
+                    Some((g, b)) => s.gain > g || (s.gain == g && s.edf < steps[b].edf),
                 };
                 if better {
-                    best = Some((gain, k, i, next));
+                    best = Some((s.gain, k));
                 }
             }
-            let Some((_, k, i, next)) = best else { break };
-            spare[jobs[i].ty] -= next - counts[i];
+            let Some((_, k)) = best else { break };
+            let s = &mut steps[k];
+            let (i, next) = (s.job, s.next);
+            spare[s.ty] -= next - counts[i];
             counts[i] = next;
-            steps[k] = step(i, next);
+            s.set(counts[i], step(i, next));
         }
         let mut tys: Vec<usize> = jobs.iter().map(|j| j.ty).collect();
         for (i, p) in &moved {
@@ -513,35 +522,36 @@ impl Deadline {
         let caps: Vec<u32> = (0..types)
             .map(|t| view.cluster.gpus_of_type(DeviceTypeId(t as u16)))
             .collect();
+        if caps != self.levels_caps {
+            self.levels.clear();
+            self.levels_caps = caps;
+        }
         let budget = self.cfg.budget_restarts;
-        let jobs: Vec<PlanJob> = view
-            .jobs
-            .iter()
-            .map(|v: &JobView| {
-                let Some(speed) = &v.speed else {
-                    return PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
-                };
-                if let Some(l) = self.levels.get(&v.id).filter(|l| {
-                    Arc::ptr_eq(&l.speed, speed)
-                        && l.requested == v.requested_replicas
-                        && l.caps == caps
-                }) {
-                    return PlanJob::with_levels(v, l.ty, l.levels.clone(), budget);
-                }
-                let p = PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
-                self.levels.insert(
-                    v.id,
-                    Levels {
-                        speed: speed.clone(),
-                        requested: v.requested_replicas,
-                        caps: caps.clone(),
-                        ty: p.ty,
-                        levels: p.levels.clone(),
-                    },
-                );
-                p
-            })
-            .collect();
+        let jobs: Vec<PlanJob> =
+            view.jobs
+                .iter()
+                .map(|v: &JobView| {
+                    let Some(speed) = &v.speed else {
+                        return PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
+                    };
+                    if let Some(l) = self.levels.get(&v.id).filter(|l| {
+                        Arc::ptr_eq(&l.speed, speed) && l.requested == v.requested_replicas
+                    }) {
+                        return PlanJob::with_levels(v, l.ty, l.levels.clone(), budget);
+                    }
+                    let p = PlanJob::from_view(v, view.cluster, budget).up_to_fastest();
+                    self.levels.insert(
+                        v.id,
+                        Levels {
+                            speed: speed.clone(),
+                            requested: v.requested_replicas,
+                            ty: p.ty,
+                            levels: p.levels.clone(),
+                        },
+                    );
+                    p
+                })
+                .collect();
         // Forget the jobs that left.
         if self.levels.len() > 2 * jobs.len() + 64 {
             let live: BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
@@ -549,6 +559,46 @@ impl Deadline {
             self.carry.retain(|id| live.contains(&id));
         }
         jobs
+    }
+}
+
+/// A live job's next step up in [`Deadline::counts`]'s spare loop, with what the loop
+/// reads of it in one record: the gain per added device, the devices the step adds
+/// (`u64::MAX`: it takes none), its type and its EDF key (ties), so that a scan of
+/// the jobs makes no lookups into the round's jobs.
+struct Step {
+    need: u64,
+    ty: usize,
+    gain: f64,
+    next: u32,
+    job: usize,
+    edf: (u64, JobId),
+}
+
+impl Step {
+    fn new(job: usize, j: &PlanJob, count: u32, step: Option<(f64, u32)>) -> Self {
+        let mut s = Step {
+            need: u64::MAX,
+            ty: j.ty,
+            gain: 0.0,
+            next: count,
+            job,
+            edf: edf_key(j),
+        };
+        s.set(count, step);
+        s
+    }
+
+    /// The step from `count` devices: `(gain, next level)`, or `None`.
+    fn set(&mut self, count: u32, step: Option<(f64, u32)>) {
+        match step {
+            Some((gain, next)) => {
+                self.gain = gain;
+                self.next = next;
+                self.need = u64::from(next - count);
+            }
+            None => self.need = u64::MAX,
+        }
     }
 }
 
@@ -749,7 +799,7 @@ impl Policy for Deadline {
     }
 
     fn declined(&self, job: JobId) -> bool {
-        self.declined.contains(&job)
+        self.decided.get(&job) == Some(&false)
     }
 
     fn arrival_replan(&self) -> ArrivalReplan {
@@ -769,6 +819,7 @@ impl Policy for Deadline {
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         self.next_slot_s = (!view.jobs.is_empty()).then_some(view.now_s + self.cfg.slot_s);
         let jobs = self.plan_jobs(view);
+        self.read_round(&jobs);
         let mut base = self.base(view, &jobs);
         self.admit_new(view, &jobs, &mut base);
         let (counts, types) = self.counts(view, &jobs, &base);
@@ -898,17 +949,91 @@ mod tests {
             4,
             "the spare goes to others"
         );
-        assert!(ef.declined.contains(&JobId(1)));
+        assert!(ef.declined(JobId(1)));
         // Jobs 0 and 1 arrived together: ElasticFlow declines them together.
-        assert!(
-            ef.declined.contains(&JobId(0)),
-            "declined with its event-mate"
-        );
+        assert!(ef.declined(JobId(0)), "declined with its event-mate");
         let mut pacer = Deadline::new("deadline", DeadlineConfig::pacer(10.0));
         let a = pacer.allocate(&view);
         assert!(a[1].is_empty());
         assert_eq!(a[0].replicas(), 2, "pacer admits job 0 alone");
         assert_eq!(pacer.answers.len(), 2, "one answer per deadline job");
+    }
+
+    /// The round's copy of the decisions (`Deadline::round`) follows every decision of
+    /// the round: after each round it equals `decided` at every job, with jobs
+    /// arriving, admitted, declined, re-tried and shown twice under one id; and the
+    /// answers are those of a policy that was shown each job once.
+    #[test]
+    fn the_round_s_decisions_follow_every_decision() {
+        let c = ClusterSpec::parse("1x8:t4", "t").unwrap();
+        for cfg in [
+            DeadlineConfig::pacer(10.0),
+            DeadlineConfig::elasticflow(10.0),
+        ] {
+            let mut p = Deadline::new("d", cfg);
+            let mut shown: Vec<JobView> = Vec::new();
+            for round in 0..12u32 {
+                let now = f64::from(round) * 10.0;
+                // Two arrivals a round: one that fits, one too tight or best effort.
+                shown.push(job(2 * round, 300.0, Some(now + 400.0)));
+                let other = match round % 3 {
+                    0 => job(2 * round + 1, 5000.0, Some(now + 100.0)),
+                    1 => job(2 * round + 1, 50.0, None),
+                    _ => job(2 * round + 1, 900.0, Some(now + 300.0)),
+                };
+                shown.push(other);
+                let mut jobs = shown.clone();
+                // The same id twice in one view.
+                jobs.push(shown[shown.len() - 2].clone());
+                let view = ClusterView {
+                    now_s: now,
+                    cluster: &c,
+                    jobs: &jobs,
+                };
+                let a = p.allocate(&view);
+                assert_eq!(a.len(), jobs.len());
+                assert_eq!(p.round.len(), jobs.len());
+                for (k, j) in jobs.iter().enumerate() {
+                    assert_eq!(
+                        p.round[k],
+                        p.decided.get(&j.id).copied(),
+                        "round {round}, job {k}"
+                    );
+                    assert!(p.round[k].is_some(), "every job shown is decided");
+                }
+            }
+            assert!(p.decided.values().any(|&a| a) && p.decided.values().any(|&a| !a));
+        }
+    }
+
+    /// A job's levels kept from the last round are read again when the devices per
+    /// type change: on the second cluster the job's best type is the other one, as a
+    /// fresh policy finds.
+    #[test]
+    fn levels_are_read_again_when_the_devices_per_type_change() {
+        let curve = SpeedCurve {
+            points: vec![(1, 1.0), (2, 2.0), (4, 4.0), (8, 8.0)],
+            spread_factor: 1.0,
+        };
+        let jobs = [JobView {
+            speed: Some(Arc::new(SpeedTable::uniform(2, curve))),
+            work_left: 100.0,
+            ..JobView::basic(JobId(0), 0.0, 8)
+        }];
+        let first = ClusterSpec::parse("1x4:t4,1x8:a100", "t").unwrap();
+        let second = ClusterSpec::parse("1x8:t4,1x4:a100", "t").unwrap();
+        let view = |cluster| ClusterView {
+            now_s: 0.0,
+            cluster,
+            jobs: &jobs,
+        };
+        let mut kept = Deadline::new("d", DeadlineConfig::pacer(10.0));
+        let a = kept.allocate(&view(&first));
+        assert_eq!(a[0].slots(), &[(pacer_model::NodeId(1), 8)]);
+        let b = kept.allocate(&view(&second));
+        let fresh = Deadline::new("d", DeadlineConfig::pacer(10.0)).allocate(&view(&second));
+        assert_eq!(b, fresh);
+        assert_eq!(b[0].slots(), &[(pacer_model::NodeId(0), 8)]);
     }
 
     #[test]

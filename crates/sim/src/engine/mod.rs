@@ -181,6 +181,9 @@ struct JobState {
     fixed_shape: Option<(u32, DeviceTypeId)>,
     atomic_bsz: u32,
     accum_steps: u32,
+    /// The job's speed table's rate on `alloc` (`SpeedTable::rate_of`; NaN: not
+    /// computed since the allocation changed), for the kinds that step at it.
+    alloc_rate: f64,
     // Line 3: allocation changes.
     alloc: Allocation,
     start_s: Option<f64>,
@@ -224,6 +227,7 @@ impl JobState {
             replicas: 0,
             atomic_bsz: 0,
             accum_steps: 0,
+            alloc_rate: f64::NAN,
             rescale_left_s: 0.0,
             attained_gpu_s: 0.0,
             restarts: None,

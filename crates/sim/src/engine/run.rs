@@ -6,6 +6,7 @@
 //! [`RunState::apply`]), and finally turns the states into results
 //! ([`Simulation::results`]).
 
+use super::view::ViewConsts;
 use super::*;
 use pacer_policy::IncrementalPolicy;
 
@@ -19,6 +20,8 @@ struct Models<'s> {
     modes: Vec<BatchMode>,
     /// Devices of the types each job can run on (adaptive jobs explore up to it).
     caps: Vec<u32>,
+    /// What each job's view reads of its progress model that a run does not change.
+    consts: Vec<ViewConsts>,
     /// Jobs in arrival order; `rank` inverts it.
     order: Vec<usize>,
     rank: Vec<usize>,
@@ -43,14 +46,40 @@ impl Models<'_> {
         st: &mut JobState,
         uses_quality: bool,
     ) -> JobView {
+        self.job_facts(sim, i, st, uses_quality).facts().view()
+    }
+
+    /// [`Models::job_view`] written over `view` (last round's view of a job).
+    fn refresh_view(
+        &self,
+        sim: &Simulation<'_>,
+        i: usize,
+        st: &mut JobState,
+        uses_quality: bool,
+        view: &mut JobView,
+    ) {
+        self.job_facts(sim, i, st, uses_quality)
+            .facts()
+            .view_into(view);
+    }
+
+    #[inline(always)]
+    fn job_facts(
+        &self,
+        sim: &Simulation<'_>,
+        i: usize,
+        st: &mut JobState,
+        uses_quality: bool,
+    ) -> SimJobFacts {
         let (kind, speed) = (&*self.kinds[i], &self.speeds[i]);
-        sim.job_view(
+        sim.job_facts(
             i,
             kind,
             st,
             self.modes[i],
             speed,
             self.caps[i],
+            &self.consts[i],
             uses_quality,
         )
     }
@@ -82,7 +111,12 @@ struct RunState<'s> {
     merged: Vec<usize>,
     changes: Vec<(JobId, Allocation)>,
     attained: Vec<(JobId, f64)>,
+    /// The active jobs' views of the last full decision, in `active`'s order
+    /// ([`RunState::refresh_views`]).
     views: Vec<JobView>,
+    /// Refresh the last round's views in place (off: build every view anew; the
+    /// tests compare the two).
+    reuse_views: bool,
     node_used: Vec<u32>,
     used: u32,
     /// Σ active jobs × round length and Σ round lengths since the start; a job's
@@ -112,7 +146,18 @@ impl Simulation<'_> {
     pub fn run(
         &self,
         policy: &mut dyn Policy,
+        on_round: impl FnMut(&RoundInfo),
+    ) -> Result<SimResult, SimError> {
+        self.run_views(policy, on_round, true)
+    }
+
+    /// [`Simulation::run`], refreshing the last round's views in place when
+    /// `reuse_views` (off: every view built anew, as the tests compare).
+    fn run_views(
+        &self,
+        policy: &mut dyn Policy,
         mut on_round: impl FnMut(&RoundInfo),
+        reuse_views: bool,
     ) -> Result<SimResult, SimError> {
         let wall = Instant::now();
         let cfg = &self.config;
@@ -126,6 +171,7 @@ impl Simulation<'_> {
             None
         };
         let mut r = RunState::new(self, policy.name());
+        r.reuse_views = reuse_views;
         let projection = policy.type_projection();
         for st in &mut r.states {
             st.online.projection = projection;
@@ -240,11 +286,13 @@ impl Simulation<'_> {
                 crate::admit::capacity(self.cluster, &usable).min(u32::MAX as u64) as u32
             })
             .collect();
+        let consts = kinds.iter().map(|k| ViewConsts::of(self, &**k)).collect();
         Models {
             kinds,
             speeds,
             modes,
             caps,
+            consts,
             order,
             rank,
             uses_quality: policy.uses_quality(),
@@ -360,6 +408,7 @@ impl<'s> RunState<'s> {
             changes: Vec::new(),
             attained: Vec::new(),
             views: Vec::new(),
+            reuse_views: true,
             node_used: vec![0; sim.cluster.nodes.len()],
             used: 0,
             contention_sum: 0.0,
@@ -544,12 +593,8 @@ impl<'s> RunState<'s> {
     /// Step 3, full: hands a policy without an event-driven form every active job and keeps
     /// the allocations that differ from the current ones in `changes`.
     fn decide_full(&mut self, m: &Models<'_>, policy: &mut dyn Policy) -> Result<(), SimError> {
+        self.refresh_views(m);
         let sim = self.sim;
-        self.views.clear();
-        for &i in &self.active {
-            let v = m.job_view(sim, i, &mut self.states[i], m.uses_quality);
-            self.views.push(v);
-        }
         let view = ClusterView {
             now_s: self.now,
             cluster: sim.cluster,
@@ -570,6 +615,42 @@ impl<'s> RunState<'s> {
             }
         }
         Ok(())
+    }
+
+    /// `views` made the views of `active` (in its order): the last round's views of
+    /// jobs still active are written over in place ([`Models::refresh_view`]: every
+    /// field anew, the same view as a fresh one), those of jobs that left are dropped,
+    /// and the arrivals' built. Both lists are in arrival order and arrivals come
+    /// after every job already active, so the kept views are a prefix; anything else
+    /// (not expected) rebuilds them all.
+    fn refresh_views(&mut self, m: &Models<'_>) {
+        let sim = self.sim;
+        if !self.reuse_views {
+            self.views.clear();
+        }
+        let states = &self.states;
+        self.views.retain(|v| {
+            let st = &states[v.id.0 as usize];
+            st.completion_s.is_none() && !st.dropped
+        });
+        let kept = self.views.len();
+        if kept > self.active.len()
+            || self
+                .views
+                .iter()
+                .zip(&self.active)
+                .any(|(v, &i)| v.id.0 as usize != i)
+        {
+            self.views.clear();
+        }
+        let kept = kept.min(self.views.len());
+        for (v, &i) in self.views.iter_mut().zip(&self.active) {
+            m.refresh_view(sim, i, &mut self.states[i], m.uses_quality, v);
+        }
+        for &i in &self.active[kept..] {
+            let v = m.job_view(sim, i, &mut self.states[i], m.uses_quality);
+            self.views.push(v);
+        }
     }
 
     /// A job runs only on device types it has measurements for: elsewhere the
@@ -653,6 +734,7 @@ impl<'s> RunState<'s> {
             }
             m.kinds[i].reallocating(sim, st, &a);
             st.alloc = a;
+            st.alloc_rate = f64::NAN;
             st.replicas = st.alloc.replicas();
             self.holds[i] = !st.alloc.is_empty();
             if !st.alloc.is_empty() {
@@ -754,6 +836,7 @@ mod tests {
         assert!(end(offset_of!(JobState, completion_s), size_of::<Option<f64>>()) <= 64);
         assert!(end(offset_of!(JobState, epoch), 8) <= 128);
         assert!(end(offset_of!(JobState, accum_steps), 4) <= 128);
+        assert!(end(offset_of!(JobState, alloc_rate), 8) <= 128);
         assert!(
             end(
                 offset_of!(JobState, fixed_shape),
@@ -761,6 +844,90 @@ mod tests {
             ) <= 128
         );
         assert!(end(offset_of!(JobState, batch_version), 8) <= 192);
+    }
+
+    /// A deadline policy that records every view it is shown (the methods `Deadline`
+    /// overrides defer to it).
+    struct Recording {
+        inner: pacer_policy::deadline::Deadline,
+        views: Vec<String>,
+    }
+
+    impl Policy for Recording {
+        fn name(&self) -> &'static str {
+            self.inner.name()
+        }
+        fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
+            self.views.push(format!("{:?} {:?}", view.now_s, view.jobs));
+            self.inner.allocate(view)
+        }
+        fn declined(&self, job: JobId) -> bool {
+            self.inner.declined(job)
+        }
+        fn arrival_replan(&self) -> ArrivalReplan {
+            self.inner.arrival_replan()
+        }
+        fn wake_s(&self) -> Option<f64> {
+            self.inner.wake_s()
+        }
+        fn charges_event_overhead(&self) -> bool {
+            self.inner.charges_event_overhead()
+        }
+    }
+
+    /// The views of each round with the last round's refreshed in place equal views
+    /// built anew, round by round, as jobs arrive, run, finish and (declined past
+    /// their deadline) are dropped; it fails if a refreshed view keeps anything of
+    /// the last round (a field left unwritten, a job's view at another's place).
+    #[test]
+    fn views_refreshed_in_place_equal_fresh_ones() {
+        use crate::trace::elasticflow::{load_elasticflow, parse_throughput_table};
+        use pacer_policy::deadline::{Deadline, DeadlineConfig};
+        let table = "global_batch_size,1,2,4,8\n64,1.0,1.9,3.6,6.0\n";
+        let mut lookup = |ty: &str, model: &str| {
+            Ok((ty == "t4" && model == "toy")
+                .then(|| parse_throughput_table(table, "toy.csv").unwrap()))
+        };
+        // Deadline and best-effort jobs, some too tight to admit, arriving over time.
+        let mut trace =
+            "job_id,submit_time,iteration,model_name,ddl,batch_size,num_gpu,duration,best_effort\n"
+                .to_string();
+        for k in 0..40u32 {
+            let submit = 100 + 37 * k;
+            let iters = 200 + (k * 97) % 900;
+            let ddl = submit + [60, 400, 1500, 5000][k as usize % 4];
+            let be = u32::from(k % 5 == 0);
+            trace.push_str(&format!(
+                "{k},{submit},{iters},toy,{ddl},64,1,{iters},{be}\n"
+            ));
+        }
+        let jobs = load_elasticflow(&trace, "t.csv", &["t4".to_string()], &mut lookup).unwrap();
+        let cluster = ClusterSpec::parse("2x4:t4", "--cluster").unwrap();
+        let sim = Simulation {
+            cluster: &cluster,
+            apps: &[],
+            jobs: &jobs,
+            config: SimConfig {
+                round_s: 60.0,
+                ..SimConfig::default()
+            },
+        };
+        let run = |reuse: bool| {
+            let mut p = Recording {
+                inner: Deadline::new("deadline-s60", DeadlineConfig::pacer(60.0)),
+                views: Vec::new(),
+            };
+            let out = sim.run_views(&mut p, |_| {}, reuse).unwrap();
+            (p.views, format!("{:?}", out.jobs))
+        };
+        let (fresh, fresh_jobs) = run(false);
+        let (kept, kept_jobs) = run(true);
+        assert!(fresh.len() > 20, "{} rounds", fresh.len());
+        assert_eq!(fresh.len(), kept.len());
+        for (round, (a, b)) in fresh.iter().zip(&kept).enumerate() {
+            assert_eq!(a, b, "round {round}");
+        }
+        assert_eq!(fresh_jobs, kept_jobs);
     }
 
     #[test]

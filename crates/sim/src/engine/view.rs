@@ -36,12 +36,14 @@ impl Simulation<'_> {
             .collect()
     }
 
-    /// The view a policy gets of active job `i` (refits a loss-curve job's
-    /// predictor when the policy reads quality): what the engine knows of it
-    /// ([`SimJobFacts`]), translated ([`SimJobFacts::facts`]) for the one `JobView`
-    /// builder ([`JobFacts::view`]).
+    /// What the engine knows of active job `i` for its view (refits a loss-curve
+    /// job's predictor when the policy reads quality): [`SimJobFacts`], translated by
+    /// [`SimJobFacts::facts`] for the one `JobView` builder ([`JobFacts::view`], or
+    /// [`JobFacts::view_into`] over last round's view). `consts` are the job's
+    /// [`ViewConsts`], read once per run.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn job_view(
+    #[inline(always)]
+    pub(super) fn job_facts(
         &self,
         i: usize,
         kind: &dyn JobProgress,
@@ -49,8 +51,9 @@ impl Simulation<'_> {
         mode: BatchMode,
         speed: &Arc<SpeedTable>,
         cap: u32,
+        consts: &ViewConsts,
         uses_quality: bool,
-    ) -> JobView {
+    ) -> SimJobFacts {
         let job = &self.jobs[i];
         let quality = kind.quality(st, uses_quality);
         let iterations_per_work = kind.iterations_per_work(self, job, st, cap);
@@ -69,8 +72,8 @@ impl Simulation<'_> {
             requested_batch: Some(f64::from(job.spec.requested_batch)),
             attained_gpu_s: st.attained_gpu_s,
             restarts: st.restarts,
-            restart_s: kind.restart_s(self),
-            restart_s_per_doubling: kind.restart_s_per_doubling(),
+            restart_s: consts.restart_s,
+            restart_s_per_doubling: consts.restart_s_per_doubling,
             alloc: st.alloc.clone(),
             goodput_version: st.goodput_version,
             max_replicas_cap: mode.max_replicas_cap,
@@ -78,13 +81,33 @@ impl Simulation<'_> {
             speed: speed.clone(),
             iterations_per_work,
             work_done: kind.work_done(self, st),
-            total_work: kind.total_work(),
+            total_work: consts.total_work,
             quality,
-            deadline_s: kind.deadline_s(),
+            deadline_s: consts.deadline_s,
             mixed_types: self.config.mixed_types,
         }
-        .facts()
-        .view()
+    }
+}
+
+/// What a job's view reads of its progress model that does not change during a run
+/// (each a method of [`JobProgress`] of the model alone, or of the model and the
+/// simulation): read once per run instead of once per view.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ViewConsts {
+    pub restart_s: Option<f64>,
+    pub restart_s_per_doubling: f64,
+    pub total_work: f64,
+    pub deadline_s: Option<f64>,
+}
+
+impl ViewConsts {
+    pub(super) fn of(sim: &Simulation<'_>, kind: &dyn JobProgress) -> Self {
+        ViewConsts {
+            restart_s: kind.restart_s(sim),
+            restart_s_per_doubling: kind.restart_s_per_doubling(),
+            total_work: kind.total_work(),
+            deadline_s: kind.deadline_s(),
+        }
     }
 }
 
@@ -129,6 +152,7 @@ impl SimJobFacts {
     /// cap), a fixed-batch job's is its kept replicas or its request; the work left
     /// is never negative; any job may mix types where it runs equally fast on them
     /// (`one_type` false), and with `--mixed-types` also across its per-type models.
+    #[inline(always)]
     pub fn facts(self) -> JobFacts {
         let req = self.requested_replicas;
         let (replicas, goodput, goodput_by_type) = match self.adaptive {

@@ -260,7 +260,17 @@ impl Simulation<'_> {
         now: f64,
         dt: f64,
     ) {
-        step_at(speed.rate_of(self.cluster, &st.alloc), total, st, now, dt);
+        // The rate on an allocation is kept while the allocation is (a job's speed
+        // table is the same all run).
+        if st.alloc_rate.is_nan() {
+            st.alloc_rate = speed.rate_of(self.cluster, &st.alloc);
+        }
+        debug_assert!(
+            st.alloc_rate.to_bits() == speed.rate_of(self.cluster, &st.alloc).to_bits()
+                || st.alloc_rate.is_nan(),
+            "the kept rate is the allocation's"
+        );
+        step_at(st.alloc_rate, total, st, now, dt);
     }
 }
 
