@@ -364,6 +364,7 @@ fn bench_jobs(a: &RoundArgs) -> Vec<JobView> {
                 current: Allocation::empty(),
                 goodput: Some(goodputs[rng.random_range(0..goodputs.len())]),
                 goodput_by_type: Vec::new(),
+                measured_by_type: Vec::new(),
                 goodput_version: 1,
                 mixed_types: false,
                 speed: Some(std::sync::Arc::new(bench_speed(&mut rng, a.types, r))),

@@ -318,6 +318,7 @@ fn sim_facts(job: &Replayed, cluster: &ClusterSpec, measures: Measures) -> SimJo
             measured_replicas: job.runs.iter().map(|r| r.replicas).max().unwrap_or(0),
             goodput: running.map(model),
             goodput_by_type: by_type,
+            measured_by_type: Vec::new(),
         }),
         speed: Arc::new(speed),
         iterations_per_work: None,

@@ -74,6 +74,8 @@ pub struct JobFacts {
     pub goodput: Option<GoodputFn>,
     /// Indexed like the cluster's device types; empty: no per-type models.
     pub goodput_by_type: Vec<Option<GoodputFn>>,
+    /// [`JobView::measured_by_type`]; empty: every model is the job's own.
+    pub measured_by_type: Vec<bool>,
     pub goodput_version: u64,
     /// The job accepts an allocation across device types whose replicas the worker
     /// level balances (the simulator's `--mixed-types`, a service spec's
@@ -117,6 +119,7 @@ impl JobFacts {
             current,
             goodput,
             goodput_by_type,
+            measured_by_type,
             goodput_version,
             speed,
             iterations_per_work,
@@ -146,6 +149,7 @@ impl JobFacts {
         *current = self.current;
         *goodput = self.goodput;
         *goodput_by_type = self.goodput_by_type;
+        *measured_by_type = self.measured_by_type;
         *goodput_version = self.goodput_version;
         *speed = self.speed;
         *iterations_per_work = self.iterations_per_work;
@@ -340,6 +344,7 @@ mod tests {
             current: Allocation::empty(),
             goodput: model(0.001),
             goodput_by_type: vec![model(0.001), model(0.004)],
+            measured_by_type: Vec::new(),
             goodput_version: 1,
             mixed_types: false,
             speed: None,

@@ -246,6 +246,12 @@ pub struct JobView {
     /// per-type measurements; empty otherwise. Heterogeneity-aware policies (Sia)
     /// compare a job's goodput across types with it.
     pub goodput_by_type: Vec<Option<GoodputFn>>,
+    /// Per device type (indexed like `goodput_by_type`): whether the job's model
+    /// there is its own, fitted to measurements it made on that type (`false`: a
+    /// projection from another type's, or a start from the type's one-device rows);
+    /// empty: every model is the job's own (fitted profiles, the service).
+    /// [`JobView::measured_on`].
+    pub measured_by_type: Vec<bool>,
     /// Changes whenever `goodput` changes, so policies can cache per job.
     pub goodput_version: u64,
     /// Speed per device type (work units/s); `None`: the job scales linearly up
@@ -305,6 +311,7 @@ impl JobView {
             current: Allocation::empty(),
             goodput: None,
             goodput_by_type: Vec::new(),
+            measured_by_type: Vec::new(),
             goodput_version: 0,
             speed: None,
             iterations_per_work: None,
@@ -357,6 +364,17 @@ impl JobView {
                 .get(ty.0 as usize)
                 .is_some_and(|c| !c.points.is_empty())
         })
+    }
+
+    /// Whether the job's model for type `ty` is its own fit there
+    /// ([`JobView::measured_by_type`]; an empty list: every type's is).
+    pub fn measured_on(&self, ty: DeviceTypeId) -> bool {
+        self.measured_by_type.is_empty()
+            || self
+                .measured_by_type
+                .get(ty.0 as usize)
+                .copied()
+                .unwrap_or(false)
     }
 
     /// Most devices of type `ty` that still speed the job up.

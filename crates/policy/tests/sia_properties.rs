@@ -459,6 +459,33 @@ fn sia_pacer_mix_grows_a_job_across_types_and_only_one_that_accepts() {
 }
 
 #[test]
+fn sia_pacer_mix_mixes_only_over_types_the_job_has_measured() {
+    // The job of the test above, which mixes when both models are its own.
+    let c = ClusterSpec::parse("1x2:aws,1x2:dgx", "t").unwrap();
+    let mut j = running(0, 0, vec![Some(gfn(1.0, 5000.0)), Some(gfn(1.0, 5000.0))]);
+    j.mixed = Some(std::sync::Arc::new(FakeMix(j.goodput_by_type.clone())));
+    for (measured, mixes) in [
+        (vec![true, true], true),
+        (vec![true, false], false),
+        (vec![false, true], false),
+    ] {
+        j.measured_by_type = measured.clone();
+        let jobs = vec![j.clone()];
+        let view = ClusterView {
+            now_s: 3600.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        for mut p in [SiaPacerMix::default(), SiaPacerMix::post()] {
+            let a = p.allocate(&view);
+            assert_eq!(types_of(&c, &a[0]).len() == 2, mixes, "{measured:?}: {a:?}");
+            // One-type configurations are unchanged by the rule: 2 devices of a type.
+            assert_eq!(a[0].replicas(), if mixes { 4 } else { 2 }, "{measured:?}");
+        }
+    }
+}
+
+#[test]
 fn sia_pacer_mix_takes_devices_from_a_job_inside_the_knapsack() {
     // Two types of 2 devices. Job 0 accepts mixing and scales well (little gradient
     // noise); job 1 does not accept it and scales poorly: the knapsack gives each one

@@ -395,6 +395,13 @@ pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFa
     } else {
         Vec::new()
     };
+    // A type without the job's own fit is valued by `fitted_ty`'s model above.
+    let measured_by_type = if goodput.is_some() {
+        let own = |t: &String| job.model.fit(t).is_some();
+        cluster.device_types.iter().map(own).collect()
+    } else {
+        Vec::new()
+    };
     let max = replicas.max_replicas();
     let (work_done, work_left) = if job.measured.is_empty() {
         (0.0, 1.0)
@@ -433,6 +440,7 @@ pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFa
             .map_or_else(Allocation::empty, Run::allocation),
         goodput,
         goodput_by_type,
+        measured_by_type,
         goodput_version: job.reports,
         mixed_types: spec.mixed_types,
         speed: Some(Arc::new(speed_table(job, cluster, max, fitted_ty))),

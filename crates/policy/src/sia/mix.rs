@@ -28,7 +28,8 @@
 //! ([`JobView::mixed`], which the driver computes with the worker level's controller
 //! from each type's model): never the fastest type's. Only jobs that carry that
 //! model (they accept mixing) and have run (they have a model) are mixed; the others
-//! are exactly `sia-pacer`'s.
+//! are exactly `sia-pacer`'s. A mix is offered only over types the job has its own
+//! model on ([`JobView::measured_on`]): never onto a type whose model is projected.
 
 use super::{place_in, SiaPacer};
 use crate::place::TypedPools;
@@ -158,6 +159,12 @@ impl SiaPacerMix {
         let Some(model) = job.mixed.as_ref() else {
             return Some(0.0);
         };
+        // Only over types the job has measured: a projected model is valued faster
+        // than it runs, and a job on a mix records no point to correct it
+        // (docs/mixed-types.md, "Why mixing loses online since MatchedBatch").
+        if !mix.iter().all(|&(t, _)| job.measured_on(DeviceTypeId(t))) {
+            return Some(0.0);
+        }
         let now = self.now_s;
         let spent = budgeted && self.evals_left == 0;
         let entry = self

@@ -121,6 +121,11 @@ impl OnlineProfiles {
 }
 
 impl OnlineProfiles {
+    /// Whether the job has its own fit on application type `t`.
+    pub(super) fn has_fit(&self, t: usize) -> bool {
+        matches!(self.fits.get(t), Some(Some(_)))
+    }
+
     /// The application type whose batch limits go with [`OnlineProfiles::models`]'s
     /// model for type `t`: `t` itself where the job has a fit there or has run
     /// nowhere; else the type the model is projected from (Sia evaluates the
@@ -218,6 +223,20 @@ impl Simulation<'_> {
                     limits: limits_on(app, Some(source)),
                 })
             })
+            .collect()
+    }
+
+    /// Per cluster device type: whether the job has its own fit there
+    /// (`JobView::measured_by_type`); empty under fitted profiles, where every
+    /// type's model is fitted to its table.
+    pub(super) fn measured_by_type(&self, app: &AppModel, st: &JobState) -> Vec<bool> {
+        if self.config.profiles != ProfileMode::Online || app.typed().is_empty() {
+            return Vec::new();
+        }
+        self.cluster
+            .device_types
+            .iter()
+            .map(|name| app.type_index(name).is_some_and(|t| st.online.has_fit(t)))
             .collect()
     }
 }

@@ -155,7 +155,7 @@ impl SimJobFacts {
     #[inline(always)]
     pub fn facts(self) -> JobFacts {
         let req = self.requested_replicas;
-        let (replicas, goodput, goodput_by_type) = match self.adaptive {
+        let (replicas, goodput, goodput_by_type, measured_by_type) = match self.adaptive {
             Some(v) => (
                 ReplicaBound {
                     limit: self.max_replicas_cap.map_or(v.limit, |c| c.min(v.limit)),
@@ -166,6 +166,7 @@ impl SimJobFacts {
                 },
                 v.goodput,
                 v.goodput_by_type,
+                v.measured_by_type,
             ),
             None => (
                 ReplicaBound {
@@ -173,6 +174,7 @@ impl SimJobFacts {
                     explore: None,
                 },
                 None,
+                Vec::new(),
                 Vec::new(),
             ),
         };
@@ -189,6 +191,7 @@ impl SimJobFacts {
             current: self.alloc,
             goodput,
             goodput_by_type,
+            measured_by_type,
             goodput_version: self.goodput_version,
             mixed_types: self.mixed_types,
             speed: Some(self.speed),

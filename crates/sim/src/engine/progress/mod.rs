@@ -88,6 +88,8 @@ pub struct AdaptiveView {
     pub measured_replicas: u32,
     pub goodput: Option<GoodputFn>,
     pub goodput_by_type: Vec<Option<GoodputFn>>,
+    /// `JobView::measured_by_type`.
+    pub measured_by_type: Vec<bool>,
 }
 
 /// How a kind of job advances and what a policy sees of it. Progress (in

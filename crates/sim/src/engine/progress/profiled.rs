@@ -119,6 +119,7 @@ impl JobProgress for Profiled {
             measured_replicas: st.max_profiled_replicas,
             goodput: sim.goodput_fn(app, st),
             goodput_by_type: sim.goodput_by_type(app, st),
+            measured_by_type: sim.measured_by_type(app, st),
         })
     }
 
