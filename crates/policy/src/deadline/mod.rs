@@ -27,11 +27,12 @@
 
 mod admit;
 mod carry;
+mod place;
 pub mod plan;
 
-use crate::place::FreePool;
 use crate::{ArrivalReplan, ClusterView, IdMap, JobView, Policy, SpeedTable};
 use pacer_model::{Allocation, DeviceTypeId, JobId};
+pub(crate) use place::place_counts;
 use plan::{Admission, AdmitRules, Admitter, PlanJob};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -620,154 +621,6 @@ fn held_type(view: &ClusterView, alloc: &Allocation) -> Option<usize> {
     let &(node, _) = alloc.slots().first()?;
     let ty = view.cluster.nodes.get(node.0 as usize)?.device_type;
     Some(ty.0 as usize)
-}
-
-pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) -> Vec<Allocation> {
-    if let Some(kept) = keep_all(view, counts) {
-        return kept;
-    }
-    if view.cluster.device_types.len() <= 1 && view.cluster.nodes.len() <= SMALL_POOL {
-        return place_small(view, counts);
-    }
-    let mut pool = FreePool::new(view.cluster);
-    let mut out = vec![Allocation::empty(); view.jobs.len()];
-    let mut rest = Vec::new();
-    for (i, j) in view.jobs.iter().enumerate() {
-        if counts[i] == 0 {
-            continue;
-        }
-        if j.current.replicas() == counts[i] && pool.take_exact(&j.current) {
-            out[i] = j.current.clone();
-        } else {
-            rest.push(i);
-        }
-    }
-    largest_first(view, counts, &mut rest);
-    let ntypes = view.cluster.device_types.len().max(1);
-    for i in rest {
-        let got = if ntypes == 1 {
-            pool.take_most_free(counts[i])
-        } else {
-            let mut one = vec![false; ntypes];
-            one[types[i].min(ntypes - 1)] = true;
-            pool.take_most_free_among(&one, counts[i])
-        };
-        if let Some(a) = got {
-            out[i] = a;
-        }
-    }
-    out
-}
-
-/// The jobs to place, largest count first (ties by id).
-fn largest_first(view: &ClusterView, counts: &[u32], rest: &mut [usize]) {
-    rest.sort_by(|&a, &b| {
-        counts[b]
-            .cmp(&counts[a])
-            .then(view.jobs[a].id.cmp(&view.jobs[b].id))
-    });
-}
-
-/// Nodes up to which [`place_small`] places a one-type cluster.
-const SMALL_POOL: usize = 256;
-
-/// [`place_counts`] on a cluster of one device type and at most [`SMALL_POOL`]
-/// nodes, with the free devices as a plain list scanned for each take instead of a
-/// [`FreePool`]'s buckets (built anew every round): the same takes — a job keeping
-/// its size keeps its devices when they are all free, the others largest first
-/// (ties by id) from the node with the most free devices, lowest index on ties — and
-/// so the same allocations.
-fn place_small(view: &ClusterView, counts: &[u32]) -> Vec<Allocation> {
-    let mut free: Vec<u32> = view.cluster.nodes.iter().map(|n| n.gpus).collect();
-    let mut out = vec![Allocation::empty(); view.jobs.len()];
-    let mut rest = Vec::new();
-    for (i, j) in view.jobs.iter().enumerate() {
-        if counts[i] == 0 {
-            continue;
-        }
-        let fits = j.current.replicas() == counts[i]
-            && !j
-                .current
-                .slots()
-                .iter()
-                .any(|&(n, c)| free.get(n.0 as usize).is_none_or(|&f| f < c));
-        if fits {
-            for &(n, c) in j.current.slots() {
-                free[n.0 as usize] -= c;
-            }
-            out[i] = j.current.clone();
-        } else {
-            rest.push(i);
-        }
-    }
-    largest_first(view, counts, &mut rest);
-    for i in rest {
-        if let Some(a) = take_most_free(&mut free, counts[i]) {
-            out[i] = a;
-        }
-    }
-    out
-}
-
-/// [`FreePool::take_most_free`] on a plain list of free devices per node: `count`
-/// devices, repeatedly from the node with the most free (lowest index on ties);
-/// `None` when fewer are free.
-fn take_most_free(free: &mut [u32], count: u32) -> Option<Allocation> {
-    if u64::from(count) > free.iter().map(|&f| u64::from(f)).sum::<u64>() {
-        return None;
-    }
-    let mut left = count;
-    let mut pairs = Vec::new();
-    while left > 0 {
-        let mut best: Option<(usize, u32)> = None;
-        for (n, &f) in free.iter().enumerate() {
-            if f > 0 && best.is_none_or(|b| f > b.1) {
-                best = Some((n, f));
-            }
-        }
-        let (node, k) = best?;
-        let take = left.min(k);
-        free[node] = k - take;
-        pairs.push((pacer_model::NodeId(node as u32), take));
-        left -= take;
-    }
-    Some(Allocation::from_pairs(pairs))
-}
-
-/// [`place_counts`]'s answer when every job keeps its size: each keeps its devices
-/// (they are free: the current allocations fit the nodes together), the others get
-/// none. `None` when a size changes or the current allocations overlap.
-fn keep_all(view: &ClusterView, counts: &[u32]) -> Option<Vec<Allocation>> {
-    if view
-        .jobs
-        .iter()
-        .zip(counts)
-        .any(|(j, &c)| j.current.replicas() != c)
-    {
-        return None;
-    }
-    let mut used = vec![0u32; view.cluster.nodes.len()];
-    for j in view.jobs {
-        for &(node, c) in j.current.slots() {
-            let u = used.get_mut(node.0 as usize)?;
-            *u += c;
-            if *u > view.cluster.nodes[node.0 as usize].gpus {
-                return None;
-            }
-        }
-    }
-    Some(
-        view.jobs
-            .iter()
-            .map(|j| {
-                if j.current.replicas() == 0 {
-                    Allocation::empty()
-                } else {
-                    j.current.clone()
-                }
-            })
-            .collect(),
-    )
 }
 
 /// The first slot after this one where the plan of an admitted job that holds
