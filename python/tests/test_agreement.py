@@ -15,6 +15,9 @@ N_TRAIN = 4096
 N_TEST = 1024
 EPOCHS = 6
 TARGET = 0.9
+#: The adaptive runs train EPOCHS epochs, then on until they reach TARGET, at most this
+#: many epochs in all.
+MAX_EPOCHS = 2 * EPOCHS
 
 
 def make_data(seed=21):
@@ -62,8 +65,11 @@ def _adaptive(rank, world, out, engine):
     lrs = []
     # Registered after pacer's own hook: sees the rate the step uses.
     opt.register_step_pre_hook(lambda o, a, k: lrs.append(o.param_groups[0]["lr"]))
-    log = []
-    for _ in pacer.remaining_epochs(EPOCHS):
+    log, epochs, acc = [], 0, 0.0
+    # EPOCHS epochs, then on to the target, at most MAX_EPOCHS: the goodput-optimal batch
+    # trades progress per epoch for progress per second, so a fixed epoch count can end
+    # below the target (test_cuda.py's one-rank case once did, at 0.876).
+    for _ in pacer.remaining_epochs(MAX_EPOCHS):
         for x, y in loader:
             loss = torch.nn.functional.cross_entropy(net(x), y)
             opt.zero_grad()
@@ -82,27 +88,34 @@ def _adaptive(rank, world, out, engine):
             if any(v[0] != ran or v[2:] != views[0][2:] for v in views):
                 raise AssertionError(f"step {len(log)}: the ranks disagree: {views}")
             log.append((ran, views[0][2]))
+        epochs += 1
+        with torch.no_grad():
+            acc = float((model(xt).argmax(dim=1) == yt).float().mean())
+        # Every rank stops after the same epoch (rank 0's accuracy decides).
+        stop = torch.tensor([1.0 if epochs >= EPOCHS and acc >= TARGET else 0.0])
+        dist.broadcast(stop, 0)
+        if stop.item():
+            break
     with torch.no_grad():
-        acc = float((model(xt).argmax(dim=1) == yt).float().mean())
         flat = torch.cat([p.reshape(-1) for p in model.parameters()])
     copies = [None] * world
     dist.all_gather_object(copies, flat)
     if rank == 0:
-        torch.save({"log": log, "acc": acc, "copies": copies, "noise_scale": job.noise_scale()},
-                   os.path.join(out, "adaptive.pt"))
+        torch.save({"log": log, "acc": acc, "epochs": epochs, "copies": copies,
+                    "noise_scale": job.noise_scale()}, os.path.join(out, "adaptive.pt"))
 
 
 @pytest.mark.parametrize("engine", ["flat", "ddp"])
 def test_four_adaptive_ranks_apply_one_decision_every_step(tmp_path, engine):
-    _dist.run(_adaptive, 4, str(tmp_path), engine, timeout_s=60)
+    _dist.run(_adaptive, 4, str(tmp_path), engine, timeout_s=120)
     got = torch.load(tmp_path / "adaptive.pt")
     log = got["log"]
     globals_ = [sum(ran) for ran, _ in log]
-    print(f"steps {len(log)}, global batches {sorted(set(globals_))}, "
+    print(f"steps {len(log)}, epochs {got['epochs']}, global batches {sorted(set(globals_))}, "
           f"lr {sorted(set(lr for _, lr in log))}, accuracy {got['acc']:.3f}, "
           f"noise scale {got['noise_scale']}")
     # Every sample of every epoch once: the shares never overlapped.
-    assert sum(globals_) == EPOCHS * N_TRAIN
+    assert sum(globals_) == got["epochs"] * N_TRAIN
     # The global batch adapted (the decision under test was made), and unequal speeds
     # gave unequal local batches.
     full = [g for g in globals_ if g >= 32]

@@ -24,9 +24,6 @@ pytestmark = pytest.mark.skipif(NGPU == 0, reason="no CUDA device (see python/RE
 
 # (backend, world): several ranks per GPU under gloo; nccl at one rank per GPU.
 SHARED = ("gloo", 4)
-#: The adaptive runs train ``test_agreement.EPOCHS`` epochs, then on until they reach
-#: ``test_agreement.TARGET``, at most this many epochs in all.
-MAX_EPOCHS = 2 * ta.EPOCHS
 NCCL = ("nccl", min(NGPU, 4) if NGPU else 1)
 
 
@@ -98,11 +95,11 @@ def _adaptive(rank, world, out, engine):
     )
     job = pacer.current()
     log, epochs, acc = [], 0, 0.0
-    # ta.EPOCHS epochs, then on to the target, at most MAX_EPOCHS: the goodput-optimal
+    # ta.EPOCHS epochs, then on to the target, at most ta.MAX_EPOCHS: the goodput-optimal
     # batch trades progress per epoch for progress per second, so a fixed epoch count
     # can end below the target (0.876 after 6 epochs once on an H200, where 50 other
     # one-rank epochs from the second on were 0.906-0.948).
-    for _ in pacer.remaining_epochs(MAX_EPOCHS):
+    for _ in pacer.remaining_epochs(ta.MAX_EPOCHS):
         for x, y in loader:
             loss = torch.nn.functional.cross_entropy(net(x), y)
             opt.zero_grad()
