@@ -5,12 +5,11 @@ use anyhow::{bail, Context};
 use clap::Args;
 use pacer_cli::json::{CourierAnswer, MarginPct, Pick, Recommendation, SearchAnswer};
 use pacer_control::job::courier::{self, Scored};
+use pacer_control::job::goal::GoalModel;
 use pacer_control::job::search::{self, Costed, Objective};
-use pacer_control::job::{batch_grid, candidates, Candidate, MachineType, MeasuredTable};
+use pacer_control::job::{batch_grid, candidates, Candidate, MachineType};
 use pacer_predict::convergence::ConvergenceModel;
-use pacer_predict::itertime::{
-    error_stats, fit, rows_from_placements, rows_from_scalability, split_random, ModelKind,
-};
+use pacer_predict::itertime::{rows_from_placements, rows_from_scalability};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -152,21 +151,14 @@ pub fn run(args: RecommendArgs) -> anyhow::Result<()> {
         &format!("{dir}/scalability.csv"),
     ));
     let conv = ConvergenceModel::fit(&profile.validation).with_context(|| dir.clone())?;
-    // Margin: the model's p90 error on 30% of the rows it was not fitted on.
-    let split = split_random(rows.len(), 0.3, args.seed);
-    let (train, test) = split.pick(&rows);
-    let held_model = fit(ModelKind::PacerTable, &train).with_context(|| dir.clone())?;
-    let margin = error_stats(&held_model, &test).p90_abs_pct_error / 100.0;
-    // Courier's margin per candidate: the held-out under-prediction p90 of rows
-    // interpolated / extrapolated; configurations measured as such get the
-    // interpolated one (the traces have no repeats to estimate their noise).
-    let margins = courier::Margins::from_holdout(&held_model, &test, 0.0);
-    let margins = courier::Margins {
-        measured: margins.interpolated,
-        ..margins
-    };
-    let model = fit(ModelKind::PacerTable, &rows).with_context(|| dir.clone())?;
-    let table = MeasuredTable::new(&rows);
+    // Margins: the model's errors on 30% of the rows it was not fitted on.
+    let GoalModel {
+        conv,
+        model,
+        margins,
+        margin,
+        table,
+    } = GoalModel::fit(&rows, conv, args.seed).with_context(|| dir.clone())?;
     let measured: Vec<f64> = conv.curves.iter().map(|c| c.global_batch).collect();
     let epochs = args.epochs.unwrap_or_else(|| conv.max_common_epochs());
     let mk = |c: &Candidate, time: f64, metric: f64| {

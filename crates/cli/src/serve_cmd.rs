@@ -92,13 +92,29 @@ pub struct SubmitArgs {
     pub env: Vec<String>,
     /// Finish by: an RFC 3339 time (2026-11-27T03:00:00Z) or a duration from submission
     /// (2h30m, 90m, 3600s, 3600); the service admits or declines the job (the spec's
-    /// `deadline`; needs --expected-runtime or the spec's `expected_runtime`).
+    /// `deadline`; needs --expected-runtime or --app, or the spec's `expected_runtime`
+    /// or `app`).
     #[arg(long, value_name = "TIME|DURATION")]
     pub deadline: Option<String>,
     /// How long the job runs on its replicas (45m, 3600): what admission plans with
     /// (the spec's `expected_runtime`).
     #[arg(long, value_name = "DURATION")]
     pub expected_runtime: Option<String>,
+    /// Plan the deadline from a measured profile instead of --expected-runtime: an
+    /// embedded one (bert, cifar10, deepspeech2, imagenet, ncf, yolov3) or an absolute
+    /// path to a folder in the Pollux layout on the service's machine (the spec's `app`).
+    #[arg(long, value_name = "NAME|DIR")]
+    pub app: Option<String>,
+    /// With --app: `accuracy` (Courier: --epochs at the best batch that meets the
+    /// deadline; default) or `time` (reach --target-metric soonest) (the spec's `goal`).
+    #[arg(long, value_parser = ["accuracy", "time"])]
+    pub goal: Option<String>,
+    /// With --app and goal accuracy: epochs to train (the spec's `epochs`).
+    #[arg(long)]
+    pub epochs: Option<f64>,
+    /// With --app and goal time: the metric to reach (the spec's `target_metric`).
+    #[arg(long)]
+    pub target_metric: Option<f64>,
     /// A cost budget in device-hours: the job is stopped once it has held that much
     /// (the spec's `budget_device_hours`; with --expected-runtime, a job expected to
     /// cost more is declined).
@@ -172,7 +188,13 @@ fn check_id(id: &str) -> anyhow::Result<()> {
 }
 
 pub fn run_serve(a: pacer_serve::args::ServeArgs) -> anyhow::Result<()> {
-    a.run()
+    // The simulator's profiles, for deadline jobs planned from one (`app`).
+    a.run_with(Some(std::sync::Arc::new(
+        pacer_serve::goal::ProfileSource {
+            embedded: pacer_sim::embedded_profiles(),
+            folder: |dir| pacer_sim::load_app_dir(dir).map_err(|e| e.to_string()),
+        },
+    )))
 }
 
 /// The largest job spec `pacer submit` sends: what the service accepts in a request.
@@ -230,6 +252,18 @@ fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> 
     }
     if let Some(r) = &a.expected_runtime {
         spec.expected_runtime = Some(r.clone());
+    }
+    if let Some(app) = &a.app {
+        spec.app = Some(app.clone());
+    }
+    if let Some(g) = &a.goal {
+        spec.goal = Some(g.clone());
+    }
+    if let Some(e) = a.epochs {
+        spec.epochs = Some(e);
+    }
+    if let Some(t) = a.target_metric {
+        spec.target_metric = Some(t);
     }
     if let Some(b) = a.budget_device_hours {
         spec.budget_device_hours = Some(b);

@@ -378,6 +378,14 @@ async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Ap
         JobSpec::from_toml(text, "job spec")?
     };
     spec.check_cwd_exists_bounded().await?;
+    if let Some(app) = spec.app.clone().filter(|_| spec.deadline.is_some()) {
+        // A profile is fitted (0.1–0.5 s) outside the service's lock; the submission
+        // then finds it fitted.
+        let goals = s.core.lock().await.goals.clone();
+        tokio::task::spawn_blocking(move || goals.get(&app))
+            .await
+            .map_err(|e| ApiError::internal(format!("fitting the profile failed: {e}")))??;
+    }
     let (job, durable) = s.core.lock().await.submit(spec)?;
     wait_durable(durable).await?;
     let mut v = job.public_json();
@@ -391,8 +399,22 @@ async fn submit(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Ap
             "share_now": d.share_now,
             "planned_finish": rfc3339(d.planned_finish_ms),
             "planned_finish_ms": d.planned_finish_ms,
-            "model": "expected_runtime at replicas devices, linear speed-up (nothing reported yet)",
+            "model": match &d.profile {
+                Some(p) => p.describe(),
+                None => "expected_runtime at replicas devices, linear speed-up (nothing reported yet)".into(),
+            },
         });
+        if let Some(p) = &d.profile {
+            v["admission"]["profile"] = json!({
+                "app": p.app,
+                "goal": p.goal,
+                "global_batch": p.option.global_batch,
+                "samples": p.option.samples,
+                "predicted_metric": p.option.metric,
+                "levels": p.option.levels,
+                "declined_better": p.declined_better,
+            });
+        }
     }
     Ok((StatusCode::CREATED, Json(v)).into_response())
 }

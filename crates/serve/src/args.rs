@@ -99,12 +99,22 @@ impl ServeArgs {
             prices,
             pacer_bin,
             slurm,
+            profiles: None,
         })
     }
 
     /// Runs the service on a new tokio runtime until SIGINT/SIGTERM.
     pub fn run(&self) -> anyhow::Result<()> {
-        let cfg = self.config()?;
+        self.run_with(None)
+    }
+
+    /// [`ServeArgs::run`] with the profiles deadline jobs may name (`app`).
+    pub fn run_with(
+        &self,
+        profiles: Option<std::sync::Arc<crate::goal::ProfileSource>>,
+    ) -> anyhow::Result<()> {
+        let mut cfg = self.config()?;
+        cfg.profiles = profiles;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;

@@ -128,6 +128,8 @@ pub struct Core {
     /// Derived, never stored: each active deadline job's planned finish (ms since the
     /// Unix epoch; `None`: not planned to finish) as of the latest round.
     pub planned_finish_ms: BTreeMap<String, Option<u64>>,
+    /// Fitted profiles of deadline jobs planned from one (`app`, [`crate::goal`]).
+    pub goals: crate::goal::GoalModels,
 }
 
 /// Resolves to `true` once a staged change is durable.
@@ -187,6 +189,7 @@ impl Core {
             flush_needed: Default::default(),
             deadline_cfg: planner.map(|p| p.1),
             planned_finish_ms: BTreeMap::new(),
+            goals: crate::goal::GoalModels::default(),
         })
     }
 
@@ -303,7 +306,13 @@ impl Core {
             self.settings.prices.as_deref(),
         )?;
         if job.spec.deadline.is_some() {
-            job.deadline = Some(self.admit(&job, now)?);
+            let d = self.admit(&job, now)?;
+            // Planned from a profile: the job runs at the batch admission chose.
+            if let Some(p) = &d.profile {
+                let b = p.option.global_batch.round().max(1.0) as u64;
+                job.spec.global_batch.get_or_insert(b);
+            }
+            job.deadline = Some(d);
         }
         let mut c = Changes::default();
         c.job(&job);
@@ -315,10 +324,14 @@ impl Core {
                 &id,
                 "admitted",
                 format!(
-                    "deadline {}: {} devices now, planned finish {}",
+                    "deadline {}: {} devices now, planned finish {}{}",
                     crate::deadline::rfc3339(d.deadline_ms),
                     d.share_now,
-                    crate::deadline::rfc3339(d.planned_finish_ms)
+                    crate::deadline::rfc3339(d.planned_finish_ms),
+                    d.profile
+                        .as_ref()
+                        .map(|p| format!("; {}", p.describe()))
+                        .unwrap_or_default()
                 ),
             );
         }
@@ -575,6 +588,10 @@ impl Core {
         ]);
         if run.device_type != "cpu" {
             env.push(("CUDA_VISIBLE_DEVICES".into(), local.join(",")));
+        }
+        // The spec's global batch, or the one admission chose from the job's profile.
+        if let Some(b) = j.spec.global_batch {
+            env.push(("PACER_GLOBAL_BATCH".into(), b.to_string()));
         }
         LaunchRequest {
             job_id: j.id.clone(),

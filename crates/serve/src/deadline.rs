@@ -33,6 +33,10 @@ pub struct DeadlineRecord {
     pub share_now: u32,
     /// …and its planned finish (ms since the Unix epoch).
     pub planned_finish_ms: u64,
+    /// A job with `app`: what admission planned it with ([`crate::goal`]; then
+    /// `expected_runtime_s` is 0, unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<crate::goal::GoalPlan>,
 }
 
 /// A deadline job's status for people and `/metrics`.

@@ -407,8 +407,8 @@ pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFa
         (0.0, 1.0)
     } else {
         let done = job.progress.samples as f64;
-        let left = match spec.total_samples {
-            Some(t) => (t as f64 - done).max(1.0),
+        let left = match total_samples(job) {
+            Some(t) => (t - done).max(1.0),
             None => done.max(1.0),
         };
         (done, left)
@@ -458,13 +458,16 @@ pub fn job_facts(job: &JobRecord, cluster: &ClusterSpec, epoch_ms: u64) -> JobFa
 }
 
 /// What a deadline job shows a deadline policy: its deadline on the round's clock, and
-/// a throughput model in one of two units. Once it has reported throughput and its
-/// spec gives `total_samples`: samples left at its measured speed (the view as for any
-/// job). Before that: seconds of work at `replicas` devices, `expected_runtime` less
-/// what it has held (device-seconds / `replicas`, restarts counted as work: an
-/// optimistic estimate), at `d / replicas` of that speed on `d` devices, i.e. linear
-/// speed-up, at the sizes it may run at (`replicas`; adaptive: 1, 2, 4, … within
-/// `min_replicas..=max_replicas`).
+/// a throughput model in one of three units. Once it has reported throughput and its
+/// total is known (its spec's `total_samples`, or its profile's): samples left at its
+/// measured speed (the view as for any job). Before that, planned from a profile
+/// (`app`, [`crate::goal`]): samples left of the admitted option's, at the option's
+/// predicted speed per size (what it has done: its device-seconds at the option's
+/// speed per device at its planned share). Otherwise: seconds of work at `replicas`
+/// devices, `expected_runtime` less what it has held (device-seconds / `replicas`,
+/// restarts counted as work: an optimistic estimate), at `d / replicas` of that speed
+/// on `d` devices, i.e. linear speed-up, at the sizes it may run at
+/// ([`deadline_sizes`]).
 fn deadline_model(
     v: &mut JobFacts,
     job: &JobRecord,
@@ -474,25 +477,34 @@ fn deadline_model(
 ) {
     let spec = &job.spec;
     v.deadline_s = Some((d.deadline_ms as f64 - epoch_ms as f64) / 1000.0);
-    if !job.measured.is_empty() && spec.total_samples.is_some() {
+    if !job.measured.is_empty() && total_samples(job).is_some() {
         return;
     }
+    let sizes = deadline_sizes(spec);
     let req = spec.replicas.max(1);
-    let sizes: Vec<u32> = if spec.adaptive {
-        let (lo, hi) = (spec.min().max(1), spec.max().max(1));
-        let mut s: Vec<u32> = SpeedCurve::doubling_sizes(hi)
-            .into_iter()
-            .chain([lo, req])
-            .filter(|&n| (lo..=hi).contains(&n))
-            .collect();
-        s.sort_unstable();
-        s.dedup();
-        s
-    } else {
-        vec![req]
+    let (points, done, left) = match &d.profile {
+        Some(p) => {
+            // Its device-seconds at the option's speed per device at the size it runs
+            // at (or was planned at).
+            let at = job.run.as_ref().map_or(d.share_now, |r| r.replicas());
+            let done = job.attained_device_s * p.per_device_rate(at);
+            let pts: Vec<(u32, f64)> = p
+                .option
+                .levels
+                .iter()
+                .copied()
+                .filter(|l| sizes.contains(&l.0))
+                .collect();
+            (pts, done, p.option.samples - done)
+        }
+        None => {
+            let done = job.attained_device_s / req as f64;
+            let pts = sizes.iter().map(|&n| (n, n as f64 / req as f64)).collect();
+            (pts, done, d.expected_runtime_s - done)
+        }
     };
     let curve = SpeedCurve {
-        points: sizes.iter().map(|&n| (n, n as f64 / req as f64)).collect(),
+        points,
         spread_factor: 1.0,
     };
     v.speed = Some(Arc::new(SpeedTable {
@@ -512,8 +524,35 @@ fn deadline_model(
         limit: sizes.last().copied().unwrap_or(req),
         explore: None,
     };
-    v.work_done = job.attained_device_s / req as f64;
-    v.work_left = (d.expected_runtime_s - v.work_done).max(1.0);
+    v.work_done = done;
+    v.work_left = left.max(1.0);
+}
+
+/// The sizes a deadline job may run at: `replicas`; adaptive: also 1, 2, 4, … within
+/// `min_replicas..=max_replicas` (ascending).
+pub fn deadline_sizes(spec: &JobSpec) -> Vec<u32> {
+    let req = spec.replicas.max(1);
+    if !spec.adaptive {
+        return vec![req];
+    }
+    let (lo, hi) = (spec.min().max(1), spec.max().max(1));
+    let mut s: Vec<u32> = SpeedCurve::doubling_sizes(hi)
+        .into_iter()
+        .chain([lo, req])
+        .filter(|&n| (lo..=hi).contains(&n))
+        .collect();
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+/// Samples the job processes in all: its spec's `total_samples`, else the profile's
+/// option admission chose (`None`: unknown).
+pub fn total_samples(job: &JobRecord) -> Option<f64> {
+    job.spec.total_samples.map(|t| t as f64).or_else(|| {
+        let p = job.deadline.as_ref()?.profile.as_ref()?;
+        Some(p.option.samples)
+    })
 }
 
 /// One curve per cluster type: measured where measured; a type the job accepts but

@@ -20,6 +20,7 @@ pub mod error;
 pub mod executor;
 pub mod executor_slurm;
 pub mod executors;
+pub mod goal;
 pub mod job;
 pub mod launcher;
 pub mod listen;
@@ -64,6 +65,8 @@ pub struct ServeConfig {
     /// `--executor slurm`: the executor that read `cluster` from Slurm; `None` runs jobs
     /// as local processes.
     pub slurm: Option<Arc<executor_slurm::SlurmExecutor>>,
+    /// The profiles deadline jobs may name (`app`); `None`: none.
+    pub profiles: Option<Arc<goal::ProfileSource>>,
 }
 
 /// Runs the service until SIGINT or SIGTERM. Jobs keep running when it stops; the
@@ -128,6 +131,13 @@ pub async fn serve(
     };
     let mut core = core::Core::open(settings)?;
     core.recover(exec.as_ref()).await?;
+    core.goals = goal::GoalModels::new(cfg.profiles.clone());
+    if core.deadline_cfg.is_some() {
+        // The embedded profiles fitted in the background, so that a deadline job
+        // naming one is answered without fitting (docs/serve.md).
+        let goals = core.goals.clone();
+        tokio::task::spawn_blocking(move || goals.prewarm());
+    }
     let flush_needed = core.flush_needed.clone();
     let core = Arc::new(tokio::sync::Mutex::new(core));
     let flusher = tokio::spawn(flush_loop(core.clone(), flush_needed));

@@ -79,6 +79,23 @@ pub struct JobSpec {
     /// `deadline`; with `budget_device_hours`, what its expected cost is checked by).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_runtime: Option<String>,
+    /// A deadline job planned from a measured profile instead of `expected_runtime`
+    /// ([`crate::goal`]): an embedded one (`bert`, `cifar10`, `deepspeech2`,
+    /// `imagenet`, `ncf`, `yolov3`) or an absolute path to a folder in the Pollux
+    /// layout on the service's machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
+    /// With `app`: `"accuracy"` (default; Courier: `epochs` at the batch with the best
+    /// predicted metric that meets the deadline) or `"time"` (reach `target_metric`
+    /// at the batch that gets there soonest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    /// With goal `accuracy`: epochs to train (default: what every measured run covers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs: Option<f64>,
+    /// With goal `time`: the metric to reach (default: what every measured batch reaches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_metric: Option<f64>,
     /// A cost budget in device-hours (devices held × hours, restarts included): the
     /// job is stopped once it has held that much ([`crate::core`]). With
     /// `expected_runtime`, a job whose expected cost (`expected_runtime` × `replicas`)
@@ -290,6 +307,7 @@ impl JobSpec {
             }
         }
         self.validate_cwd_env()?;
+        crate::goal::validate(self)?;
         self.validate_deadline()?;
         if self.launcher == Launcher::Torchrun && self.command.is_none() {
             return bad(
@@ -392,13 +410,17 @@ impl JobSpec {
                  against the budget)"
                     .into(),
             )),
+            (Some(d), None) if self.app.is_some() => {
+                check_deadline_form(d).map_err(|e| ApiError::bad("deadline", e))
+            }
             (Some(d), r) => {
                 check_deadline_form(d).map_err(|e| ApiError::bad("deadline", e))?;
                 let Some(r) = r else {
                     return Err(ApiError::bad(
                         "expected_runtime",
                         "a job with a `deadline` needs `expected_runtime`: how long it runs \
-                         on `replicas` devices (e.g. `45m`), which admission plans with"
+                         on `replicas` devices (e.g. `45m`), which admission plans with \
+                         (or `app`: a profile to plan from)"
                             .into(),
                     ));
                 };

@@ -17,6 +17,7 @@
 
 pub mod courier;
 pub mod decide;
+pub mod goal;
 pub mod mixed;
 pub mod search;
 

@@ -4,9 +4,12 @@
 use super::Core;
 use crate::deadline::{self, rfc3339, DeadlineRecord, Status};
 use crate::error::ApiError;
-use crate::job::{job_view_with_prior, launch_prior_s, JobRecord, JobState};
+use crate::goal::{goal_of, GoalPlan};
+use crate::job::{deadline_sizes, job_view_with_prior, launch_prior_s, JobRecord, JobState};
+use crate::spec::JobSpec;
+use pacer_control::job::goal::Goal;
 use pacer_model::ClusterSpec;
-use pacer_policy::deadline::plan::{admit, plan_all, Admission, AdmitRules, PlanJob, Timeline};
+use pacer_policy::deadline::plan::{plan_all, Admission, AdmitRules, Admitter, PlanJob, Timeline};
 use pacer_policy::JobView;
 
 impl Core {
@@ -34,18 +37,30 @@ impl Core {
         };
         let deadline_ms =
             deadline::resolve_deadline(text, now_ms).map_err(|e| ApiError::bad("deadline", e))?;
-        let expected_runtime_s = spec.expected_runtime_s().ok_or_else(|| {
-            ApiError::bad("expected_runtime", deadline::DURATION_FORMS.to_string())
-        })?;
+        let expected_runtime_s = match spec.app {
+            Some(_) => 0.0,
+            None => spec.expected_runtime_s().ok_or_else(|| {
+                ApiError::bad("expected_runtime", deadline::DURATION_FORMS.to_string())
+            })?,
+        };
+        // What to plan it with: `expected_runtime`, or each of the profile's options
+        // for the goal, best first.
+        let tries: Vec<Option<GoalPlan>> = match &spec.app {
+            None => vec![None],
+            Some(app) => self
+                .goal_options(spec, app)?
+                .into_iter()
+                .map(Some)
+                .collect(),
+        };
         let mut rec = DeadlineRecord {
             deadline_ms,
             expected_runtime_s,
             share_now: 0,
             planned_finish_ms: deadline_ms,
+            profile: None,
         };
         let cluster = &self.settings.cluster;
-        let mut cand = job.clone();
-        cand.deadline = Some(rec.clone());
         let prior = launch_prior_s(self.jobs.values());
         let plan = |j: &JobRecord| {
             PlanJob::from_view(
@@ -62,62 +77,118 @@ impl Core {
             .map(plan)
             .collect();
         let now_s = self.clock_s(now_ms);
-        let answer = admit(
-            cluster,
-            now_s,
-            cfg.slot_s,
-            &admitted,
-            &plan(&cand),
-            AdmitRules {
-                mix: cfg.mix,
-                decline_if_any_late: cfg.decline_if_any_late,
-            },
-        );
-        match answer {
-            Admission::Accepted {
-                share_now,
-                planned_finish_s,
-            } => {
-                rec.share_now = share_now;
-                rec.planned_finish_ms = self.wall_ms(planned_finish_s);
-                self.metrics.deadline_admissions("accepted").inc();
-                Ok(rec)
-            }
-            Admission::Declined {
-                earliest_deadline_s,
-            } => {
-                self.metrics.deadline_admissions("declined").inc();
-                let earliest = earliest_deadline_s.map(|s| self.wall_ms(s));
-                let why = match earliest {
-                    Some(e) => format!(
-                        "declined: its minimum share cannot be guaranteed by {} beside the {} \
-                         admitted deadline job(s); the earliest deadline that fits is {} \
-                         ({} from now)",
-                        rfc3339(deadline_ms),
-                        admitted.len(),
-                        rfc3339(e),
-                        deadline::human_s(e.saturating_sub(now_ms) as f64 / 1e3)
-                    ),
-                    None => format!(
-                        "declined: no deadline fits (its sizes do not fit this cluster's \
-                         free devices within the {} admitted deadline job(s)' plans)",
-                        admitted.len()
-                    ),
-                };
-                let mut e = ApiError::conflict("deadline", why);
-                e.detail = Some(serde_json::json!({
-                    "admission": {
-                        "decision": "declined",
-                        "deadline": rfc3339(deadline_ms),
-                        "deadline_ms": deadline_ms,
-                        "earliest_deadline": earliest.map(rfc3339),
-                        "earliest_deadline_ms": earliest,
-                        "admitted_deadline_jobs": admitted.len(),
+        let rules = AdmitRules {
+            mix: cfg.mix,
+            decline_if_any_late: cfg.decline_if_any_late,
+        };
+        let admitter = Admitter::new(cluster, now_s, cfg.slot_s, admitted.iter().collect(), rules);
+        let mut cand = job.clone();
+        let mut earliest_s: Option<f64> = None;
+        let n_tries = tries.len();
+        for profile in tries {
+            rec.profile = profile;
+            cand.deadline = Some(rec.clone());
+            match admitter.admit(&plan(&cand)) {
+                Admission::Accepted {
+                    share_now,
+                    planned_finish_s,
+                } => {
+                    rec.share_now = share_now;
+                    rec.planned_finish_ms = self.wall_ms(planned_finish_s);
+                    self.metrics.deadline_admissions("accepted").inc();
+                    return Ok(rec);
+                }
+                Admission::Declined {
+                    earliest_deadline_s,
+                } => {
+                    if let Some(e) = earliest_deadline_s {
+                        earliest_s = Some(earliest_s.map_or(e, |b: f64| b.min(e)));
                     }
-                }));
-                Err(e)
+                }
             }
         }
+        self.metrics.deadline_admissions("declined").inc();
+        let earliest = earliest_s.map(|s| self.wall_ms(s));
+        let options = match &spec.app {
+            Some(app) => format!(" (with any of the {n_tries} batch option(s) of profile `{app}`)"),
+            None => String::new(),
+        };
+        let why = match earliest {
+            Some(e) => format!(
+                "declined: its minimum share cannot be guaranteed by {} beside the {} \
+                 admitted deadline job(s){options}; the earliest deadline that fits is {} \
+                 ({} from now)",
+                rfc3339(deadline_ms),
+                admitted.len(),
+                rfc3339(e),
+                deadline::human_s(e.saturating_sub(now_ms) as f64 / 1e3)
+            ),
+            None => format!(
+                "declined: no deadline fits{options} (its sizes do not fit this cluster's \
+                 free devices within the {} admitted deadline job(s)' plans)",
+                admitted.len()
+            ),
+        };
+        let mut e = ApiError::conflict("deadline", why);
+        e.detail = Some(serde_json::json!({
+            "admission": {
+                "decision": "declined",
+                "deadline": rfc3339(deadline_ms),
+                "deadline_ms": deadline_ms,
+                "earliest_deadline": earliest.map(rfc3339),
+                "earliest_deadline_ms": earliest,
+                "admitted_deadline_jobs": admitted.len(),
+            }
+        }));
+        Err(e)
+    }
+
+    /// The options of profile `app` for `spec`'s goal, best first, at the sizes it may
+    /// run at, on placements that fit the largest node of a type it accepts (at
+    /// `global_batch` only, when the spec gives one); a 400 naming `app` when none.
+    fn goal_options(&self, spec: &JobSpec, app: &str) -> Result<Vec<GoalPlan>, ApiError> {
+        let model = self.goals.get(app)?;
+        let goal = goal_of(spec, &model);
+        let cluster = &self.settings.cluster;
+        let per_node = cluster
+            .nodes
+            .iter()
+            .filter(|n| spec.accepts(&cluster.device_types[n.device_type.0 as usize]))
+            .map(|n| n.gpus)
+            .max()
+            .unwrap_or(0);
+        let sizes = deadline_sizes(spec);
+        let batch = spec.global_batch.map(|b| [b as f64]);
+        let options = model.options(goal, batch.as_ref().map(|b| &b[..]), &sizes, per_node);
+        if options.is_empty() {
+            return Err(ApiError::bad(
+                "app",
+                format!(
+                    "profile `{app}` has no measured placement for the sizes this job may run \
+                     at ({sizes:?} devices, at most {per_node} on a node){}{}",
+                    match spec.global_batch {
+                        Some(b) => format!(" at global batch {b}"),
+                        None => String::new(),
+                    },
+                    match goal {
+                        Goal::Time { target } => {
+                            format!(" that reaches target_metric {target}")
+                        }
+                        Goal::Accuracy { .. } => String::new(),
+                    }
+                ),
+            ));
+        }
+        Ok(options
+            .into_iter()
+            .enumerate()
+            .map(|(i, option)| GoalPlan {
+                app: app.to_string(),
+                goal,
+                option,
+                declined_better: i as u32,
+            })
+            .collect())
     }
 
     /// Seconds on the policy's clock (since the service's epoch) of `ms`.
@@ -207,6 +278,12 @@ impl Core {
             "planned_finish": planned.map(rfc3339),
             "planned_finish_ms": planned,
             "expected_runtime_s": d.expected_runtime_s,
+            "profile": d.profile.as_ref().map(|p| serde_json::json!({
+                "app": p.app,
+                "global_batch": p.option.global_batch,
+                "samples": p.option.samples,
+                "predicted_metric": p.option.metric,
+            })),
         }))
     }
 }

@@ -587,3 +587,5 @@ fn a_job_that_has_measured_no_launch_is_planned_with_the_median_of_those_measure
 }
 
 mod budget;
+
+mod goal;
