@@ -14,7 +14,7 @@ use pacer_predict::itertime::{
 };
 use std::path::{Path, PathBuf};
 
-fn load(dir: &Path) -> Result<(Vec<StepRow>, ConvergenceModel), String> {
+pub(crate) fn load(dir: &Path) -> Result<(Vec<StepRow>, ConvergenceModel), String> {
     let read = |p: &Path| {
         pacer_fsio::read_to_string_limited(p, pacer_fsio::limits::TABLE).map_err(|e| e.to_string())
     };

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 
 mod app_traces;
 mod experiment;
+mod goal_eval;
 mod itertime_eval;
 mod job_eval;
 mod narx_ablation;
@@ -37,6 +38,9 @@ enum Command {
     /// Courier and configuration search checked against the measured tables
     /// (docs/job-models.md).
     JobEval(job_eval::Args),
+    /// Deadline jobs' minimum shares from a profile (Courier's options) against linear
+    /// speed-up from one measurement, checked on the measured tables (docs/serve.md).
+    GoalEval(goal_eval::Args),
     /// Speed-prediction error of NARX variants next to the baselines on scenario files.
     NarxAblation(narx_ablation::Args),
     /// SLAQ vs fair share on recorded loss curves; loss-prediction error
@@ -60,6 +64,7 @@ fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::ItertimeEval(a) => itertime_eval::run(a),
         Command::JobEval(a) => job_eval::run(a),
+        Command::GoalEval(a) => goal_eval::run(a),
         Command::NarxAblation(a) => narx_ablation::run(a),
         Command::Slaq(a) => experiment::slaq::run(a),
         Command::Themis(a) => experiment::themis::run(a),
