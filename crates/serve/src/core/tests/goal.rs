@@ -1,7 +1,7 @@
 //! Deadline jobs planned from a profile (`app`): the option admission takes, the job's
 //! view, and the answers to bad specs.
 
-use super::{round, Fake};
+use super::{reopen, round, Fake};
 use crate::goal::{GoalModels, ProfileSource};
 use crate::job::{deadline_sizes, job_view};
 use crate::spec::JobSpec;
@@ -204,4 +204,25 @@ fn a_given_batch_or_folder_is_used_and_bad_goals_are_refused() {
     let e = bare.submit(spec("", 1e6)).unwrap_err();
     assert_eq!((e.status, e.field.as_str()), (400, "app"), "{e}");
     assert!(e.message.contains("reads no profiles"), "{e}");
+}
+
+#[test]
+fn the_chosen_option_comes_back_after_a_restart() {
+    let (state, mut c) = core("goal-restart", "4x4:t4", "deadline");
+    let (a, d) = c.submit(spec("", 1e6)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(c.take_flush()).unwrap().run();
+    drop(d);
+    let view = |c: &super::Core| job_view(&c.jobs[&a.id], &c.settings.cluster, c.epoch_ms);
+    let (work, speed) = (view(&c).work_left, view(&c).speed.clone());
+    drop(c);
+    // A restarted service (without profiles, even) plans the job as admitted.
+    let c = reopen(state.path(), "4x4:t4", "deadline");
+    let j = &c.jobs[&a.id];
+    assert_eq!(j.deadline, a.deadline);
+    assert_eq!(j.spec.global_batch, a.spec.global_batch);
+    assert_eq!(view(&c).work_left, work);
+    assert_eq!(view(&c).speed, speed);
 }
