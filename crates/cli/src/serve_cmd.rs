@@ -106,13 +106,14 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "NAME|DIR")]
     pub app: Option<String>,
     /// With --app: `accuracy` (Courier: --epochs at the best batch that meets the
-    /// deadline; default) or `time` (reach --target-metric soonest) (the spec's `goal`).
-    #[arg(long, value_parser = ["accuracy", "time"])]
+    /// deadline; default), `time` (reach --target-metric soonest) or `cost` (in the
+    /// fewest device-hours) (the spec's `goal`).
+    #[arg(long, value_parser = ["accuracy", "time", "cost"])]
     pub goal: Option<String>,
     /// With --app and goal accuracy: epochs to train (the spec's `epochs`).
     #[arg(long)]
     pub epochs: Option<f64>,
-    /// With --app and goal time: the metric to reach (the spec's `target_metric`).
+    /// With --app and goal time or cost: the metric to reach (the spec's `target_metric`).
     #[arg(long)]
     pub target_metric: Option<f64>,
     /// A cost budget in device-hours: the job is stopped once it has held that much

@@ -2,8 +2,9 @@
 //! a spec's `app` names a measured profile — one of the six embedded Pollux
 //! applications, or a folder in the Pollux layout on the service's machine — and
 //! `goal` what the job must achieve by its deadline: `accuracy` (Courier: `epochs`
-//! epochs at the batch with the best predicted metric) or `time` (the configuration
-//! search: reach `target_metric` at the batch that gets there soonest). Admission then
+//! epochs at the batch with the best predicted metric), `time` or `cost` (the
+//! configuration search: reach `target_metric` at the batch that gets there soonest, or
+//! in the fewest device-seconds). Admission then
 //! plans the job with the profile's predicted speed at each size, trying the goal's
 //! options best first ([`pacer_control::job::goal`]) and admitting the first whose
 //! minimum share fits, instead of `expected_runtime` with linear speed-up.
@@ -91,6 +92,9 @@ impl GoalPlan {
             ),
             Goal::Time { target } => {
                 format!("to metric {target:.4} (configuration search, least time)")
+            }
+            Goal::Cost { target } => {
+                format!("to metric {target:.4} (configuration search, fewest device-hours)")
             }
         };
         let tried = match self.declined_better {
@@ -228,15 +232,13 @@ fn fit(profile: &AppProfile) -> anyhow::Result<GoalModel> {
 }
 
 /// The spec's goal on `model`: `goal` (default `accuracy`) with `epochs` (default:
-/// every epoch every measured run covers) or `target_metric` (default: the metric
-/// every measured batch reaches).
+/// every epoch every measured run covers) or, for `time` and `cost`, `target_metric`
+/// (default: the metric every measured batch reaches).
 pub fn goal_of(spec: &JobSpec, model: &GoalModel) -> Goal {
+    let target = || spec.target_metric.unwrap_or_else(|| model.default_target());
     match spec.goal.as_deref() {
-        Some("time") => Goal::Time {
-            target: spec
-                .target_metric
-                .unwrap_or_else(|| model.conv.common_target()),
-        },
+        Some("time") => Goal::Time { target: target() },
+        Some("cost") => Goal::Cost { target: target() },
         _ => Goal::Accuracy {
             epochs: spec
                 .epochs
@@ -282,11 +284,12 @@ pub fn validate(spec: &JobSpec) -> Result<(), ApiError> {
     }
     let time = match spec.goal.as_deref() {
         None | Some("accuracy") => false,
-        Some("time") => true,
+        Some("time" | "cost") => true,
         Some(_) => {
             return bad(
                 "goal",
-                "expected `accuracy` (Courier) or `time` (least time)",
+                "expected `accuracy` (Courier), `time` (least time) or `cost` (fewest \
+                 device-hours)",
             )
         }
     };
@@ -294,7 +297,7 @@ pub fn validate(spec: &JobSpec) -> Result<(), ApiError> {
         if time {
             return bad(
                 "epochs",
-                "only with goal `accuracy` (`time` trains to `target_metric`)",
+                "only with goal `accuracy` (`time` and `cost` train to `target_metric`)",
             );
         }
         if !(e.is_finite() && e > 0.0 && e <= 1e6) {
@@ -308,7 +311,7 @@ pub fn validate(spec: &JobSpec) -> Result<(), ApiError> {
         if !time {
             return bad(
                 "target_metric",
-                "only with goal `time` (`accuracy` trains `epochs`)",
+                "only with goal `time` or `cost` (`accuracy` trains `epochs`)",
             );
         }
         if !t.is_finite() {

@@ -86,14 +86,15 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app: Option<String>,
     /// With `app`: `"accuracy"` (default; Courier: `epochs` at the batch with the best
-    /// predicted metric that meets the deadline) or `"time"` (reach `target_metric`
-    /// at the batch that gets there soonest).
+    /// predicted metric that meets the deadline), `"time"` (reach `target_metric` at
+    /// the batch that gets there soonest) or `"cost"` (in the fewest device-hours).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
     /// With goal `accuracy`: epochs to train (default: what every measured run covers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epochs: Option<f64>,
-    /// With goal `time`: the metric to reach (default: what every measured batch reaches).
+    /// With goal `time` or `cost`: the metric to reach (default: what every measured
+    /// batch reaches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_metric: Option<f64>,
     /// A cost budget in device-hours (devices held × hours, restarts included): the

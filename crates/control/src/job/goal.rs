@@ -25,6 +25,19 @@ pub enum Goal {
     /// Reach `target` at the batch that gets there soonest (the configuration search's
     /// time objective).
     Time { target: f64 },
+    /// Reach `target` at the batch that gets there in the fewest device-seconds (the
+    /// configuration search's cost objective, one price for every device).
+    Cost { target: f64 },
+}
+
+impl Goal {
+    /// The metric to reach (`None`: the accuracy goal, which trains epochs).
+    pub fn target(&self) -> Option<f64> {
+        match *self {
+            Goal::Time { target } | Goal::Cost { target } => Some(target),
+            Goal::Accuracy { .. } => None,
+        }
+    }
 }
 
 /// A profile's models, fitted once and read by every admission.
@@ -69,28 +82,27 @@ impl GoalModel {
         self.conv.curves.iter().map(|c| c.global_batch).collect()
     }
 
-    /// The default goal of each kind: every epoch every measured run covers
-    /// (accuracy), the metric every measured batch reaches (time).
-    pub fn default_goal(&self, time: bool) -> Goal {
-        if time {
-            Goal::Time {
-                target: self.conv.common_target(),
-            }
-        } else {
-            Goal::Accuracy {
-                epochs: self.conv.max_common_epochs(),
-            }
+    /// The accuracy goal at every epoch every measured run covers.
+    pub fn default_accuracy(&self) -> Goal {
+        Goal::Accuracy {
+            epochs: self.conv.max_common_epochs(),
         }
     }
 
+    /// The metric every measured batch reaches (the time and cost goals' default).
+    pub fn default_target(&self) -> f64 {
+        self.conv.common_target()
+    }
+
     /// The options for `goal`, best first (accuracy: the predicted final metric, ties
-    /// to the faster; time: the least time on the most devices): one per global batch
+    /// to the faster; time: the least time on its fastest level; cost: the fewest
+    /// device-seconds on its cheapest level): one per global batch
     /// (`batches`, or every measured batch and, for accuracy, the geometric midpoints
     /// Courier also scores), each with a level per size in `sizes` that a measured
     /// placement of that many replicas, at most `max_per_node` on a node, covers at
     /// that batch's local share. A level's speed is the fastest such placement's,
     /// its predicted step time raised by its margin (Courier's per support class for
-    /// accuracy, the search's one margin for time): the planner's guarantee is then
+    /// accuracy, the search's one margin otherwise): the planner's guarantee is then
     /// as safe as the recommendation's. A batch that reaches no level, or never
     /// reaches the target, gives no option.
     pub fn options(
@@ -117,16 +129,18 @@ impl GoalModel {
                     epochs * self.conv.epoch_samples,
                     self.conv.metric_after_epochs(epochs, b),
                 ),
-                Goal::Time { target } => match self.conv.samples_to(target, b) {
-                    Some(s) => (s, target),
-                    None => continue,
-                },
+                Goal::Time { target } | Goal::Cost { target } => {
+                    match self.conv.samples_to(target, b) {
+                        Some(s) => (s, target),
+                        None => continue,
+                    }
+                }
             };
             let mut levels: Vec<(u32, f64)> = Vec::new();
             for c in cands.iter().filter(|c| c.global_batch == b) {
                 let margin = match goal {
                     Goal::Accuracy { .. } => self.margins.at(&self.model, c),
-                    Goal::Time { .. } => {
+                    Goal::Time { .. } | Goal::Cost { .. } => {
                         if self.model.interpolates(&c.config) {
                             0.0
                         } else {
@@ -164,6 +178,7 @@ impl GoalModel {
                     std::cmp::Ordering::Greater
                 }
             }
+            Goal::Cost { .. } => a.cheapest_device_s().total_cmp(&b.cheapest_device_s()),
             _ => a.fastest_s().total_cmp(&b.fastest_s()),
         });
         out
@@ -187,6 +202,14 @@ impl GoalOption {
         let best = self.levels.iter().map(|l| l.1).fold(0.0, f64::max);
         self.samples / best
     }
+
+    /// Predicted device-seconds on its cheapest level.
+    pub fn cheapest_device_s(&self) -> f64 {
+        self.levels
+            .iter()
+            .map(|&(n, rate)| self.samples / rate * n as f64)
+            .fold(f64::INFINITY, f64::min)
+    }
 }
 
 #[cfg(test)]
@@ -200,28 +223,39 @@ mod tests {
     }
 
     #[test]
-    fn accuracy_options_come_best_metric_first_and_time_options_fastest_first() {
+    fn options_come_in_each_goals_order() {
         let m = model();
         let sizes: Vec<u32> = (1..=16).collect();
-        let acc = m.options(m.default_goal(false), None, &sizes, 4);
+        let acc = m.options(m.default_accuracy(), None, &sizes, 4);
         assert!(acc.len() >= 3, "{acc:?}");
         for w in acc.windows(2) {
             assert!(!m.conv.better(w[1].metric, w[0].metric), "{w:?}");
         }
         // Every option trains the same epochs.
         assert!(acc.iter().all(|o| o.samples == acc[0].samples));
-        let time = m.options(m.default_goal(true), None, &sizes, 4);
+        let target = m.default_target();
+        let time = m.options(Goal::Time { target }, None, &sizes, 4);
         assert!(!time.is_empty());
         for w in time.windows(2) {
             assert!(w[0].fastest_s() <= w[1].fastest_s(), "{w:?}");
         }
+        let cost = m.options(Goal::Cost { target }, None, &sizes, 4);
+        assert_eq!(cost.len(), time.len());
+        for w in cost.windows(2) {
+            assert!(
+                w[0].cheapest_device_s() <= w[1].cheapest_device_s(),
+                "{w:?}"
+            );
+        }
+        // The same options, in another order: the cheapest need not be the fastest.
+        assert!(cost.iter().all(|o| time.contains(o)));
     }
 
     #[test]
     fn levels_are_the_sizes_asked_for_and_placements_that_fit_a_node() {
         let m = model();
-        let all = m.options(m.default_goal(false), None, &[1, 2, 3, 4, 8], 4);
-        let one_node = m.options(m.default_goal(false), None, &[1, 2, 4, 8], 2);
+        let all = m.options(m.default_accuracy(), None, &[1, 2, 3, 4, 8], 4);
+        let one_node = m.options(m.default_accuracy(), None, &[1, 2, 4, 8], 2);
         for o in &all {
             assert!(o.levels.iter().all(|l| [1, 2, 3, 4, 8].contains(&l.0)));
             assert!(o.levels.windows(2).all(|w| w[0].0 < w[1].0));
@@ -245,7 +279,7 @@ mod tests {
         }
         // A batch given: one option at most, at that batch.
         let b = all[0].global_batch;
-        let one = m.options(m.default_goal(false), Some(&[b]), &[1, 2, 4], 4);
+        let one = m.options(m.default_accuracy(), Some(&[b]), &[1, 2, 4], 4);
         assert_eq!(one.len(), 1);
         assert_eq!(one[0].global_batch, b);
     }
@@ -255,7 +289,7 @@ mod tests {
         // The level's time is the prediction raised by the margin: never below the
         // raw prediction of the same placement.
         let m = model();
-        for o in m.options(m.default_goal(false), None, &[1, 2, 4, 8, 16], 4) {
+        for o in m.options(m.default_accuracy(), None, &[1, 2, 4, 8, 16], 4) {
             for &(r, rate) in &o.levels {
                 let best_raw = candidates(&m.table, &[o.global_batch], 1, r)
                     .into_iter()

@@ -7,7 +7,6 @@ use crate::error::ApiError;
 use crate::goal::{goal_of, GoalPlan};
 use crate::job::{deadline_sizes, job_view_with_prior, launch_prior_s, JobRecord, JobState};
 use crate::spec::JobSpec;
-use pacer_control::job::goal::Goal;
 use pacer_model::ClusterSpec;
 use pacer_policy::deadline::plan::{plan_all, Admission, AdmitRules, Admitter, PlanJob, Timeline};
 use pacer_policy::JobView;
@@ -170,11 +169,9 @@ impl Core {
                         Some(b) => format!(" at global batch {b}"),
                         None => String::new(),
                     },
-                    match goal {
-                        Goal::Time { target } => {
-                            format!(" that reaches target_metric {target}")
-                        }
-                        Goal::Accuracy { .. } => String::new(),
+                    match goal.target() {
+                        Some(target) => format!(" that reaches target_metric {target}"),
+                        None => String::new(),
                     }
                 ),
             ));

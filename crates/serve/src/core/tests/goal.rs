@@ -226,3 +226,23 @@ fn the_chosen_option_comes_back_after_a_restart() {
     assert_eq!(view(&c).work_left, work);
     assert_eq!(view(&c).speed, speed);
 }
+
+#[test]
+fn the_cost_goal_takes_the_batch_of_fewest_device_seconds_that_fits() {
+    let (_state, mut c) = core("goal-cost", "4x4:t4", "deadline");
+    let s = spec("goal = \"cost\"\ntarget_metric = 0.9", 1e6);
+    let opts = options(&c, &s);
+    assert!(opts.len() >= 2);
+    let (a, _) = c.submit(s).unwrap();
+    let p = a.deadline.unwrap().profile.unwrap();
+    assert_eq!(p.goal, Goal::Cost { target: 0.9 });
+    assert_eq!(p.option, opts[0]);
+    let least = opts
+        .iter()
+        .map(GoalOption::cheapest_device_s)
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(p.option.cheapest_device_s(), least);
+    // The time goal's first option is the fastest, not necessarily the cheapest.
+    let t = options(&c, &spec("goal = \"time\"\ntarget_metric = 0.9", 1e6));
+    assert!(t[0].fastest_s() <= p.option.fastest_s());
+}
