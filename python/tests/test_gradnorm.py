@@ -109,3 +109,45 @@ def test_the_cpu_sum_of_squares_matches_float64(n):
     ref = float((g.double() ** 2).sum())
     got = float(_sum_of_squares(g))
     assert abs(got - ref) / ref <= 1e-6, (got, ref)
+
+
+def _every_bucket(rank, world):
+    import pacer_torch as pacer
+
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(512, 64, generator=g), torch.randint(0, 8, (512,), generator=g)
+    torch.manual_seed(1)
+    layers = []
+    for _ in range(6):
+        layers += [torch.nn.Linear(64, 64), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(64, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    # A bucket per parameter or so (~30): their all-reduces finish on gloo's threads in
+    # no fixed order.
+    net = pacer.DataParallel(model, opt, engine="ddp", bucket_cap_mb=0.001)
+    loader = pacer.DataLoader(
+        torch.utils.data.TensorDataset(x, y), global_batch=32, controller="uniform", seed=2
+    )
+    job = pacer.current()
+    got = []
+    gathered = job.gathered
+
+    def spy(rows, agg, dec, pair=None):
+        got.append(agg)
+        gathered(rows, agg, dec, pair)
+
+    job.gathered = spy
+    for step, (xb, yb) in enumerate(loader):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(xb), yb).backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).double()
+        want = float((flat**2).sum())
+        assert abs(got[-1] - want) <= 1e-6 * want, (step, got[-1], want)
+        opt.step()
+    assert len(got) == 16
+
+
+def test_the_ddp_engine_sums_every_buckets_reduced_norm():
+    # |g|^2 of the aggregate is summed over ~30 buckets, each computed when its
+    # all-reduce finishes: none may be lost, whatever order they finish in.
+    _dist.run(_every_bucket, 2, timeout_s=60)
