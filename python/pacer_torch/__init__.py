@@ -16,7 +16,7 @@ python/examples/train_ddp.py marks each)::
 
 from . import _native
 from ._native import CONTROLLERS, PREDICTORS, Gns, Perf, Predictor, Session
-from .env import destroy_process_group, init_process_group, rendezvous
+from .env import destroy_process_group, global_batch, init_process_group, rendezvous
 from .job import current
 from .parallel import (
     DataLoader,
@@ -43,6 +43,7 @@ __all__ = [
     "Session",
     "current",
     "destroy_process_group",
+    "global_batch",
     "init_process_group",
     "probe_max_local_batch",
     "remaining_epochs",

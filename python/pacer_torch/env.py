@@ -30,6 +30,23 @@ def _int_env(env: Dict[str, str], name: str) -> Optional[int]:
         raise ValueError(f"environment variable {name}: {v!r} is not an integer") from None
 
 
+def global_batch(default: int, env: Optional[Dict[str, str]] = None) -> int:
+    """The global batch to train at: ``PACER_GLOBAL_BATCH`` when set (``pacer serve``
+    sets it to the spec's ``global_batch``, or to the batch a deadline job's admission
+    chose from its profile: docs/serve.md, "Deadlines from a profile"), else
+    ``default``. A value that is not a positive integer is a ``ValueError`` naming the
+    variable."""
+    env = os.environ if env is None else env
+    if isinstance(default, bool) or not isinstance(default, int) or default < 1:
+        raise ValueError(f"global_batch: default {default!r} (expected an integer >= 1)")
+    b = _int_env(env, "PACER_GLOBAL_BATCH")
+    if b is None:
+        return default
+    if b < 1:
+        raise ValueError(f"environment variable PACER_GLOBAL_BATCH: {b} (expected an integer >= 1)")
+    return b
+
+
 def rendezvous(env: Optional[Dict[str, str]] = None) -> Dict[str, object]:
     """Rank, world size, local rank and master address from the environment:
     torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT``,

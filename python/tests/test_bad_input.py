@@ -204,3 +204,15 @@ def test_nccl_with_more_ranks_than_gpus_is_one_clear_error(monkeypatch):
     with pytest.raises(RuntimeError, match="LOCAL_RANK 1 but this process sees 1 CUDA"):
         pacer.init_process_group()
     assert not dist.is_initialized()
+
+
+def test_global_batch_reads_pacer_global_batch_or_the_default():
+    assert pacer.global_batch(256, {}) == 256
+    assert pacer.global_batch(256, {"PACER_GLOBAL_BATCH": ""}) == 256
+    assert pacer.global_batch(256, {"PACER_GLOBAL_BATCH": "512"}) == 512
+    for bad in ["0", "-3", "many", "1.5"]:
+        with pytest.raises(ValueError, match="PACER_GLOBAL_BATCH"):
+            pacer.global_batch(256, {"PACER_GLOBAL_BATCH": bad})
+    for bad in [0, True, 2.0]:
+        with pytest.raises(ValueError, match="default"):
+            pacer.global_batch(bad, {})
