@@ -287,6 +287,9 @@ fn submit_spec_of(a: &SubmitArgs) -> anyhow::Result<pacer_serve::spec::JobSpec> 
         }
         spec.env.insert(k.to_string(), v.to_string());
     }
+    // The service's own wording, as it would answer (its fields are the file's keys).
+    spec.validate_goal()
+        .map_err(|e| anyhow::anyhow!("{} (field `{}`)", e.message, e.field))?;
     Ok(spec)
 }
 

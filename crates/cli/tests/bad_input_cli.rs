@@ -778,3 +778,67 @@ fn shared_fabric_needs_per_type_applications_and_a_type_of_the_cluster() {
         "--shared-fabric: only with --workload and --apps sia:DIR",
     );
 }
+
+#[test]
+fn submit_refuses_non_finite_goal_numbers_before_it_sends() {
+    // Was: TOML's `nan` / `inf` (and `--target-metric nan`) went out as JSON `null`, so
+    // the service planned the job with the default target, or no budget, as if the
+    // field were absent. Checked before any connection: the server here is a closed
+    // port, so reaching it would fail with another message.
+    let head = "name = \"g\"\ncommand = [\"true\"]\nreplicas = 4\n";
+    for (field, body) in [
+        (
+            "target_metric",
+            "app = \"cifar10\"\ndeadline = \"30m\"\ngoal = \"time\"\ntarget_metric = nan\n",
+        ),
+        (
+            "epochs",
+            "app = \"cifar10\"\ndeadline = \"30m\"\nepochs = inf\n",
+        ),
+        (
+            "budget_usd",
+            "expected_runtime = \"1h\"\nbudget_usd = nan\n",
+        ),
+        (
+            "budget_device_hours",
+            "expected_runtime = \"1h\"\nbudget_device_hours = -inf\n",
+        ),
+    ] {
+        let spec = tmp("job.toml", &format!("{head}{body}"));
+        let err = fails_with(
+            &[
+                "submit",
+                spec.to_str().unwrap(),
+                "--server",
+                "http://127.0.0.1:1",
+            ],
+            &format!("field `{field}`"),
+        );
+        assert!(!err.contains("127.0.0.1:1"), "{field}: {err}");
+    }
+    let spec = tmp("job.toml", head);
+    let spec = spec.to_str().unwrap();
+    for (args, field) in [
+        (
+            vec![
+                "--app",
+                "cifar10",
+                "--deadline",
+                "30m",
+                "--goal",
+                "time",
+                "--target-metric",
+                "nan",
+            ],
+            "target_metric",
+        ),
+        (
+            vec!["--expected-runtime", "1h", "--budget-usd", "inf"],
+            "budget_usd",
+        ),
+    ] {
+        let mut all = vec!["submit", spec, "--server", "http://127.0.0.1:1"];
+        all.extend(args);
+        fails_with(&all, &format!("field `{field}`"));
+    }
+}

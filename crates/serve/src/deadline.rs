@@ -127,7 +127,14 @@ pub fn planner_of(policy: &str, round_s: f64) -> Option<(&'static str, DeadlineC
 /// `1d12h`, `1.5h`), or a bare number of seconds (`3600`); positive, finite, at most
 /// [`MAX_HORIZON_S`].
 pub fn parse_duration(text: &str) -> Result<f64, String> {
-    let bad = || format!("`{}` is not {DURATION_FORMS}", text.escape_debug());
+    parse_duration_as(text, DURATION_FORMS)
+}
+
+/// [`parse_duration`], with `forms` (what the field accepts) in the message when `text`
+/// is not a duration at all; a duration out of range keeps its own message (zero, or
+/// past the horizon), which says more than the list of forms.
+fn parse_duration_as(text: &str, forms: &str) -> Result<f64, String> {
+    let bad = || format!("`{}` is not {forms}", text.escape_debug());
     let t = text.trim();
     if t.is_empty() || t.len() > 64 {
         return Err(bad());
@@ -194,9 +201,7 @@ pub fn check_deadline_form(text: &str) -> Result<(), String> {
     if looks_like_time(text) {
         parse_rfc3339_ms(text).map(|_| ())
     } else {
-        parse_duration(text)
-            .map(|_| ())
-            .map_err(|_| format!("`{}` is not {DEADLINE_FORMS}", text.escape_debug()))
+        parse_duration_as(text, DEADLINE_FORMS).map(|_| ())
     }
 }
 
@@ -220,8 +225,7 @@ pub fn resolve_deadline(text: &str, now_ms: u64) -> Result<u64, String> {
         }
         Ok(at)
     } else {
-        let s = parse_duration(text)
-            .map_err(|_| format!("`{}` is not {DEADLINE_FORMS}", text.escape_debug()))?;
+        let s = parse_duration_as(text, DEADLINE_FORMS)?;
         Ok(now_ms + (s * 1e3).round() as u64)
     }
 }
@@ -401,6 +405,12 @@ mod tests {
         let e = resolve_deadline("soon", now).unwrap_err();
         assert!(e.contains("RFC 3339") && e.contains("2h30m"), "{e}");
         assert!(resolve_deadline("2028-11-26T21:00:00Z", now).is_err());
+        // A deadline that is a duration out of range says so, not that its form is wrong.
+        for (text, says) in [("0s", "positive"), ("400d", "366 days")] {
+            let e = resolve_deadline(text, now).unwrap_err();
+            assert!(e.contains(says) && !e.contains("RFC 3339"), "{text}: {e}");
+            assert_eq!(check_deadline_form(text), Err(e));
+        }
     }
 
     #[test]

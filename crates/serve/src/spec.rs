@@ -308,8 +308,7 @@ impl JobSpec {
             }
         }
         self.validate_cwd_env()?;
-        crate::goal::validate(self)?;
-        self.validate_deadline()?;
+        self.validate_goal()?;
         if self.launcher == Launcher::Torchrun && self.command.is_none() {
             return bad(
                 "launcher",
@@ -370,6 +369,16 @@ impl JobSpec {
             );
         }
         Ok(())
+    }
+
+    /// The goal fields (`deadline`, `expected_runtime`, the budgets, `app`, `goal`,
+    /// `epochs`, `target_metric`), which need no cluster: `pacer submit` checks them
+    /// before it sends the spec, because JSON has no NaN or infinity (serde_json writes
+    /// `null`), so a non-finite number from a TOML file or a flag would otherwise arrive
+    /// as no value at all.
+    pub fn validate_goal(&self) -> Result<(), ApiError> {
+        crate::goal::validate(self)?;
+        self.validate_deadline()
     }
 
     /// `deadline` and `expected_runtime` as text (the deadline's time is resolved
