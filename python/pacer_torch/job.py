@@ -274,6 +274,7 @@ class Job:
             self.join(session, r)
         #: Rank 0: the session that decides for the job. Other ranks: None.
         self.session: Optional[_native.Session] = session if self.rank == 0 else None
+
         def first() -> Tuple[Decision, Union[str, bool], bool]:
             on = noise_scale is True or (
                 noise_scale == "auto" and (adaptive_batch or bool(os.environ.get("PACER_SERVER")))
