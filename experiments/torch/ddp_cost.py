@@ -13,24 +13,35 @@ threads) per step, as ``overhead.py`` does:
 - ``ddp-pyhook``: plain DDP with ``gradient_as_bucket_view`` and a Python comm hook
   that all-reduces the bucket and returns it through ``fut.then`` (the cost of a Python
   hook at all);
-- ``flat``: pacer's default engine;
-- ``pacer-ddp``: pacer's ``engine="ddp"``;
-- ``pacer-ddp-nonorm``: the same with ``|g_i|^2`` and ``|g|^2`` not computed (0);
-- ``pacer-ddp-timed``: the same, more of its pieces wrapped with CPU clocks;
-- ``pacer-ddp-norm64``: the norms as one float64 ``vector_norm`` (fewer operations);
-- ``pacer-ddp-pg``: the hook's all-reduce through the process group's own method,
-  without ``dist.all_reduce``'s Python wrapper;
-- ``pacer-ddp-nomonitor``: the load signals not read (``LoadMonitor.sample``).
+- ``flat``: pacer's default engine (``noise_scale="auto"``, the default: nothing here
+  reads the noise scale, so its norms are not taken);
+- ``flat-norms``: the same with ``noise_scale=True`` (``|g_i|^2`` and ``|g|^2`` every step);
+- ``pacer-ddp``: pacer's ``engine="ddp"`` (``noise_scale="auto"``);
+- ``pacer-ddp-norms``: the same with ``noise_scale=True``;
+- ``pacer-ddp-timed``: ``pacer-ddp-norms``, more of its pieces wrapped with CPU clocks;
+- ``pacer-ddp-norm64``: ``pacer-ddp-norms`` with the norms as one float64
+  ``vector_norm`` (fewer operations);
+- ``pacer-ddp-pg``: ``pacer-ddp`` with the hook's all-reduce through the process
+  group's own method, without ``dist.all_reduce``'s Python wrapper;
+- ``pacer-ddp-nomonitor``: ``pacer-ddp`` with the load signals not read
+  (``LoadMonitor.sample``).
+
+(Before ``noise_scale=`` existed every pacer run took the norms: ``flat`` and
+``pacer-ddp`` measured what ``flat-norms`` and ``pacer-ddp-norms`` measure now, and a
+``pacer-ddp-nonorm`` variant patched the norms to 0, which ``pacer-ddp`` now is.)
 
 In every ``pacer-ddp*`` run the engine's own work after the backward pass's last
 gradient is timed (``thread_time``, on the thread that runs it): the comm hook, the
 callbacks it chains to the all-reduce's future (``Future.then``: run by gloo's thread)
-and ``finish``: ``post_backward_ms`` per step, their sum. ``pacer-ddp-timed`` also
-times ``job.*``, the norms, ``torch.cat`` and ``torch.tensor`` (nested in those).
-Sums over the steps after the warm-up, divided by their number; median over ranks.
+and ``finish``: ``post_backward_ms`` per step, their sum. In the ``flat*`` runs it is
+the engine's whole work after the backward pass (``DataParallel._sync``, the calling
+thread; the all-reduce's summing runs on gloo's thread, as in the ddp engine).
+``pacer-ddp-timed`` also times ``job.*``, the norms, ``torch.cat`` and ``torch.tensor``
+(nested in those). Sums over the steps after the warm-up, divided by their number;
+median over ranks.
 
-Variants other than ``ddp``/``flat``/``pacer-ddp``/``pacer-ddp-timed`` change what is
-computed: they are measurements only.
+Variants other than ``ddp``/``flat``/``flat-norms``/``pacer-ddp``/``pacer-ddp-norms``/
+``pacer-ddp-timed`` change what is computed: they are measurements only.
 """
 
 from __future__ import annotations
@@ -50,7 +61,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import pacer_torch as pacer
-from pacer_torch import ddp_engine, job as job_mod, overhead
+from pacer_torch import ddp_engine, job as job_mod, overhead, parallel
 
 #: CPU seconds per variant and piece, and whether the clocks count now.
 PIECES: Dict[str, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -118,11 +129,12 @@ def _cpu_per_step(batches, net, opt, steps: int, warmup: int) -> List[float]:
     return times[warmup:]
 
 
-def run_pacer(ds, global_batch: int, steps: int, warmup: int, engine: str):
+def run_pacer(ds, global_batch: int, steps: int, warmup: int, engine: str, noise_scale):
     model = overhead.make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     net = pacer.DataParallel(model, opt, engine=engine)
-    loader = pacer.DataLoader(ds, global_batch=global_batch, controller="uniform", seed=3)
+    loader = pacer.DataLoader(ds, global_batch=global_batch, controller="uniform", seed=3,
+                              noise_scale=noise_scale)
     times = _cpu_per_step(loader, net, opt, steps, warmup)
     del net, loader
     pacer.job.set_current(None)
@@ -138,8 +150,6 @@ def patched(variant: str) -> List[Callable[[], None]]:
         setattr(obj, name, value)
         undo.append(lambda: setattr(obj, name, old))
 
-    if variant == "pacer-ddp-nonorm":
-        put(ddp_engine, "grad_norm_sqr_t", lambda *a: 0.0)
     if variant == "pacer-ddp-norm64":
         put(ddp_engine, "grad_norm_sqr_t",
             lambda g, *a: torch.linalg.vector_norm(g, dtype=torch.float64) ** 2)
@@ -150,6 +160,8 @@ def patched(variant: str) -> List[Callable[[], None]]:
             if async_op and not k else plain(t, async_op=async_op, **k))
     if variant == "pacer-ddp-nomonitor":
         put(job_mod.LoadMonitor, "sample", lambda self: (0.0, 0.0))
+    if variant.startswith("flat"):
+        put(parallel.DataParallel, "_sync", timed("sync", parallel.DataParallel._sync))
     if variant.startswith("pacer-ddp"):
         put(ddp_engine.DdpEngine, "_hook", timed("hook", ddp_engine.DdpEngine._hook))
         put(ddp_engine.DdpEngine, "finish", timed("finish", ddp_engine.DdpEngine.finish))
@@ -167,8 +179,10 @@ def patched(variant: str) -> List[Callable[[], None]]:
     return undo
 
 
-VARIANTS = ("ddp", "ddp-pyhook", "flat", "pacer-ddp", "pacer-ddp-nonorm", "pacer-ddp-timed",
-            "pacer-ddp-norm64", "pacer-ddp-pg", "pacer-ddp-nomonitor")
+VARIANTS = ("ddp", "ddp-pyhook", "flat", "flat-norms", "pacer-ddp", "pacer-ddp-norms",
+            "pacer-ddp-timed", "pacer-ddp-norm64", "pacer-ddp-pg", "pacer-ddp-nomonitor")
+#: The variants that take the noise scale's norms every step (``noise_scale=True``).
+WITH_NORMS = ("flat-norms", "pacer-ddp-norms", "pacer-ddp-timed", "pacer-ddp-norm64")
 
 
 def main() -> None:
@@ -186,6 +200,7 @@ def main() -> None:
     pacer.init_process_group(backend="gloo")
     ds = overhead.data(args.global_batch * (args.steps + 2))
     per: Dict[str, List[float]] = {v: [] for v in VARIANTS}
+    # Steps whose pieces were timed, per variant (every timed variant runs as many).
     counted = 0
     for rnd in range(args.rounds):
         order = VARIANTS[rnd % len(VARIANTS):] + VARIANTS[: rnd % len(VARIANTS)]
@@ -200,8 +215,9 @@ def main() -> None:
                 elif v == "ddp-pyhook":
                     t = run_pyhook(ds, args.global_batch, args.steps, args.warmup)
                 else:
-                    engine = "flat" if v == "flat" else "ddp"
-                    t = run_pacer(ds, args.global_batch, args.steps, args.warmup, engine)
+                    engine = "flat" if v.startswith("flat") else "ddp"
+                    ns = True if v in WITH_NORMS else "auto"
+                    t = run_pacer(ds, args.global_batch, args.steps, args.warmup, engine, ns)
                     if v == "pacer-ddp-timed":
                         counted += args.steps - 1 - args.warmup
             finally:
@@ -210,10 +226,10 @@ def main() -> None:
             per[v].extend(t)
             gc.collect()
     # Every rank reports every piece (rank 0 alone writes the decision slot).
-    timed_runs = [v for v in VARIANTS if v.startswith("pacer-ddp")]
+    timed_runs = [v for v in VARIANTS if v.startswith(("pacer-ddp", "flat"))]
     names = sorted(set(PIECES["pacer-ddp-timed"]) | {"job.decision_slot"})
     mine = [1e3 * statistics.median(per[v]) for v in VARIANTS]
-    mine += [1e3 * sum(PIECES[v][n] for n in ("hook", "callbacks", "finish")) / counted
+    mine += [1e3 * sum(PIECES[v][n] for n in ("hook", "callbacks", "finish", "sync")) / counted
              for v in timed_runs]
     mine += [1e3 * PIECES["pacer-ddp-timed"][n] / counted for n in names]
     world = dist.get_world_size()

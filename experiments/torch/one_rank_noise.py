@@ -60,7 +60,8 @@ def run(opt_name, lr, momentum, batch, seed):
     opt = (torch.optim.SGD(params, lr=lr, momentum=momentum) if opt_name == "sgd"
            else torch.optim.Adam(params, lr=lr))
     net = pacer.DataParallel(model, opt)
-    loader = pacer.DataLoader(data(), global_batch=batch, controller="uniform", seed=seed)
+    loader = pacer.DataLoader(data(), global_batch=batch, controller="uniform", seed=seed,
+                              noise_scale=True)
     job = pacer.current()
     ref, adaptdl = _native.Gns(float(batch)), _native.Gns(float(batch))
     prev = None

@@ -364,6 +364,8 @@ def worker(args: argparse.Namespace) -> None:
                 pacer.current().trace.flush()
             em = pacer.current().emulation
             out["overruns"] = em.overruns
+            # Read once, at the end: None under the default noise_scale="auto", which
+            # takes no norms until read (the runs time pacer as a job that reads none).
             out["noise_scale"] = pacer.current().noise_scale()
         with open(args.out, "w") as f:
             json.dump(out, f)

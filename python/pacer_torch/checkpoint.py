@@ -67,6 +67,7 @@ def save(job: "Job", directory: str) -> str:
             "ahead": [d.state_dict() for d in job.ahead],
             "pending": job.pending.state_dict() if job.pending is not None else None,
             "gns": job.gns.state(),
+            "noise_scale_norms": job.norms,
             "steps": job.steps,
             "samples": job.samples,
             "base_batch": job.base_batch,
@@ -164,6 +165,10 @@ def load(job: "Job", path: str) -> None:
     job.sampler.load_state_dict(state["sampler"])
     job.user_state.restore(state.get("user_state", {}))
     job.gns = gns
+    if job.noise_scale_mode == "auto" and state.get("noise_scale_norms"):
+        # Taken when the checkpoint was written (read by then): still taken. Every rank
+        # reads the same file, so all agree.
+        job.norms = True
     if job.rank == 0:
         job.session = built["session"]  # type: ignore[assignment]
         job.pending = pending

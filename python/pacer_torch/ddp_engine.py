@@ -7,7 +7,8 @@ summing all-reduce, so the result is ``sum_i (b_i / B) g_i``, the global batch's
 gradient, exactly as the default engine computes it. The last bucket also carries the
 step's rows (every rank's measurements) and rank 0's decision (``job.py``), so a step
 still costs no collective beyond DDP's own.
-``|g_i|^2`` and ``|g|^2`` (the noise scale's inputs) are summed over the buckets before
+``|g_i|^2`` and ``|g|^2`` (the noise scale's inputs), when the step takes them
+(``Job.norms``, ``DataLoader(noise_scale=)``), are summed over the buckets before
 and after their reduction: each reduced bucket's ``|g|^2`` is kept by the bucket's index
 (computed on gloo's threads, which finish buckets in no fixed order and, two at once,
 lost one another's updates to a shared sum) and ``finish`` adds them in the buckets'
@@ -39,12 +40,13 @@ class StepState:
     """What the hooks of one backward pass gather, and what they share (the same for
     every bucket of the step)."""
 
-    def __init__(self, rank: int, sizes: List[int], precondition: bool) -> None:
+    def __init__(self, rank: int, sizes: List[int], precondition: bool, norms: bool) -> None:
         #: This rank's local batch and the step's sum of them.
         self.b, self.total = sizes[rank], sum(sizes)
-        #: The noise scale reads |g_i|^2 and |g|^2 only when two ranks or more computed
-        #: the step (``Job.gathered``): every rank knows the sizes, so all skip alike.
-        self.norms = sum(1 for s in sizes if s > 0) >= 2
+        #: The noise scale reads |g_i|^2 and |g|^2 only when the step takes its norms
+        #: (``norms``: ``Job.norms``) and two ranks or more computed it
+        #: (``Job.gathered``): every rank knows both, so all skip alike.
+        self.norms = norms and sum(1 for s in sizes if s > 0) >= 2
         #: Whether the optimizer preconditions the norms (Adam, ``preconditioner``).
         self.precondition = precondition
         #: |g_i|^2 summed over the buckets: a float64 tensor on the gradients' device,
@@ -128,7 +130,7 @@ class DdpEngine:
                     "backward() inside `with model.no_sync():`)"
                 )
             st = self.step = StepState(
-                job.rank, ctx.sizes, isinstance(self.optimizer, ADAM_LIKE)
+                job.rank, ctx.sizes, isinstance(self.optimizer, ADAM_LIKE), ctx.norms
             )
             st.measured = job.end_compute()
         buf = bucket.buffer()
@@ -241,7 +243,8 @@ class DdpEngine:
             for i in sorted(st.agg_sqr):
                 agg_sqr = agg_sqr + st.agg_sqr[i]
         one_rank = None
-        if job.one_rank is not None and self.ddp is not None and job.step_ctx is not None:
+        ctx = job.step_ctx
+        if job.one_rank is not None and self.ddp is not None and ctx is not None and ctx.norms:
             # One rank: the step's gradient (DDP's buckets hold it) for the noise scale.
             params = [p for p in self.ddp.module.parameters() if p.requires_grad]
             flat = torch.cat(
@@ -251,7 +254,7 @@ class DdpEngine:
                 flat = flat.to(torch.float32)
             pinv = preconditioner(self.optimizer, params)
             one_rank = job.one_rank.observe(
-                flat, job.step_ctx.sizes[job.rank], pinv, self.grad_scaler, owned=True
+                flat, ctx.sizes[job.rank], pinv, self.grad_scaler, owned=True
             )
         job.gathered(rows, float(agg_sqr), back[n_rows:], one_rank)
         if job.trace is not None:

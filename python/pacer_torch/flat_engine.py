@@ -8,8 +8,9 @@ the local batches are; then copied back into the parameters' gradients.
 Per-step host work kept small (python/README.md, "Engines"): the buffers are made once
 per model; the copies in and out are one multi-tensor call each; the row and the decision
 go in one tensor from the host (pinned on a GPU), and come back in one read; ``|g_i|^2``
-and ``|g|^2`` are computed only when the noise scale reads them (two ranks or more
-computed the step); a job of one rank skips the reduction, whose result is its input.
+and ``|g|^2`` are computed only when the job takes the noise scale's norms (``Job.norms``,
+``DataLoader(noise_scale=)``) and two ranks or more computed the step; a job of one rank
+skips the reduction, whose result is its input.
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ class FlatEngine:
         sizes = ctx.sizes
         b = sizes[rank]
         total = sum(sizes)
-        # The noise scale reads |g_i|^2 and |g|^2 only when two ranks or more computed
-        # the step (``Job.gathered``); every rank knows the sizes, so all skip alike.
-        norms = sum(1 for s in sizes if s > 0) >= 2
+        # The noise scale reads |g_i|^2 and |g|^2 only when the step takes its norms and
+        # two ranks or more computed it (``Job.gathered``); every rank knows both, so all
+        # skip alike.
+        norms = ctx.norms and sum(1 for s in sizes if s > 0) >= 2
         grads = [p.grad for p in params]
         if world == 1 or not distributed:
             self._alone(job, measured, grads, b, dtype, optimizer, grad_scaler)
@@ -168,7 +170,7 @@ class FlatEngine:
         left them (a parameter without one gets zeros, as after a reduction); the row
         and the decision take the values they would have travelled as (torch's default
         dtype, then the buffer's ``dtype``); the noise scale comes from consecutive
-        steps (``ConsecutiveSteps``)."""
+        steps (``ConsecutiveSteps``) when the step takes its norms."""
         params = self.params
         with torch.no_grad():
             for p, g in zip(params, grads):
@@ -183,7 +185,8 @@ class FlatEngine:
             trace.mark("arrive")
             trace.mark("reduced")
         one_rank = None
-        if job.one_rank is not None:
+        ctx = job.step_ctx
+        if job.one_rank is not None and ctx is not None and ctx.norms:
             # A new float32 copy of the gradient, which ConsecutiveSteps keeps.
             flat = torch.cat([p.grad.reshape(-1) for p in params])
             if flat.dtype != torch.float32:

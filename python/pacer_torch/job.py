@@ -3,7 +3,16 @@
 Each step, every rank contributes one row to a single all-reduce that also carries the
 gradients (``parallel.py``): its compute time (padding included when emulating, the wait
 for the others excluded), its load signals, ``|g_i|^2`` of its local mean gradient, its
-local batch and whether it was asked to stop.
+local batch, whether it was asked to stop and whether it read the noise scale.
+
+The noise scale's norms (``|g_i|^2`` before the reduction, ``|g|^2`` after) cost host
+work every step, so they are taken only when something reads them (``noise_scale=`` of
+the ``DataLoader``): with ``"auto"`` (the default) from the start when the global batch
+is adaptive or the job reports to a service (``PACER_SERVER``, rank 0's environment),
+otherwise from the first read on. A read while they are not taken (``noise_scale()``,
+AdaScale's gain of ``set_global_batch``) returns None and marks the rank's next row; the
+step whose all-reduce carries the mark turns them on, on every rank alike, for the steps
+after it (``Job.norms``), so a read on one rank only cannot leave the ranks disagreeing.
 
 One decision per job: only rank 0's Rust session (``pacer_torch._native.Session``)
 decides. After step ``t``'s all-reduce it observes the gathered rows and decides the
@@ -42,9 +51,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .parallel import DataParallel
 
 #: Columns of a rank's row in the gathered statistics (CKPT: rank 0's clock says a
-#: periodic checkpoint is due).
-ROW = 7
-COMPUTE, CPU, MEM, SQR, BATCH, STOP, CKPT = range(ROW)
+#: periodic checkpoint is due; ASK_NORMS: the rank read the noise scale while its norms
+#: were not taken, module docs).
+ROW = 8
+COMPUTE, CPU, MEM, SQR, BATCH, STOP, CKPT, ASK_NORMS = range(ROW)
+
+#: ``DataLoader(noise_scale=)``: take the noise scale's norms when something reads them
+#: (module docs), always, or never.
+NOISE_SCALE_MODES = ("auto", True, False)
 
 #: Learning-rate scaling rules of the adaptive global batch (``DataLoader(lr_rule=)``):
 #: AdaScale's gain (the default, as AdaptDL's), the square-root rule, the linear rule.
@@ -128,6 +142,18 @@ def _dist_on() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def check_noise_scale(noise_scale: Any, adaptive_batch: bool) -> None:
+    """A ValueError naming ``noise_scale`` unless it is one of ``NOISE_SCALE_MODES``
+    and, with an adaptive global batch, not False."""
+    if not (noise_scale is True or noise_scale is False or noise_scale == "auto"):
+        raise ValueError(f"noise_scale: {noise_scale!r} (expected 'auto', True or False)")
+    if noise_scale is False and adaptive_batch:
+        raise ValueError(
+            "noise_scale: False, but adaptive_batch=True chooses the global batch from the "
+            "gradient noise scale (pass noise_scale='auto' or True)"
+        )
+
+
 def share_from_rank0(rank: int, make: Callable[[], Any]) -> Any:
     """``make()`` run on rank 0 only, its result broadcast to every rank (a collective:
     every rank calls it at the same point). A ValueError on rank 0 is raised on every
@@ -174,6 +200,8 @@ class StepContext:
     wall0: float
     cpu0: float
     synced: bool = False
+    #: Whether this step takes the noise scale's norms (``Job.norms`` at its start).
+    norms: bool = False
     #: On CUDA: events around this rank's compute on the current stream (the host's
     #: clock sees only when kernels were queued, not when they ran).
     ev_begin: Any = None
@@ -219,6 +247,7 @@ class Job:
         checkpoint_every_s: Optional[float] = None,
         lookahead: int = 0,
         lr_rule: str = "adascale",
+        noise_scale: Union[str, bool] = "auto",
     ):
         self.rank, self.world = _world()
         #: How many steps beyond the coming one every rank knows the decision of (a
@@ -231,6 +260,7 @@ class Job:
             )
         #: How a global batch's learning-rate gain is chosen (``LR_RULES``).
         self.lr_rule = lr_rule
+        check_noise_scale(noise_scale, adaptive_batch)
         self.base_batch = global_batch
         self.caps = list(caps)
         #: Each rank's smallest local batch (``min_local_batch``).
@@ -244,8 +274,26 @@ class Job:
             self.join(session, r)
         #: Rank 0: the session that decides for the job. Other ranks: None.
         self.session: Optional[_native.Session] = session if self.rank == 0 else None
+
+        def first() -> Tuple[Decision, Union[str, bool], bool]:
+            on = noise_scale is True or (
+                noise_scale == "auto" and (adaptive_batch or bool(os.environ.get("PACER_SERVER")))
+            )
+            return self._first_decision(1.0), noise_scale, on
+
+        # Rank 0's decision, ``noise_scale`` and whether the norms are taken from the
+        # start (its environment's PACER_SERVER: it alone reports): the same everywhere.
+        decision, mode, norms = share_from_rank0(self.rank, first)
         #: The coming step's decision (the same on every rank).
-        self.next: Decision = share_from_rank0(self.rank, lambda: self._first_decision(1.0))
+        self.next: Decision = decision
+        #: ``noise_scale=`` (``NOISE_SCALE_MODES``), as rank 0 was given it.
+        self.noise_scale_mode: Union[str, bool] = mode
+        #: Whether the coming step takes the noise scale's norms (the same on every rank;
+        #: "auto" turns it on after a read, module docs). Never turned off.
+        self.norms: bool = norms
+        #: This rank read the noise scale while the norms were not taken ("auto"): its
+        #: next row says so (``ASK_NORMS``).
+        self.norms_asked = False
         #: Rank 0: the decision it sends in the coming step's all-reduce (for the step
         #: after). Other ranks: None.
         self.pending: Optional[Decision] = self.next.copy() if self.rank == 0 else None
@@ -457,7 +505,7 @@ class Job:
             idx = []
         self._lr_gain = nxt.lr_gain
         self.step_ctx = StepContext(
-            sizes=sizes, global_batch=nxt.global_batch, wall0=wall0, cpu0=cpu0
+            sizes=sizes, global_batch=nxt.global_batch, wall0=wall0, cpu0=cpu0, norms=self.norms
         )
         if _cuda_in_use():
             ev = torch.cuda.Event(enable_timing=True)
@@ -525,6 +573,7 @@ class Job:
             float(b),
             float(self._sigterm),
             float(due),
+            float(self.norms_asked),
         ]
 
     def decision_slot(self) -> List[float]:
@@ -554,17 +603,13 @@ class Job:
             self.next = self.ahead.pop(0)
         else:
             self.next = received
-        # Noise scale: ranks that computed something, as the runtime does.
-        live = [(float(sizes[r]), rows[r][SQR]) for r in range(self.world) if sizes[r] > 0]
-        try:
-            if len(live) >= 2 and math.isfinite(aggregate_sqr):
-                self.gns.observe([b for b, _ in live], [s for _, s in live], aggregate_sqr)
-            elif one_rank is not None:
-                self.gns.observe_estimate(*one_rank)
-            else:
-                self.stats.gns_skipped += 1
-        except ValueError:
-            self.stats.gns_skipped += 1
+        # The noise scale (a step that took no norms has nothing to observe).
+        if ctx.norms:
+            self._observe_noise(sizes, rows, aggregate_sqr, one_rank)
+        if not self.norms and any(row[ASK_NORMS] > 0 for row in rows):
+            # A rank read the noise scale: every rank takes the norms from the next step.
+            self.norms = True
+            self.norms_asked = False
         session = self.session
         if session is not None and full:
             session.observe(
@@ -598,6 +643,26 @@ class Job:
             self.pending = Decision(
                 session.global_batch, self.pending.lr_gain, list(d[0]), list(d[1])
             )
+
+    def _observe_noise(
+        self,
+        sizes: List[int],
+        rows: List[List[float]],
+        aggregate_sqr: float,
+        one_rank: Optional[Tuple[float, float, float]],
+    ) -> None:
+        """The step's norms to the noise scale: of the ranks that computed something,
+        as the runtime does; with one rank, its estimate from consecutive steps."""
+        live = [(float(sizes[r]), rows[r][SQR]) for r in range(self.world) if sizes[r] > 0]
+        try:
+            if len(live) >= 2 and math.isfinite(aggregate_sqr):
+                self.gns.observe([b for b, _ in live], [s for _, s in live], aggregate_sqr)
+            elif one_rank is not None:
+                self.gns.observe_estimate(*one_rank)
+            else:
+                self.stats.gns_skipped += 1
+        except ValueError:
+            self.stats.gns_skipped += 1
 
     def leave_step(self) -> None:
         """The user's loop left the DataLoader inside a step (``break`` or ``return``
@@ -717,7 +782,7 @@ class Job:
             return math.sqrt(ratio)
         if self.lr_rule == "linear":
             return ratio
-        gain = self.gns.gain(float(global_batch))
+        gain = self.gns.gain(float(global_batch)) if self._may_read_noise() else None
         return gain if gain is not None and math.isfinite(gain) and gain > 0 else 1.0
 
     def set_global_batch(self, global_batch: int) -> None:
@@ -728,7 +793,20 @@ class Job:
 
     # -- reports ------------------------------------------------------------------------
 
+    def _may_read_noise(self) -> bool:
+        """Whether the noise scale's estimate is kept up (its norms are taken). Under
+        "auto" a read while they are not asks every rank to take them (module docs)."""
+        if not self.norms and self.noise_scale_mode == "auto":
+            self.norms_asked = True
+        return self.norms
+
     def noise_scale(self) -> Optional[float]:
+        """The gradient noise scale ``B_noise`` in samples, or None: before its first
+        estimate, always with ``noise_scale=False``, and with "auto" while its norms are
+        not taken: then this read asks for them, which every rank learns in the next
+        step's all-reduce, and the steps after that one take them (module docs)."""
+        if not self._may_read_noise():
+            return None
         ns = self.gns.noise_scale()
         return ns if ns is not None and math.isfinite(ns) else None
 

@@ -29,6 +29,11 @@ more device work than launches. On CUDA the host's marks only say when kernels w
 queued, so each run also reports ``span_ms``: the time per step over the run after
 ``warmup``, between two ``torch.cuda.synchronize()`` (on the CPU the same measure, with
 no synchronisation); ``*_overhead_span_paired`` compares it per round.
+
+Every pacer run takes the default ``noise_scale="auto"``: nothing reads the noise scale
+here, so no run takes its norms. ``--with-norms`` adds ``pacer-norms`` and
+``pacer-ddp-norms``: ``pacer`` and ``pacer-ddp`` with ``noise_scale=True`` (every step's
+``|g_i|^2`` and ``|g|^2``, as every run took them before that option existed).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import json
 import os
 import statistics
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -128,14 +133,21 @@ def run_ddp(ds, global_batch: int, steps: int, warmup: int) -> Run:
 
 
 def run_pacer(
-    ds, global_batch: int, steps: int, warmup: int, engine: str, controller: str
+    ds,
+    global_batch: int,
+    steps: int,
+    warmup: int,
+    engine: str,
+    controller: str,
+    noise_scale: Union[str, bool] = "auto",
 ) -> Run:
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     net = pacer.DataParallel(model, opt, engine=engine)
     dev = DEVICE if DEVICE.type == "cuda" else None
     loader = pacer.DataLoader(
-        ds, global_batch=global_batch, controller=controller, seed=3, device=dev
+        ds, global_batch=global_batch, controller=controller, seed=3, device=dev,
+        noise_scale=noise_scale,
     )
     times, last, t_warm, s = [], None, 0.0, 0
     for x, y in loader:
@@ -185,6 +197,8 @@ def _speeds_under_ddp(ds, global_batch: int, steps: int) -> List[float]:
 
 
 RUNS = ("ddp", "pacer", "pacer-uniform", "pacer-ddp")
+#: ``--with-norms``: ``pacer`` and ``pacer-ddp`` with ``noise_scale=True``.
+NORM_RUNS = ("pacer-norms", "pacer-ddp-norms")
 
 
 def physical_cores(cpus: List[int], root: str = "/sys/devices/system/cpu") -> List[List[int]]:
@@ -245,6 +259,9 @@ def main() -> None:
     ap.add_argument("--cores-per-rank", type=int, default=0,
                     help="pin each rank to this many physical cores of its own "
                          "(0: no pinning, the default)")
+    ap.add_argument("--with-norms", action="store_true",
+                    help="also run pacer and pacer-ddp with noise_scale=True (pacer-norms, "
+                         "pacer-ddp-norms): the noise scale's norms every step")
     args = ap.parse_args()
     if args.cores_per_rank < 0:
         ap.error(f"--cores-per-rank {args.cores_per_rank}: expected 0 or more")
@@ -274,7 +291,7 @@ def main() -> None:
         DEVICE = torch.device("cuda", int(info["local_rank"]) % torch.cuda.device_count())
         torch.cuda.set_device(DEVICE)
     ds = data(args.global_batch * (args.steps + 2))
-    runs = list(RUNS)
+    runs = list(RUNS) + (list(NORM_RUNS) if args.with_norms else [])
     per: Dict[str, List[Tuple[float, float]]] = {r: [] for r in runs}
     rounds: Dict[str, List[float]] = {r: [] for r in runs}
     spans: Dict[str, List[float]] = {r: [] for r in runs}
@@ -286,9 +303,12 @@ def main() -> None:
             if r == "ddp":
                 t, span = run_ddp(ds, args.global_batch, args.steps, args.warmup)
             else:
-                engine = "ddp" if r == "pacer-ddp" else "flat"
+                engine = "ddp" if r.startswith("pacer-ddp") else "flat"
                 ctl = "uniform" if r == "pacer-uniform" else args.controller
-                t, span = run_pacer(ds, args.global_batch, args.steps, args.warmup, engine, ctl)
+                ns = True if r in NORM_RUNS else "auto"
+                t, span = run_pacer(
+                    ds, args.global_batch, args.steps, args.warmup, engine, ctl, ns
+                )
             t = t[args.warmup:]
             per[r].extend(t)
             rounds[r].append(statistics.median(w for w, _ in t))

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset, IterableDataset, TensorDataset, default_co
 
 from . import _native
 from .checkpoint import checkpoint_file, load, save
-from .job import MAX_SLOT_BATCH, Job, _world, current, set_current
+from .job import MAX_SLOT_BATCH, Job, _world, check_noise_scale, current, set_current
 from .sampler import ElasticSampler, split_remainder
 from .ddp_engine import DdpEngine
 from .flat_engine import FlatEngine
@@ -227,7 +227,11 @@ class DataLoader:
     emulated device (``signals.calibrate_cost``) instead of the step's own CPU time.
     ``adaptive_batch``: move the global batch to the goodput-optimal
     one in ``[global_batch, max_global_batch]`` every ``adapt_every`` steps
-    (python/README.md). ``checkpoint_dir`` (default ``PACER_CHECKPOINT_DIR``): where a
+    (python/README.md). ``noise_scale``: when the gradient noise scale's norms are taken
+    (host work every step): ``"auto"`` (default) when something reads them — from the
+    start with ``adaptive_batch`` or ``PACER_SERVER``, else from the step after the one
+    that follows the first read (``job.noise_scale()``, which returns None then) —,
+    True always, False never (``noise_scale()`` is None; not with ``adaptive_batch``). ``checkpoint_dir`` (default ``PACER_CHECKPOINT_DIR``): where a
     stop (SIGTERM, ``request_stop``) checkpoints, and whence a start resumes;
     ``checkpoint_every_steps`` / ``checkpoint_every_s``: also checkpoint there after
     every that many steps / after the first step that ends that many seconds (rank 0's
@@ -270,6 +274,7 @@ class DataLoader:
         multiprocessing_context: Any = None,
         loader_timeout_s: float = 0,
         lr_rule: str = "adascale",
+        noise_scale: Union[str, bool] = "auto",
     ):
         rank, world = _world()
         if isinstance(global_batch, bool) or not isinstance(global_batch, int):
@@ -312,6 +317,7 @@ class DataLoader:
                 )
         if not isinstance(adapt_every, int) or adapt_every < 1:
             raise ValueError(f"adapt_every: {adapt_every!r} (expected an integer >= 1)")
+        check_noise_scale(noise_scale, adaptive_batch)
         emulation = Emulation(_speed_for(rank, speed), time_scale, emulation_cost)
         num_samples: Optional[int] = None
         if not isinstance(dataset, IterableDataset):
@@ -414,6 +420,7 @@ class DataLoader:
             checkpoint_every_s=float(checkpoint_every_s) if checkpoint_every_s else None,
             lookahead=lookahead,
             lr_rule=lr_rule,
+            noise_scale=noise_scale,
         )
         set_current(self.job)
         if _LAST_MODEL is not None:

@@ -276,7 +276,7 @@ def _amp(rank, world, out, engine, on="cuda"):
     scaler = torch.amp.GradScaler(dev.type, init_scale=2.0**14, growth_interval=2)
     net = pacer.DataParallel(model, opt, engine=engine, grad_scaler=scaler)
     loader = pacer.DataLoader(torch.utils.data.TensorDataset(x, y), global_batch=128,
-                              controller="uniform", seed=2, device=dev)
+                              controller="uniform", seed=2, device=dev, noise_scale=True)
     job = pacer.current()
     got = []
     gathered = job.gathered

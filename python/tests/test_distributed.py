@@ -48,7 +48,9 @@ def _exactness(rank, world, out, engine, micro):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     # A small bucket cap: the DDP engine reduces this model in several buckets.
     net = pacer.DataParallel(model, opt, engine=engine, bucket_cap_mb=0.001)
-    loader = pacer.DataLoader(data, global_batch=512, controller="lbbsp", seed=3)
+    # noise_scale=True: the step's noise-scale inputs are checked (not taken by default).
+    loader = pacer.DataLoader(data, global_batch=512, controller="lbbsp", seed=3,
+                              noise_scale=True)
     loader.set_batches(BATCHES)
     for x, y, idx in loader:
         assert len(x) == BATCHES[rank]

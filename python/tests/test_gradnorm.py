@@ -44,7 +44,8 @@ def _check(rank, world, engine, mode):
         opt = torch.optim.SGD(params, lr=0.1)
         scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     net = pacer.DataParallel(model, opt, engine=engine, grad_scaler=scaler)
-    loader = pacer.DataLoader(data, global_batch=16, controller="uniform", seed=2)
+    loader = pacer.DataLoader(data, global_batch=16, controller="uniform", seed=2,
+                              noise_scale=True)
     job = pacer.current()
     got = []
     gathered = job.gathered
@@ -126,7 +127,8 @@ def _every_bucket(rank, world):
     # no fixed order.
     net = pacer.DataParallel(model, opt, engine="ddp", bucket_cap_mb=0.001)
     loader = pacer.DataLoader(
-        torch.utils.data.TensorDataset(x, y), global_batch=32, controller="uniform", seed=2
+        torch.utils.data.TensorDataset(x, y), global_batch=32, controller="uniform", seed=2,
+        noise_scale=True,
     )
     job = pacer.current()
     got = []

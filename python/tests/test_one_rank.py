@@ -35,7 +35,8 @@ def _closed_form(engine, seed):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     net = pacer.DataParallel(model, opt, engine=engine)
     loader = pacer.DataLoader(
-        torch.utils.data.TensorDataset(x), global_batch=BATCH, controller="uniform", seed=seed
+        torch.utils.data.TensorDataset(x), global_batch=BATCH, controller="uniform", seed=seed,
+        noise_scale=True,
     )
     job = pacer.current()
     assert job.world == 1
