@@ -42,7 +42,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 18] = [
+pub const POLICIES: [PolicyEntry; 20] = [
     PolicyEntry {
         name: "fifo",
         summary:
@@ -218,6 +218,40 @@ pub const POLICIES: [PolicyEntry; 18] = [
         in_all: false,
     },
     PolicyEntry {
+        name: "elasticflow-m",
+        summary: "elasticflow with the spare by ElasticFlow's own marginal: the change in \
+                  planned GPU-time per added GPU, a step that outlasts the free devices' \
+                  next change re-planning the rest, one job at a time",
+        knob: Some(
+            "elasticflow-m-sS: planning slot of S > 0 seconds, the round length (default 60)",
+        ),
+        inert_when: never_inert,
+        build: || {
+            Box::new(deadline::Deadline::new(
+                "elasticflow-m",
+                deadline::DeadlineConfig::elasticflow_marginal(60.0),
+            ))
+        },
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "elasticflow-mb",
+        summary: "elasticflow-m with ElasticFlow's switch of a share's level: the upper \
+                  level from the latest breakpoint of the free devices where it alone \
+                  meets the deadline",
+        knob: Some(
+            "elasticflow-mb-sS: planning slot of S > 0 seconds, the round length (default 60)",
+        ),
+        inert_when: never_inert,
+        build: || {
+            Box::new(deadline::Deadline::new(
+                "elasticflow-mb",
+                deadline::DeadlineConfig::elasticflow_marginal_switch(60.0),
+            ))
+        },
+        in_all: false,
+    },
+    PolicyEntry {
         name: "deadline",
         summary: "pacer's deadline policy: guaranteed minimum shares with restarts budgeted, \
                   declined jobs re-tried, spare devices when the time saved pays the restart",
@@ -262,6 +296,10 @@ pub fn entry(name: &str) -> Option<&'static PolicyEntry> {
             POLICIES.iter().find(|e| e.name == "sia")
         } else if deadline::Deadline::parse_slot(name, "elasticflow").is_some() {
             POLICIES.iter().find(|e| e.name == "elasticflow")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow-m").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow-m")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow-mb").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow-mb")
         } else if deadline::Deadline::parse_slot(name, "deadline").is_some() {
             POLICIES.iter().find(|e| e.name == "deadline")
         } else {
@@ -298,6 +336,22 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
                     Box::new(deadline::Deadline::new(
                         "elasticflow",
                         deadline::DeadlineConfig::elasticflow(s),
+                    )) as Box<dyn Policy>
+                })
+            })
+            .or_else(|| {
+                deadline::Deadline::parse_slot(name, "elasticflow-m").map(|s| {
+                    Box::new(deadline::Deadline::new(
+                        "elasticflow-m",
+                        deadline::DeadlineConfig::elasticflow_marginal(s),
+                    )) as Box<dyn Policy>
+                })
+            })
+            .or_else(|| {
+                deadline::Deadline::parse_slot(name, "elasticflow-mb").map(|s| {
+                    Box::new(deadline::Deadline::new(
+                        "elasticflow-mb",
+                        deadline::DeadlineConfig::elasticflow_marginal_switch(s),
                     )) as Box<dyn Policy>
                 })
             })

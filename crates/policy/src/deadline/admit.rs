@@ -45,6 +45,20 @@ pub struct AdmitRules {
     /// Decline while any admitted job is planned late, even one that was late
     /// before (ElasticFlow's simulator: its whole plan must meet every deadline).
     pub decline_if_any_late: bool,
+    /// With `mix`, the upper level from a breakpoint of the free devices
+    /// (ElasticFlow's switch: [`Timeline`]'s `switch_at_breakpoints`).
+    pub switch_at_breakpoints: bool,
+}
+
+impl AdmitRules {
+    /// An empty timeline that plans by these rules.
+    fn timeline(&self, cluster: &ClusterSpec, now_s: f64, slot_s: f64) -> Timeline {
+        let mut t = Timeline::new(cluster, now_s, slot_s);
+        if self.switch_at_breakpoints {
+            t.switch_at_breakpoints();
+        }
+        t
+    }
 }
 
 /// The answer to a deadline job's submission.
@@ -120,7 +134,7 @@ impl<'a> Admitter<'a> {
         mut carry: Option<&mut Carry>,
     ) -> Self {
         let order = edf_sorted(admitted.iter().copied());
-        let mut timeline = Timeline::new(cluster, now_s, slot_s);
+        let mut timeline = rules.timeline(cluster, now_s, slot_s);
         if carry.is_some() && !rules.mix {
             timeline.decide_constant_runs();
         }
@@ -170,7 +184,7 @@ impl<'a> Admitter<'a> {
             return None;
         }
         let (mix, strict) = (self.rules.mix, self.rules.decline_if_any_late);
-        let mut t = Timeline::new(self.cluster, self.now_s, self.slot_s);
+        let mut t = self.rules.timeline(self.cluster, self.now_s, self.slot_s);
         let mut mine: Option<JobPlan> = None;
         for &k in &self.order {
             let j = self.jobs[k];

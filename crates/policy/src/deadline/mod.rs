@@ -27,6 +27,7 @@
 
 mod admit;
 mod carry;
+mod marginal;
 mod place;
 pub mod plan;
 
@@ -80,6 +81,17 @@ pub struct DeadlineConfig {
     /// policy never declines: `admitted_by_driver`). Off, the answer is
     /// `Declined { earliest_deadline_s: None }`; the decisions are the same.
     pub earliest_on_decline: bool,
+    /// Spare devices by ElasticFlow's marginal ([`marginal`]: its simulator's
+    /// `allocate_free_gpus`): the change in planned device-time per added device,
+    /// a step that outlasts the free devices' next change re-planning the rest; one
+    /// job at a time, marginals computed again after each step. Off: the remaining
+    /// time saved per added device.
+    pub ef_marginal: bool,
+    /// With `mix`, a share's upper level starts at the latest breakpoint of the free
+    /// devices (or now) from which it alone meets the deadline, as ElasticFlow's
+    /// `ef_sim_allocation` plans it ([`plan::AdmitRules::switch_at_breakpoints`]).
+    /// Off: at the latest slot that still meets it.
+    pub switch_at_breakpoints: bool,
 }
 
 impl DeadlineConfig {
@@ -98,6 +110,26 @@ impl DeadlineConfig {
             wake_at_breakpoints: true,
             event_overhead: true,
             earliest_on_decline: false,
+            ef_marginal: false,
+            switch_at_breakpoints: false,
+        }
+    }
+
+    /// [`DeadlineConfig::elasticflow`] with the spare by ElasticFlow's own marginal
+    /// ([`DeadlineConfig::ef_marginal`]).
+    pub fn elasticflow_marginal(slot_s: f64) -> Self {
+        DeadlineConfig {
+            ef_marginal: true,
+            ..Self::elasticflow(slot_s)
+        }
+    }
+
+    /// [`DeadlineConfig::elasticflow_marginal`] with ElasticFlow's switch of a share's
+    /// level ([`DeadlineConfig::switch_at_breakpoints`]).
+    pub fn elasticflow_marginal_switch(slot_s: f64) -> Self {
+        DeadlineConfig {
+            switch_at_breakpoints: true,
+            ..Self::elasticflow_marginal(slot_s)
         }
     }
 
@@ -116,6 +148,8 @@ impl DeadlineConfig {
             wake_at_breakpoints: false,
             event_overhead: false,
             earliest_on_decline: false,
+            ef_marginal: false,
+            switch_at_breakpoints: false,
         }
     }
 }
@@ -203,6 +237,7 @@ impl Deadline {
             AdmitRules {
                 mix: self.cfg.mix,
                 decline_if_any_late: self.cfg.decline_if_any_late,
+                switch_at_breakpoints: self.cfg.switch_at_breakpoints,
             },
             Some(&mut self.carry),
         );
@@ -333,13 +368,14 @@ impl Deadline {
 
     /// Devices per job now and the type they are on: minimum shares (`base`'s plans),
     /// then the spare by marginal return, then devices of types left idle
-    /// ([`Deadline::idle_types`]).
+    /// ([`Deadline::idle_types`]); with [`DeadlineConfig::ef_marginal`], also the
+    /// first later slot where a job that took spare devices changes size.
     fn counts(
         &self,
         view: &ClusterView,
         jobs: &[PlanJob],
         base: &Base<'_>,
-    ) -> (Vec<u32>, Vec<usize>) {
+    ) -> (Vec<u32>, Vec<usize>, Option<usize>) {
         let mut live = Vec::with_capacity(jobs.len());
         live.extend((0..jobs.len()).filter(|&i| self.round[i] == Some(true)));
         let mut counts = vec![0u32; jobs.len()];
@@ -373,6 +409,67 @@ impl Deadline {
                 }
             }
         }
+        let mut spare_break = None;
+        if self.cfg.ef_marginal {
+            // The shares as ElasticFlow counts their device-time: replayed in EDF
+            // order on the timeline each was planned on.
+            let mut planned: Vec<(usize, &plan::JobPlan)> = base
+                .idx
+                .iter()
+                .zip(base.admitter.plans())
+                .filter_map(|(&i, p)| p.as_ref().map(|p| (i, p)))
+                .collect();
+            planned.sort_by_key(|&(i, _)| edf_key(&jobs[i]));
+            let mut t = plan::Timeline::new(view.cluster, view.now_s, self.cfg.slot_s);
+            let mut plans: Vec<Option<marginal::Counted>> = vec![None; jobs.len()];
+            for (i, p) in planned {
+                let to = if p.feasible {
+                    marginal::counted_to(&t, &jobs[i], &p.spans)
+                } else {
+                    p.spans.last().map_or(0, |s| s.1)
+                };
+                t.reserve(&jobs[i], &p.spans);
+                plans[i] = Some(marginal::Counted {
+                    spans: p.spans.clone(),
+                    to,
+                });
+            }
+            let cands = live
+                .iter()
+                .filter(|&&i| !moved.iter().any(|m| m.0 == i))
+                .map(|&i| {
+                    let c = plans[i].take().unwrap_or(marginal::Counted {
+                        spans: plan::Spans::new(),
+                        to: 0,
+                    });
+                    (i, c)
+                })
+                .collect();
+            spare_break =
+                marginal::spare(timeline, jobs, cands, &mut counts, &mut spare, self.cfg.mix);
+        } else {
+            self.spare_by_time_saved(view, jobs, &live, &moved, &mut counts, &mut spare);
+        }
+        let mut tys: Vec<usize> = jobs.iter().map(|j| j.ty).collect();
+        for (i, p) in &moved {
+            tys[*i] = p.ty;
+        }
+        let mut sh = Shares { counts, tys, spare };
+        self.idle_types(view, jobs, &live, &mut sh, moved);
+        (sh.counts, sh.tys, spare_break)
+    }
+
+    /// The spare devices one size step at a time to the job whose remaining time drops
+    /// most per added device (a job holding none first).
+    fn spare_by_time_saved(
+        &self,
+        view: &ClusterView,
+        jobs: &[PlanJob],
+        live: &[usize],
+        moved: &[(usize, PlanJob)],
+        counts: &mut [u32],
+        spare: &mut [u32],
+    ) {
         // Each job's next step up and its gain depend on its own count only: computed
         // once, and again only for the job that took a step (`None`: it takes none).
         let step = |i: usize, n: u32| -> Option<(f64, u32)> {
@@ -427,13 +524,6 @@ impl Deadline {
             counts[i] = next;
             s.set(counts[i], step(i, next));
         }
-        let mut tys: Vec<usize> = jobs.iter().map(|j| j.ty).collect();
-        for (i, p) in &moved {
-            tys[*i] = p.ty;
-        }
-        let mut sh = Shares { counts, tys, spare };
-        self.idle_types(view, jobs, &live, &mut sh, moved);
-        (sh.counts, sh.tys)
     }
 
     /// Devices of a type left idle once every job has had its share on its own best
@@ -675,10 +765,13 @@ impl Policy for Deadline {
         self.read_round(&jobs);
         let mut base = self.base(view, &jobs);
         self.admit_new(view, &jobs, &mut base);
-        let (counts, types) = self.counts(view, &jobs, &base);
+        let (counts, types, spare_break) = self.counts(view, &jobs, &base);
         if self.cfg.wake_at_breakpoints {
-            self.next_slot_s =
-                next_breakpoint(&base, &counts).map(|k| view.now_s + k as f64 * self.cfg.slot_s);
+            let at = match (next_breakpoint(&base, &counts), spare_break) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            self.next_slot_s = at.map(|k| view.now_s + k as f64 * self.cfg.slot_s);
         }
         place_counts(view, &counts, &types)
     }

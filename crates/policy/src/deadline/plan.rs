@@ -187,6 +187,11 @@ pub struct Timeline {
     /// ([`Timeline::run_constant`]); on only for a policy's own plans of its admitted
     /// jobs, whose finish times nothing reports.
     constant_runs: bool,
+    /// With `mix`, a share's upper level starts at a breakpoint of the free devices
+    /// (or now), the latest from which that level alone does the work by the deadline
+    /// (ElasticFlow's `ef_sim_allocation`), instead of at the latest slot that still
+    /// meets the deadline.
+    switch_at_breakpoints: bool,
 }
 
 /// A run of slots `[from, to)` at `devices`.
@@ -220,6 +225,7 @@ impl Timeline {
             early_stop: true,
             coalesce: true,
             constant_runs: false,
+            switch_at_breakpoints: false,
         }
     }
 
@@ -238,6 +244,41 @@ impl Timeline {
     /// ([`Timeline::run_constant`]; the finish times may differ in their last bits).
     pub(super) fn decide_constant_runs(&mut self) {
         self.constant_runs = true;
+    }
+
+    /// Plans shares with [`Timeline`]`::switch_at_breakpoints` (ElasticFlow's switch).
+    pub(super) fn switch_at_breakpoints(&mut self) {
+        self.switch_at_breakpoints = true;
+    }
+
+    /// The latest of now and the breakpoints where the free devices of `job`'s type
+    /// change, before the deadline `d`'s slot, from which `level` alone (as many of its
+    /// devices as are free) does the job's work by `d` (0 when none does).
+    fn latest_breakpoint_switch(&self, job: &PlanJob, level: u32, d: f64) -> usize {
+        let f = self.free_of(job.ty);
+        let ls = ceil_slots((d - self.now_s) / self.slot_s);
+        let asc = ascending(job);
+        let mut starts: Vec<(usize, u32)> = Vec::new();
+        for &(k, n) in f.iter().take_while(|p| p.0 < ls) {
+            if starts.last().is_none_or(|l| l.1 != n) {
+                starts.push((k, n));
+            }
+        }
+        let (mut done, mut end) = (0.0, ls);
+        for &(k, n) in starts.iter().rev() {
+            let (_, r) = pick_level(job, asc, level.min(n));
+            let to = if end == ls {
+                d
+            } else {
+                self.now_s + end as f64 * self.slot_s
+            };
+            done += r * (to - (self.now_s + k as f64 * self.slot_s));
+            if done >= job.work_left {
+                return k;
+            }
+            end = k;
+        }
+        0
     }
 
     /// Free devices of type `ty` in slot `k`.
@@ -485,6 +526,63 @@ impl Timeline {
         self.take_spans(job.ty, spans);
     }
 
+    /// Gives `spans` of type `ty` back: the inverse of taking them
+    /// ([`Timeline::reserve`]).
+    pub(super) fn give_back(&mut self, ty: usize, spans: &[Span]) {
+        let f = &mut self.free[ty];
+        for &(from, to, n) in spans {
+            if n == 0 || from >= to {
+                continue;
+            }
+            let lo = split_at(f, from);
+            let hi = split_at(f, to);
+            for p in &mut f[lo..hi] {
+                p.1 += n;
+            }
+        }
+    }
+
+    /// The first slot at or after `k` where the free devices of type `ty` change
+    /// (`None`: none does).
+    pub(super) fn change_from(&self, ty: usize, k: usize) -> Option<usize> {
+        let f = self.free_of(ty);
+        let i = f.partition_point(|p| p.0 < k).max(1);
+        let mut last = f[i - 1].1;
+        for p in &f[i..] {
+            if p.1 != last {
+                return Some(p.0);
+            }
+            last = p.1;
+        }
+        None
+    }
+
+    /// The same timeline seen from slot `k`: its slot 0 is this one's slot `k`.
+    pub(super) fn seen_from(&self, k: usize) -> Timeline {
+        let free = self
+            .free
+            .iter()
+            .map(|f| {
+                let i = f.partition_point(|p| p.0 <= k);
+                let mut g = Vec::with_capacity(f.len() + 1 - i);
+                g.push((0, f[i - 1].1));
+                g.extend(f[i..].iter().map(|p| (p.0 - k, p.1)));
+                g
+            })
+            .collect();
+        Timeline {
+            now_s: self.now_s + k as f64 * self.slot_s,
+            slot_s: self.slot_s,
+            free,
+            scratch: Vec::new(),
+            sums: SumsBufs::default(),
+            early_stop: self.early_stop,
+            coalesce: self.coalesce,
+            constant_runs: self.constant_runs,
+            switch_at_breakpoints: self.switch_at_breakpoints,
+        }
+    }
+
     /// `job` at its fastest size from now on, as fast as the free devices allow: the
     /// plan of a job without a meetable minimum share (feasible only without a
     /// deadline).
@@ -588,16 +686,21 @@ impl Timeline {
             // The latest slot from which `level` (after the level below) still meets
             // the deadline: later switches do less work, so bisect (the probes keep
             // no spans, and most are decided by `sums` without a walk).
-            let slots = ceil_slots((d - self.now_s) / self.slot_s);
-            let (mut lo, mut hi) = (0usize, slots);
-            while lo < hi {
-                let mid = (lo + hi).div_ceil(2);
-                if meets(mid) {
-                    lo = mid;
-                } else {
-                    hi = mid - 1;
+            let lo = if self.switch_at_breakpoints {
+                self.latest_breakpoint_switch(job, level, d)
+            } else {
+                let slots = ceil_slots((d - self.now_s) / self.slot_s);
+                let (mut lo, mut hi) = (0usize, slots);
+                while lo < hi {
+                    let mid = (lo + hi).div_ceil(2);
+                    if meets(mid) {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
                 }
-            }
+                lo
+            };
             let finish = at(lo, Some(spans));
             return Some(JobPlan {
                 feasible: true,
@@ -612,25 +715,28 @@ impl Timeline {
 /// Takes `spans` from the breakpoints `free` span by span: splits at both ends of
 /// each, then subtracts its devices between them ([`Timeline::take_spans`]'s list).
 fn take_in_place(free: &mut Vec<(usize, u32)>, spans: &[Span]) {
-    let split = |f: &mut Vec<(usize, u32)>, k: usize| -> usize {
-        let i = f.partition_point(|p| p.0 <= k);
-        if f[i - 1].0 == k {
-            i - 1
-        } else {
-            let v = f[i - 1].1;
-            f.insert(i, (k, v));
-            i
-        }
-    };
     for &(from, to, n) in spans {
         if n == 0 || from >= to {
             continue;
         }
-        let lo = split(free, from);
-        let hi = split(free, to);
+        let lo = split_at(free, from);
+        let hi = split_at(free, to);
         for p in &mut free[lo..hi] {
             p.1 -= n;
         }
+    }
+}
+
+/// The index of the breakpoint at slot `k` of `free`, inserted (with the free count
+/// there) when there is none.
+fn split_at(f: &mut Vec<(usize, u32)>, k: usize) -> usize {
+    let i = f.partition_point(|p| p.0 <= k);
+    if f[i - 1].0 == k {
+        i - 1
+    } else {
+        let v = f[i - 1].1;
+        f.insert(i, (k, v));
+        i
     }
 }
 

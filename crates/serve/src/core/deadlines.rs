@@ -79,6 +79,7 @@ impl Core {
         let rules = AdmitRules {
             mix: cfg.mix,
             decline_if_any_late: cfg.decline_if_any_late,
+            switch_at_breakpoints: cfg.switch_at_breakpoints,
         };
         let admitter = Admitter::new(cluster, now_s, cfg.slot_s, admitted.iter().collect(), rules);
         let mut cand = job.clone();
