@@ -567,6 +567,16 @@ pub trait Policy: Send {
         false
     }
 
+    /// With [`Policy::charges_event_overhead`]: the overhead is ElasticFlow's by
+    /// placement (its simulator's `LOG.cache`): the smaller amount for a job whose
+    /// placement any job held since the last periodic restart, the full restart
+    /// overhead for one whose placement is new, changed allocation or not, in place of
+    /// the restart delay. `false` (the default): the smaller amount for a kept
+    /// allocation, the restart delay for a changed one.
+    fn event_overhead_by_placement(&self) -> bool {
+        false
+    }
+
     /// The policy's own account of its work so far, for benchmarks (e.g. how
     /// often an exact solver stopped at its bound and fell back); empty by default.
     fn notes(&self) -> String {

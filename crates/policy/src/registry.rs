@@ -42,7 +42,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 20] = [
+pub const POLICIES: [PolicyEntry; 22] = [
     PolicyEntry {
         name: "fifo",
         summary:
@@ -252,6 +252,38 @@ pub const POLICIES: [PolicyEntry; 20] = [
         in_all: false,
     },
     PolicyEntry {
+        name: "elasticflow-c",
+        summary: "elasticflow with ElasticFlow's placement (all jobs placed afresh each \
+                  event, largest first) and its per-event overhead by placement: the \
+                  smaller one for a placement held since the last periodic restart",
+        knob: Some(
+            "elasticflow-c-sS: planning slot of S > 0 seconds, the round length (default 60)",
+        ),
+        inert_when: never_inert,
+        build: || {
+            Box::new(deadline::Deadline::new(
+                "elasticflow-c",
+                deadline::DeadlineConfig::elasticflow_placement(60.0),
+            ))
+        },
+        in_all: false,
+    },
+    PolicyEntry {
+        name: "elasticflow-mbc",
+        summary: "elasticflow-mb with elasticflow-c's placement and overhead by placement",
+        knob: Some(
+            "elasticflow-mbc-sS: planning slot of S > 0 seconds, the round length (default 60)",
+        ),
+        inert_when: never_inert,
+        build: || {
+            Box::new(deadline::Deadline::new(
+                "elasticflow-mbc",
+                deadline::DeadlineConfig::elasticflow_marginal_switch_placement(60.0),
+            ))
+        },
+        in_all: false,
+    },
+    PolicyEntry {
         name: "deadline",
         summary: "pacer's deadline policy: guaranteed minimum shares with restarts budgeted, \
                   declined jobs re-tried, spare devices when the time saved pays the restart",
@@ -300,6 +332,10 @@ pub fn entry(name: &str) -> Option<&'static PolicyEntry> {
             POLICIES.iter().find(|e| e.name == "elasticflow-m")
         } else if deadline::Deadline::parse_slot(name, "elasticflow-mb").is_some() {
             POLICIES.iter().find(|e| e.name == "elasticflow-mb")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow-c").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow-c")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow-mbc").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow-mbc")
         } else if deadline::Deadline::parse_slot(name, "deadline").is_some() {
             POLICIES.iter().find(|e| e.name == "deadline")
         } else {
@@ -352,6 +388,22 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
                     Box::new(deadline::Deadline::new(
                         "elasticflow-mb",
                         deadline::DeadlineConfig::elasticflow_marginal_switch(s),
+                    )) as Box<dyn Policy>
+                })
+            })
+            .or_else(|| {
+                deadline::Deadline::parse_slot(name, "elasticflow-c").map(|s| {
+                    Box::new(deadline::Deadline::new(
+                        "elasticflow-c",
+                        deadline::DeadlineConfig::elasticflow_placement(s),
+                    )) as Box<dyn Policy>
+                })
+            })
+            .or_else(|| {
+                deadline::Deadline::parse_slot(name, "elasticflow-mbc").map(|s| {
+                    Box::new(deadline::Deadline::new(
+                        "elasticflow-mbc",
+                        deadline::DeadlineConfig::elasticflow_marginal_switch_placement(s),
                     )) as Box<dyn Policy>
                 })
             })

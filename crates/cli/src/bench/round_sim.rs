@@ -45,6 +45,9 @@ impl pacer_policy::Policy for Timed {
     fn charges_event_overhead(&self) -> bool {
         self.inner.charges_event_overhead()
     }
+    fn event_overhead_by_placement(&self) -> bool {
+        self.inner.event_overhead_by_placement()
+    }
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         let t = Instant::now();
         let out = self.inner.allocate(view);

@@ -34,6 +34,7 @@ pub mod plan;
 use crate::{ArrivalReplan, ClusterView, IdMap, JobView, Policy, SpeedTable};
 use pacer_model::{Allocation, DeviceTypeId, JobId};
 pub(crate) use place::place_counts;
+use place::place_packed;
 use plan::{Admission, AdmitRules, Admitter, PlanJob};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -92,6 +93,14 @@ pub struct DeadlineConfig {
     /// `ef_sim_allocation` plans it ([`plan::AdmitRules::switch_at_breakpoints`]).
     /// Off: at the latest slot that still meets it.
     pub switch_at_breakpoints: bool,
+    /// Place every job afresh each round, largest first, on the lowest-numbered
+    /// devices of its type (ElasticFlow's placement, [`place::place_packed`]), and
+    /// with `event_overhead` have the overhead charged by placement as ElasticFlow's
+    /// simulator charges it ([`Policy::event_overhead_by_placement`]: a placement held
+    /// since the last periodic restart is cached, changed allocation or not). Off:
+    /// running jobs keep their devices while their counts hold
+    /// ([`place::place_counts`]) and a kept allocation is the cached one.
+    pub ef_placement: bool,
 }
 
 impl DeadlineConfig {
@@ -112,6 +121,16 @@ impl DeadlineConfig {
             earliest_on_decline: false,
             ef_marginal: false,
             switch_at_breakpoints: false,
+            ef_placement: false,
+        }
+    }
+
+    /// [`DeadlineConfig::elasticflow`] with ElasticFlow's placement and its per-event
+    /// overhead by placement ([`DeadlineConfig::ef_placement`]).
+    pub fn elasticflow_placement(slot_s: f64) -> Self {
+        DeadlineConfig {
+            ef_placement: true,
+            ..Self::elasticflow(slot_s)
         }
     }
 
@@ -133,6 +152,15 @@ impl DeadlineConfig {
         }
     }
 
+    /// [`DeadlineConfig::elasticflow_marginal_switch`] with ElasticFlow's placement
+    /// ([`DeadlineConfig::ef_placement`]).
+    pub fn elasticflow_marginal_switch_placement(slot_s: f64) -> Self {
+        DeadlineConfig {
+            ef_placement: true,
+            ..Self::elasticflow_marginal_switch(slot_s)
+        }
+    }
+
     /// pacer's deadline policy.
     pub fn pacer(slot_s: f64) -> Self {
         DeadlineConfig {
@@ -150,6 +178,7 @@ impl DeadlineConfig {
             earliest_on_decline: false,
             ef_marginal: false,
             switch_at_breakpoints: false,
+            ef_placement: false,
         }
     }
 }
@@ -759,6 +788,10 @@ impl Policy for Deadline {
         self.cfg.event_overhead
     }
 
+    fn event_overhead_by_placement(&self) -> bool {
+        self.cfg.event_overhead && self.cfg.ef_placement
+    }
+
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         self.next_slot_s = (!view.jobs.is_empty()).then_some(view.now_s + self.cfg.slot_s);
         let jobs = self.plan_jobs(view);
@@ -773,7 +806,11 @@ impl Policy for Deadline {
             };
             self.next_slot_s = at.map(|k| view.now_s + k as f64 * self.cfg.slot_s);
         }
-        place_counts(view, &counts, &types)
+        if self.cfg.ef_placement {
+            place_packed(view, &counts, &types)
+        } else {
+            place_counts(view, &counts, &types)
+        }
     }
 }
 

@@ -44,6 +44,59 @@ pub(crate) fn place_counts(view: &ClusterView, counts: &[u32], types: &[usize]) 
     out
 }
 
+/// ElasticFlow's placement ([`super::DeadlineConfig::ef_placement`]; its simulator
+/// releases every job's devices at each event and places them all again, largest
+/// first, each on the lowest-numbered free devices, `CLUSTER.elastic_placement`): no
+/// job keeps its devices; the jobs, largest count first (ties by deadline, then id),
+/// each take the next `count` devices of their type in node order, so that a layout
+/// recurs whenever the sizes do. A job whose devices are not there gets none.
+pub(crate) fn place_packed(view: &ClusterView, counts: &[u32], types: &[usize]) -> Vec<Allocation> {
+    let nodes = &view.cluster.nodes;
+    let mut order: Vec<usize> = (0..view.jobs.len()).filter(|&i| counts[i] > 0).collect();
+    order.sort_by(|&a, &b| {
+        let (ja, jb) = (&view.jobs[a], &view.jobs[b]);
+        counts[b]
+            .cmp(&counts[a])
+            .then(
+                ja.deadline_s
+                    .unwrap_or(f64::INFINITY)
+                    .total_cmp(&jb.deadline_s.unwrap_or(f64::INFINITY)),
+            )
+            .then(ja.id.cmp(&jb.id))
+    });
+    let one_type = view.cluster.device_types.len() <= 1;
+    // Per device type: the node the next take starts on and the devices used there.
+    let mut cursor: Vec<(usize, u32)> = vec![(0, 0); view.cluster.device_types.len().max(1)];
+    let mut out = vec![Allocation::empty(); view.jobs.len()];
+    for i in order {
+        let ty = if one_type {
+            0
+        } else {
+            types[i].min(cursor.len() - 1)
+        };
+        let of_type = |n: usize| one_type || usize::from(nodes[n].device_type.0) == ty;
+        let (mut node, mut used) = cursor[ty];
+        let mut left = counts[i];
+        let mut pairs = Vec::new();
+        while left > 0 && node < nodes.len() {
+            if !of_type(node) || used >= nodes[node].gpus {
+                node += 1;
+                used = 0;
+                continue;
+            }
+            let take = left.min(nodes[node].gpus - used);
+            pairs.push((pacer_model::NodeId(node as u32), take));
+            used += take;
+            left -= take;
+        }
+        if left == 0 {
+            cursor[ty] = (node, used);
+            out[i] = Allocation::from_pairs(pairs);
+        }
+    }
+    out
+}
+
 /// The jobs to place, largest count first (ties by id).
 fn largest_first(view: &ClusterView, counts: &[u32], rest: &mut [usize]) {
     rest.sort_by(|&a, &b| {

@@ -136,12 +136,13 @@ impl Simulation<'_> {
                 r.check_measured(&m)?;
             }
             let charge = m.replan == ArrivalReplan::Events && policy.charges_event_overhead();
-            if charge {
+            let by_placement = charge && policy.event_overhead_by_placement();
+            if charge && !by_placement {
                 r.note_changes();
             }
             r.apply(&m)?;
             if charge {
-                r.charge_event_overhead(&m);
+                r.charge_event_overhead(&m, by_placement);
             }
             // The round this allocation holds for; contention is weighted by it.
             let wake = incremental.is_none().then(|| policy.wake_s()).flatten();
@@ -742,6 +743,9 @@ mod tests {
         }
         fn charges_event_overhead(&self) -> bool {
             self.inner.charges_event_overhead()
+        }
+        fn event_overhead_by_placement(&self) -> bool {
+            self.inner.event_overhead_by_placement()
         }
     }
 

@@ -226,6 +226,20 @@ pub(crate) trait JobProgress {
         0.0
     }
 
+    /// The overhead (s) the event clock charges the job at a round on `alloc` by
+    /// placement ([`pacer_policy::Policy::event_overhead_by_placement`]), its whole
+    /// delay before its next progress: `cached` its placement was held since the last
+    /// periodic restart; `restart` the round is one. 0 by default.
+    fn placement_overhead_s(
+        &self,
+        _sim: &Simulation<'_>,
+        _alloc: &Allocation,
+        _cached: bool,
+        _restart: bool,
+    ) -> f64 {
+        0.0
+    }
+
     /// The job's deadline (s since the trace's start); `None`: none (best effort).
     fn deadline_s(&self) -> Option<f64> {
         None

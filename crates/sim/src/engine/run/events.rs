@@ -16,6 +16,7 @@
 //! of its events.
 
 use super::*;
+use std::collections::HashSet;
 
 impl Simulation<'_> {
     /// End of the round that starts now: [`Simulation::next_round`], or under the
@@ -135,6 +136,13 @@ pub(super) struct EventOverhead {
     after_restart: bool,
     /// The jobs whose allocation this round changes ([`RunState::note_changes`]).
     changed: Vec<usize>,
+    /// By placement ([`Policy::event_overhead_by_placement`]): the placements held by
+    /// any job since the last periodic restart (ElasticFlow's `LOG.cache`; a placement
+    /// is pacer's allocation, its devices per node).
+    cache: HashSet<Allocation>,
+    /// By placement: this round's running jobs' placements were in `cache` (in
+    /// `running`'s order; kept to save an allocation per round).
+    cached: Vec<bool>,
 }
 
 impl RunState<'_> {
@@ -150,8 +158,13 @@ impl RunState<'_> {
     /// After [`RunState::apply`]: every running job pays its kind's per-event
     /// overhead (on top of the restart delay a changed allocation pays), as a delay
     /// before its next progress; every `round_s`-th round (ElasticFlow's
-    /// `scheduling_slot`-th event) is a periodic restart.
-    pub(super) fn charge_event_overhead(&mut self, m: &Models<'_>) {
+    /// `scheduling_slot`-th event) is a periodic restart. `by_placement`: the policy's
+    /// [`Policy::event_overhead_by_placement`].
+    pub(super) fn charge_event_overhead(&mut self, m: &Models<'_>, by_placement: bool) {
+        if by_placement {
+            self.charge_event_overhead_by_placement(m);
+            return;
+        }
         let sim = self.sim;
         let every = (sim.config.round_s.round() as u64).max(1);
         let ev = &mut self.events;
@@ -167,5 +180,49 @@ impl RunState<'_> {
                 m.kinds[i].event_overhead_s(sim, &st.alloc, kept, restart, ev.after_restart);
         }
         ev.after_restart = restart;
+    }
+
+    /// [`RunState::charge_event_overhead`] by placement
+    /// ([`Policy::event_overhead_by_placement`]), as ElasticFlow's simulator charges at
+    /// the end of each event (`utils.estimate_overhead`): a running job's delay before
+    /// its next progress becomes its kind's per-event overhead, the smaller one when its
+    /// placement is cached (held by any job, itself or another, since the last periodic
+    /// restart) whether or not its own allocation changed, the full restart overhead for
+    /// its size when not. Every `round_s`-th round is a periodic restart, after which
+    /// the cache starts empty. The overhead replaces the restart delay of a changed
+    /// allocation and any delay left from the last round (ElasticFlow resets each job's
+    /// overhead at every event and does not carry what a short interval left unpaid).
+    fn charge_event_overhead_by_placement(&mut self, m: &Models<'_>) {
+        let sim = self.sim;
+        let every = (sim.config.round_s.round() as u64).max(1);
+        let ev = &mut self.events;
+        let restart = ev.rounds > 0 && ev.rounds.is_multiple_of(every);
+        ev.rounds += 1;
+        // All looked up before any is added: two jobs may share a key (pacer's
+        // placement names a node's devices by count, not position).
+        let states = &self.states;
+        let holds = |i: usize| !states[i].alloc.is_empty() && states[i].completion_s.is_none();
+        ev.cached.clear();
+        ev.cached.extend(
+            self.running
+                .iter()
+                .map(|&i| holds(i) && ev.cache.contains(&states[i].alloc)),
+        );
+        if restart {
+            ev.cache.clear();
+        } else {
+            for (&i, &cached) in self.running.iter().zip(&ev.cached) {
+                if holds(i) && !cached {
+                    ev.cache.insert(states[i].alloc.clone());
+                }
+            }
+        }
+        for (&i, &cached) in self.running.iter().zip(&ev.cached) {
+            let st = &mut self.states[i];
+            if st.alloc.is_empty() || st.completion_s.is_some() {
+                continue;
+            }
+            st.rescale_left_s = m.kinds[i].placement_overhead_s(sim, &st.alloc, cached, restart);
+        }
     }
 }
