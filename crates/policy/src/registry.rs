@@ -252,32 +252,32 @@ pub const POLICIES: [PolicyEntry; 22] = [
         in_all: false,
     },
     PolicyEntry {
-        name: "elasticflow-c",
+        name: "elasticflow-p",
         summary: "elasticflow with ElasticFlow's placement (all jobs placed afresh each \
                   event, largest first) and its per-event overhead by placement: the \
                   smaller one for a placement held since the last periodic restart",
         knob: Some(
-            "elasticflow-c-sS: planning slot of S > 0 seconds, the round length (default 60)",
+            "elasticflow-p-sS: planning slot of S > 0 seconds, the round length (default 60)",
         ),
         inert_when: never_inert,
         build: || {
             Box::new(deadline::Deadline::new(
-                "elasticflow-c",
+                "elasticflow-p",
                 deadline::DeadlineConfig::elasticflow_placement(60.0),
             ))
         },
         in_all: false,
     },
     PolicyEntry {
-        name: "elasticflow-mbc",
-        summary: "elasticflow-mb with elasticflow-c's placement and overhead by placement",
+        name: "elasticflow-mbp",
+        summary: "elasticflow-mb with elasticflow-p's placement and overhead by placement",
         knob: Some(
-            "elasticflow-mbc-sS: planning slot of S > 0 seconds, the round length (default 60)",
+            "elasticflow-mbp-sS: planning slot of S > 0 seconds, the round length (default 60)",
         ),
         inert_when: never_inert,
         build: || {
             Box::new(deadline::Deadline::new(
-                "elasticflow-mbc",
+                "elasticflow-mbp",
                 deadline::DeadlineConfig::elasticflow_marginal_switch_placement(60.0),
             ))
         },
@@ -332,10 +332,10 @@ pub fn entry(name: &str) -> Option<&'static PolicyEntry> {
             POLICIES.iter().find(|e| e.name == "elasticflow-m")
         } else if deadline::Deadline::parse_slot(name, "elasticflow-mb").is_some() {
             POLICIES.iter().find(|e| e.name == "elasticflow-mb")
-        } else if deadline::Deadline::parse_slot(name, "elasticflow-c").is_some() {
-            POLICIES.iter().find(|e| e.name == "elasticflow-c")
-        } else if deadline::Deadline::parse_slot(name, "elasticflow-mbc").is_some() {
-            POLICIES.iter().find(|e| e.name == "elasticflow-mbc")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow-p").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow-p")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow-mbp").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow-mbp")
         } else if deadline::Deadline::parse_slot(name, "deadline").is_some() {
             POLICIES.iter().find(|e| e.name == "deadline")
         } else {
@@ -392,17 +392,17 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
                 })
             })
             .or_else(|| {
-                deadline::Deadline::parse_slot(name, "elasticflow-c").map(|s| {
+                deadline::Deadline::parse_slot(name, "elasticflow-p").map(|s| {
                     Box::new(deadline::Deadline::new(
-                        "elasticflow-c",
+                        "elasticflow-p",
                         deadline::DeadlineConfig::elasticflow_placement(s),
                     )) as Box<dyn Policy>
                 })
             })
             .or_else(|| {
-                deadline::Deadline::parse_slot(name, "elasticflow-mbc").map(|s| {
+                deadline::Deadline::parse_slot(name, "elasticflow-mbp").map(|s| {
                     Box::new(deadline::Deadline::new(
-                        "elasticflow-mbc",
+                        "elasticflow-mbp",
                         deadline::DeadlineConfig::elasticflow_marginal_switch_placement(s),
                     )) as Box<dyn Policy>
                 })

@@ -281,3 +281,42 @@ fn elasticflow_pays_an_overhead_at_each_event() {
         edf.jobs[0]
     );
 }
+
+#[test]
+fn elasticflow_p_charges_the_overhead_by_placement() {
+    // Two nodes of 4 GPUs (2 s base overhead; 8 s to restart onto 4). Job 0 (400
+    // iterations, 4 it/s at its top, 4 GPUs) from 0 s; job 1 (400 iterations, an
+    // earlier deadline) arrives at 50 s. ElasticFlow's placement puts job 1, the
+    // earlier deadline at the same size, on node 0, where job 0 was, and moves job 0
+    // to node 1. Its simulator credits `(interval - overhead) * throughput` per
+    // event, the overhead 2 s for a placement held since the last periodic restart
+    // (cached) and the size's restart overhead (8 s) for a new one:
+    // job 0: 0 s on node 0, new, 8 s: (50 - 8) * 4 = 168 by 50 s; 50 s on node 1, new,
+    //   8 s: the 232 left take 58 s, done at 50 + 8 + 58 = 116 s;
+    // job 1: 50 s on node 0, cached, 2 s: (116 - 50 - 2) * 4 = 256 by 116 s; 116 s,
+    //   still node 0, cached, 2 s: the 144 left take 36 s, done at 154 s.
+    // `elasticflow` charges by kept allocation instead: job 0 keeps node 0 (2 s at
+    // 50 s, done at 50 + 2 + 58 = 110 s), job 1 starts on node 1 (8 s: 52 s * 4 =
+    // 208 by 110 s, then 2 s and 48 s, done at 160 s).
+    let trace = "0,0,400,toy,5000,64,1,400,0\n1,50,400,toy,1000,64,1,400,0\n";
+    let jobs = load(&format!("{HEADER}{trace}")).unwrap();
+    let end = |r: &SimResult, k: usize| r.jobs[k].completion_s.unwrap();
+    let by_placement = run(&jobs, "2x4:t4", "elasticflow-p-s10");
+    assert!(
+        (end(&by_placement, 0) - 116.0).abs() < 1e-6,
+        "{:?}",
+        by_placement.jobs[0]
+    );
+    assert!(
+        (end(&by_placement, 1) - 154.0).abs() < 1e-6,
+        "{:?}",
+        by_placement.jobs[1]
+    );
+    assert!((by_placement.jobs[0].restart_paid_s - 16.0).abs() < 1e-9);
+    assert!((by_placement.jobs[1].restart_paid_s - 4.0).abs() < 1e-9);
+    let kept = run(&jobs, "2x4:t4", "elasticflow-s10");
+    assert!((end(&kept, 0) - 110.0).abs() < 1e-6, "{:?}", kept.jobs[0]);
+    assert!((end(&kept, 1) - 160.0).abs() < 1e-6, "{:?}", kept.jobs[1]);
+    assert!((kept.jobs[0].restart_paid_s - 10.0).abs() < 1e-9);
+    assert!((kept.jobs[1].restart_paid_s - 10.0).abs() < 1e-9);
+}

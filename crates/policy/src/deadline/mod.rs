@@ -841,6 +841,45 @@ mod tests {
     }
 
     #[test]
+    fn ef_placement_places_every_job_afresh_largest_first() {
+        // Three nodes of 4. Job 0 (deadline 500 s) held node 0; job 1 (deadline 100
+        // s) is new; both get 4, job 2 (best effort) 2 and job 3 (deadline 50 s) 2.
+        // ElasticFlow's placement: largest first, ties by deadline: job 1 on node 0,
+        // job 0 moved to node 1, then job 3 and job 2 on node 2 (the same count on one
+        // node: the same allocation, pacer naming a node's devices by count).
+        let c = ClusterSpec::parse("3x4:t4", "t").unwrap();
+        let mut jobs = vec![
+            job(0, 100.0, Some(500.0)),
+            job(1, 100.0, Some(100.0)),
+            job(2, 100.0, None),
+            job(3, 100.0, Some(50.0)),
+        ];
+        jobs[0].current = Allocation::from_pairs([(pacer_model::NodeId(0), 4)]);
+        let view = ClusterView {
+            now_s: 0.0,
+            cluster: &c,
+            jobs: &jobs,
+        };
+        let on = |pairs: &[(u32, u32)]| {
+            Allocation::from_pairs(pairs.iter().map(|&(n, k)| (pacer_model::NodeId(n), k)))
+        };
+        let out = place_packed(&view, &[4, 4, 2, 2], &[0; 4]);
+        assert_eq!(
+            out,
+            vec![on(&[(1, 4)]), on(&[(0, 4)]), on(&[(2, 2)]), on(&[(2, 2)])]
+        );
+        // The default keeps job 0 where it was.
+        let kept = place_counts(&view, &[4, 4, 2, 2], &[0; 4]);
+        assert_eq!(kept[0], on(&[(0, 4)]));
+        // A count larger than a node spans the next nodes; one that does not fit gets
+        // none.
+        let out = place_packed(&view, &[2, 8, 0, 4], &[0; 4]);
+        assert_eq!(out[1], on(&[(0, 4), (1, 4)]));
+        assert_eq!(out[3], on(&[(2, 4)]));
+        assert_eq!(out[0], Allocation::empty());
+    }
+
+    #[test]
     fn elasticflow_wakes_at_its_plans_breakpoints_not_every_slot() {
         // One job alone takes the spare now, from now to its end: ElasticFlow's plan
         // has no later allocation change, so no wake-up; pacer's wakes a slot later.
