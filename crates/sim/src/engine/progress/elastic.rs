@@ -117,18 +117,13 @@ impl JobProgress for Elastic<'_> {
         after_restart: bool,
     ) -> f64 {
         let gpus = sim.cluster.total_gpus();
-        let cached = kept && !after_restart;
-        let mut s = if !kept {
-            0.0
-        } else if cached {
-            ef_restart_s(1, gpus) - EF_RESTART_S_PER_DOUBLING
+        if kept {
+            estimate_overhead_s(gpus, alloc.replicas(), !after_restart, restart)
+        } else if restart {
+            periodic_restart_s(gpus)
         } else {
-            ef_restart_s(alloc.replicas(), gpus)
-        };
-        if restart && !cached {
-            s += if gpus >= 256 { 47.0 } else { 27.0 };
+            0.0
         }
-        s
     }
 
     /// ElasticFlow's `utils.estimate_overhead` by placement: 2 s (7 s from 256 GPUs)
@@ -141,15 +136,28 @@ impl JobProgress for Elastic<'_> {
         cached: bool,
         restart: bool,
     ) -> f64 {
-        let gpus = sim.cluster.total_gpus();
-        if cached {
-            return ef_restart_s(1, gpus) - EF_RESTART_S_PER_DOUBLING;
-        }
-        let periodic = match (restart, gpus >= 256) {
-            (false, _) => 0.0,
-            (true, false) => 27.0,
-            (true, true) => 47.0,
-        };
-        ef_restart_s(alloc.replicas(), gpus) + periodic
+        estimate_overhead_s(sim.cluster.total_gpus(), alloc.replicas(), cached, restart)
+    }
+}
+
+/// ElasticFlow's `utils.estimate_overhead` on a cluster of `gpus`: 2 s (7 s from 256
+/// GPUs) for a cached placement, else the restart overhead for `replicas` plus, at a
+/// periodic restart, [`periodic_restart_s`].
+fn estimate_overhead_s(gpus: u32, replicas: u32, cached: bool, restart: bool) -> f64 {
+    if cached {
+        ef_restart_s(1, gpus) - EF_RESTART_S_PER_DOUBLING
+    } else if restart {
+        ef_restart_s(replicas, gpus) + periodic_restart_s(gpus)
+    } else {
+        ef_restart_s(replicas, gpus)
+    }
+}
+
+/// What a periodic restart adds for a placement not cached: 27 s (47 s from 256 GPUs).
+fn periodic_restart_s(gpus: u32) -> f64 {
+    if gpus >= 256 {
+        47.0
+    } else {
+        27.0
     }
 }
