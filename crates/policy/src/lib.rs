@@ -577,6 +577,16 @@ pub trait Policy: Send {
         false
     }
 
+    /// Under the event clock ([`ArrivalReplan::Events`]): the slot, when the round
+    /// that a running job's completion calls is at ElasticFlow's end event for it
+    /// rather than at the completion: the round's time, plus the delay charged there
+    /// (its per-event overhead), plus the work's time rounded up to whole slots, as
+    /// ElasticFlow's simulator schedules a job's end from its plan. `None` (the
+    /// default): the round is at the completion.
+    fn end_event_slot_s(&self) -> Option<f64> {
+        None
+    }
+
     /// The policy's own account of its work so far, for benchmarks (e.g. how
     /// often an exact solver stopped at its bound and fell back); empty by default.
     fn notes(&self) -> String {

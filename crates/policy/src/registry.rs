@@ -42,7 +42,7 @@ fn never_inert(_: &WorkloadTraits) -> Option<&'static str> {
 
 /// Every policy, in the order listings show them. Adding a policy is a new file plus one
 /// line here.
-pub const POLICIES: [PolicyEntry; 22] = [
+pub const POLICIES: [PolicyEntry; 23] = [
     PolicyEntry {
         name: "fifo",
         summary:
@@ -284,6 +284,22 @@ pub const POLICIES: [PolicyEntry; 22] = [
         in_all: false,
     },
     PolicyEntry {
+        name: "elasticflow-mbpc",
+        summary: "elasticflow-mbp with ElasticFlow's end events: the round a completion \
+                  calls at the round's time, plus the overhead charged there, plus whole slots",
+        knob: Some(
+            "elasticflow-mbpc-sS: planning slot of S > 0 seconds, the round length (default 60)",
+        ),
+        inert_when: never_inert,
+        build: || {
+            Box::new(deadline::Deadline::new(
+                "elasticflow-mbpc",
+                deadline::DeadlineConfig::elasticflow_marginal_switch_placement_clock(60.0),
+            ))
+        },
+        in_all: false,
+    },
+    PolicyEntry {
         name: "deadline",
         summary: "pacer's deadline policy: guaranteed minimum shares with restarts budgeted, \
                   declined jobs re-tried, spare devices when the time saved pays the restart",
@@ -336,6 +352,8 @@ pub fn entry(name: &str) -> Option<&'static PolicyEntry> {
             POLICIES.iter().find(|e| e.name == "elasticflow-p")
         } else if deadline::Deadline::parse_slot(name, "elasticflow-mbp").is_some() {
             POLICIES.iter().find(|e| e.name == "elasticflow-mbp")
+        } else if deadline::Deadline::parse_slot(name, "elasticflow-mbpc").is_some() {
+            POLICIES.iter().find(|e| e.name == "elasticflow-mbpc")
         } else if deadline::Deadline::parse_slot(name, "deadline").is_some() {
             POLICIES.iter().find(|e| e.name == "deadline")
         } else {
@@ -404,6 +422,14 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
                     Box::new(deadline::Deadline::new(
                         "elasticflow-mbp",
                         deadline::DeadlineConfig::elasticflow_marginal_switch_placement(s),
+                    )) as Box<dyn Policy>
+                })
+            })
+            .or_else(|| {
+                deadline::Deadline::parse_slot(name, "elasticflow-mbpc").map(|s| {
+                    Box::new(deadline::Deadline::new(
+                        "elasticflow-mbpc",
+                        deadline::DeadlineConfig::elasticflow_marginal_switch_placement_clock(s),
                     )) as Box<dyn Policy>
                 })
             })

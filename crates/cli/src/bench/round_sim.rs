@@ -48,6 +48,9 @@ impl pacer_policy::Policy for Timed {
     fn event_overhead_by_placement(&self) -> bool {
         self.inner.event_overhead_by_placement()
     }
+    fn end_event_slot_s(&self) -> Option<f64> {
+        self.inner.end_event_slot_s()
+    }
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {
         let t = Instant::now();
         let out = self.inner.allocate(view);

@@ -101,6 +101,10 @@ pub struct DeadlineConfig {
     /// running jobs keep their devices while their counts hold
     /// ([`place::place_counts`]) and a kept allocation is the cached one.
     pub ef_placement: bool,
+    /// Under the event clock, the round a completion calls is at ElasticFlow's end
+    /// event for the job ([`Policy::end_event_slot_s`]: the round's time, plus the
+    /// overhead charged there, plus whole slots of `slot_s`). Off: at the completion.
+    pub ef_end_events: bool,
 }
 
 impl DeadlineConfig {
@@ -122,6 +126,7 @@ impl DeadlineConfig {
             ef_marginal: false,
             switch_at_breakpoints: false,
             ef_placement: false,
+            ef_end_events: false,
         }
     }
 
@@ -161,6 +166,15 @@ impl DeadlineConfig {
         }
     }
 
+    /// [`DeadlineConfig::elasticflow_marginal_switch_placement`] with ElasticFlow's
+    /// end events ([`DeadlineConfig::ef_end_events`]).
+    pub fn elasticflow_marginal_switch_placement_clock(slot_s: f64) -> Self {
+        DeadlineConfig {
+            ef_end_events: true,
+            ..Self::elasticflow_marginal_switch_placement(slot_s)
+        }
+    }
+
     /// pacer's deadline policy.
     pub fn pacer(slot_s: f64) -> Self {
         DeadlineConfig {
@@ -179,6 +193,7 @@ impl DeadlineConfig {
             ef_marginal: false,
             switch_at_breakpoints: false,
             ef_placement: false,
+            ef_end_events: false,
         }
     }
 }
@@ -790,6 +805,10 @@ impl Policy for Deadline {
 
     fn event_overhead_by_placement(&self) -> bool {
         self.cfg.event_overhead && self.cfg.ef_placement
+    }
+
+    fn end_event_slot_s(&self) -> Option<f64> {
+        self.cfg.ef_end_events.then_some(self.cfg.slot_s)
     }
 
     fn allocate(&mut self, view: &ClusterView) -> Vec<Allocation> {

@@ -747,6 +747,9 @@ mod tests {
         fn event_overhead_by_placement(&self) -> bool {
             self.inner.event_overhead_by_placement()
         }
+        fn end_event_slot_s(&self) -> Option<f64> {
+            self.inner.end_event_slot_s()
+        }
     }
 
     /// The views of each round with the last round's refreshed in place equal views

@@ -27,6 +27,9 @@ pub(super) struct Models<'s> {
     /// When arrivals start a round: the configuration's, `Auto` resolved to the
     /// policy's own ([`ArrivalReplan::resolve`]).
     pub(super) replan: ArrivalReplan,
+    /// Under the event clock, the policy's [`Policy::end_event_slot_s`]: a
+    /// completion's round is at ElasticFlow's end event, in whole slots of it.
+    pub(super) end_event_slot_s: Option<f64>,
 }
 
 impl Models<'_> {
@@ -132,6 +135,7 @@ impl Simulation<'_> {
             rank,
             uses_quality: policy.uses_quality(),
             replan: self.config.replan_on_arrival.resolve(policy),
+            end_event_slot_s: policy.end_event_slot_s().filter(|s| s.is_finite() && *s > 0.0),
             all_measured,
             unrestricted,
         }
