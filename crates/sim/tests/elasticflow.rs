@@ -320,3 +320,49 @@ fn elasticflow_p_charges_the_overhead_by_placement() {
     assert!((kept.jobs[0].restart_paid_s - 10.0).abs() < 1e-9);
     assert!((kept.jobs[1].restart_paid_s - 10.0).abs() < 1e-9);
 }
+
+#[test]
+fn ef_end_events_call_a_completions_round_at_its_end_event() {
+    // The trace of `elasticflow_p_charges_the_overhead_by_placement`, slot 10 s, under
+    // `elasticflow-p` with and without ElasticFlow's end events (`ef_end_events`, what
+    // `elasticflow-mbpc` adds to `elasticflow-mbp`). At the 50 s round job 0 is moved
+    // to node 1 and charged its 8 s restart overhead; its 232 iterations left take
+    // 58 s, done at 116 s, where `elasticflow-p` has its next round. ElasticFlow's end
+    // event for it is 50 + 8 + 6 slots = 118 s: with end events the round is there
+    // (job 0 still ends at 116 s). Job 1 (node 0, cached, 2 s at each round) is
+    // credited (118 - 50 - 2) * 4 = 264 by then, pays 2 s and runs its 136 left in
+    // 34 s: done at 154 s either way. Its end event, 118 + 2 + 4 slots = 160 s, ends
+    // the run with no round observed (nothing is left to decide).
+    use pacer_policy::deadline::{Deadline, DeadlineConfig};
+    let trace = "0,0,400,toy,5000,64,1,400,0\n1,50,400,toy,1000,64,1,400,0\n";
+    let jobs = load(&format!("{HEADER}{trace}")).unwrap();
+    let cluster = ClusterSpec::parse("2x4:t4", "test").unwrap();
+    let rounds = |ef_end_events: bool| {
+        let sim = Simulation {
+            cluster: &cluster,
+            apps: &[],
+            jobs: &jobs,
+            config: SimConfig {
+                round_s: 10.0,
+                record_timeline: false,
+                ..SimConfig::default()
+            },
+        };
+        let cfg = DeadlineConfig {
+            ef_end_events,
+            ..DeadlineConfig::elasticflow_placement(10.0)
+        };
+        let mut p = Deadline::new("elasticflow-p", cfg);
+        let mut at = Vec::new();
+        let r = sim.run(&mut p, |info| at.push(info.now_s)).unwrap();
+        let ends: Vec<f64> = r.jobs.iter().map(|j| j.completion_s.unwrap()).collect();
+        (at, ends)
+    };
+    let ended = |ends: &[f64]| (ends[0] - 116.0).abs() < 1e-6 && (ends[1] - 154.0).abs() < 1e-6;
+    let (at, ends) = rounds(false);
+    assert_eq!(at, vec![0.0, 50.0, 116.0], "{ends:?}");
+    assert!(ended(&ends), "{ends:?}");
+    let (at, ends) = rounds(true);
+    assert_eq!(at, vec![0.0, 50.0, 118.0], "{ends:?}");
+    assert!(ended(&ends), "{ends:?}");
+}

@@ -135,7 +135,9 @@ impl Simulation<'_> {
             rank,
             uses_quality: policy.uses_quality(),
             replan: self.config.replan_on_arrival.resolve(policy),
-            end_event_slot_s: policy.end_event_slot_s().filter(|s| s.is_finite() && *s > 0.0),
+            end_event_slot_s: policy
+                .end_event_slot_s()
+                .filter(|s| s.is_finite() && *s > 0.0),
             all_measured,
             unrestricted,
         }
