@@ -96,8 +96,8 @@ impl Simulation<'_> {
 /// ElasticFlow's end event for a job that completes at `c` when the round at `now`
 /// charged it `delay` (its per-event overhead, with any restart delay left): `now +
 /// delay` plus the work's time rounded up to whole `slot`s, as its simulator schedules
-/// a job's end from its plan (docs/elasticflow.md, "The end event"). A billionth of
-/// a slot of float error does not add a slot.
+/// a job's end from its plan (docs/elasticflow.md, "The end event"). A billionth of a
+/// slot of float error does not add a slot.
 fn end_event(now: f64, delay: f64, c: f64, slot: f64) -> f64 {
     let start = now + delay;
     let slots = ((c - start) / slot - 1e-9).ceil().max(0.0);
